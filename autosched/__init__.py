@@ -1,0 +1,42 @@
+"""autosched: an auto-scheduling tensor compiler (tensor expressions, schedules, LLVM and CUDA).
+
+Example::
+
+    import autosched as aus
+    from autosched import te
+    s = te.create_schedule(C.op)
+    print(aus.lower(s, [A, B, C]))
+"""
+
+from autosched import te
+from autosched.errors import (
+    AutoschedError,
+    CompileError,
+    LowerError,
+    MeasureError,
+    ModelImportError,
+    ScheduleError,
+    TEError,
+)
+
+__version__ = "0.1.0"
+
+
+def lower(sch, args, name: str = "main"):  # noqa: ANN001, ANN201
+    """Lower a schedule to a loop-nest function (printable, runnable by the evaluator)."""
+    from autosched.schedule.lower import lower as _lower
+
+    return _lower(sch, args, name=name)
+
+
+def build(sch, args, target: str = "llvm", name: str = "main"):  # noqa: ANN001, ANN201
+    """Compile a schedule for a target ("llvm", "llvm -mtriple=...", "cuda", "ref")."""
+    from autosched.build import build as _build
+
+    return _build(sch, args, target=target, name=name)
+
+
+__all__ = [
+    "AutoschedError", "CompileError", "LowerError", "MeasureError", "ModelImportError",
+    "ScheduleError", "TEError", "build", "lower", "te",
+]

@@ -1,0 +1,531 @@
+"""The expression IR: immutable nodes with structural equality and a cached structural hash.
+
+Every node is a frozen dataclass. ``==`` between expressions builds a comparison node (as in
+TVM), whose truth value is structural equality, so expressions work as dict keys and in ``in``
+tests. Variables and operations are identified by a unique id, never by name; the workload key
+of a DAG (see ``dag.py``) renumbers them canonically, so names never leak into it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Union
+
+from autosched.errors import TEError
+from autosched.te import dtype as dt
+
+_uids = itertools.count()
+
+
+def next_uid() -> int:
+    return next(_uids)
+
+
+class Node:
+    """Base of all IR nodes: structural hash cached at construction."""
+
+    def __post_init__(self) -> None:
+        parts = tuple(_hash_of(getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
+        object.__setattr__(self, "_hash", hash((type(self).__name__, parts)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+
+def _hash_of(value: Any) -> int:
+    if isinstance(value, tuple):
+        return hash(tuple(_hash_of(v) for v in value))
+    return hash(value)
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    """Deep equality of IR values (nodes, tuples, scalars)."""
+    if a is b:
+        return True
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (
+            isinstance(a, tuple)
+            and isinstance(b, tuple)
+            and len(a) == len(b)
+            and all(structural_equal(x, y) for x, y in zip(a, b))
+        )
+    if isinstance(a, Node) or isinstance(b, Node):
+        if type(a) is not type(b) or hash(a) != hash(b):
+            return False
+        if isinstance(a, (Var,)):
+            return a.uid == b.uid
+        return all(
+            structural_equal(getattr(a, f.name), getattr(b, f.name))
+            for f in fields(a)  # type: ignore[arg-type]
+        )
+    return bool(a == b) and type(a) is type(b)
+
+
+ExprLike = Union["Expr", int, float, bool]
+
+
+class ExprOps:
+    """Python operators that build expressions. Mixed into Expr and IterVar."""
+
+    def _expr(self) -> Expr:
+        raise NotImplementedError
+
+    def __add__(self, o: ExprLike) -> Expr:
+        return binary("add", self, o)
+
+    def __radd__(self, o: ExprLike) -> Expr:
+        return binary("add", o, self)
+
+    def __sub__(self, o: ExprLike) -> Expr:
+        return binary("sub", self, o)
+
+    def __rsub__(self, o: ExprLike) -> Expr:
+        return binary("sub", o, self)
+
+    def __mul__(self, o: ExprLike) -> Expr:
+        return binary("mul", self, o)
+
+    def __rmul__(self, o: ExprLike) -> Expr:
+        return binary("mul", o, self)
+
+    def __truediv__(self, o: ExprLike) -> Expr:
+        return binary("div", self, o)
+
+    def __rtruediv__(self, o: ExprLike) -> Expr:
+        return binary("div", o, self)
+
+    def __floordiv__(self, o: ExprLike) -> Expr:
+        return binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o: ExprLike) -> Expr:
+        return binary("floordiv", o, self)
+
+    def __mod__(self, o: ExprLike) -> Expr:
+        return binary("floormod", self, o)
+
+    def __rmod__(self, o: ExprLike) -> Expr:
+        return binary("floormod", o, self)
+
+    def __neg__(self) -> Expr:
+        e = as_expr(self)
+        return binary("sub", const(0, e.dtype), e)
+
+    def __lt__(self, o: ExprLike) -> Expr:
+        return compare("lt", self, o)
+
+    def __le__(self, o: ExprLike) -> Expr:
+        return compare("le", self, o)
+
+    def __gt__(self, o: ExprLike) -> Expr:
+        return compare("gt", self, o)
+
+    def __ge__(self, o: ExprLike) -> Expr:
+        return compare("ge", self, o)
+
+    def __eq__(self, o: object) -> Expr:  # type: ignore[override]
+        return compare("eq", self, o)  # type: ignore[arg-type]
+
+    def __ne__(self, o: object) -> Expr:  # type: ignore[override]
+        return compare("ne", self, o)  # type: ignore[arg-type]
+
+    def __and__(self, o: ExprLike) -> Expr:
+        return logical("and", self, o)
+
+    def __rand__(self, o: ExprLike) -> Expr:
+        return logical("and", o, self)
+
+    def __or__(self, o: ExprLike) -> Expr:
+        return logical("or", self, o)
+
+    def __ror__(self, o: ExprLike) -> Expr:
+        return logical("or", o, self)
+
+    def __invert__(self) -> Expr:
+        return Not(_bool_operand(as_expr(self), "~"))
+
+    def __bool__(self) -> bool:
+        raise TEError(
+            f"the truth value of the symbolic expression {self} is unknown; "
+            "use te.if_then_else / te.all / te.any instead of Python's if / and / or"
+        )
+
+    __hash__ = Node.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class Expr(ExprOps, Node):
+    """Base of expression nodes. Every expression has a dtype."""
+
+    def _expr(self) -> Expr:
+        return self
+
+    @property
+    def dtype(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        from autosched.te.printer import expr_str
+
+        return expr_str(self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def astype(self, dtype: str) -> Expr:
+        return cast(dtype, self)
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: int | float | bool
+    type: str
+
+    @property
+    def dtype(self) -> str:
+        return self.type
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A scalar variable: loop index, symbolic size, or reduction combiner operand."""
+
+    name: str
+    type: str = dt.INDEX
+    uid: int = field(default_factory=next_uid)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(("Var", self.uid)))
+
+    @property
+    def dtype(self) -> str:
+        return self.type
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    """Arithmetic: add sub mul div floordiv floormod truncdiv truncmod min max pow, and
+    logical and / or on bools. ``div`` is true division (floats only); ``floordiv`` and
+    ``floormod`` round toward negative infinity (Python's ``//`` and ``%``); ``truncdiv`` and
+    ``truncmod`` round toward zero (C's ``/`` and ``%``)."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Compare(Expr):
+    """eq ne lt le gt ge; the result is bool. ``bool(a == b)`` is structural equality."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:
+        return "bool"
+
+    def __bool__(self) -> bool:
+        if self.op == "eq":
+            return structural_equal(self.a, self.b)
+        if self.op == "ne":
+            return not structural_equal(self.a, self.b)
+        return ExprOps.__bool__(self)
+
+
+@dataclass(frozen=True, eq=False)
+class Not(Expr):
+    a: Expr
+
+    @property
+    def dtype(self) -> str:
+        return "bool"
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """``cond ? true_value : false_value``. Only the taken branch is evaluated, so a branch may
+    read out of bounds where the condition excludes it (padding relies on this)."""
+
+    cond: Expr
+    true_value: Expr
+    false_value: Expr
+
+    @property
+    def dtype(self) -> str:
+        return self.true_value.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    type: str
+    value: Expr
+
+    @property
+    def dtype(self) -> str:
+        return self.type
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    """A math intrinsic (exp, log, sqrt, ...) applied to its arguments."""
+
+    name: str
+    args: tuple[Expr, ...]
+    type: str
+
+    @property
+    def dtype(self) -> str:
+        return self.type
+
+
+@dataclass(frozen=True, eq=False)
+class TensorRead(Expr):
+    """``tensor[indices]``: a read of a placeholder or of another compute's result."""
+
+    tensor: Any  # autosched.te.tensor.Tensor (import cycle)
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Range(Node):
+    """The half-open interval [min, min + extent)."""
+
+    min: Expr
+    extent: Expr
+
+    @staticmethod
+    def of(extent: ExprLike | tuple | Range) -> Range:
+        if isinstance(extent, Range):
+            return extent
+        if isinstance(extent, tuple):
+            lo, hi = extent
+            lo_e, hi_e = as_expr(lo), as_expr(hi)
+            return Range(lo_e, hi_e - lo_e)
+        return Range(const(0, dt.INDEX), as_expr(extent))
+
+
+@dataclass(frozen=True, eq=False)
+class IterVar(ExprOps, Node):
+    """A loop axis: a variable with its domain. kind is "data", "reduce" or "thread"."""
+
+    var: Var
+    dom: Range
+    kind: str = "data"
+    thread_tag: str = ""
+
+    def _expr(self) -> Expr:
+        return self.var
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    @property
+    def dtype(self) -> str:
+        return self.var.dtype
+
+    def __str__(self) -> str:
+        return self.var.name
+
+    __repr__ = __str__
+    __hash__ = Node.__hash__
+
+
+@dataclass(frozen=True, eq=False)
+class CommReducer(Node):
+    """A commutative reduction: ``result`` combines ``lhs`` (the accumulator) with ``rhs``;
+    ``identity`` is its neutral element."""
+
+    name: str
+    lhs: Var
+    rhs: Var
+    result: Expr
+    identity: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Expr):
+    """A reduction of ``source`` over ``axis`` where ``condition`` holds. ``init`` (when given)
+    replaces the identity as the starting value."""
+
+    combiner: CommReducer
+    source: Expr
+    axis: tuple[IterVar, ...]
+    condition: Expr | None = None
+    init: Expr | None = None
+
+    @property
+    def dtype(self) -> str:
+        return self.source.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction helpers with dtype checking and constant folding
+
+
+def const(value: int | float | bool, dtype: str | None = None) -> Const:
+    """A constant. Without dtype: bool, int32 or float32 by the Python type."""
+    if dtype is None:
+        dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
+    dt.check(dtype)
+    if dtype == "bool":
+        return Const(bool(value), dtype)
+    if dt.is_float(dtype):
+        return Const(float(value), dtype)
+    if isinstance(value, float) and not value.is_integer():
+        raise TEError(f"constant {value} does not fit integer dtype {dtype}")
+    return Const(int(value), dtype)
+
+
+def as_expr(value: Any, like: str | None = None) -> Expr:
+    """Turn a Python scalar, IterVar or Expr into an Expr. ``like`` is the dtype of the other
+    operand, for the literal rules in dtype.py."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, IterVar):
+        return value.var
+    if isinstance(value, bool):
+        return const(value, "bool")
+    if isinstance(value, int):
+        if like is not None and like != "bool":
+            return const(value, like)
+        return const(value, "int32" if -(2**31) <= value < 2**31 else "int64")
+    if isinstance(value, float):
+        if like is None or dt.is_float(like):
+            return const(value, like or "float32")
+        raise TEError(f"cannot mix a float literal {value} with {like} without te.cast")
+    if hasattr(value, "dtype") and hasattr(value, "item") and getattr(value, "shape", None) == ():
+        return const(value.item(), str(value.dtype))
+    raise TEError(f"cannot use {value!r} (a {type(value).__name__}) as an expression")
+
+
+def _operands(a: Any, b: Any, what: str) -> tuple[Expr, Expr]:
+    if isinstance(a, (Expr, IterVar)):
+        ea = as_expr(a)
+        eb = as_expr(b, like=ea.dtype)
+    else:
+        eb = as_expr(b)
+        ea = as_expr(a, like=eb.dtype)
+    target = dt.promote(ea.dtype, eb.dtype, f"{what}({ea}, {eb})")
+    return _widen(ea, target), _widen(eb, target)
+
+
+def _widen(e: Expr, dtype: str) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return const(e.value, dtype)
+    return Cast(dtype, e)
+
+
+def _bool_operand(e: Expr, what: str) -> Expr:
+    if e.dtype != "bool":
+        raise TEError(f"{what} needs bool operands, got {e.dtype} ({e}); compare first")
+    return e
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+_FOLD = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "floordiv": lambda a, b: a // b if isinstance(a, int) else float(math.floor(a / b)),
+    "floormod": lambda a, b: a % b,
+    "truncdiv": _trunc_div,
+    "truncmod": lambda a, b: a - _trunc_div(a, b) * b,
+    "min": min,
+    "max": max,
+    "pow": lambda a, b: a**b,
+}
+
+ARITH_OPS = tuple(_FOLD)
+
+
+def binary(op: str, a: Any, b: Any) -> Expr:
+    """Build ``a op b`` with the promotion rules of dtype.py, folding constants."""
+    ea, eb = _operands(a, b, op)
+    dtype = ea.dtype
+    if dtype == "bool":
+        raise TEError(f"arithmetic {op} on bool operands ({ea}, {eb}); cast to a number first")
+    if op == "div" and not dt.is_float(dtype):
+        raise TEError(
+            f"'/' on {dtype} operands ({ea}, {eb}) is ambiguous; use // (floordiv) or te.truncdiv"
+        )
+    if op in ("floormod", "truncmod", "truncdiv") and dt.is_float(dtype):
+        raise TEError(f"{op} needs integer operands, got {dtype} ({ea}, {eb})")
+    if isinstance(ea, Const) and isinstance(eb, Const):
+        divides = op in ("div", "floordiv", "floormod", "truncdiv", "truncmod")
+        if not (divides and eb.value == 0):
+            return const(_FOLD[op](ea.value, eb.value), dtype)
+    return Binary(op, ea, eb)
+
+
+_CMP = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def compare(op: str, a: Any, b: Any) -> Expr:
+    ea, eb = _operands(a, b, op)
+    if isinstance(ea, Const) and isinstance(eb, Const):
+        return const(bool(_CMP[op](ea.value, eb.value)), "bool")
+    return Compare(op, ea, eb)
+
+
+def logical(op: str, a: Any, b: Any) -> Expr:
+    ea = _bool_operand(as_expr(a, like="bool"), op)
+    eb = _bool_operand(as_expr(b, like="bool"), op)
+    if isinstance(ea, Const):
+        if op == "and":
+            return eb if ea.value else ea
+        return ea if ea.value else eb
+    if isinstance(eb, Const):
+        if op == "and":
+            return ea if eb.value else eb
+        return eb if eb.value else ea
+    return Binary(op, ea, eb)
+
+
+def cast(dtype: str, value: Any) -> Expr:
+    """Convert ``value`` to ``dtype`` (C semantics: float to int truncates toward zero)."""
+    dt.check(dtype)
+    e = as_expr(value)
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        if dtype == "bool":
+            return const(bool(e.value), dtype)
+        if dt.is_float(dtype):
+            return const(float(e.value), dtype)
+        if dt.is_int(dtype) and not (isinstance(e.value, float) and not math.isfinite(e.value)):
+            return const(int(e.value), dtype)
+    return Cast(dtype, e)
+
+
+def select(cond: Any, true_value: Any, false_value: Any) -> Expr:
+    c = _bool_operand(as_expr(cond, like="bool"), "select condition")
+    t, f = _operands(true_value, false_value, "select")
+    if isinstance(c, Const):
+        return t if c.value else f
+    return Select(c, t, f)

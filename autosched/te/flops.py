@@ -1,0 +1,37 @@
+"""Floating-point operation counts of a DAG (for GFLOPS reports and the task scheduler)."""
+
+from __future__ import annotations
+
+from autosched.te import expr as E
+from autosched.te.tensor import ComputeOp, Operation
+from autosched.te.visit import post_order
+
+
+def _extent(iv: E.IterVar) -> int:
+    return iv.dom.extent.value if isinstance(iv.dom.extent, E.Const) else 1
+
+
+def _count(e: E.Expr) -> int:
+    n = 0
+    for node in post_order(e):
+        if isinstance(node, (E.Binary, E.Call)) and node.dtype != "bool":
+            n += 1
+        elif isinstance(node, E.Select):
+            n += 1
+    return n
+
+
+def flop_count(ops: list[Operation]) -> int:
+    """Arithmetic operations per output element times the iteration space, summed over ops;
+    a reduction counts its source plus one combine per element."""
+    total = 0
+    for op in ops:
+        if not isinstance(op, ComputeOp):
+            continue
+        points = 1
+        for a in op.axis + op.reduce_axis:
+            points *= _extent(a)
+        body = op.body
+        per = _count(body.source) + 1 if isinstance(body, E.Reduce) else _count(body)
+        total += points * per
+    return total

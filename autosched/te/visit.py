@@ -1,0 +1,108 @@
+"""Generic traversal and rewriting of expressions."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Callable, Iterator
+
+from autosched.errors import TEError
+from autosched.te import expr as E
+
+
+def children(e: E.Expr) -> Iterator[E.Expr]:
+    for f in fields(e):  # type: ignore[arg-type]
+        value = getattr(e, f.name)
+        if isinstance(value, E.Expr):
+            yield value
+        elif isinstance(value, tuple):
+            yield from (v for v in value if isinstance(v, E.Expr))
+
+
+def post_order(e: E.Expr) -> Iterator[E.Expr]:
+    """Every node of ``e``, children before parents (shared nodes repeat)."""
+    for c in children(e):
+        yield from post_order(c)
+    yield e
+
+
+def rebuild(e: E.Expr, **changes: object) -> E.Expr:
+    """``e`` with some fields replaced, re-folding constants through the checked builders."""
+    values = {f.name: getattr(e, f.name) for f in fields(e)}  # type: ignore[arg-type]
+    values.update(changes)
+    if isinstance(e, E.Binary):
+        if e.op in ("and", "or"):
+            return E.logical(e.op, values["a"], values["b"])
+        return E.binary(e.op, values["a"], values["b"])
+    if isinstance(e, E.Compare):
+        return E.compare(e.op, values["a"], values["b"])
+    if isinstance(e, E.Select):
+        return E.select(values["cond"], values["true_value"], values["false_value"])
+    if isinstance(e, E.Cast):
+        return E.cast(e.type, values["value"])
+    return type(e)(**values)
+
+
+def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
+    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it)."""
+    changes: dict[str, object] = {}
+    for f in fields(e):  # type: ignore[arg-type]
+        value = getattr(e, f.name)
+        if isinstance(value, E.Expr):
+            new = rewrite(value, fn)
+            if new is not value:
+                changes[f.name] = new
+        elif isinstance(value, tuple) and any(isinstance(v, E.Expr) for v in value):
+            new_t = tuple(rewrite(v, fn) if isinstance(v, E.Expr) else v for v in value)
+            if any(a is not b for a, b in zip(new_t, value)):
+                changes[f.name] = new_t
+    node = rebuild(e, **changes) if changes else e
+    out = fn(node)
+    return node if out is None else out
+
+
+def substitute(e: E.Expr, mapping: dict[E.Var, E.Expr]) -> E.Expr:
+    """Replace variables by expressions."""
+    if not mapping:
+        return e
+    by_uid = {v.uid: x for v, x in mapping.items()}
+    return rewrite(e, lambda n: by_uid.get(n.uid) if isinstance(n, E.Var) else None)
+
+
+def free_vars(e: E.Expr) -> set[E.Var]:
+    """Variables read by ``e`` (reduction axes bound inside a Reduce are excluded)."""
+    out: dict[int, E.Var] = {}
+    bound: set[int] = set()
+    for n in post_order(e):
+        if isinstance(n, E.Var):
+            out[n.uid] = n
+        elif isinstance(n, E.Reduce):
+            bound.update(a.var.uid for a in n.axis)
+            bound.update((n.combiner.lhs.uid, n.combiner.rhs.uid))
+    return {v for uid, v in out.items() if uid not in bound}
+
+
+def tensors_read(e: E.Expr) -> list:
+    """Tensors read by ``e``, in first-read order, without repeats."""
+    seen: dict = {}
+    for n in post_order(e):
+        if isinstance(n, E.TensorRead):
+            seen.setdefault(n.tensor, None)
+    return list(seen)
+
+
+def check_body(body: E.Expr, axis: tuple[E.IterVar, ...], name: str) -> None:
+    """A compute body may use only its own axes and symbolic sizes; a Reduce only at the top."""
+    for n in post_order(body):
+        if isinstance(n, E.Reduce) and n is not body:
+            raise TEError(
+                f"compute {name}: a reduction ({n.combiner.name}) must be the whole body, "
+                "not part of a larger expression; split it into two computes"
+            )
+    from autosched.te.tensor import is_reduce_var
+
+    for v in free_vars(body):
+        if is_reduce_var(v):
+            raise TEError(
+                f"compute {name}: reduce axis {v.name} is used outside a reduction; "
+                f"wrap the body in te.sum(..., axis={v.name}) (or another reducer)"
+            )
