@@ -1,0 +1,28 @@
+"""aus.build: lower a schedule and hand the loop IR to the target's backend."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from autosched.schedule.ir import PrimFunc
+from autosched.targets.target import Target, parse
+
+
+def build_func(func: PrimFunc, target: str | Target = "llvm") -> Any:
+    """Compile an already-lowered function for ``target``; returns a callable module."""
+    tgt = parse(target)
+    if tgt.kind == "llvm":
+        from autosched.targets.llvm import build_module
+    elif tgt.kind == "cuda":
+        from autosched.targets.cuda import build_module
+    else:
+        from autosched.targets.ref import build_module
+    return build_module(func, tgt)
+
+
+def build(sch: Any, args: Sequence[Any], target: str | Target = "llvm", name: str = "main") -> Any:
+    """Lower ``sch`` with ``args`` as the parameter list and compile it for ``target``."""
+    from autosched.schedule.lower import lower
+
+    tgt = parse(target)
+    return build_func(lower(sch, args, name=name, target=tgt), tgt)

@@ -1,0 +1,82 @@
+"""What the host machine is: LLVM triple, CPU name, features, cores; and the GPU arch if any."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+
+@functools.cache
+def _llvm():  # noqa: ANN202
+    import llvmlite.binding as llvm
+
+    try:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+    except RuntimeError:
+        pass
+    try:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+    except (RuntimeError, AttributeError):
+        pass
+    return llvm
+
+
+@functools.cache
+def host_triple() -> str:
+    return _llvm().get_process_triple()
+
+
+@functools.cache
+def host_cpu() -> str:
+    return _llvm().get_host_cpu_name()
+
+
+@functools.cache
+def host_features() -> str:
+    return _llvm().get_host_cpu_features().flatten()
+
+
+def _vector_bits(triple: str, cpu: str, features: str) -> int:
+    if triple.startswith(("x86_64", "i686")):
+        if "+avx512f" in features:
+            return 512
+        if "+avx2" in features or "+avx" in features:
+            return 256
+        return 128
+    return 128  # NEON, RVV at minimum length, armv7 NEON
+
+
+def cpu_target_fields(opts: dict[str, str]) -> dict:
+    triple = opts.get("mtriple", "")
+    host = not triple or triple == host_triple()
+    if host:
+        triple = host_triple()
+        cpu = opts.get("mcpu", host_cpu())
+        features = opts.get("mattr", host_features() if "mcpu" not in opts else "")
+        cores = int(opts.get("num-cores", os.cpu_count() or 1))
+    else:
+        cpu = opts.get("mcpu", "generic")
+        features = opts.get("mattr", "")
+        cores = int(opts.get("num-cores", 4))
+    return {
+        "triple": triple,
+        "cpu": cpu,
+        "features": features,
+        "num_cores": cores,
+        "vector_bits": _vector_bits(triple, cpu, features),
+    }
+
+
+@functools.cache
+def detect_cuda_arch() -> str:
+    """sm_XY of GPU 0 when a GPU and pycuda are present, else sm_90 (the H200 we tune for)."""
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        major, minor = drv.Device(0).compute_capability()
+        return f"sm_{major}{minor}"
+    except Exception:  # no pycuda, no driver, no device: compile for the default arch
+        return "sm_90"

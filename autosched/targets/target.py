@@ -1,0 +1,79 @@
+"""Target descriptions. A target string is a kind followed by -key=value options:
+
+    "llvm"                                           the host CPU (name and features detected)
+    "llvm -mcpu=skylake -mattr=+avx2,+fma"           a given x86 CPU
+    "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"   cross-compiled for an edge board
+    "cuda" / "cuda -arch=sm_90"                      NVIDIA GPUs (arch detected when a GPU is present)
+    "ref"                                            the reference evaluator (slow, exact semantics)
+
+Limits the search and the code generators need are attributes here, never constants elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from autosched.errors import CompileError
+
+KINDS = ("llvm", "cuda", "ref")
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    options: tuple[tuple[str, str], ...] = ()
+    # CPU
+    triple: str = ""
+    cpu: str = ""
+    features: str = ""
+    num_cores: int = 1
+    vector_bits: int = 128
+    # GPU
+    arch: str = ""
+    max_threads_per_block: int = 1024
+    max_shared_memory_per_block: int = 48 * 1024
+    warp_size: int = 32
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def is_host(self) -> bool:
+        if self.kind != "llvm":
+            return False
+        from autosched.targets.host import host_triple
+
+        return self.triple in ("", host_triple())
+
+    def option(self, key: str, default: str = "") -> str:
+        return dict(self.options).get(key, default)
+
+    def __str__(self) -> str:
+        return " ".join([self.kind] + [f"-{k}={v}" if v else f"-{k}" for k, v in self.options])
+
+
+def parse(text: str | Target) -> Target:
+    """Parse a target string (see the module docstring)."""
+    if isinstance(text, Target):
+        return text
+    parts = text.split()
+    if not parts or parts[0] not in KINDS:
+        raise CompileError(f"unknown target {text!r}; expected it to start with one of {KINDS}")
+    kind, options = parts[0], []
+    for p in parts[1:]:
+        if not p.startswith("-"):
+            raise CompileError(f"target {text!r}: option {p!r} must look like -key=value")
+        key, _, value = p.lstrip("-").partition("=")
+        options.append((key, value))
+    opts = dict(options)
+    if kind == "llvm":
+        from autosched.targets.host import cpu_target_fields
+
+        return Target(kind, tuple(options), **cpu_target_fields(opts))
+    if kind == "cuda":
+        arch = opts.get("arch", "")
+        if not arch:
+            from autosched.targets.host import detect_cuda_arch
+
+            arch = detect_cuda_arch()
+        return Target(kind, tuple(options), arch=arch, max_shared_memory_per_block=48 * 1024)
+    return Target(kind, tuple(options), num_cores=os.cpu_count() or 1)
