@@ -1,0 +1,220 @@
+"""Schedule steps: small frozen records. A schedule is an ordered list of them.
+
+Steps name stages and axes by name (stage names are unique in a schedule, axis names unique in
+a stage), so they serialise to JSON, replay on a fresh schedule of the same DAG, and print as the
+Python calls that make them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, ClassVar
+
+from autosched.errors import ScheduleError
+
+STEP_VERSION = 1
+
+
+def ident(name: str) -> str:
+    """A Python identifier for a stage or axis name ("i.outer" -> "i_outer")."""
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if out and not out[0].isdigit() else f"_{out}"
+
+
+Namer = Callable[[str, str], str]
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: ClassVar[str] = ""
+    stage: str
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return {"kind": self.kind, **d}
+
+    def python(self, n: Namer) -> str:
+        """The Python call of this step; ``n(stage, axis)`` names axis variables."""
+        raise NotImplementedError
+
+    @property
+    def s(self) -> str:
+        return f"s[{ident(self.stage)}]"
+
+
+@dataclass(frozen=True)
+class Split(Step):
+    kind: ClassVar[str] = "split"
+    axis: str
+    factor: int | None = None
+    nparts: int | None = None
+
+    def outputs(self) -> tuple[str, str]:
+        return f"{self.axis}.outer", f"{self.axis}.inner"
+
+    def python(self, n: Namer) -> str:
+        arg = f"factor={self.factor}" if self.factor is not None else f"nparts={self.nparts}"
+        o, i = self.outputs()
+        return f"{n(self.stage, o)}, {n(self.stage, i)} = {self.s}.split({n(self.stage, self.axis)}, {arg})"
+
+
+@dataclass(frozen=True)
+class Fuse(Step):
+    kind: ClassVar[str] = "fuse"
+    axes: tuple[str, ...]
+
+    def output(self) -> str:
+        return ".".join(self.axes) + ".fused"
+
+    def python(self, n: Namer) -> str:
+        axes = ", ".join(n(self.stage, a) for a in self.axes)
+        return f"{n(self.stage, self.output())} = {self.s}.fuse({axes})"
+
+
+@dataclass(frozen=True)
+class Reorder(Step):
+    kind: ClassVar[str] = "reorder"
+    axes: tuple[str, ...]
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.reorder({', '.join(n(self.stage, a) for a in self.axes)})"
+
+
+ANNOTATIONS = ("parallel", "vectorize", "unroll")
+
+
+@dataclass(frozen=True)
+class Annotate(Step):
+    kind: ClassVar[str] = "annotate"
+    axis: str
+    annotation: str
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.{self.annotation}({n(self.stage, self.axis)})"
+
+
+@dataclass(frozen=True)
+class Bind(Step):
+    kind: ClassVar[str] = "bind"
+    axis: str
+    tag: str
+
+    def python(self, n: Namer) -> str:
+        return f'{self.s}.bind({n(self.stage, self.axis)}, te.thread_axis("{self.tag}"))'
+
+
+@dataclass(frozen=True)
+class Pragma(Step):
+    kind: ClassVar[str] = "pragma"
+    axis: str
+    key: str
+    value: int | bool | str
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.pragma({n(self.stage, self.axis)}, {self.key!r}, {self.value!r})"
+
+
+@dataclass(frozen=True)
+class ComputeAt(Step):
+    kind: ClassVar[str] = "compute_at"
+    target: str
+    axis: str
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.compute_at(s[{ident(self.target)}], {n(self.target, self.axis)})"
+
+
+@dataclass(frozen=True)
+class ComputeInline(Step):
+    kind: ClassVar[str] = "compute_inline"
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.compute_inline()"
+
+
+@dataclass(frozen=True)
+class ComputeRoot(Step):
+    kind: ClassVar[str] = "compute_root"
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.compute_root()"
+
+
+@dataclass(frozen=True)
+class CacheRead(Step):
+    """``stage`` is the tensor being cached; the new stage is ``<stage>.<scope>``."""
+
+    kind: ClassVar[str] = "cache_read"
+    scope: str
+    readers: tuple[str, ...]
+
+    def output(self) -> str:
+        return f"{self.stage}.{self.scope}"
+
+    def python(self, n: Namer) -> str:
+        readers = ", ".join(ident(r) for r in self.readers)
+        return f'{ident(self.output())} = s.cache_read({ident(self.stage)}, "{self.scope}", [{readers}])'
+
+
+@dataclass(frozen=True)
+class CacheWrite(Step):
+    kind: ClassVar[str] = "cache_write"
+    scope: str
+
+    def output(self) -> str:
+        return f"{self.stage}.{self.scope}"
+
+    def python(self, n: Namer) -> str:
+        return f'{ident(self.output())} = s.cache_write({ident(self.stage)}, "{self.scope}")'
+
+
+@dataclass(frozen=True)
+class Rfactor(Step):
+    kind: ClassVar[str] = "rfactor"
+    axis: str
+    factor_axis: int = 0
+
+    def output(self) -> str:
+        return f"{self.stage}.rf"
+
+    def python(self, n: Namer) -> str:
+        extra = f", factor_axis={self.factor_axis}" if self.factor_axis else ""
+        return f"{ident(self.output())} = s.rfactor({ident(self.stage)}, {n(self.stage, self.axis)}{extra})"
+
+
+STEP_TYPES: dict[str, type[Step]] = {
+    cls.kind: cls
+    for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, ComputeAt, ComputeInline,
+                ComputeRoot, CacheRead, CacheWrite, Rfactor)
+}
+
+
+def step_from_dict(d: dict[str, Any]) -> Step:
+    kind = d.get("kind")
+    if kind not in STEP_TYPES:
+        raise ScheduleError(f"unknown schedule step kind {kind!r} in {d}")
+    cls = STEP_TYPES[kind]
+    names = {f.name for f in fields(cls)}
+    unknown = set(d) - names - {"kind"}
+    if unknown:
+        raise ScheduleError(f"step {kind} has unknown fields {sorted(unknown)}: {d}")
+    args = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
+    try:
+        return cls(**args)
+    except TypeError as exc:
+        raise ScheduleError(f"malformed {kind} step {d}: {exc}") from None
+
+
+def steps_to_json(steps: list[Step]) -> str:
+    return json.dumps({"version": STEP_VERSION, "steps": [s.to_dict() for s in steps]})
+
+
+def steps_from_json(text: str | dict) -> list[Step]:
+    data = json.loads(text) if isinstance(text, str) else text
+    if not isinstance(data, dict) or data.get("version") != STEP_VERSION:
+        raise ScheduleError(f"schedule JSON must have version {STEP_VERSION}: {str(data)[:200]}")
+    return [step_from_dict(d) for d in data["steps"]]
