@@ -1,0 +1,202 @@
+"""Bound inference: which part of each stage must be computed, and where its loops range.
+
+A stage computed at the root covers its whole domain. A stage attached with compute_at at loop
+``x`` of stage ``T`` covers the union of what its consumers read inside one iteration of ``x``:
+loops outside and at ``x`` are fixed, loops inside range over their extents. For a stage in
+"shared" scope, threadIdx-bound loops range too (all threads of a block share the buffer).
+
+Each leaf loop runs from 0 to its extent; a root axis value is ``region_min + value`` where
+``value`` is rebuilt from the leaves through the split / fuse relations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autosched.errors import ScheduleError
+from autosched.schedule.arith import interval, interval_extent, simplify
+from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
+from autosched.te import expr as E
+from autosched.te.tensor import ComputeOp
+from autosched.te.visit import post_order, substitute
+
+
+@dataclass
+class StageBound:
+    region_min: list[E.Expr]             # per data axis: first index computed
+    region_ext: list[E.Expr]             # per data axis: how many (a constant where possible)
+    extent: dict[int, E.Expr] = field(default_factory=dict)  # every axis var uid -> extent
+    value: dict[int, E.Expr] = field(default_factory=dict)   # root var uid -> f(leaf vars)
+
+    def full_value(self, st: Stage) -> dict[E.Var, E.Expr]:
+        """Root var -> its index in the op's domain, in terms of loop variables."""
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        out: dict[E.Var, E.Expr] = {}
+        for d, a in enumerate(op.axis):
+            out[a.var] = self.region_min[d] + self.value[a.var.uid]
+        for r in op.reduce_axis:
+            out[r.var] = r.dom.min + self.value[r.var.uid]
+        return out
+
+
+class Bounds:
+    """Bound inference over a whole schedule; ``bodies`` are the stages' bodies after inlining."""
+
+    def __init__(self, sch: Schedule, bodies: dict[str, E.Expr]):
+        self.sch = sch
+        self.bodies = bodies
+        self.stage_bounds: dict[str, StageBound] = {}
+        self.var_bounds: dict[E.Var, tuple[int, int]] = {}
+        self.var_extent: dict[E.Var, E.Expr] = {}
+        self.thread_vars: list[E.Var] = []
+        for st in reversed(sch.stages):
+            if st.name in bodies:
+                self._infer(st)
+
+    def __getitem__(self, name: str) -> StageBound:
+        return self.stage_bounds[name]
+
+    # -- regions ---------------------------------------------------------------------------------
+    def _infer(self, st: Stage) -> None:
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        full = [(E.const(0, s.dtype), s) for s in op.shape]
+        if st.attach[0] == "at":
+            region = self._attached_region(st, full)
+        else:
+            region = full
+        bound = StageBound([r[0] for r in region], [r[1] for r in region])
+        for d, a in enumerate(op.axis):
+            bound.extent[a.var.uid] = bound.region_ext[d]
+        for r in op.reduce_axis:
+            bound.extent[r.var.uid] = r.dom.extent
+        self._leaf_extents(st, bound)
+        self.stage_bounds[st.name] = bound
+
+    def _attached_region(self, st: Stage, full: list[tuple[E.Expr, E.Expr]]) -> list[tuple[E.Expr, E.Expr]]:
+        _, target_name, axis_name = st.attach
+        target = self.sch.stage(target_name)
+        if target.name not in self.bodies:
+            raise ScheduleError(f"{st.name} is computed at {target.name}.{axis_name}, but {target.name} is inlined")
+        x = target.leaf_named(axis_name)
+        ndim = len(full)
+        lows: list[list[E.Expr]] = [[] for _ in range(ndim)]
+        highs: list[list[E.Expr]] = [[] for _ in range(ndim)]
+        unknown = [False] * ndim
+        readers = [c for c in self.sch.stages if c.name in self.bodies and self._reads(c, st)]
+        if not readers:
+            raise ScheduleError(f"{st.name} is computed at {target.name}.{axis_name} but nothing reads it")
+        for c in readers:
+            ranging = self._inner_vars(c, target, x, st)
+            if ranging is None:
+                raise ScheduleError(
+                    f"compute_at {st.name} to {target.name}.{axis_name}: {c.name} reads {st.name} "
+                    f"outside that loop (compute_at needs a loop enclosing every use)"
+                )
+            if st.scope == "shared":
+                ranging = ranging + [v for v in self.thread_vars if v not in ranging]
+            ranges = {v: (E.const(0, v.dtype), self.var_extent[v] - 1) for v in ranging}
+            cvalue = self.stage_bounds[c.name].full_value(c)
+            for read in self._reads(c, st):
+                for d, idx in enumerate(read.indices):
+                    box = interval(substitute(idx, cvalue), ranges, self.var_bounds)
+                    if box is None:
+                        unknown[d] = True
+                    else:
+                        lows[d].append(box[0])
+                        highs[d].append(box[1])
+        region = []
+        for d in range(ndim):
+            if unknown[d]:
+                region.append(full[d])
+                continue
+            lo = _fold(lows[d], "min", self.var_bounds)
+            hi = _fold(highs[d], "max", self.var_bounds)
+            ext = interval_extent(lo, hi, self.var_bounds)
+            region.append(full[d] if ext is None else (lo, E.const(ext, lo.dtype)))
+        return region
+
+    def _reads(self, consumer: Stage, producer: Stage) -> list[E.TensorRead]:
+        uids = producer.uids
+        return [n for n in post_order(self.bodies[consumer.name])
+                if isinstance(n, E.TensorRead) and n.tensor.op.uid in uids]
+
+    def _inner_vars(self, c: Stage, target: Stage, x: E.IterVar, producer: Stage) -> list[E.Var] | None:
+        """Loop variables between loop ``x`` of ``target`` and the reads in ``c``, or None when
+        ``c`` is not inside that loop."""
+        if c is target:
+            pos = target.leaf.index(x)
+            return [iv.var for iv in target.leaf[pos + 1:]]
+        out = [iv.var for iv in c.leaf]
+        walk = c
+        while walk.attach[0] == "at":
+            parent = self.sch.stage(walk.attach[1])
+            y = parent.leaf_named(walk.attach[2])
+            ypos = parent.leaf.index(y)
+            if parent is target:
+                xpos = target.leaf.index(x)
+                if ypos < xpos or (ypos == xpos and not _after(self.sch, walk, producer)):
+                    return None
+                return out + [iv.var for iv in target.leaf[xpos + 1: ypos + 1]]
+            out += [iv.var for iv in parent.leaf[: ypos + 1]]
+            walk = parent
+        return None
+
+    # -- leaf loops ------------------------------------------------------------------------------
+    def _leaf_extents(self, st: Stage, bound: StageBound) -> None:
+        ext = bound.extent
+        for rel in st.relations:
+            if isinstance(rel, SplitRel):
+                parent = ext[rel.parent.var.uid]
+                if rel.factor is not None:
+                    ext[rel.outer.var.uid] = _ceildiv(parent, rel.factor)
+                    ext[rel.inner.var.uid] = E.const(rel.factor)
+                else:
+                    ext[rel.outer.var.uid] = E.const(rel.nparts)
+                    ext[rel.inner.var.uid] = _ceildiv(parent, rel.nparts)
+            else:
+                total: E.Expr = E.const(1)
+                for a in rel.axes:
+                    total = total * ext[a.var.uid]
+                ext[rel.fused.var.uid] = simplify(total)
+        value: dict[int, E.Expr] = {iv.var.uid: iv.var for iv in st.leaf}
+        for rel in reversed(st.relations):
+            if isinstance(rel, SplitRel):
+                inner_ext = ext[rel.inner.var.uid]
+                value[rel.parent.var.uid] = value[rel.outer.var.uid] * inner_ext + value[rel.inner.var.uid]
+            else:
+                fused = value[rel.fused.var.uid]
+                stride: E.Expr = E.const(1)
+                for n, a in enumerate(reversed(rel.axes)):
+                    part = E.binary("floordiv", fused, stride) if n else fused
+                    if n < len(rel.axes) - 1:
+                        part = E.binary("floormod", part, ext[a.var.uid])
+                    value[a.var.uid] = part
+                    stride = stride * ext[a.var.uid]
+        for iv in st.leaf:
+            e = ext[iv.var.uid] = simplify(ext[iv.var.uid])
+            self.var_extent[iv.var] = e
+            if isinstance(e, E.Const):
+                self.var_bounds[iv.var] = (0, max(e.value - 1, 0))
+            if st.bindings.get(iv.var.uid, "").startswith("threadIdx"):
+                self.thread_vars.append(iv.var)
+        for iv in st.root:
+            bound.value[iv.var.uid] = simplify(value[iv.var.uid], self.var_bounds)
+
+
+def _after(sch: Schedule, a: Stage, b: Stage) -> bool:
+    """Stages attached at the same loop run in stage order: does ``a`` come after ``b``?"""
+    return sch.stages.index(a) > sch.stages.index(b)
+
+
+def _ceildiv(a: E.Expr, b: int) -> E.Expr:
+    return simplify(E.binary("floordiv", a + (b - 1), b))
+
+
+def _fold(items: list[E.Expr], op: str, bounds: dict) -> E.Expr:
+    out = items[0]
+    for it in items[1:]:
+        if not bool(it == out):
+            out = simplify(E.binary(op, out, it), bounds)
+    return out

@@ -1,0 +1,348 @@
+"""Lowering: a schedule becomes a loop-nest PrimFunc through a short list of named passes.
+
+    expand_inline   substitute compute_inline'd stages into their readers
+    infer_bounds    regions of attached stages, extents of every loop (bound.py)
+    build_loops     one loop nest per stage, attached stages nested at their loop, buffers
+                    allocated where they live, reads turned into buffer loads
+    simplify        integer simplification of indices and guards, dead-branch removal
+
+``lower(s, args, print_after=("build_loops",))`` prints the IR after the named passes (or set
+AUTOSCHED_PRINT_AFTER=all).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from autosched.errors import AutoschedError, LowerError, ScheduleError
+from autosched.schedule import ir
+from autosched.schedule.arith import prove, simplify
+from autosched.schedule.bound import Bounds, StageBound
+from autosched.schedule.schedule import Schedule, Stage, create_schedule
+from autosched.te import expr as E
+from autosched.te.tensor import ComputeOp, Tensor
+from autosched.te.visit import rewrite, substitute
+
+_KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+
+
+@dataclass
+class LowerContext:
+    sch: Schedule
+    args: list[Tensor]
+    name: str
+    target: Any = None
+    bodies: dict[str, E.Expr] = field(default_factory=dict)
+    bounds: Bounds | None = None
+    buffers: dict[str, ir.Buffer] = field(default_factory=dict)
+    params: tuple[ir.Buffer, ...] = ()
+    body: ir.Stmt | None = None
+
+
+# -- pass 1: inlining ---------------------------------------------------------------------------
+def expand_inline(ctx: LowerContext) -> None:
+    """Each scheduled stage's body with inlined stages substituted and reads redirected to the
+    producing stage's current operation."""
+    sch, memo = ctx.sch, {}
+
+    def expand(st: Stage) -> E.Expr:
+        if st.name in memo:
+            return memo[st.name]
+        op = st.op
+        assert isinstance(op, ComputeOp)
+
+        def fn(node: E.Expr) -> E.Expr | None:
+            if not isinstance(node, E.TensorRead):
+                return None
+            q = sch.resolve_read(st, node.tensor)
+            if q.attach == ("inline",):
+                inner = expand(q)
+                qop = q.op
+                assert isinstance(qop, ComputeOp)
+                return substitute(inner, {a.var: i for a, i in zip(qop.axis, node.indices)})
+            return E.TensorRead(q.op.output(), node.indices)
+
+        memo[st.name] = rewrite(op.body, fn)
+        return memo[st.name]
+
+    for st in sch.stages:
+        if not st.is_placeholder and st.attach != ("inline",):
+            ctx.bodies[st.name] = expand(st)
+
+
+# -- pass 2: bounds -------------------------------------------------------------------------------
+def infer_bounds(ctx: LowerContext) -> None:
+    ctx.bounds = Bounds(ctx.sch, ctx.bodies)
+
+
+# -- pass 3: loops -------------------------------------------------------------------------------
+def build_loops(ctx: LowerContext) -> None:
+    sch, bounds = ctx.sch, ctx.bounds
+    assert bounds is not None
+    params = []
+    seen: set[str] = set()
+    for t in ctx.args:
+        if not isinstance(t, Tensor):
+            raise LowerError(f"lower: args must be tensors, got {t!r}")
+        st = sch[t]
+        if st.name in seen:
+            raise LowerError(f"lower: {st.name} appears twice in args")
+        seen.add(st.name)
+        if st.attach == ("inline",):
+            raise LowerError(f"lower: {st.name} is an argument but is inlined")
+        buf = ir.Buffer(t.name, t.op.shape, t.dtype, "global")
+        ctx.buffers[st.name] = buf
+        params.append(buf)
+    ctx.params = tuple(params)
+    for st in sch.stages:
+        if st.is_output and st.name not in ctx.buffers:
+            raise LowerError(f"lower: output {st.name} is not in args ({', '.join(t.name for t in ctx.args)})")
+    builder = _NestBuilder(ctx)
+    for st in sch.stages:
+        if st.name in ctx.bodies and st.name not in ctx.buffers:
+            builder.buffer(st)
+    top: list[ir.Stmt] = []
+    allocs: list[ir.Buffer] = []
+    for st in sch.stages:
+        if st.is_placeholder:
+            if st.name not in ctx.buffers and any(_reads_stage(ctx, c, st) for c in sch.stages):
+                raise LowerError(f"lower: placeholder {st.name} is read but is not in args")
+            continue
+        if st.name not in ctx.bodies or st.attach[0] != "root":
+            continue
+        if ctx.buffers[st.name] not in params:
+            allocs.append(ctx.buffers[st.name])
+        top.append(builder.nest(st))
+    body = ir.seq(*top)
+    for buf in reversed(allocs):
+        body = ir.Allocate(buf, body)
+    ctx.body = body
+
+
+def _reads_stage(ctx: LowerContext, c: Stage, p: Stage) -> bool:
+    body = ctx.bodies.get(c.name)
+    if body is None:
+        return False
+    from autosched.te.visit import post_order
+
+    return any(isinstance(n, E.TensorRead) and n.tensor.op.uid in p.uids for n in post_order(body))
+
+
+class _NestBuilder:
+    def __init__(self, ctx: LowerContext):
+        self.ctx = ctx
+        self.sch = ctx.sch
+        self.bounds = ctx.bounds
+        self.attached: dict[tuple[str, str], list[Stage]] = {}
+        for st in self.sch.stages:
+            if st.attach[0] == "at" and st.name in ctx.bodies:
+                self.attached.setdefault((st.attach[1], st.attach[2]), []).append(st)
+
+    @property
+    def var_bounds(self) -> dict:
+        return self.bounds.var_bounds  # type: ignore[union-attr]
+
+    def buffer(self, st: Stage) -> ir.Buffer:
+        b = self.bounds[st.name]  # type: ignore[index]
+        shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
+        buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
+        self.ctx.buffers[st.name] = buf
+        return buf
+
+    def _min(self, st: Stage) -> list[E.Expr]:
+        b = self.bounds[st.name]  # type: ignore[index]
+        if st.attach[0] == "at" and st.name not in {t.name for t in self.ctx.args}:
+            return b.region_min
+        return [E.const(0, s.dtype) for s in st.op.shape]
+
+    def load(self, node: E.TensorRead) -> E.Expr:
+        st = self.sch.stage_of_uid(node.tensor.op.uid)
+        buf = self.ctx.buffers.get(st.name)
+        if buf is None:
+            raise LowerError(f"lower: {st.name} is read before it is computed (check compute_at targets)")
+        if st.is_placeholder:
+            mins = [E.const(0, s.dtype) for s in st.op.shape]
+        else:
+            mins = self._min(st)
+        idx = tuple(simplify(i - m, self.var_bounds) for i, m in zip(node.indices, mins))
+        return ir.Load(buf, idx)
+
+    def lower_expr(self, e: E.Expr) -> E.Expr:
+        return rewrite(e, lambda n: self.load(n) if isinstance(n, E.TensorRead) else None)
+
+    # -- the nest of one stage ---------------------------------------------------------------
+    def nest(self, st: Stage) -> ir.Stmt:
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        bound: StageBound = self.bounds[st.name]  # type: ignore[index]
+        buf = self.ctx.buffers[st.name]
+        mins = self._min(st)
+        full = bound.full_value(st)
+        store_idx = tuple(simplify(full[a.var] - m, self.var_bounds) for a, m in zip(op.axis, mins))
+        data_guard = self._guards(st, bound, op.axis, data=True)
+        body = self.ctx.bodies[st.name]
+        if isinstance(body, E.Reduce):
+            red = body
+            source = self.lower_expr(substitute(red.source, full))
+            acc = ir.Load(buf, store_idx)
+            comb = red.combiner
+            update_value = substitute(comb.result, {comb.lhs: acc, comb.rhs: source})
+            cond = self._guards(st, bound, op.reduce_axis, data=False)
+            if red.condition is not None:
+                cond = cond + [self.lower_expr(substitute(red.condition, full))]
+            init_value = comb.identity if red.init is None else self.lower_expr(substitute(red.init, full))
+            init = _guarded(ir.Store(buf, store_idx, init_value), data_guard)
+            update = _guarded(ir.Store(buf, store_idx, update_value), data_guard + cond)
+            return self._loops(st, init, update)
+        value = self.lower_expr(substitute(body, full))
+        return self._loops(st, None, _guarded(ir.Store(buf, store_idx, value), data_guard))
+
+    def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool) -> list[E.Expr]:
+        out = []
+        vb = self.var_bounds
+        for d, a in enumerate(axes):
+            value = bound.value[a.var.uid]
+            ext = bound.region_ext[d] if data else a.dom.extent
+            conds = [value < ext]
+            if data:
+                full = bound.region_min[d] + value
+                conds += [full < a.dom.extent, full >= 0]
+            for c in conds:
+                c = simplify(c, vb)
+                if prove(c, vb) is not True:
+                    out.append(c)
+        return out
+
+    def _loops(self, st: Stage, init: ir.Stmt | None, update: ir.Stmt) -> ir.Stmt:
+        leaves = st.leaf
+        first_red = next((p for p, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+        if init is None:
+            return self._wrap(st, leaves, update, attach=True)
+        inner_data = [iv for iv in leaves[first_red:] if iv.kind == "data"]
+        init_nest = self._wrap(st, inner_data, init, attach=False)
+        update_nest = self._wrap(st, leaves[first_red:], update, attach=True)
+        return self._wrap(st, leaves[:first_red], ir.seq(init_nest, update_nest), attach=True)
+
+    def _wrap(self, st: Stage, leaves: Sequence[E.IterVar], inner: ir.Stmt, attach: bool) -> ir.Stmt:
+        body = inner
+        for iv in reversed(leaves):
+            if attach:
+                body = self._attach(st, iv, body)
+            body = self._for(st, iv, body)
+        return body
+
+    def _attach(self, st: Stage, iv: E.IterVar, body: ir.Stmt) -> ir.Stmt:
+        inner = self.attached.get((st.name, iv.name), [])
+        if not inner:
+            return body
+        parts: list[ir.Stmt] = []
+        bufs = []
+        for p in inner:
+            bufs.append(self.ctx.buffers[p.name])
+            nest = self.nest(p)
+            if p.scope == "shared":
+                parts += [ir.Barrier(), nest, ir.Barrier()]
+            else:
+                parts.append(nest)
+        out = ir.seq(*parts, body)
+        for b in reversed(bufs):
+            out = ir.Allocate(b, out)
+        return out
+
+    def _for(self, st: Stage, iv: E.IterVar, body: ir.Stmt) -> ir.Stmt:
+        ext = self.bounds[st.name].extent[iv.var.uid]  # type: ignore[index]
+        uid = iv.var.uid
+        tag = st.bindings.get(uid, "")
+        kind = "thread" if tag else _KIND.get(st.annotations.get(uid, ""), "serial")
+        if kind in ("vectorized", "unrolled") and not isinstance(ext, E.Const):
+            raise LowerError(
+                f"{st.annotations[uid]} needs a constant extent; axis {iv.name} of {st.name} has {ext}"
+            )
+        return ir.For(iv.var, E.const(0, iv.var.dtype), ext, kind, body, tag, st.pragmas.get(uid, ()))
+
+
+def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
+    if not conds:
+        return s
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = E.logical("and", cond, c)
+    return ir.IfThenElse(cond, s)
+
+
+# -- pass 4: simplify ---------------------------------------------------------------------------
+def simplify_pass(ctx: LowerContext) -> None:
+    assert ctx.body is not None
+    ctx.body = simplify_stmt(ctx.body, dict(ctx.bounds.var_bounds) if ctx.bounds else {})
+
+
+def simplify_stmt(s: ir.Stmt, bounds: dict) -> ir.Stmt:
+    """Simplify every expression in ``s``; drop branches the bounds decide, and loops of extent 1
+    keep their variable (bound to 0) so the IR stays readable."""
+    if isinstance(s, ir.Seq):
+        return ir.seq(*(simplify_stmt(c, bounds) for c in s.stmts))
+    if isinstance(s, ir.For):
+        return ir.For(s.var, simplify(s.min, bounds), simplify(s.extent, bounds), s.kind,
+                      simplify_stmt(s.body, bounds), s.thread_tag, s.annotations)
+    if isinstance(s, ir.Store):
+        return ir.Store(s.buffer, tuple(simplify(i, bounds) for i in s.indices), simplify(s.value, bounds))
+    if isinstance(s, ir.IfThenElse):
+        cond = simplify(s.cond, bounds)
+        known = prove(cond, bounds)
+        then = simplify_stmt(s.then_body, bounds)
+        other = simplify_stmt(s.else_body, bounds) if s.else_body is not None else None
+        if known is True:
+            return then
+        if known is False:
+            return other if other is not None else ir.Seq(())
+        return ir.IfThenElse(cond, then, other)
+    if isinstance(s, ir.Allocate):
+        return ir.Allocate(s.buffer, simplify_stmt(s.body, bounds))
+    if isinstance(s, ir.LetStmt):
+        return ir.LetStmt(s.var, simplify(s.value, bounds), simplify_stmt(s.body, bounds))
+    return s
+
+
+PASSES: list[tuple[str, Callable[[LowerContext], None]]] = [
+    ("expand_inline", expand_inline),
+    ("infer_bounds", infer_bounds),
+    ("build_loops", build_loops),
+    ("simplify", simplify_pass),
+]
+
+
+def lower(
+    sch: Schedule | Any,
+    args: Sequence[Tensor],
+    name: str = "main",
+    target: Any = None,
+    print_after: Sequence[str] = (),
+) -> ir.PrimFunc:
+    """Lower a schedule to a PrimFunc whose parameters are ``args`` in order.
+
+    Example::
+
+        s = te.create_schedule(C.op)
+        print(aus.lower(s, [A, B, C]))
+    """
+    if not isinstance(sch, Schedule):
+        sch = create_schedule(sch)
+    ctx = LowerContext(sch, list(args), name, target)
+    wanted = set(print_after) | set(filter(None, os.environ.get("AUTOSCHED_PRINT_AFTER", "").split(",")))
+    for pass_name, fn in PASSES:
+        try:
+            fn(ctx)
+        except (ScheduleError, LowerError) as exc:
+            raise type(exc)(f"{exc} [in lowering pass {pass_name}]") from exc
+        except AutoschedError:
+            raise
+        except RecursionError as exc:
+            raise LowerError(f"lowering pass {pass_name} recursed too deeply on {name}") from exc
+        if pass_name in wanted or "all" in wanted:
+            text = str(ctx.body) if ctx.body is not None else f"({len(ctx.bodies)} stage bodies)"
+            print(f"# after {pass_name}\n{text}", file=sys.stderr)
+    assert ctx.body is not None
+    return ir.PrimFunc(name, ctx.params, ctx.body)
