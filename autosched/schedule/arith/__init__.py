@@ -1,0 +1,59 @@
+"""Integer arithmetic for lowering and bound inference: simplification, constant bounds,
+proofs of comparisons and symbolic intervals.
+
+``bounds`` everywhere maps a Var to its inclusive constant range ``(lo, hi)`` (either end may be
+None for unknown); variables without bounds are unknown. Integer division follows Python
+(``floordiv`` / ``floormod`` round toward negative infinity).
+"""
+
+from __future__ import annotations
+
+from autosched.schedule.arith import intervals as _iv
+from autosched.schedule.arith.analyzer import Analyzer, Bounds, is_index
+from autosched.schedule.arith.symbolic import interval, interval_extent
+from autosched.te import expr as E
+
+
+def simplify(e: E.Expr, bounds: Bounds | None = None) -> E.Expr:
+    """``e`` in canonical form: integer index expressions as a linear form with constants
+    folded, division and modulus resolved where ``bounds`` allow, comparisons, selects and
+    min / max decided where provable. Floats only fold exact constants and ``x*1.0``, ``x+0.0``.
+
+    Example::
+
+        >>> simplify((io * 8 + ii) // 8, {ii: (0, 7)})
+        io
+    """
+    return Analyzer(bounds).simplify(E.as_expr(e))
+
+
+def const_bound(e: E.Expr, bounds: Bounds | None = None) -> tuple[int | None, int | None]:
+    """The inclusive constant interval of integer ``e`` (None for an unknown end).
+
+    Example::
+
+        >>> const_bound(i * 4 + j - 1, {i: (0, 7), j: (0, 3)})
+        (-1, 30)
+    """
+    e = E.as_expr(e)
+    ana = Analyzer(bounds)
+    if is_index(e.dtype):
+        return _iv.to_public(ana.lin_bound(ana.lin(e)))
+    return _iv.to_public(ana.bound(ana.simplify(e)))
+
+
+def prove(cond: E.Expr, bounds: Bounds | None = None) -> bool | None:
+    """True or False when ``bounds`` decide the condition, None when they do not.
+
+    Example::
+
+        >>> prove(i * 4 + j < 32, {i: (0, 7), j: (0, 3)})
+        True
+    """
+    out = Analyzer(bounds).simplify(E.as_expr(cond))
+    if isinstance(out, E.Const):
+        return bool(out.value)
+    return None
+
+
+__all__ = ["Analyzer", "const_bound", "interval", "interval_extent", "prove", "simplify"]

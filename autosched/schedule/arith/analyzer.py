@@ -1,0 +1,578 @@
+"""The analyzer: one object per call that simplifies expressions and bounds them, with memos.
+
+Simplification and bounding need each other (``(io*8 + ii) // 8`` is ``io`` because ``ii``
+lies in [0, 8)), so both live on one class that shares the variable bounds and the caches.
+
+Index arithmetic (int32 / int64) is assumed not to overflow, as lowering assumes. Other integer
+types (int8, uint8, ...) wrap in real code, so on them only constant folding (with wrapping)
+and trivial identities are applied. Floats are never reassociated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from typing import Any
+
+import numpy as np
+
+from autosched.schedule.arith import intervals as iv
+from autosched.schedule.arith.intervals import INF, Ival
+from autosched.schedule.arith.linear import Key, Lin
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+
+INDEX_TYPES = ("int32", "int64")
+_DIVMOD = ("floordiv", "floormod", "truncdiv", "truncmod")
+_FLIP = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
+_CMP = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+Bounds = Mapping[E.Var, tuple[int | None, int | None]]
+
+
+def is_index(dtype: str) -> bool:
+    return dtype in INDEX_TYPES
+
+
+def _c(v: int, dtype: str) -> E.Const:
+    return E.Const(int(v), dtype)
+
+
+class Analyzer:
+    """Simplify and bound integer expressions under inclusive constant bounds of variables."""
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self.var_bounds: dict[int, Ival] = {}
+        for v, (lo, hi) in (bounds or {}).items():
+            self.var_bounds[v.uid] = iv.from_public(lo, hi)
+        # memos keyed by id(); the value keeps the key object alive so ids are not reused
+        self._simp: dict[int, tuple[E.Expr, E.Expr]] = {}
+        self._lin: dict[int, tuple[E.Expr, Lin]] = {}
+        self._bnd: dict[int, tuple[E.Expr, Ival]] = {}
+
+    # -----------------------------------------------------------------------------------------
+    # simplify
+
+    def simplify(self, e: E.Expr) -> E.Expr:
+        hit = self._simp.get(id(e))
+        if hit is not None:
+            return hit[1]
+        if is_index(e.dtype) and not isinstance(e, (E.Reduce,)):
+            out = self.lin(e).to_expr()
+        elif e.dtype == "bool":
+            out = self._simplify_bool(e)
+        else:
+            out = self._simplify_other(e)
+        self._simp[id(e)] = (e, out)
+        return out
+
+    def _children(self, e: E.Expr) -> E.Expr:
+        """``e`` with its expression children simplified (rebuilt without re-folding)."""
+        changes: dict[str, Any] = {}
+        for f in fields(e):  # type: ignore[arg-type]
+            value = getattr(e, f.name)
+            if isinstance(value, E.Expr):
+                new = self.simplify(value)
+                if new is not value:
+                    changes[f.name] = new
+            elif isinstance(value, tuple) and any(isinstance(v, E.Expr) for v in value):
+                new_t = tuple(self.simplify(v) if isinstance(v, E.Expr) else v for v in value)
+                if any(a is not b for a, b in zip(new_t, value)):
+                    changes[f.name] = new_t
+        return replace(e, **changes) if changes else e  # type: ignore[type-var]
+
+    # --- booleans
+
+    def _simplify_bool(self, e: E.Expr) -> E.Expr:
+        if isinstance(e, E.Compare):
+            return self._compare(e)
+        if isinstance(e, E.Not):
+            a = self.simplify(e.a)
+            if isinstance(a, E.Const):
+                return E.Const(not a.value, "bool")
+            if isinstance(a, E.Not):
+                return a.a
+            if isinstance(a, E.Compare) and dt.is_int(a.a.dtype):
+                return self._compare(E.Compare(_FLIP[a.op], a.a, a.b))
+            return E.Not(a)
+        if isinstance(e, E.Binary) and e.op in ("and", "or"):
+            a, b = self.simplify(e.a), self.simplify(e.b)
+            absorbing = e.op == "or"  # the constant that decides the result
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, E.Const):
+                    return x if bool(x.value) == absorbing else y
+            if E.structural_equal(a, b):
+                return a
+            return E.Binary(e.op, a, b)
+        if isinstance(e, E.Select):
+            return self._select(e)
+        if isinstance(e, E.Cast):
+            v = self.simplify(e.value)
+            if isinstance(v, E.Const):
+                return E.Const(bool(v.value), "bool")
+            return E.Cast("bool", v)
+        return self._children(e) if not isinstance(e, (E.Const, E.Var)) else e
+
+    def _compare(self, e: E.Compare) -> E.Expr:
+        a, b = e.a, e.b
+        if is_index(a.dtype):
+            d = self.lin(a).add(self.lin(b), -1)
+            if d.is_const:
+                return E.Const(bool(_CMP[e.op](d.const, 0)), "bool")
+            lo, hi = self.lin_bound(d)
+            decided = _decide(e.op, lo, hi)
+            if decided is not None:
+                return E.Const(decided, "bool")
+        sa, sb = self.simplify(a), self.simplify(b)
+        if isinstance(sa, E.Const) and isinstance(sb, E.Const):
+            return E.Const(bool(_CMP[e.op](sa.value, sb.value)), "bool")
+        return E.Compare(e.op, sa, sb)
+
+    def _select(self, e: E.Select) -> E.Expr:
+        c = self.simplify(e.cond)
+        if isinstance(c, E.Const):
+            return self.simplify(e.true_value if c.value else e.false_value)
+        t, f = self.simplify(e.true_value), self.simplify(e.false_value)
+        if E.structural_equal(t, f):
+            return t
+        return E.Select(c, t, f)
+
+    # --- floats and non-index integers: folding and identities only
+
+    def _simplify_other(self, e: E.Expr) -> E.Expr:
+        if isinstance(e, (E.Const, E.Var)):
+            return e
+        if isinstance(e, E.Select):
+            return self._select(e)
+        if isinstance(e, E.Cast):
+            return self._cast(e)
+        if isinstance(e, E.Binary):
+            return self._binary_other(e)
+        return self._children(e)
+
+    def _binary_other(self, e: E.Binary) -> E.Expr:
+        a, b = self.simplify(e.a), self.simplify(e.b)
+        dtype, op = e.dtype, e.op
+        ca = a.value if isinstance(a, E.Const) else None
+        cb = b.value if isinstance(b, E.Const) else None
+        if ca is not None and cb is not None:
+            folded = _fold(op, ca, cb, dtype)
+            if folded is not None:
+                return folded
+        is_f = dt.is_float(dtype)
+        one, zero = (1.0, 0.0) if is_f else (1, 0)
+        if op == "mul":
+            if cb == one:
+                return a
+            if ca == one:
+                return b
+            if not is_f and (ca == zero or cb == zero):
+                return _c(0, dtype)
+        elif op == "add":
+            if cb == zero:
+                return a
+            if ca == zero:
+                return b
+        elif op == "sub":
+            if cb == zero:
+                return a
+            if not is_f and E.structural_equal(a, b):
+                return _c(0, dtype)
+        elif op in ("div", "floordiv", "truncdiv") and cb == one:
+            return a
+        elif op in ("min", "max") and E.structural_equal(a, b):
+            return a
+        if a is e.a and b is e.b:
+            return e
+        return E.Binary(op, a, b)
+
+    def _cast(self, e: E.Cast) -> E.Expr:
+        v = self.simplify(e.value)
+        if v.dtype == e.type:
+            return v
+        if isinstance(v, E.Const):
+            folded = _fold_cast(v.value, e.type)
+            if folded is not None:
+                return folded
+        # int32 -> int64 -> int32 is the identity
+        if (
+            isinstance(v, E.Cast)
+            and v.value.dtype == e.type
+            and is_index(e.type)
+            and is_index(v.type)
+            and dt.bits(v.type) >= dt.bits(e.type)
+        ):
+            return v.value
+        return E.Cast(e.type, v) if v is not e.value else e
+
+    # -----------------------------------------------------------------------------------------
+    # linear forms of index expressions
+
+    def lin(self, e: E.Expr) -> Lin:
+        hit = self._lin.get(id(e))
+        if hit is not None:
+            return hit[1]
+        out = self._lin_uncached(e)
+        self._lin[id(e)] = (e, out)
+        return out
+
+    def _lin_uncached(self, e: E.Expr) -> Lin:
+        dtype = e.dtype
+        if isinstance(e, E.Const):
+            return Lin(dtype, int(e.value))
+        if isinstance(e, E.Var):
+            return Lin.atom(e)
+        if isinstance(e, E.Binary):
+            op = e.op
+            if op in ("add", "sub"):
+                return self._lin_sum(e)
+            if op == "mul":
+                la, lb = self.lin(e.a), self.lin(e.b)
+                if lb.is_const:
+                    return la.scale(lb.const)
+                if la.is_const:
+                    return lb.scale(la.const)
+                return self._atom(E.Binary("mul", la.to_expr(), lb.to_expr()))
+            if op in _DIVMOD:
+                return self._divmod(op, self.lin(e.a), self.lin(e.b))
+            if op in ("min", "max"):
+                return self._minmax(op, self.lin(e.a), self.lin(e.b))
+            a, b = self.simplify(e.a), self.simplify(e.b)
+            if isinstance(a, E.Const) and isinstance(b, E.Const):
+                folded = _fold(op, a.value, b.value, dtype)
+                if folded is not None:
+                    return Lin(dtype, int(folded.value))
+            return self._atom(E.Binary(op, a, b))
+        if isinstance(e, E.Select):
+            c = self.simplify(e.cond)
+            if isinstance(c, E.Const):
+                return self.lin(e.true_value if c.value else e.false_value)
+            lt, lf = self.lin(e.true_value), self.lin(e.false_value)
+            d = lt.add(lf, -1)
+            if d.is_const and d.const == 0:
+                return lt
+            return self._atom(E.Select(c, lt.to_expr(), lf.to_expr()))
+        if isinstance(e, E.Cast):
+            out = self._cast(e)
+            if isinstance(out, E.Const):
+                return Lin(dtype, int(out.value))
+            if is_index(out.dtype) and out is not e and not isinstance(out, E.Cast):
+                return self.lin(out)
+            return self._atom(out)
+        return self._atom(self._children(e))
+
+    def _atom(self, e: E.Expr) -> Lin:
+        return Lin.atom(e)
+
+    def _lin_sum(self, e: E.Binary) -> Lin:
+        # walk the left spine iteratively: long sums must not recurse once per term
+        parts: list[tuple[E.Expr, int]] = []
+        node: E.Expr = e
+        while (
+            isinstance(node, E.Binary) and node.op in ("add", "sub") and id(node) not in self._lin
+        ):
+            parts.append((node.b, 1 if node.op == "add" else -1))
+            node = node.a
+        out = Lin(e.dtype)
+        out.iadd(self.lin(node))
+        for sub, k in reversed(parts):
+            out.iadd(self.lin(sub), k)
+        out.dtype = e.dtype
+        return self._merge_divmod(out)
+
+    def _merge_divmod(self, lin: Lin) -> Lin:
+        """``(y // c) * (k*c) + (y % c) * k`` is ``y * k``: the pattern of a fused loop index."""
+        mods = [
+            (key, k)
+            for key, k in lin.terms.items()
+            if isinstance(key.e, E.Binary)
+            and key.e.op == "floormod"
+            and isinstance(key.e.b, E.Const)
+        ]
+        if not mods:
+            return lin
+        out = lin
+        for key, k in mods:
+            y, c = key.e.a, key.e.b
+            dkey = Key(E.Binary("floordiv", y, c))
+            if out.terms.get(dkey) == k * c.value and out.terms.get(key) == k:
+                if out is lin:
+                    out = lin.copy()
+                del out.terms[dkey]
+                del out.terms[key]
+                out.iadd(self.lin(y), k)
+        return out
+
+    # --- division and modulus
+
+    def _divmod(self, op: str, la: Lin, lb: Lin) -> Lin:
+        dtype = la.dtype if la.dtype == lb.dtype else "int64"
+        if lb.is_const and lb.const != 0:
+            c = lb.const
+            if op in ("truncdiv", "truncmod"):
+                if c < 0:
+                    # trunc(a / -m) = -trunc(a / m); the sign of truncmod follows a alone
+                    pos = self._divmod(op, la, Lin(dtype, -c))
+                    return pos.scale(-1) if op == "truncdiv" else pos
+                floor_op = "floordiv" if op == "truncdiv" else "floormod"
+                lo, hi = self.lin_bound(la)
+                if lo >= 0:
+                    op = floor_op
+                elif hi <= 0:
+                    # trunc(a / c) = -floor(-a / c); truncmod(a, c) = -floormod(-a, c)
+                    return self._divmod(floor_op, la.scale(-1), lb).scale(-1)
+                else:
+                    return self._atom(E.Binary(op, la.to_expr(), _c(c, dtype)))
+            if c < 0:
+                # floor(a / -m) = floor(-a / m); a mod -m = -((-a) mod m)
+                if op == "floordiv":
+                    return self._floordiv(la.scale(-1), -c)
+                return self._floormod(la.scale(-1), -c).scale(-1)
+            if op == "floordiv":
+                return self._floordiv(la, c)
+            return self._floormod(la, c)
+        # a non-constant divisor: only the range rules (0 <= a < b) apply
+        if op in ("floordiv", "floormod", "truncdiv", "truncmod"):
+            alo, _ = self.lin_bound(la)
+            blo, _ = self.lin_bound(lb)
+            if alo >= 0 and blo > 0:
+                _, dhi = self.lin_bound(la.add(lb, -1))
+                if dhi < 0:
+                    return Lin(dtype) if op in ("floordiv", "truncdiv") else la
+        if la.is_const and la.const == 0:
+            return Lin(dtype)
+        return self._atom(E.Binary(op, la.to_expr(), lb.to_expr()))
+
+    def _split(self, la: Lin, c: int) -> tuple[Lin, Lin]:
+        """``la = c * q + r`` where q collects the terms whose coefficient c divides."""
+        q, r = Lin(la.dtype), Lin(la.dtype, la.const)
+        for key, k in la.terms.items():
+            if k % c == 0:
+                q.terms[key] = k // c
+            else:
+                r.terms[key] = k
+        return q, r
+
+    def _floordiv(self, la: Lin, c: int) -> Lin:
+        if c == 1:
+            return la
+        if la.is_const:
+            return Lin(la.dtype, la.const // c)
+        q, r = self._split(la, c)
+        lo, hi = self.lin_bound(r)
+        if finite_pair(lo, hi) and lo // c == hi // c:
+            q.const += lo // c
+            return q
+        q.const += r.const // c
+        r.const %= c
+        g = math.gcd(c, *r.terms.values())
+        if g > 1:
+            # floor((g*s + k) / c) = floor((s + k // g) / (c / g)) for integer s
+            r = Lin(r.dtype, r.const // g, {key: k // g for key, k in r.terms.items()})
+            c //= g
+            return q.add(self._floordiv(r, c))
+        inner = r.copy()
+        inner.const = 0
+        atom = inner.single()
+        if isinstance(atom, E.Binary) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
+            c2 = int(atom.b.value)
+            if c2 > 0:
+                # floor((floor(y / c2) + k) / c) = floor((y + k*c2) / (c2*c))
+                return q.add(self._floordiv(self.lin(atom.a).plus(r.const * c2), c2 * c))
+        return q.add(self._atom(E.Binary("floordiv", r.to_expr(), _c(c, r.dtype))))
+
+    def _floormod(self, la: Lin, c: int) -> Lin:
+        if c == 1:
+            return Lin(la.dtype)
+        if la.is_const:
+            return Lin(la.dtype, la.const % c)
+        _, r = self._split(la, c)
+        lo, hi = self.lin_bound(r)
+        if finite_pair(lo, hi) and lo // c == hi // c:
+            return r.plus(-(lo // c) * c)
+        # keep the coefficients as written (fused indices pair y // c with y % c by y itself)
+        r = r.plus(r.const % c - r.const)
+        g = math.gcd(c, *r.terms.values())
+        if g > 1:
+            # (g*s + k) mod c = g * ((s + k // g) mod (c / g)) + k mod g
+            s = Lin(r.dtype, r.const // g, {key: k // g for key, k in r.terms.items()})
+            return self._floormod(s, c // g).scale(g).plus(r.const % g)
+        inner = r.copy()
+        inner.const = 0
+        atom = inner.single()
+        if isinstance(atom, E.Binary) and atom.op == "floormod" and isinstance(atom.b, E.Const):
+            c2 = int(atom.b.value)
+            if c2 > 0 and c2 % c == 0:
+                # (y mod c2 + k) mod c = (y + k) mod c when c divides c2
+                return self._floormod(self.lin(atom.a).plus(r.const), c)
+        return self._atom(E.Binary("floormod", r.to_expr(), _c(c, r.dtype)))
+
+    # --- min and max
+
+    def _minmax(self, op: str, la: Lin, lb: Lin) -> Lin:
+        d = la.add(lb, -1)
+        lo, hi = self.lin_bound(d)
+        if hi <= 0:
+            return la if op == "min" else lb
+        if lo >= 0:
+            return lb if op == "min" else la
+        return self._atom(E.Binary(op, la.to_expr(), lb.to_expr()))
+
+    # -----------------------------------------------------------------------------------------
+    # constant bounds
+
+    def lin_bound(self, lin: Lin) -> Ival:
+        out: Ival = (lin.const, lin.const)
+        for key, k in lin.terms.items():
+            out = iv.add(out, iv.scale(self.bound(key.e), k))
+            if out == (-INF, INF):
+                return out
+        return out
+
+    def bound(self, e: E.Expr) -> Ival:
+        hit = self._bnd.get(id(e))
+        if hit is not None:
+            return hit[1]
+        out = self._bound_uncached(e)
+        self._bnd[id(e)] = (e, out)
+        return out
+
+    def _bound_uncached(self, e: E.Expr) -> Ival:
+        dtype = e.dtype
+        if isinstance(e, E.Const):
+            if dt.is_float(dtype):
+                return iv.UNKNOWN
+            return iv.point(int(e.value))
+        if dtype == "bool":
+            return (0, 1)
+        if dt.is_float(dtype):
+            return iv.UNKNOWN
+        limits = _dtype_ival(dtype)
+        if isinstance(e, E.Var):
+            return iv.intersect(self.var_bounds.get(e.uid, iv.UNKNOWN), limits)
+        if isinstance(e, E.Binary):
+            a, b = self.bound(e.a), self.bound(e.b)
+            fn = _BOUND_OPS.get(e.op)
+            if fn is None:
+                return limits
+            out = fn(a, b)
+            # narrow types wrap: a result outside the type's range says nothing
+            return out if limits == iv.UNKNOWN or _inside(out, limits) else limits
+        if isinstance(e, E.Select):
+            c = self.simplify(e.cond)
+            if isinstance(c, E.Const):
+                return self.bound(e.true_value if c.value else e.false_value)
+            return iv.union(self.bound(e.true_value), self.bound(e.false_value))
+        if isinstance(e, E.Cast):
+            src = e.value.dtype
+            if dt.is_float(src):
+                return limits
+            inner = self.bound(e.value)
+            return inner if _inside(inner, _dtype_ival(dtype, exact=True)) else limits
+        return limits
+
+
+def finite_pair(lo: int | float, hi: int | float) -> bool:
+    return iv.finite(lo) and iv.finite(hi)
+
+
+def _inside(a: Ival, b: Ival) -> bool:
+    return a[0] >= b[0] and a[1] <= b[1]
+
+
+def _decide(op: str, lo: int | float, hi: int | float) -> bool | None:
+    """The truth of ``d op 0`` for every d in [lo, hi], or None."""
+    if op == "lt":
+        return True if hi < 0 else False if lo >= 0 else None
+    if op == "le":
+        return True if hi <= 0 else False if lo > 0 else None
+    if op == "gt":
+        return True if lo > 0 else False if hi <= 0 else None
+    if op == "ge":
+        return True if lo >= 0 else False if hi < 0 else None
+    if op == "eq":
+        return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    if op == "ne":
+        return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+    return None
+
+
+_BOUND_OPS = {
+    "add": iv.add,
+    "sub": lambda a, b: iv.add(a, iv.neg(b)),
+    "mul": iv.mul,
+    "floordiv": iv.floordiv,
+    "floormod": iv.floormod,
+    "truncdiv": iv.truncdiv,
+    "truncmod": iv.truncmod,
+    "min": iv.vmin,
+    "max": iv.vmax,
+}
+
+
+def _dtype_ival(dtype: str, exact: bool = False) -> Ival:
+    """The range of an integer type; unknown for index types unless ``exact`` (their values
+    are assumed not to overflow, so the range adds nothing)."""
+    if dtype == "bool":
+        return (0, 1)
+    if not dt.is_int(dtype) or (is_index(dtype) and not exact):
+        return iv.UNKNOWN
+    return (dt.min_value(dtype), dt.max_value(dtype))
+
+
+def _wrap(v: int, dtype: str) -> int:
+    bits = dt.bits(dtype)
+    v &= (1 << bits) - 1
+    if dt.is_signed(dtype) and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def _fold(op: str, a: Any, b: Any, dtype: str) -> E.Const | None:
+    """Fold ``a op b`` exactly as the target computes it in ``dtype``, or None."""
+    if dt.is_float(dtype):
+        if op not in ("add", "sub", "mul", "div", "min", "max"):
+            return None
+        if op == "div" and b == 0:
+            return None
+        x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
+        with np.errstate(all="ignore"):
+            r = {
+                "add": np.add,
+                "sub": np.subtract,
+                "mul": np.multiply,
+                "div": np.divide,
+                "min": np.minimum,
+                "max": np.maximum,
+            }[op](x, y)
+        return E.Const(float(r), dtype)
+    if op in _DIVMOD and b == 0:
+        return None
+    if op == "pow" and b < 0:
+        return None
+    r = E._FOLD[op](int(a), int(b))
+    if not is_index(dtype):
+        r = _wrap(int(r), dtype)
+    return _c(r, dtype)
+
+
+def _fold_cast(v: Any, dtype: str) -> E.Const | None:
+    if dtype == "bool":
+        return E.Const(bool(v), "bool")
+    if dt.is_float(dtype):
+        return E.Const(float(np.array(v).astype(dtype)), dtype)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return None
+        t = int(v)  # C truncates toward zero
+        lo, hi = _dtype_ival(dtype, exact=True)
+        return _c(t, dtype) if lo <= t <= hi else None
+    return _c(_wrap(int(v), dtype), dtype)
