@@ -31,7 +31,7 @@ def lower(sch, args, name: str = "main"):  # noqa: ANN001, ANN201
 
 def build(sch, args, target: str = "llvm", name: str = "main"):  # noqa: ANN001, ANN201
     """Compile a schedule for a target ("llvm", "llvm -mtriple=...", "cuda", "ref")."""
-    from autosched.build import build as _build
+    from autosched.driver import build as _build
 
     return _build(sch, args, target=target, name=name)
 

@@ -1,4 +1,4 @@
-"""aus.build: lower a schedule and hand the loop IR to the target's backend."""
+"""aus.build (driver): lower a schedule and hand the loop IR to the target's backend."""
 
 from __future__ import annotations
 
