@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autosched.schedule.ir import PrimFunc
 from autosched.targets.target import Target, parse

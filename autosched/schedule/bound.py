@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from autosched.errors import ScheduleError
 from autosched.schedule.arith import interval, interval_extent, simplify
-from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
+from autosched.schedule.schedule import Schedule, SplitRel, Stage
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute

@@ -12,16 +12,20 @@ AUTOSCHED_PRINT_AFTER=all).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from autosched.errors import AutoschedError, LowerError, ScheduleError
 from autosched.schedule import ir
 from autosched.schedule.arith import prove, simplify
 from autosched.schedule.bound import Bounds, StageBound
+from autosched.schedule.ir_visit import loop_vars, map_stmt
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
+from autosched.schedule.steps import ident as steps_ident
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visit import rewrite, substitute
@@ -306,11 +310,42 @@ def simplify_stmt(s: ir.Stmt, bounds: dict) -> ir.Stmt:
     return s
 
 
+# -- pass 5: names --------------------------------------------------------------------------
+def unique_names(ctx: LowerContext) -> None:
+    """Give every loop variable a name of its own (after replacing '.' by '_'), so printed IR
+    and generated C never shadow one variable with another of the same name."""
+    assert ctx.body is not None
+    taken: set[str] = {steps_ident(b.name) for b in ctx.params}
+    rename: dict[E.Var, E.Expr] = {}
+    seen: set[int] = set()
+    for v in loop_vars(ctx.body):
+        if v.uid in seen:
+            continue
+        seen.add(v.uid)
+        name, n = v.name, 1
+        while steps_ident(name) in taken:
+            name, n = f"{v.name}_{n}", n + 1
+        taken.add(steps_ident(name))
+        if name != v.name:
+            rename[v] = E.Var(name, v.type)
+    if not rename:
+        return
+    by_uid = {v.uid: new for v, new in rename.items()}
+
+    def fstmt(s: ir.Stmt) -> ir.Stmt | None:
+        if isinstance(s, (ir.For, ir.LetStmt)) and s.var.uid in by_uid:
+            return dataclasses.replace(s, var=by_uid[s.var.uid])  # type: ignore[type-var]
+        return None
+
+    ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename), fstmt)
+
+
 PASSES: list[tuple[str, Callable[[LowerContext], None]]] = [
-    ("expand_inline", expand_inline),
-    ("infer_bounds", infer_bounds),
-    ("build_loops", build_loops),
-    ("simplify", simplify_pass),
+    ("expand_inline", expand_inline),  # inlined stages substituted into their readers
+    ("infer_bounds", infer_bounds),    # regions and loop extents
+    ("build_loops", build_loops),      # loop nests, attachments, buffers, loads
+    ("simplify", simplify_pass),       # indices, guards, decided branches
+    ("unique_names", unique_names),    # no two loop variables share a name
 ]
 
 

@@ -7,8 +7,9 @@ it here, checking legality with the values at hand; ``Schedule.from_json`` repla
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from autosched.errors import ScheduleError
 from autosched.schedule import steps as S
@@ -534,10 +535,10 @@ class _PyWriter:
         self.taken[ident] = key
         return ident
 
-    def _fetch_roots(self, stage: str, axis: str) -> None:
+    def _fetch_roots(self, state: Schedule, stage: str, axis: str) -> None:
         if (stage, axis) in self.names:
             return
-        st = next((x for x in self.sch.stages if x.name == stage), None)
+        st = next((x for x in state.stages if x.name == stage), None)
         op = st.op if st is not None else None
         if not isinstance(op, ComputeOp):
             return
@@ -548,11 +549,19 @@ class _PyWriter:
                 comma = "," if len(axes) == 1 else ""
                 self.lines.append(f"{names}{comma} = s[{S.ident(stage)}].op.{attr}")
 
+    def _forget(self, stage: str) -> None:
+        for key in [k for k in self.names if k[0] == stage]:
+            self.taken.pop(self.names.pop(key), None)
+
     def write(self) -> str:
+        state = Schedule(self.sch.outputs)  # replayed alongside, so root axes are the ones of the time
         for step in self.sch.steps:
             for stage, axis in _axes_used(step):
-                self._fetch_roots(stage, axis)
+                self._fetch_roots(state, stage, axis)
             self.lines.append(step.python(self.name))
+            state.apply(step)
+            if isinstance(step, (S.CacheWrite, S.Rfactor)):
+                self._forget(step.stage)
         return "\n".join(self.lines)
 
 

@@ -8,8 +8,9 @@ Python calls that make them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from autosched.errors import ScheduleError
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, Sequence
+from typing import Any
 
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor

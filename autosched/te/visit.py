@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import fields
-from typing import Callable, Iterator
 
 from autosched.errors import TEError
 from autosched.te import expr as E
