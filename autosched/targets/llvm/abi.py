@@ -1,0 +1,61 @@
+"""The C ABI of a compiled kernel.
+
+Every PrimFunc becomes one exported function::
+
+    void NAME(T0 *restrict p0, T1 *restrict p1, ..., int64_t s0, int64_t s1, ...);
+
+* ``p0, p1, ...`` are the parameter buffers in ``PrimFunc.params`` order, each a pointer to
+  row-major, contiguous elements (``bool`` is one byte). They must not overlap where one is
+  written, and each must be 16-byte aligned.
+* ``s0, s1, ...`` are the symbolic sizes: every distinct ``Var`` in the parameters' shapes, in
+  order of first appearance (params left to right, dims left to right).
+* ``NAME`` is the PrimFunc's name, except that ``main`` becomes ``autosched_main`` (so that a C
+  driver can have its own ``main``).
+* Kernels with parallel loops also export ``int32_t NAME__num_threads`` (0, the default in a
+  shared library, lets libgomp choose: OMP_NUM_THREADS or the core count) and link libgomp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.schedule.ir import Buffer, PrimFunc
+from autosched.te.expr import Var
+from autosched.te.visit import post_order
+
+PARAM_ALIGN = 16  # numpy aligns data to 16 bytes; runtime.py copies an array that is not
+ALLOC_ALIGN = 64  # buffers the kernel allocates itself: one cache line, one AVX-512 vector
+
+
+@dataclass(frozen=True)
+class Signature:
+    symbol: str
+    params: tuple[Buffer, ...]
+    sym_vars: tuple[Var, ...]
+
+    @property
+    def num_threads_symbol(self) -> str:
+        return f"{self.symbol}__num_threads"
+
+    @property
+    def threads_ran_symbol(self) -> str:
+        return f"{self.symbol}__threads_ran"
+
+    def c_declaration(self) -> str:
+        """The prototype a C caller uses, e.g. ``void mm(float *restrict A, ...);``."""
+        from autosched.targets.llvm.c_types import c_type
+
+        args = [f"{c_type(b.dtype)} *restrict {b.name}" for b in self.params]
+        args += [f"int64_t {v.name}" for v in self.sym_vars]
+        return f"void {self.symbol}({', '.join(args)});"
+
+
+def signature(func: PrimFunc) -> Signature:
+    seen: dict[int, Var] = {}
+    for buf in func.params:
+        for dim in buf.shape:
+            for n in post_order(dim):
+                if isinstance(n, Var):
+                    seen.setdefault(n.uid, n)
+    symbol = "autosched_main" if func.name == "main" else func.name
+    return Signature(symbol, tuple(func.params), tuple(seen.values()))

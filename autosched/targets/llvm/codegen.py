@@ -1,0 +1,357 @@
+"""Loop IR to llvmlite IR: one LLVM function per PrimFunc (see abi.py for its signature).
+
+Loops are basic blocks with a phi for the index; LLVM's O3 pipeline does the rest (strength
+reduction, LICM, register allocation of small allocas). ``vectorized`` loops run their body once
+on vectors of ``extent`` lanes (exprs.py), ``unrolled`` loops are replicated, ``parallel`` loops
+are outlined and run by libgomp (parallel.py). Anything the vectorizer cannot express as vector
+operations (a lane-dependent branch, loop bound or allocation) is emitted lane by lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+
+from autosched.errors import CompileError
+from autosched.schedule import ir as lir
+from autosched.targets.llvm import types as T
+from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
+from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
+from autosched.targets.llvm.walk import all_exprs, inline_lets_on
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+from autosched.te.expr import structural_equal
+
+MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
+MAX_LANES = 64  # a longer vectorized loop runs as a loop over CHUNK_LANES-wide vectors
+CHUNK_LANES = 16
+STACK_BYTES = {"local": 64 * 1024, "shared": 32 * 1024, "global": 32 * 1024}
+
+_REDUCE = {  # op -> (integer reduction, float reduction)
+    "add": ("llvm.vector.reduce.add", "llvm.vector.reduce.fadd"),
+    "mul": ("llvm.vector.reduce.mul", "llvm.vector.reduce.fmul"),
+    "min": (None, "llvm.vector.reduce.fmin"),
+    "max": (None, "llvm.vector.reduce.fmax"),
+}
+
+
+@dataclass
+class ModuleState:
+    """What the functions of one module share."""
+
+    module: ir.Module
+    sig: Signature
+    num_threads: ir.GlobalVariable | None = None
+    threads_ran: ir.GlobalVariable | None = None
+    outlined: int = 0
+    extern: dict[str, ir.Function] = field(default_factory=dict)
+
+    def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        return fn
+
+
+class FuncGen(ExprGen):
+    """Emits the statements of one LLVM function (the kernel or an outlined parallel body)."""
+
+    def __init__(self, state: ModuleState, fn: ir.Function, in_parallel: bool = False) -> None:
+        self.entry = fn.append_basic_block("entry")
+        self.start = fn.append_basic_block("start")
+        super().__init__(state.module, ir.IRBuilder(self.start))
+        self.state = state
+        self.fn = fn
+        self.allocas = ir.IRBuilder(self.entry)
+        self.in_parallel = in_parallel
+
+    def finish(self) -> None:
+        self.allocas.branch(self.start)
+        self.b.ret_void()
+
+    # --- statements --------------------------------------------------------------------------
+
+    def stmt(self, s: lir.Stmt) -> None:
+        method = getattr(self, "_" + type(s).__name__, None)
+        if method is None:
+            raise CompileError(f"the LLVM backend cannot emit statement {type(s).__name__}")
+        method(s)
+
+    def _Seq(self, s: lir.Seq) -> None:
+        for c in s.stmts:
+            self.stmt(c)
+
+    def _Barrier(self, s: lir.Barrier) -> None:
+        pass  # a GPU block barrier; CPU code runs a block's threads one after another
+
+    def _LetStmt(self, s: lir.LetStmt) -> None:
+        if self.lanes(s.value) > 1:  # vectorized lets were inlined; this one is in a branch
+            return self.scalarize(s)
+        self.env[s.var.uid] = self.expr(s.value)
+        self.stmt(s.body)
+        self.env.pop(s.var.uid, None)
+
+    def _IfThenElse(self, s: lir.IfThenElse) -> None:
+        if self.lanes(s.cond) > 1:
+            return self.scalarize(s)
+        cond = self.expr(s.cond)
+        then_bb, end_bb = self.new_block("if.then"), self.new_block("if.end")
+        else_bb = self.new_block("if.else") if s.else_body is not None else end_bb
+        self.b.cbranch(cond, then_bb, else_bb)
+        self.b.position_at_end(then_bb)
+        self.stmt(s.then_body)
+        self.b.branch(end_bb)
+        if s.else_body is not None:
+            self.b.position_at_end(else_bb)
+            self.stmt(s.else_body)
+            self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def scalarize(self, s: lir.Stmt) -> None:
+        """Run ``s`` once per lane of the enclosing vectorized loop."""
+        assert self.vec is not None
+        for k in range(self.vec.lanes):
+            with self.at_lane(k):
+                self.stmt(s)
+
+    # --- stores ------------------------------------------------------------------------------
+
+    def _Store(self, s: lir.Store) -> None:
+        buf, align = s.buffer, s.buffer.itemsize
+        if self.vec is None:
+            value = self.to_memory(self.expr(s.value), buf.dtype)
+            self.b.store(value, self.element_ptr(buf, s.indices), align=align)
+            return
+        index_lanes = max((self.lanes(i) for i in s.indices), default=1)
+        reads_self = any(isinstance(n, lir.Load) and n.buffer.uid == buf.uid
+                         for n in all_exprs(s))
+        if index_lanes == 1:
+            if self._vector_reduction(s):
+                return
+            if reads_self:
+                return self.scalarize(s)
+            with self.at_lane(self.vec.lanes - 1):  # the last lane's store is the one that stays
+                self._Store(s)
+            return
+        value = self.to_memory(self.splat(self.expr(s.value), self.vec.lanes), buf.dtype)
+        if self.is_contiguous(s.indices):
+            self.b.store(value, self.vector_ptr(buf, s.indices), align=align)
+            return
+        for k in range(self.vec.lanes):  # scatter
+            lane = self.b.extract_element(value, ir.Constant(T.I32, k))
+            with self.at_lane(k):
+                self.b.store(lane, self.element_ptr(buf, s.indices), align=align)
+
+    def _vector_reduction(self, s: lir.Store) -> bool:
+        """``acc[i] = acc[i] op f(v)`` inside a loop vectorized over ``v`` with ``i`` not
+        depending on ``v``: reduce the vector of ``f`` and combine it once."""
+        assert self.vec is not None
+        v = s.value
+        if not (isinstance(v, E.Binary) and v.op in _REDUCE) or s.buffer.dtype == "bool":
+            return False
+
+        def is_acc(x: E.Expr) -> bool:
+            return (isinstance(x, lir.Load) and x.buffer.uid == s.buffer.uid
+                    and structural_equal(x.indices, s.indices))
+
+        rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
+        if rest is None or any(isinstance(n, lir.Load) and n.buffer.uid == s.buffer.uid
+                               for n in _post_order(rest)):
+            return False
+        dtype = s.buffer.dtype
+        is_float = dt.is_float(dtype)
+        name = _REDUCE[v.op][1 if is_float else 0]
+        if name is None:
+            signed = dt.is_signed(dtype)
+            name = f"llvm.vector.reduce.{'s' if signed else 'u'}{v.op}"
+        vec = self.splat(self.expr(rest), self.vec.lanes)
+        ptr = self.element_ptr(s.buffer, s.indices)
+        old = self.b.load(ptr, align=s.buffer.itemsize)
+        suffix = f"v{self.vec.lanes}{_type_suffix(dtype)}"
+        if is_float and v.op in ("add", "mul"):  # these take the start value
+            fn = self.state.function(f"{name}.{suffix}", old.type, [old.type, vec.type])
+            new = self.b.call(fn, [old, vec], fastmath=("reassoc",) + FP_FLAGS)
+        else:
+            fn = self.state.function(f"{name}.{suffix}", old.type, [vec.type])
+            new = self.binop(v.op, old, self.b.call(fn, [vec]), dtype)
+        self.b.store(new, ptr, align=s.buffer.itemsize)
+        return True
+
+    # --- loops -------------------------------------------------------------------------------
+
+    def _For(self, s: lir.For) -> None:
+        if s.kind == "thread":
+            raise CompileError(
+                f"loop {s.var.name} is bound to {s.thread_tag}; GPU thread bindings need the "
+                "cuda target, the LLVM backend runs on CPUs"
+            )
+        if self.vec is not None and (self.lanes(s.min) > 1 or self.lanes(s.extent) > 1):
+            return self.scalarize(s)
+        extent = s.extent.value if isinstance(s.extent, E.Const) else None
+        if s.kind == "parallel" and not self.in_parallel and self.vec is None:
+            from autosched.targets.llvm.parallel import emit_parallel_for
+
+            return emit_parallel_for(self, s)
+        if s.kind == "vectorized" and self.vec is None and extent is not None:
+            return self._vector_for(s, extent)
+        if s.kind == "unrolled" and extent is not None and extent <= MAX_UNROLL:
+            lo = self._loop_value(s.min, s.var)
+            for k in range(extent):
+                self.env[s.var.uid] = lo if k == 0 else self.b.add(lo, ir.Constant(lo.type, k))
+                self.stmt(s.body)
+            self.env.pop(s.var.uid, None)
+            return
+        hint = {"unrolled": "llvm.loop.unroll.full", "vectorized": "llvm.loop.vectorize.enable"}
+        self._serial_for(s, hint.get(s.kind))
+
+    def _loop_value(self, e: E.Expr, var: E.Var) -> ir.Value:
+        v = self.expr(e)
+        ty = T.scalar(var.dtype)
+        if v.type == ty:
+            return v
+        if v.type.width > ty.width:
+            return self.b.trunc(v, ty)
+        return self.b.sext(v, ty) if dt.is_signed(e.dtype) else self.b.zext(v, ty)
+
+    def _serial_for(self, s: lir.For, hint: str | None) -> None:
+        lo = self._loop_value(s.min, s.var)
+        if isinstance(s.extent, E.Const) and s.extent.value == 1:
+            self.env[s.var.uid] = lo
+            self.stmt(s.body)
+            self.env.pop(s.var.uid, None)
+            return
+        ext = self._loop_value(s.extent, s.var)
+
+        def body(i: ir.Value) -> None:
+            self.env[s.var.uid] = i
+            self.stmt(s.body)
+
+        self.loop(lo, ext, body, hint)
+        self.env.pop(s.var.uid, None)
+
+    def loop(self, lo: ir.Value, extent: ir.Value, body: Callable[[ir.Value], None],
+             hint: str | None = None, signed: bool = True) -> None:
+        """``for i in range(lo, lo + extent): body(i)`` as a header with a phi."""
+        if isinstance(extent, ir.Constant) and extent.constant == 0:
+            return
+        hi = self.b.add(lo, extent)
+        pre = self.b.block
+        head, loop_body, end = (self.new_block(x) for x in ("for.head", "for.body", "for.end"))
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        i = self.b.phi(lo.type, name="i")
+        i.add_incoming(lo, pre)
+        cmp = self.b.icmp_signed if signed else self.b.icmp_unsigned
+        self.b.cbranch(cmp("<", i, hi), loop_body, end)
+        self.b.position_at_end(loop_body)
+        body(i)
+        nxt = self.b.add(i, ir.Constant(lo.type, 1), flags=["nsw"] if signed else [])
+        back = self.b.branch(head)
+        i.add_incoming(nxt, self.b.block)
+        if hint is not None:
+            back.set_metadata("llvm.loop", self._loop_md(hint))
+        self.b.position_at_end(end)
+
+    def _loop_md(self, hint: str) -> ir.MDValue:
+        m = self.module
+        flag = m.add_metadata([ir.MetadataString(m, hint), ir.Constant(T.I1, 1)]
+                              if hint.endswith("enable") else [ir.MetadataString(m, hint)])
+        node = m.add_metadata([ir.MetadataString(m, f"loop.{m.get_unique_name()}"), flag])
+        node.operands = (node,) + tuple(node.operands[1:])  # a loop id refers to itself
+        return node
+
+    def _vector_for(self, s: lir.For, extent: int) -> None:
+        body = inline_lets_on(s.body, s.var.uid)
+        lo = self._loop_value(s.min, s.var)
+        if extent <= MAX_LANES:
+            with self.vector(VectorContext(s.var.uid, extent, lo)):
+                self.stmt(body)
+            return
+        chunks, rest = divmod(extent, CHUNK_LANES)
+        width = ir.Constant(lo.type, CHUNK_LANES)
+
+        def chunk(c: ir.Value) -> None:
+            start = self.b.add(lo, self.b.mul(c, width))
+            with self.vector(VectorContext(s.var.uid, CHUNK_LANES, start)):
+                self.stmt(body)
+
+        self.loop(ir.Constant(lo.type, 0), ir.Constant(lo.type, chunks), chunk)
+        if rest:
+            start = self.b.add(lo, ir.Constant(lo.type, chunks * CHUNK_LANES))
+            with self.vector(VectorContext(s.var.uid, rest, start)):
+                self.stmt(body)
+
+    # --- storage -----------------------------------------------------------------------------
+
+    def _Allocate(self, s: lir.Allocate) -> None:
+        buf = s.buffer
+        if self.vec is not None:
+            return self.scalarize(s)  # each lane needs its own copy
+        elem = T.memory(buf.dtype)
+        count = 1
+        for d in buf.shape:
+            count = count * d.value if isinstance(d, E.Const) and count is not None else None
+        limit = STACK_BYTES.get(buf.scope, STACK_BYTES["global"])
+        if count is not None and count * buf.itemsize <= limit:
+            slot = self.allocas.alloca(ir.ArrayType(elem, max(count, 1)), name=buf.name)
+            slot.align = ALLOC_ALIGN
+            self.ptrs[buf.uid] = self.allocas.bitcast(slot, elem.as_pointer())
+            self.stmt(s.body)
+            self.ptrs.pop(buf.uid)
+            return
+        nbytes = ir.Constant(T.I64, buf.itemsize)
+        for d in buf.shape:
+            nbytes = self.b.mul(nbytes, self.index(d))
+        # aligned_alloc wants a multiple of the alignment
+        mask = ir.Constant(T.I64, ALLOC_ALIGN - 1)
+        nbytes = self.b.and_(self.b.add(nbytes, mask), self.b.not_(mask))
+        alloc = self.state.function("aligned_alloc", T.I8P, [T.I64, T.I64])
+        raw = self.b.call(alloc, [ir.Constant(T.I64, ALLOC_ALIGN), nbytes])
+        self.ptrs[buf.uid] = self.b.bitcast(raw, elem.as_pointer())
+        self.stmt(s.body)
+        self.ptrs.pop(buf.uid)
+        self.b.call(self.state.function("free", T.VOID, [T.I8P]), [raw])
+
+
+def _post_order(e: E.Expr):  # noqa: ANN202
+    from autosched.te.visit import post_order
+
+    return post_order(e)
+
+
+def _type_suffix(dtype: str) -> str:
+    return {"float16": "f16", "float32": "f32", "float64": "f64"}.get(dtype, f"i{dt.bits(dtype)}")
+
+
+def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "") -> tuple[
+        ir.Module, Signature]:
+    """The LLVM module for ``func`` and the signature of its exported function."""
+    sig = signature(func)
+    module = ir.Module(name=func.name)
+    if triple:
+        module.triple = triple
+    if data_layout:
+        module.data_layout = data_layout
+    state = ModuleState(module, sig)
+    arg_types = [T.memory(b.dtype).as_pointer() for b in sig.params] + [T.I64] * len(sig.sym_vars)
+    fn = ir.Function(module, ir.FunctionType(T.VOID, arg_types), sig.symbol)
+    fn.attributes.add("nounwind")
+    gen = FuncGen(state, fn)
+    for buf, arg in zip(sig.params, fn.args):
+        arg.name = buf.name
+        arg.add_attribute("noalias")
+        arg.add_attribute("nonnull")
+        arg.attributes.align = PARAM_ALIGN
+        gen.ptrs[buf.uid] = arg
+    for var, arg in zip(sig.sym_vars, fn.args[len(sig.params):]):
+        arg.name = var.name
+        ty = T.scalar(var.dtype)
+        gen.env[var.uid] = arg if ty == T.I64 else gen.b.trunc(arg, ty)
+    gen.stmt(func.body)
+    gen.finish()
+    return module, sig
+
+
+__all__ = ["FuncGen", "ModuleState", "build_ir", "may_trap"]

@@ -1,0 +1,135 @@
+"""LLVM IR text to machine code: verify, optimise at O3 (new pass manager) for the target's
+triple / CPU / features, and emit an object file. The host JITs that object with MCJIT.
+
+Compiled objects are cached in memory by a hash of the IR text, the target machine options and
+the llvmlite / LLVM versions, so the search does not recompile a schedule it has seen.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from autosched.errors import CompileError
+from autosched.targets.host import _llvm
+from autosched.targets.target import Target
+
+OPT_LEVEL = 3
+CACHE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The result of compiling one module: its object file and optimised IR."""
+
+    key: str
+    triple: str
+    object_code: bytes
+    optimized_ir: str
+
+
+@functools.cache
+def _target_machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
+    binding = _llvm()
+    try:
+        tgt = binding.Target.from_triple(triple)
+    except RuntimeError as exc:
+        raise CompileError(f"LLVM has no backend for triple {triple!r}: {exc}") from exc
+    return tgt.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, reloc="pic",
+                                     codemodel="default")
+
+
+def target_machine(target: Target) -> llvm.TargetMachine:
+    return _target_machine(target.triple, target.cpu, target.features)
+
+
+def cache_key(ir_text: str, target: Target) -> str:
+    h = hashlib.sha256()
+    for part in (ir_text, target.triple, target.cpu, target.features, str(OPT_LEVEL),
+                 llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info))):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+_cache: OrderedDict[str, Compiled] = OrderedDict()
+_lock = threading.Lock()
+
+
+def compile_ir(ir_text: str, target: Target) -> Compiled:
+    """Parse, verify, optimise and emit ``ir_text`` for ``target`` (cached)."""
+    key = cache_key(ir_text, target)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    tm = target_machine(target)
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise CompileError(f"generated LLVM IR is invalid: {exc}\n{_numbered(ir_text)}") from exc
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    out = Compiled(key, target.triple, tm.emit_object(mod), str(mod))
+    with _lock:
+        _cache[key] = out
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return out
+
+
+def assembly(compiled: Compiled, target: Target) -> str:
+    return target_machine(target).emit_assembly(llvm.parse_assembly(compiled.optimized_ir))
+
+
+@functools.cache
+def _load_runtime_libraries() -> None:
+    """libgomp (parallel loops) and libm (math calls) into the process for the JIT."""
+    for lib in ("gomp", "m"):
+        path = ctypes.util.find_library(lib)
+        if path is None:
+            raise CompileError(f"lib{lib} is not installed; the LLVM JIT needs it")
+        llvm.load_library_permanently(path)
+
+
+class JitEngine:
+    """An MCJIT engine holding one compiled object (kept alive as long as the module)."""
+
+    def __init__(self, compiled: Compiled, target: Target) -> None:
+        _load_runtime_libraries()
+        tm = target_machine(target)
+        empty = llvm.parse_assembly("")
+        empty.triple = target.triple
+        self._engine = llvm.create_mcjit_compiler(empty, tm)
+        self._engine.add_object_file(llvm.ObjectFileRef.from_data(compiled.object_code))
+        self._engine.finalize_object()
+
+    def function_address(self, name: str) -> int:
+        addr = self._engine.get_function_address(name)
+        if not addr:
+            raise CompileError(f"JIT: symbol {name} not found in the compiled object")
+        return addr
+
+    def global_address(self, name: str) -> int:
+        return self._engine.get_global_value_address(name)
+
+
+def _numbered(text: str, limit: int = 400) -> str:
+    lines = text.splitlines()
+    body = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(lines[:limit]))
+    return body + ("\n..." if len(lines) > limit else "")

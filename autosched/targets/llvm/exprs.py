@@ -1,0 +1,406 @@
+"""Expressions of the loop IR as LLVM values, scalar or vector.
+
+Inside a vectorized loop over ``v`` (``self.vec``), an expression that depends on ``v`` becomes a
+vector of ``lanes`` values and one that does not stays scalar; mixing the two broadcasts the
+scalar. Loads whose flattened index is ``v`` plus terms without ``v`` become one vector load;
+other lane-dependent loads are done lane by lane (``at_lane``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from autosched.errors import CompileError
+from autosched.schedule import ir as lir
+from autosched.targets.llvm import intrinsics
+from autosched.targets.llvm import types as T
+from autosched.targets.llvm.walk import depends_on, linear_coeff
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+from autosched.te.visit import post_order
+
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# Let LLVM fuse a*b+c into an FMA (numpy's BLAS does too); no other fast-math freedom.
+FP_FLAGS = ("contract",)
+_TRAPPING = ("floordiv", "floormod", "truncdiv", "truncmod")
+
+
+@dataclass
+class VectorContext:
+    uid: int  # the vectorized loop variable
+    lanes: int
+    lane0: ir.Value  # its scalar value in lane 0
+
+
+def may_trap(e: E.Expr) -> bool:
+    """Evaluating ``e`` where its guard is false could fault (a load out of bounds, a division
+    by zero), so it must stay behind a branch."""
+    for n in post_order(e):
+        if isinstance(n, lir.Load):
+            return True
+        if isinstance(n, E.Binary) and n.op in _TRAPPING and not isinstance(n.b, E.Const):
+            return True
+    return False
+
+
+class ExprGen:
+    """Emits expressions with ``self.b``; ``env`` maps variable uids to values and ``ptrs``
+    maps buffer uids to element pointers."""
+
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder) -> None:
+        self.module = module
+        self.b = builder
+        self.env: dict[int, ir.Value] = {}
+        self.ptrs: dict[int, ir.Value] = {}
+        self.vec: VectorContext | None = None
+        self._lanes: dict[int, int] = {}
+        self._index_mode = False
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def const(self, value: int | float | bool, dtype: str) -> ir.Constant:
+        ty = T.scalar(dtype)
+        if dtype == "bool":
+            return ir.Constant(ty, int(bool(value)))
+        if dt.is_float(dtype):
+            return ir.Constant(ty, float(value))
+        v, bits = int(value), dt.bits(dtype)
+        if v >= 1 << (bits - 1):  # unsigned constants are written in two's complement
+            v -= 1 << bits
+        return ir.Constant(ty, v)
+
+    def splat(self, value: ir.Value, lanes: int) -> ir.Value:
+        if lanes == 1 or isinstance(value.type, ir.VectorType):
+            return value
+        vty = ir.VectorType(value.type, lanes)
+        if isinstance(value, ir.Constant):
+            return ir.Constant(vty, [value] * lanes)
+        one = self.b.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(T.I32, 0))
+        mask = ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes)
+        return self.b.shuffle_vector(one, ir.Constant(vty, ir.Undefined), mask)
+
+    def unify(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        n = max(T.lanes_of(a), T.lanes_of(b))
+        return self.splat(a, n), self.splat(b, n)
+
+    def lanes(self, e: E.Expr) -> int:
+        """How many lanes ``e`` has in the current context (1 unless it depends on ``v``)."""
+        if self.vec is None:
+            return 1
+        key = id(e)
+        if key not in self._lanes:
+            self._lanes[key] = self.vec.lanes if depends_on(e, self.vec.uid) else 1
+        return self._lanes[key]
+
+    @contextlib.contextmanager
+    def vector(self, ctx: VectorContext | None) -> Iterator[None]:
+        """Emit inside a vectorized loop (``ctx``) or, with None, as plain scalar code."""
+        saved = (self.vec, self._lanes, self.env.get(ctx.uid) if ctx else None)
+        self.vec, self._lanes = ctx, {}
+        if ctx is not None:
+            lane0 = self.splat(ctx.lane0, ctx.lanes)
+            ty = ctx.lane0.type
+            iota = ir.Constant(ir.VectorType(ty, ctx.lanes), [ir.Constant(ty, k)
+                                                             for k in range(ctx.lanes)])
+            self.env[ctx.uid] = self.b.add(lane0, iota)
+        try:
+            yield
+        finally:
+            self.vec, self._lanes = saved[0], saved[1]
+            if ctx is not None:
+                if saved[2] is None:
+                    self.env.pop(ctx.uid, None)
+                else:
+                    self.env[ctx.uid] = saved[2]
+
+    @contextlib.contextmanager
+    def at_lane(self, k: int) -> Iterator[None]:
+        """Emit scalar code for lane ``k`` of the current vectorized loop."""
+        ctx = self.vec
+        assert ctx is not None
+        saved = (self._lanes, self.env[ctx.uid])
+        self.vec, self._lanes = None, {}
+        kc = ir.Constant(ctx.lane0.type, k)
+        self.env[ctx.uid] = ctx.lane0 if k == 0 else self.b.add(ctx.lane0, kc)
+        try:
+            yield
+        finally:
+            self.vec, self._lanes = ctx, saved[0]
+            self.env[ctx.uid] = saved[1]
+
+    def per_lane(self, e: E.Expr) -> ir.Value:
+        """``e`` evaluated lane by lane and gathered into a vector."""
+        assert self.vec is not None
+        out: ir.Value = ir.Constant(T.of(e.dtype, self.vec.lanes), ir.Undefined)
+        for k in range(self.vec.lanes):
+            with self.at_lane(k):
+                x = self.expr(e)
+            out = self.b.insert_element(out, x, ir.Constant(T.I32, k))
+        return out
+
+    def new_block(self, name: str) -> ir.Block:
+        return self.b.append_basic_block(name)
+
+    # --- memory ------------------------------------------------------------------------------
+
+    def pointer(self, buf: lir.Buffer) -> ir.Value:
+        ptr = self.ptrs.get(buf.uid)
+        if ptr is None:
+            raise CompileError(
+                f"buffer {buf.name} is used but is neither a parameter nor allocated here"
+            )
+        return ptr
+
+    def index(self, e: E.Expr) -> ir.Value:
+        """An index expression as i64 (scalar or vector); index arithmetic cannot wrap."""
+        saved, self._index_mode = self._index_mode, True
+        try:
+            v = self.expr(e)
+        finally:
+            self._index_mode = saved
+        target = T.of("int64", T.lanes_of(v))
+        if v.type == target:
+            return v
+        return self.b.sext(v, target) if dt.is_signed(e.dtype) else self.b.zext(v, target)
+
+    def offset(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
+        """Row-major element offset of ``buf[indices]`` (Horner form over the shape)."""
+        if len(indices) != len(buf.shape):
+            raise CompileError(
+                f"buffer {buf.name} has {len(buf.shape)} dims but is indexed with {len(indices)}"
+            )
+        if not indices:
+            return ir.Constant(T.I64, 0)
+        off = self.index(indices[0])
+        for dim, idx in zip(buf.shape[1:], indices[1:]):
+            d = self.index(dim)
+            i = self.index(idx)
+            off, d = self.unify(off, d)
+            off, i = self.unify(self.b.mul(off, d, flags=["nsw"]), i)
+            off = self.b.add(off, i, flags=["nsw"])
+        return off
+
+    def is_contiguous(self, indices: tuple[E.Expr, ...]) -> bool:
+        """In the vectorized loop, the access moves by one element per lane."""
+        assert self.vec is not None
+        coeffs = [linear_coeff(i, self.vec.uid) for i in indices]
+        return bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1])
+
+    def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
+        return self.b.gep(self.pointer(buf), [self.offset(buf, indices)], inbounds=True)
+
+    def vector_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
+        """Pointer to the ``lanes`` contiguous elements starting at lane 0 of ``buf[indices]``."""
+        assert self.vec is not None
+        with self.at_lane(0):
+            p = self.element_ptr(buf, indices)
+        return self.b.bitcast(p, ir.VectorType(T.memory(buf.dtype), self.vec.lanes).as_pointer())
+
+    def from_memory(self, v: ir.Value, dtype: str) -> ir.Value:
+        if dtype != "bool":
+            return v
+        return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+
+    def to_memory(self, v: ir.Value, dtype: str) -> ir.Value:
+        if dtype != "bool":
+            return v
+        return self.b.zext(v, T.of("uint8", T.lanes_of(v)))
+
+    # --- expressions -------------------------------------------------------------------------
+
+    def expr(self, e: E.Expr) -> ir.Value:
+        method = getattr(self, "_" + type(e).__name__, None)
+        if method is None:
+            raise CompileError(
+                f"the LLVM backend cannot emit {type(e).__name__} ({e}); lower the schedule first"
+            )
+        return method(e)
+
+    def _Const(self, e: E.Const) -> ir.Value:
+        return self.const(e.value, e.type)
+
+    def _Var(self, e: E.Var) -> ir.Value:
+        v = self.env.get(e.uid)
+        if v is None:
+            raise CompileError(
+                f"variable {e.name} is not bound here (a loop variable used outside its loop, "
+                "or a symbolic size that no parameter's shape mentions)"
+            )
+        return v
+
+    def _Load(self, e: lir.Load) -> ir.Value:
+        n = self.lanes(e)
+        align = e.buffer.itemsize
+        if n == 1:
+            return self.from_memory(self.b.load(self.element_ptr(e.buffer, e.indices),
+                                                align=align), e.dtype)
+        if self.is_contiguous(e.indices):
+            v = self.b.load(self.vector_ptr(e.buffer, e.indices), align=align)
+            return self.from_memory(v, e.dtype)
+        return self.per_lane(e)
+
+    def _Binary(self, e: E.Binary) -> ir.Value:
+        return self.binop(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
+
+    def binop(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        """``a op b`` on values of ``dtype`` (see expr.Binary for the semantics of ``op``)."""
+        a, b = self.unify(a, b)
+        bld = self.b
+        if op == "and":
+            return bld.and_(a, b)
+        if op == "or":
+            return bld.or_(a, b)
+        if op == "pow":
+            return intrinsics.emit_pow(self, a, b, dtype)
+        if dt.is_float(dtype):
+            return self._float_binary(op, a, b, dtype)
+        signed = dt.is_signed(dtype)
+        flags = ["nsw"] if self._index_mode and signed else []
+        if op == "add":
+            return bld.add(a, b, flags=flags)
+        if op == "sub":
+            return bld.sub(a, b, flags=flags)
+        if op == "mul":
+            return bld.mul(a, b, flags=flags)
+        if op in ("min", "max"):
+            cmp = bld.icmp_signed if signed else bld.icmp_unsigned
+            return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
+        if op == "truncdiv":
+            return bld.sdiv(a, b) if signed else bld.udiv(a, b)
+        if op == "truncmod":
+            return bld.srem(a, b) if signed else bld.urem(a, b)
+        if op in ("floordiv", "floormod"):
+            if not signed:
+                return bld.udiv(a, b) if op == "floordiv" else bld.urem(a, b)
+            return self._floor_divmod(op, a, b)
+        raise CompileError(f"integer operation {op} on {dtype} has no LLVM form")
+
+    def _float_binary(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        bld = self.b
+        if op == "add":
+            return bld.fadd(a, b, flags=FP_FLAGS)
+        if op == "sub":
+            return bld.fsub(a, b, flags=FP_FLAGS)
+        if op == "mul":
+            return bld.fmul(a, b, flags=FP_FLAGS)
+        if op == "div":
+            return bld.fdiv(a, b)
+        if op in ("min", "max"):
+            return bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+        if op in ("floordiv", "floormod"):
+            q = intrinsics.llvm_intrinsic(self, "llvm.floor", [bld.fdiv(a, b)], dtype)
+            return q if op == "floordiv" else bld.fsub(a, bld.fmul(q, b))
+        raise CompileError(f"float operation {op} on {dtype} has no LLVM form")
+
+    def _floor_divmod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """Round toward negative infinity: C's quotient is one too big when the remainder is
+        non-zero and its sign differs from the divisor's. LLVM folds this for b > 0."""
+        bld = self.b
+        q, r = bld.sdiv(a, b), bld.srem(a, b)
+        zero = ir.Constant(a.type, None)
+        fix = bld.and_(bld.icmp_signed("!=", r, zero),
+                       bld.icmp_signed("<", bld.xor(r, b), zero))
+        if op == "floordiv":
+            one = self.splat(ir.Constant(a.type.element if T.lanes_of(a) > 1 else a.type, 1),
+                             T.lanes_of(a))
+            return bld.select(fix, bld.sub(q, one), q)
+        return bld.select(fix, bld.add(r, b), r)
+
+    def _Compare(self, e: E.Compare) -> ir.Value:
+        a, b = self.unify(self.expr(e.a), self.expr(e.b))
+        dtype = e.a.dtype
+        if dt.is_float(dtype):
+            if e.op == "ne":  # NaN != x is true, as in numpy
+                return self.b.fcmp_unordered("!=", a, b)
+            return self.b.fcmp_ordered(_ICMP[e.op], a, b)
+        if dt.is_signed(dtype):
+            return self.b.icmp_signed(_ICMP[e.op], a, b)
+        return self.b.icmp_unsigned(_ICMP[e.op], a, b)
+
+    def _Not(self, e: E.Not) -> ir.Value:
+        return self.b.not_(self.expr(e.a))
+
+    def _Cast(self, e: E.Cast) -> ir.Value:
+        v = self.expr(e.value)
+        src, dst, bld = e.value.dtype, e.type, self.b
+        ty = T.of(dst, T.lanes_of(v))
+        if src == dst:
+            return v
+        if dst == "bool":
+            zero = ir.Constant(v.type, None)
+            if dt.is_float(src):
+                return bld.fcmp_unordered("!=", v, zero)
+            return bld.icmp_unsigned("!=", v, zero)
+        if src == "bool":
+            return bld.uitofp(v, ty) if dt.is_float(dst) else bld.zext(v, ty)
+        if dt.is_float(src) and dt.is_float(dst):
+            return bld.fpext(v, ty) if dt.bits(dst) > dt.bits(src) else bld.fptrunc(v, ty)
+        if dt.is_float(src):
+            return bld.fptosi(v, ty) if dt.is_signed(dst) else bld.fptoui(v, ty)
+        if dt.is_float(dst):
+            return bld.sitofp(v, ty) if dt.is_signed(src) else bld.uitofp(v, ty)
+        sb, db = dt.bits(src), dt.bits(dst)
+        if db < sb:
+            return bld.trunc(v, ty)
+        if db > sb:
+            return bld.sext(v, ty) if dt.is_signed(src) else bld.zext(v, ty)
+        return v  # same width, other signedness: the bits stay
+
+    def _Call(self, e: E.Call) -> ir.Value:
+        args = [self.expr(a) for a in e.args]
+        n = max(T.lanes_of(a) for a in args) if args else 1
+        return intrinsics.emit_call(self, e.name, [self.splat(a, n) for a in args], e.type)
+
+    def _Select(self, e: E.Select) -> ir.Value:
+        n = self.lanes(e)
+        guarded = may_trap(e.true_value) or may_trap(e.false_value)
+        if self.lanes(e.cond) == 1:
+            cond = self.expr(e.cond)
+            if guarded:
+                return self._branchy_select(cond, e.true_value, e.false_value, n)
+            t, f = self.expr(e.true_value), self.expr(e.false_value)
+            return self.b.select(cond, self.splat(t, n), self.splat(f, n))
+        if not guarded:
+            c, t, f = self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value)
+            return self.b.select(c, self.splat(t, n), self.splat(f, n))
+        masked = self._masked_load_select(e)
+        return masked if masked is not None else self.per_lane(e)
+
+    def _branchy_select(self, cond: ir.Value, tv: E.Expr, fv: E.Expr, n: int) -> ir.Value:
+        then_bb, else_bb, merge = (self.new_block(x) for x in ("sel.t", "sel.f", "sel.end"))
+        self.b.cbranch(cond, then_bb, else_bb)
+        incoming = []
+        for bb, side in ((then_bb, tv), (else_bb, fv)):
+            self.b.position_at_end(bb)
+            value = self.splat(self.expr(side), n)
+            incoming.append((value, self.b.block))
+            self.b.branch(merge)
+        self.b.position_at_end(merge)
+        phi = self.b.phi(incoming[0][0].type)
+        for value, bb in incoming:
+            phi.add_incoming(value, bb)
+        return phi
+
+    def _masked_load_select(self, e: E.Select) -> ir.Value | None:
+        """``select(c, A[contiguous], x)`` with a lane-dependent ``c`` (padding): a masked
+        vector load reads only the lanes where ``c`` holds."""
+        assert self.vec is not None
+        load = e.true_value
+        if not (isinstance(load, lir.Load) and load.dtype != "bool" and not may_trap(e.false_value)
+                and self.lanes(load) > 1 and self.is_contiguous(load.indices)
+                and not any(may_trap(i) for i in load.indices)):
+            return None
+        n = self.vec.lanes
+        mask = self.expr(e.cond)
+        passthru = self.splat(self.expr(e.false_value), n)
+        ptr = self.vector_ptr(load.buffer, load.indices)
+        vty = passthru.type
+        suffix = f"v{n}{intrinsics._SUFFIX.get(load.dtype, 'i' + str(dt.bits(load.dtype)))}"
+        name = f"llvm.masked.load.{suffix}.p0"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(vty, [ptr.type, T.I32, mask.type, vty]), name)
+        return self.b.call(fn, [ptr, ir.Constant(T.I32, load.buffer.itemsize), mask, passthru])

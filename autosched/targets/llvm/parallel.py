@@ -1,0 +1,121 @@
+"""Parallel loops on libgomp.
+
+``for i in range(lo, lo + n): body  # parallel`` becomes three pieces:
+
+* ``NAME__parK_body(p..., x..., begin, count)``: the loop over ``[begin, begin + count)``, taking
+  the buffers it uses as noalias pointers (so outlining loses no alias information) and the
+  scalars it uses (outer loop variables, lets, symbolic sizes) by value;
+* ``NAME__parK(void *data)``: what every thread of the team runs; it unpacks the captured values
+  from ``data`` and runs its static share of the iterations, ``ceil(n / threads)`` of them,
+  chosen by ``omp_get_thread_num()`` / ``omp_get_num_threads()``;
+* at the loop's place: the captured values packed into a stack struct and
+  ``GOMP_parallel(NAME__parK, &data, NAME__num_threads, 0)``.
+
+A parallel loop inside another runs serially (its body is already on a worker thread). Each
+thread that enters adds one to ``NAME__threads_ran`` so tests and users can see the team size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from autosched.schedule import ir as lir
+from autosched.targets.llvm import types as T
+from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
+from autosched.targets.llvm.walk import used_buffers, used_var_uids
+
+if TYPE_CHECKING:
+    from autosched.targets.llvm.codegen import FuncGen, ModuleState
+
+
+def _globals(state: ModuleState) -> tuple[ir.GlobalVariable, ir.GlobalVariable]:
+    if state.num_threads is None:
+        for attr, name in (("num_threads", state.sig.num_threads_symbol),
+                           ("threads_ran", state.sig.threads_ran_symbol)):
+            g = ir.GlobalVariable(state.module, T.I32, name)
+            g.initializer = ir.Constant(T.I32, 0)
+            g.align = 4
+            setattr(state, attr, g)
+    assert state.num_threads is not None and state.threads_ran is not None
+    return state.num_threads, state.threads_ran
+
+
+def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
+    from autosched.targets.llvm.codegen import FuncGen
+
+    state = gen.state
+    num_threads, threads_ran = _globals(state)
+    uses = used_var_uids(s)
+    var_uids = [u for u in sorted(uses) if u in gen.env]
+    buf_uids = [u for u in used_buffers(s) if u in gen.ptrs]
+    param_uids = {b.uid for b in state.sig.params}
+    lo = gen._loop_value(s.min, s.var)
+    extent = gen._loop_value(s.extent, s.var)
+    idx_ty = lo.type
+
+    # NAME__parK_body: the loop over this thread's share
+    k = state.outlined
+    state.outlined += 1
+    base = f"{state.sig.symbol}__par{k}"
+    ptr_types = [gen.ptrs[u].type for u in buf_uids]
+    var_types = [gen.env[u].type for u in var_uids]
+    body_fn = ir.Function(state.module, ir.FunctionType(
+        T.VOID, ptr_types + var_types + [idx_ty, idx_ty]), base + "_body")
+    body_fn.linkage = "internal"
+    body_fn.attributes.add("nounwind")
+    sub = FuncGen(state, body_fn, in_parallel=True)
+    args = list(body_fn.args)
+    for uid, arg in zip(buf_uids, args):
+        arg.add_attribute("noalias")
+        arg.attributes.align = PARAM_ALIGN if uid in param_uids else ALLOC_ALIGN
+        sub.ptrs[uid] = arg
+    for uid, arg in zip(var_uids, args[len(buf_uids):]):
+        sub.env[uid] = arg
+    begin, count = args[-2], args[-1]
+
+    def iteration(i: ir.Value) -> None:
+        sub.env[s.var.uid] = i
+        sub.stmt(s.body)
+
+    sub.loop(begin, count, iteration)
+    sub.finish()
+
+    # NAME__parK: unpack, pick the static chunk, run it
+    captured = [gen.ptrs[u] for u in buf_uids] + [gen.env[u] for u in var_uids] + [lo, extent]
+    struct_ty = ir.LiteralStructType([v.type for v in captured])
+    team_fn = ir.Function(state.module, ir.FunctionType(T.VOID, [T.I8P]), base)
+    team_fn.linkage = "internal"
+    team_fn.attributes.add("nounwind")
+    b = ir.IRBuilder(team_fn.append_basic_block("entry"))
+    data = b.bitcast(team_fn.args[0], struct_ty.as_pointer())
+    zero = ir.Constant(T.I32, 0)
+    vals = [b.load(b.gep(data, [zero, ir.Constant(T.I32, j)], inbounds=True))
+            for j in range(len(captured))]
+    t_lo, t_ext = vals[-2], vals[-1]
+    tid = _to(b, b.call(state.function("omp_get_thread_num", T.I32, []), []), idx_ty)
+    nt = _to(b, b.call(state.function("omp_get_num_threads", T.I32, []), []), idx_ty)
+    b.atomic_rmw("add", threads_ran, ir.Constant(T.I32, 1), "monotonic")
+    one = ir.Constant(idx_ty, 1)
+    chunk = b.sdiv(b.sub(b.add(t_ext, nt), one), nt)
+    first = b.mul(tid, chunk)
+    last = b.add(first, chunk)
+    last = b.select(b.icmp_signed("<", last, t_ext), last, t_ext)
+    b.call(body_fn, vals[:-2] + [b.add(t_lo, first), b.sub(last, first)])
+    b.ret_void()
+
+    # at the loop's place: pack and fork
+    slot = gen.allocas.alloca(struct_ty, name=base + ".data")
+    for j, v in enumerate(captured):
+        gen.b.store(v, gen.b.gep(slot, [zero, ir.Constant(T.I32, j)], inbounds=True))
+    fork_ty = [team_fn.type, T.I8P, T.I32, T.I32]
+    fork = state.function("GOMP_parallel", T.VOID, fork_ty)
+    threads = gen.b.load(num_threads, align=4)
+    gen.b.call(fork, [team_fn, gen.b.bitcast(slot, T.I8P), threads, zero])
+
+
+def _to(b: ir.IRBuilder, v: ir.Value, ty: ir.Type) -> ir.Value:
+    if v.type == ty:
+        return v
+    return b.sext(v, ty) if ty.width > v.type.width else b.trunc(v, ty)

@@ -1,0 +1,282 @@
+"""Built CPU modules: run on numpy arrays (host), time themselves, print their code, export.
+
+Example::
+
+    mod = build_module(func, parse("llvm"))
+    mod(a, b, c)                        # c written in place
+    print(mod.time(a, b, c).median)     # seconds per call
+    print(mod.get_llvm_ir()[:400]); mod.export_library("mm.so")
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import CompileError, RuntimeError_
+from autosched.schedule.ir import Buffer
+from autosched.targets.llvm import compile as cc
+from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
+from autosched.targets.target import Target
+from autosched.te.expr import Const, Var
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Seconds per call: ``all`` holds one mean per repeat."""
+
+    all: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.all)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.all)
+
+    def __str__(self) -> str:
+        return f"median {self.median * 1e3:.4f} ms, mean {self.mean * 1e3:.4f} ms ({len(self.all)})"
+
+
+def num_threads_setting(target: Target) -> int:
+    """AUTOSCHED_NUM_THREADS (read at call time), else the target's core count."""
+    env = os.environ.get("AUTOSCHED_NUM_THREADS", "")
+    if env:
+        try:
+            n = int(env)
+        except ValueError as exc:
+            raise RuntimeError_(f"AUTOSCHED_NUM_THREADS={env!r} is not an integer") from exc
+        if n < 1:
+            raise RuntimeError_(f"AUTOSCHED_NUM_THREADS={n} must be at least 1")
+        return n
+    return max(1, target.num_cores)
+
+
+def cross_compiler(triple: str, host: bool) -> str:
+    """The C compiler that links shared libraries for ``triple`` (AUTOSCHED_CC overrides)."""
+    if os.environ.get("AUTOSCHED_CC"):
+        return os.environ["AUTOSCHED_CC"]
+    if host:
+        return shutil.which("cc") or shutil.which("gcc") or "cc"
+    parts = triple.split("-")
+    candidates = [triple + "-gcc"]
+    if len(parts) == 4:  # aarch64-unknown-linux-gnu -> aarch64-linux-gnu-gcc
+        candidates.append(f"{parts[0]}-{parts[2]}-{parts[3]}-gcc")
+    for c in candidates:
+        if shutil.which(c):
+            return c
+    raise CompileError(
+        f"no C compiler for {triple} to link a shared library (tried {', '.join(candidates)}); "
+        "install the cross toolchain (e.g. apt-get install gcc-aarch64-linux-gnu) or set "
+        "AUTOSCHED_CC; save_object() works without one"
+    )
+
+
+class CPUModule:
+    """A compiled kernel for any CPU triple: its code, an object file, a shared library."""
+
+    def __init__(self, sig: Signature, target: Target, ir_text: str, compiled: cc.Compiled,
+                 uses_threads: bool, written: frozenset[int] = frozenset()) -> None:
+        self.signature = sig
+        self._written = written
+        self.target = target
+        self.entry_name = sig.symbol
+        self._ir = ir_text
+        self._compiled = compiled
+        self.uses_threads = uses_threads
+
+    def get_llvm_ir(self, optimized: bool = True) -> str:
+        """The module's LLVM IR, after O3 (default) or as generated."""
+        return self._compiled.optimized_ir if optimized else self._ir
+
+    def get_assembly(self) -> str:
+        return cc.assembly(self._compiled, self.target)
+
+    def get_source(self, fmt: str = "ll") -> str:
+        return self.get_assembly() if fmt in ("s", "asm") else self.get_llvm_ir()
+
+    def c_declaration(self) -> str:
+        return self.signature.c_declaration()
+
+    def save_object(self, path: str | os.PathLike) -> str:
+        with open(path, "wb") as f:
+            f.write(self._compiled.object_code)
+        return os.fspath(path)
+
+    def export_library(self, path: str | os.PathLike, cc_path: str | None = None) -> str:
+        """Link a shared library exporting the kernel (see abi.py for its C signature)."""
+        compiler = cc_path or cross_compiler(self.target.triple, self.target.is_host)
+        with tempfile.TemporaryDirectory() as tmp:
+            obj = self.save_object(os.path.join(tmp, "kernel.o"))
+            libs = ["-lgomp"] if self.uses_threads else []
+            cmd = [compiler, "-shared", "-o", os.fspath(path), obj, *libs, "-lm"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"linking failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+        return os.fspath(path)
+
+    def __call__(self, *arrays: Any) -> None:
+        raise RuntimeError_(
+            f"{self.entry_name} was compiled for {self.target.triple}, which is not this machine; "
+            "use export_library() / save_object() and run it there"
+        )
+
+
+_CTYPES_INT64 = ctypes.c_int64
+
+
+class HostModule(CPUModule):
+    """A kernel JIT-compiled for this machine; call it on numpy arrays."""
+
+    def __init__(self, sig: Signature, target: Target, ir_text: str, compiled: cc.Compiled,
+                 uses_threads: bool, written: frozenset[int] = frozenset()) -> None:
+        super().__init__(sig, target, ir_text, compiled, uses_threads, written)
+        self._engine = cc.JitEngine(compiled, target)
+        addr = self._engine.function_address(sig.symbol)
+        argtypes = [ctypes.c_void_p] * len(sig.params) + [_CTYPES_INT64] * len(sig.sym_vars)
+        self._cfunc = ctypes.CFUNCTYPE(None, *argtypes)(addr)
+        self._threads = self._ran = None
+        if uses_threads:
+            self._threads = ctypes.c_int32.from_address(
+                self._engine.global_address(sig.num_threads_symbol))
+            self._ran = ctypes.c_int32.from_address(
+                self._engine.global_address(sig.threads_ran_symbol))
+        self.num_threads: int | None = None  # None: AUTOSCHED_NUM_THREADS or target.num_cores
+
+    @property
+    def threads_ran(self) -> int:
+        """How many thread bodies of parallel loops have run so far (0 without parallel loops)."""
+        return 0 if self._ran is None else self._ran.value
+
+    def _prepare(self, arrays: tuple[Any, ...]) -> tuple[list[Any], list[tuple[Any, Any]]]:
+        """Check the arrays against the parameters; the ctypes arguments and the (aligned copy,
+        original) pairs to copy back after the call."""
+        params = self.signature.params
+        if len(arrays) != len(params):
+            names = ", ".join(b.name for b in params)
+            raise RuntimeError_(
+                f"{self.entry_name} takes {len(params)} arrays ({names}), got {len(arrays)}"
+            )
+        sizes: dict[int, int] = {}
+        args: list[Any] = []
+        copies: list[tuple[Any, Any]] = []
+        for buf, arr in zip(params, arrays):
+            _check_array(self.entry_name, buf, arr, sizes, buf.uid in self._written)
+            if arr.ctypes.data % PARAM_ALIGN:
+                aligned = _aligned_copy(arr)
+                copies.append((aligned, arr))
+                arr = aligned
+            args.append(arr.ctypes.data)
+        _check_overlap(self.entry_name, params, arrays, self._written)
+        args += [sizes[v.uid] for v in self.signature.sym_vars]
+        if self._threads is not None:
+            n = self.num_threads or num_threads_setting(self.target)
+            self._threads.value = n
+        return args, copies
+
+    def __call__(self, *arrays: Any) -> None:
+        args, copies = self._prepare(arrays)
+        self._cfunc(*args)
+        for aligned, orig in copies:
+            np.copyto(orig, aligned)
+
+    def time(self, *arrays: Any, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0.0,
+             warmup: int = 1, flush_cache: bool = False) -> TimingResult:
+        """Seconds per call: ``repeat`` means of ``number`` calls each, after ``warmup`` calls.
+        With ``min_repeat_ms``, ``number`` grows until one repeat lasts that long."""
+        args, copies = self._prepare(arrays)
+        fn = self._cfunc
+        for _ in range(max(warmup, 0)):
+            fn(*args)
+        if min_repeat_ms > 0:
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn(*args)
+                elapsed = time.perf_counter() - t0
+                if elapsed * 1e3 >= min_repeat_ms:
+                    break
+                grow = min_repeat_ms / max(elapsed * 1e3, 1e-3)
+                number = max(number * 2, int(number * grow * 1.1) + 1)
+        flush = np.empty(32 << 20, dtype=np.uint8) if flush_cache else None
+        out = []
+        for _ in range(repeat):
+            if flush is not None:
+                flush += 1
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn(*args)
+            out.append((time.perf_counter() - t0) / number)
+        for aligned, orig in copies:
+            np.copyto(orig, aligned)
+        return TimingResult(tuple(out))
+
+
+def _check_array(fname: str, buf: Buffer, arr: Any, sizes: dict[int, int], written: bool) -> None:
+    where = f"{fname}: parameter {buf.name}"
+    if not isinstance(arr, np.ndarray):
+        raise RuntimeError_(f"{where} must be a numpy array, got {type(arr).__name__}")
+    want = np.dtype(buf.dtype)
+    if arr.dtype != want:
+        raise RuntimeError_(f"{where} must have dtype {want}, got {arr.dtype}")
+    if arr.ndim != len(buf.shape):
+        raise RuntimeError_(
+            f"{where} must have {len(buf.shape)} dims (shape {_shape_str(buf)}), got shape "
+            f"{arr.shape}"
+        )
+    for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
+        if isinstance(dim, Const):
+            if dim.value != n:
+                raise RuntimeError_(
+                    f"{where} must have shape {_shape_str(buf)}, got {arr.shape} (dim {d})"
+                )
+        elif isinstance(dim, Var):
+            if sizes.setdefault(dim.uid, n) != n:
+                raise RuntimeError_(
+                    f"{where}: size {dim.name} is {sizes[dim.uid]} from an earlier parameter "
+                    f"but {n} here (shape {arr.shape})"
+                )
+        else:
+            raise RuntimeError_(f"{where}: dim {d} is the expression {dim}; only sizes that are "
+                                "constants or plain variables can be checked")
+    if not arr.flags.c_contiguous:
+        raise RuntimeError_(
+            f"{where} must be C-contiguous (use np.ascontiguousarray); strides {arr.strides}"
+        )
+    if written and not arr.flags.writeable:
+        raise RuntimeError_(f"{where} is written by the kernel but the array is read-only")
+
+
+def _check_overlap(fname: str, params: tuple[Buffer, ...], arrays: tuple[Any, ...],
+                   written: frozenset[int]) -> None:
+    for i, (bi, ai) in enumerate(zip(params, arrays)):
+        if bi.uid not in written:
+            continue
+        for j, (bj, aj) in enumerate(zip(params, arrays)):
+            if i != j and np.may_share_memory(ai, aj):
+                raise RuntimeError_(
+                    f"{fname}: parameters {bi.name} and {bj.name} share memory, but "
+                    f"{bi.name} is written and parameters are declared noalias; pass a copy"
+                )
+
+
+def _aligned_copy(arr: np.ndarray) -> np.ndarray:
+    raw = np.empty(arr.nbytes + PARAM_ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % PARAM_ALIGN
+    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    np.copyto(out, arr)
+    return out
+
+
+def _shape_str(buf: Buffer) -> str:
+    return "(" + ", ".join(str(d) for d in buf.shape) + ("," if len(buf.shape) == 1 else "") + ")"
