@@ -4,6 +4,7 @@ module is importable, CUDA (GPU schedules) only with a GPU."""
 from __future__ import annotations
 
 import importlib
+import os
 
 import numpy as np
 
@@ -18,7 +19,10 @@ def _has(module: str) -> bool:
     return hasattr(mod, "build_module")
 
 
-CPU_TARGETS = ["ref"] + (["llvm"] if _has("autosched.targets.llvm") else [])
+_ALL = ["ref"] + (["llvm"] if _has("autosched.targets.llvm") else [])
+# AUTOSCHED_TEST_TARGETS=ref limits the numeric tests to some backends (comma-separated).
+_WANT = [t for t in os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",") if t]
+CPU_TARGETS = [t for t in _ALL if not _WANT or t in _WANT]
 
 
 def tolerance(dtype: str) -> dict[str, float]:
