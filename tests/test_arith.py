@@ -53,6 +53,10 @@ def test_floordiv_floormod_with_bounds():
     assert s((x * 4) % 2) == "0"
     assert s((x * 4) % 8) == "x % 2 * 4"
     assert s((x * 4) // 8) == "x // 2"
+    assert s((x * 4 + 1) % 8) == "x % 2 * 4 + 1"
+    assert s((x * 4 + 5) // 8) == "(x + 1) // 2"
+    assert s((x * 6 + 4) % 4) == "x % 2 * 2"
+    assert s((x * 9 - 1) % 4) == "(x + 3) % 4"
     assert s(x // 1) == "x" and s(x % 1) == "0"
     assert s((x // 4) // 2) == "x // 8"
     assert s((x % 8) % 4) == "x % 4"
@@ -79,6 +83,10 @@ def test_fused_index_recombines():
     assert s(f // 7 * 7 + f % 7) == "fo * 32 + fi"
     x = V("x")
     assert s((x + 5) // 4 * 4 + (x + 5) % 4) == "x + 5"
+    g = fo * 9 + fi  # the modulus reduces 9 to 1; the pair still recombines
+    assert s(g // 4 * 4 + g % 4) == "fo * 9 + fi"
+    assert s(g // 4 * 8 + g % 4 * 2 + 1) == "fo * 18 + fi * 2 + 1"
+    assert s(g // 4 * 4 + g % 8) == "(fo * 9 + fi) // 4 * 4 + (fo + fi) % 8"  # no pair
 
 
 def test_trunc_division_when_operands_are_signed_known():
@@ -101,6 +109,16 @@ def test_min_max_select_compare():
     assert s(x == y, b) == "False" and s(x != y, b) == "True"
     assert s(x + 1 > x) == "True"
     assert s(i < 4) == "i < 4"
+    assert s(i + 3 < 10) == "i < 7"
+    assert s(10 <= i + 3) == "i >= 7"
+    assert s(i * 4 + 3 < 10) == "i < 2"
+    assert s(i * 4 + 3 <= 10) == "i <= 1"
+    assert s(i * 4 > 9) == "i > 2"
+    assert s(i * 4 >= 9) == "i >= 3"
+    assert s(i * 4 == 9) == "False" and s(i * 4 != 9) == "True"
+    assert s(i * 4 == 8) == "i == 2"
+    assert s(3 - i < 1) == "i > 2"
+    assert s(x + i < y) == "x + i < y"
     assert s(E.select(x < y, x, y), b) == "x"
     assert s(E.select(i < 4, x, x)) == "x"
     assert s(E.logical("and", x < y, i < 4), b) == "i < 4"
@@ -325,6 +343,7 @@ def test_random_simplify_is_sound_and_bounded(seed: int):
         out = simplify(e, bounds)
         again = simplify(e, bounds)
         assert same(out, again), f"non-deterministic on {e}"
+        assert same(simplify(out, bounds), out), f"not idempotent: {e} -> {out}"
         lo, hi = const_bound(e, bounds)
         for _ in range(12):
             env = sample(rnd, vs, BOX)

@@ -131,6 +131,8 @@ class Analyzer:
             decided = _decide(e.op, lo, hi)
             if decided is not None:
                 return E.Const(decided, "bool")
+            if self.lin(a).is_const or self.lin(b).is_const:
+                return _normal_compare(e.op, d)
         sa, sb = self.simplify(a), self.simplify(b)
         if isinstance(sa, E.Const) and isinstance(sb, E.Const):
             return E.Const(bool(_CMP[e.op](sa.value, sb.value)), "bool")
@@ -289,26 +291,29 @@ class Analyzer:
         return self._merge_divmod(out)
 
     def _merge_divmod(self, lin: Lin) -> Lin:
-        """``(y // c) * (k*c) + (y % c) * k`` is ``y * k``: the pattern of a fused loop index."""
-        mods = [
-            (key, k)
-            for key, k in lin.terms.items()
-            if isinstance(key.e, E.Binary)
-            and key.e.op == "floormod"
-            and isinstance(key.e.b, E.Const)
-        ]
+        """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
+        modulo c: the pattern of a fused loop index split back into its axes."""
+        mods = [(key, k) for key, k in lin.terms.items() if _const_divmod(key.e, "floormod")]
         if not mods:
             return lin
         out = lin
-        for key, k in mods:
-            y, c = key.e.a, key.e.b
-            dkey = Key(E.Binary("floordiv", y, c))
-            if out.terms.get(dkey) == k * c.value and out.terms.get(key) == k:
+        for mkey, k in mods:
+            c = int(mkey.e.b.value)  # type: ignore[attr-defined]
+            for dkey, kd in list(out.terms.items()):
+                if kd != k * c or not _const_divmod(dkey.e, "floordiv"):
+                    continue
+                if dkey.e.b.value != c or out.terms.get(mkey) != k:  # type: ignore[attr-defined]
+                    continue
+                y = self.lin(dkey.e.a)  # type: ignore[attr-defined]
+                diff = y.add(self.lin(mkey.e.a), -1)  # type: ignore[attr-defined]
+                if diff.const % c or any(v % c for v in diff.terms.values()):
+                    continue
                 if out is lin:
                     out = lin.copy()
                 del out.terms[dkey]
-                del out.terms[key]
-                out.iadd(self.lin(y), k)
+                del out.terms[mkey]
+                out.iadd(y, k)
+                break
         return out
 
     # --- division and modulus
@@ -398,8 +403,11 @@ class Analyzer:
         lo, hi = self.lin_bound(r)
         if finite_pair(lo, hi) and lo // c == hi // c:
             return r.plus(-(lo // c) * c)
-        # keep the coefficients as written (fused indices pair y // c with y % c by y itself)
-        r = r.plus(r.const % c - r.const)
+        # coefficients and constant reduced modulo c (positive coefficients stay positive)
+        r = Lin(r.dtype, r.const % c, {key: k % c if k >= c else k for key, k in r.terms.items()})
+        lo, hi = self.lin_bound(r)
+        if finite_pair(lo, hi) and lo // c == hi // c:
+            return r.plus(-(lo // c) * c)
         g = math.gcd(c, *r.terms.values())
         if g > 1:
             # (g*s + k) mod c = g * ((s + k // g) mod (c / g)) + k mod g
@@ -431,10 +439,40 @@ class Analyzer:
 
     def lin_bound(self, lin: Lin) -> Ival:
         out: Ival = (lin.const, lin.const)
-        for key, k in lin.terms.items():
+        terms = lin.terms
+        if sum(1 for key in terms if _const_div(key.e)) >= 2:
+            terms = dict(terms)
+            out = iv.add(out, self._paired_divs(terms))
+        for key, k in terms.items():
             out = iv.add(out, iv.scale(self.bound(key.e), k))
             if out == (-INF, INF):
                 return out
+        return out
+
+    def _paired_divs(self, terms: dict[Key, int]) -> Ival:
+        """Bound ``m * (floordiv(y + d, c) - floordiv(y, c))`` as a whole, which is ``m`` times
+        ``d // c`` or ``d // c + 1`` whatever y is; removes the paired parts from ``terms``.
+        Interval extents of divided indices (``(io*32 + 31) // 7 - io*32 // 7``) need this."""
+        out: Ival = (0, 0)
+        divs = [key for key in terms if _const_div(key.e)]
+        for ka in divs:
+            for kb in divs:
+                ca, cb = terms.get(ka, 0), terms.get(kb, 0)
+                if ka is kb or ca <= 0 or cb >= 0:
+                    continue
+                c = ka.e.b.value  # type: ignore[attr-defined]
+                if kb.e.b.value != c:  # type: ignore[attr-defined]
+                    continue
+                d = self.lin(ka.e.a).add(self.lin(kb.e.a), -1)  # type: ignore[attr-defined]
+                if not d.is_const:
+                    continue
+                m = min(ca, -cb)
+                out = iv.add(out, iv.scale((d.const // c, (d.const + c - 1) // c), m))
+                for key, v in ((ka, ca - m), (kb, cb + m)):
+                    if v:
+                        terms[key] = v
+                    else:
+                        del terms[key]
         return out
 
     def bound(self, e: E.Expr) -> Ival:
@@ -480,12 +518,45 @@ class Analyzer:
         return limits
 
 
+def _const_divmod(e: E.Expr, op: str) -> bool:
+    """Is ``e`` ``floordiv`` / ``floormod`` (per op) by a positive constant?"""
+    return isinstance(e, E.Binary) and e.op == op and isinstance(e.b, E.Const) and e.b.value > 0
+
+
+def _const_div(e: E.Expr) -> bool:
+    return _const_divmod(e, "floordiv")
+
+
 def finite_pair(lo: int | float, hi: int | float) -> bool:
     return iv.finite(lo) and iv.finite(hi)
 
 
 def _inside(a: Ival, b: Ival) -> bool:
     return a[0] >= b[0] and a[1] <= b[1]
+
+
+_MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
+
+
+def _normal_compare(op: str, d: Lin) -> E.Expr:
+    """``d op 0`` as ``terms op constant``: positive leading terms, coefficients divided by
+    their gcd (``x * 4 + 3 < 10`` is ``x < 2``)."""
+    terms = Lin(d.dtype, 0, dict(d.terms))
+    k = -d.const
+    if all(c < 0 for c in terms.terms.values()):
+        terms, k, op = terms.scale(-1), -k, _MIRROR[op]
+    g = math.gcd(*terms.terms.values())
+    if g > 1:
+        terms = Lin(d.dtype, 0, {key: c // g for key, c in terms.terms.items()})
+        if op in ("eq", "ne"):
+            if k % g:
+                return E.Const(op == "ne", "bool")
+            k //= g
+        elif op in ("lt", "ge"):
+            k = -((-k) // g)  # g*s < k  <=>  s < ceil(k / g)
+        else:
+            k //= g  # g*s <= k  <=>  s <= floor(k / g)
+    return E.Compare(op, terms.to_expr(), _c(k, d.dtype))
 
 
 def _decide(op: str, lo: int | float, hi: int | float) -> bool | None:
