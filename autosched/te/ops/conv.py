@@ -1,0 +1,251 @@
+"""2-d convolutions: conv2d_nchw (kernel OIHW), conv2d_nhwc (kernel HWIO), depthwise, grouped,
+and conv2d_transpose_nchw.
+
+Shared arguments: ``stride`` and ``dilation`` are an int or (h, w); ``padding`` is an int,
+(pad_h, pad_w) or (top, left, bottom, right) as ONNX orders ``pads``; ``groups`` splits the
+input channels C and output channels O into that many independent convolutions (the kernel's
+input-channel dim is C / groups; groups == C is depthwise). Output size per spatial dim:
+(size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1. Padding is a separate
+``pad_temp`` stage (tag ``injective,pad``), which a schedule usually inlines. ``out_dtype``
+casts both operands before multiplying (int8 data with out_dtype="int32").
+
+Example::
+
+    from autosched import te
+    from autosched.te import ops
+    x = te.placeholder((1, 8, 15, 17), name="x")
+    w = te.placeholder((16, 4, 3, 3), name="w")             # groups=2: 8 / 2 = 4 in-channels
+    y = ops.conv2d_nchw(x, w, stride=2, padding=1, groups=2)  # (1, 16, 8, 9)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosched.errors import TEError
+from autosched.te import dtype as dt
+from autosched.te import intrin as I
+from autosched.te import reduce as R
+from autosched.te.expr import Expr, cast
+from autosched.te.ops import args
+from autosched.te.ops.transform import pad
+from autosched.te.tensor import Tensor, compute, reduce_axis
+
+
+def _scaled(v: Any, s: int) -> Any:
+    return v if s == 1 else v * s
+
+
+def _out_dtype(data: Tensor, kernel: Tensor, out_dtype: str | None, op: str) -> str:
+    args.same_dtype([data, kernel], op)
+    if data.dtype == "bool":
+        raise TEError(f"{op}: cannot convolve bool tensors")
+    return dt.check(out_dtype or data.dtype)
+
+
+def _as(v: Expr, dtype: str) -> Expr:
+    return v if v.dtype == dtype else cast(dtype, v)
+
+
+def _geometry(
+    op: str, hw: tuple[int, int], khw: tuple[int, int], stride: Any, padding: Any, dilation: Any
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int], tuple[int, int]]:
+    strides = args.int_tuple(stride, 2, op, "stride")
+    dil = args.int_tuple(dilation, 2, op, "dilation")
+    pads = args.padding2d(padding, op)
+    out = []
+    for d in range(2):
+        span = hw[d] + pads[d] + pads[d + 2] - dil[d] * (khw[d] - 1) - 1
+        if span < 0:
+            raise TEError(
+                f"{op}: kernel {khw} (dilation {dil}) is larger than the padded input {hw} "
+                f"(padding {pads})"
+            )
+        out.append(span // strides[d] + 1)
+    return strides, dil, pads, (out[0], out[1])  # type: ignore[return-value]
+
+
+def _groups(groups: Any, c_in: int, c_out: int, k_in: int, op: str, what: str) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise TEError(f"{op}: groups must be a positive int, got {groups!r}")
+    if c_in % groups or c_out % groups:
+        raise TEError(f"{op}: groups={groups} must divide the input channels ({c_in}) and the "
+                      f"output channels ({c_out}); {what}")
+    if k_in != c_in // groups:
+        raise TEError(f"{op}: the kernel has {k_in} input channels but the data has {c_in} "
+                      f"channels / groups={groups} = {c_in // groups}; {what}")
+
+
+def _channel(f: Expr, rc: Any, groups: int, per_group: int, ci: int) -> Any:
+    """The input channel that reduce step ``rc`` of output channel ``f`` reads."""
+    if groups == 1:
+        return rc
+    g = I.floordiv(f, per_group)
+    return g if ci == 1 else g * ci + rc
+
+
+def _attrs(strides: Any, pads: Any, dil: Any, groups: int) -> dict[str, Any]:
+    return {"strides": strides, "padding": pads, "dilation": dil, "groups": groups}
+
+
+def conv2d_nchw(
+    data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    groups: int = 1, out_dtype: str | None = None,
+) -> Tensor:
+    """out[n, f, y, x] = sum_{c, ky, kx} pad(data)[n, g*Cg + c, y*sh + ky*dh, x*sw + kx*dw]
+    * kernel[f, c, ky, kx] with data (N, C, H, W), kernel (O, C / groups, KH, KW), g the group
+    of output channel f. Compute ``conv2d_nchw`` (tag ``conv2d_nchw``;
+    ``group_conv2d_nchw`` / ``depthwise_conv2d_nchw`` when grouped)."""
+    op = "conv2d_nchw"
+    args.tensor(data, op, "data")
+    args.tensor(kernel, op, "kernel")
+    args.ndim_is(data, 4, op, "data (N, C, H, W)")
+    args.ndim_is(kernel, 4, op, "kernel (O, I, KH, KW)")
+    n, c, h, w = args.static_shape(data, op)
+    o, ci, kh, kw = args.static_shape(kernel, op)
+    _groups(groups, c, o, ci, op, f"data {data.shape}, kernel {kernel.shape}")
+    out_dt = _out_dtype(data, kernel, out_dtype, op)
+    strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
+    padded = data if not any(pads) else pad(
+        data, (0, 0, pads[0], pads[1]), (0, 0, pads[2], pads[3]), name="pad_temp")
+    rc, ry, rx = reduce_axis((0, ci), "rc"), reduce_axis((0, kh), "ry"), reduce_axis((0, kw), "rx")
+    per_group = o // groups
+
+    def body(b: Expr, f: Expr, y: Expr, x: Expr) -> Expr:
+        ch = _channel(f, rc, groups, per_group, ci)
+        v = padded[b, ch, _scaled(y, strides[0]) + _scaled(ry, dil[0]),
+                   _scaled(x, strides[1]) + _scaled(rx, dil[1])]
+        return R.sum(_as(v, out_dt) * _as(kernel[f, rc, ry, rx], out_dt), axis=[rc, ry, rx])
+
+    tag = op if groups == 1 else "depthwise_conv2d_nchw" if ci == 1 else "group_conv2d_nchw"
+    return compute((n, o, oh, ow), body, name="conv2d_nchw", tag=tag,
+                   attrs=_attrs(strides, pads, dil, groups))
+
+
+def conv2d_nhwc(
+    data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    groups: int = 1, out_dtype: str | None = None,
+) -> Tensor:
+    """out[n, y, x, f] = sum_{ky, kx, c} pad(data)[n, y*sh + ky*dh, x*sw + kx*dw, g*Cg + c]
+    * kernel[ky, kx, c, f] with data (N, H, W, C), kernel (KH, KW, C / groups, O).
+    Compute ``conv2d_nhwc``."""
+    op = "conv2d_nhwc"
+    args.tensor(data, op, "data")
+    args.tensor(kernel, op, "kernel")
+    args.ndim_is(data, 4, op, "data (N, H, W, C)")
+    args.ndim_is(kernel, 4, op, "kernel (KH, KW, I, O)")
+    n, h, w, c = args.static_shape(data, op)
+    kh, kw, ci, o = args.static_shape(kernel, op)
+    _groups(groups, c, o, ci, op, f"data {data.shape}, kernel {kernel.shape}")
+    out_dt = _out_dtype(data, kernel, out_dtype, op)
+    strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
+    padded = data if not any(pads) else pad(
+        data, (0, pads[0], pads[1], 0), (0, pads[2], pads[3], 0), name="pad_temp")
+    ry, rx, rc = reduce_axis((0, kh), "ry"), reduce_axis((0, kw), "rx"), reduce_axis((0, ci), "rc")
+    per_group = o // groups
+
+    def body(b: Expr, y: Expr, x: Expr, f: Expr) -> Expr:
+        ch = _channel(f, rc, groups, per_group, ci)
+        v = padded[b, _scaled(y, strides[0]) + _scaled(ry, dil[0]),
+                   _scaled(x, strides[1]) + _scaled(rx, dil[1]), ch]
+        return R.sum(_as(v, out_dt) * _as(kernel[ry, rx, rc, f], out_dt), axis=[ry, rx, rc])
+
+    tag = op if groups == 1 else "depthwise_conv2d_nhwc" if ci == 1 else "group_conv2d_nhwc"
+    return compute((n, oh, ow, o), body, name="conv2d_nhwc", tag=tag,
+                   attrs=_attrs(strides, pads, dil, groups))
+
+
+def depthwise_conv2d_nchw(
+    data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+    out_dtype: str | None = None,
+) -> Tensor:
+    """Depthwise convolution with TVM's kernel layout (C, M, KH, KW), M the channel multiplier:
+    output channel f = c * M + m reads input channel c only. Equals conv2d_nchw with
+    groups=C and the kernel reshaped to (C * M, 1, KH, KW). Compute
+    ``depthwise_conv2d_nchw``."""
+    op = "depthwise_conv2d_nchw"
+    args.tensor(data, op, "data")
+    args.tensor(kernel, op, "kernel")
+    args.ndim_is(data, 4, op, "data (N, C, H, W)")
+    args.ndim_is(kernel, 4, op, "kernel (C, M, KH, KW)")
+    n, c, h, w = args.static_shape(data, op)
+    kc, m, kh, kw = args.static_shape(kernel, op)
+    if kc != c:
+        raise TEError(f"{op}: kernel {kernel.shape} has {kc} channels, data {data.shape} has {c}")
+    out_dt = _out_dtype(data, kernel, out_dtype, op)
+    strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
+    padded = data if not any(pads) else pad(
+        data, (0, 0, pads[0], pads[1]), (0, 0, pads[2], pads[3]), name="pad_temp")
+    ry, rx = reduce_axis((0, kh), "ry"), reduce_axis((0, kw), "rx")
+
+    def body(b: Expr, f: Expr, y: Expr, x: Expr) -> Expr:
+        ch = f if m == 1 else I.floordiv(f, m)
+        mi = 0 if m == 1 else I.floormod(f, m)
+        v = padded[b, ch, _scaled(y, strides[0]) + _scaled(ry, dil[0]),
+                   _scaled(x, strides[1]) + _scaled(rx, dil[1])]
+        return R.sum(_as(v, out_dt) * _as(kernel[ch, mi, ry, rx], out_dt), axis=[ry, rx])
+
+    return compute((n, c * m, oh, ow), body, name="depthwise_conv2d_nchw", tag=op,
+                   attrs=_attrs(strides, pads, dil, c))
+
+
+def conv2d_transpose_nchw(
+    data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+    groups: int = 1, dilation: Any = 1, out_dtype: str | None = None,
+) -> Tensor:
+    """The gradient of conv2d_nchw with respect to its input (ONNX ConvTranspose): data
+    (N, C, H, W), kernel (C, O / groups, KH, KW) as ONNX and TVM lay it out. Output size per
+    spatial dim: (size - 1) * stride - pad_begin - pad_end + dilation * (k - 1) +
+    output_padding + 1; ``output_padding`` (int or pair) adds rows / columns at the bottom /
+    right and must be smaller than the stride or the dilation. Written as a gather:
+    out[n, f, y, x] sums data[n, c, (y + pt - ky*dh) / sh, ...] * kernel[c, f', ky, kx] over
+    the taps where the division is exact and in range. Compute ``conv2d_transpose_nchw``."""
+    op = "conv2d_transpose_nchw"
+    args.tensor(data, op, "data")
+    args.tensor(kernel, op, "kernel")
+    args.ndim_is(data, 4, op, "data (N, C, H, W)")
+    args.ndim_is(kernel, 4, op, "kernel (C, O / groups, KH, KW)")
+    n, c, h, w = args.static_shape(data, op)
+    kc, og, kh, kw = args.static_shape(kernel, op)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise TEError(f"{op}: groups must be a positive int, got {groups!r}")
+    if kc != c or c % groups:
+        raise TEError(f"{op}: data {data.shape} has {c} channels; the kernel {kernel.shape} "
+                      f"needs {c} in dim 0 and groups={groups} must divide it")
+    out_dt = _out_dtype(data, kernel, out_dtype, op)
+    strides = args.int_tuple(stride, 2, op, "stride")
+    dil = args.int_tuple(dilation, 2, op, "dilation")
+    pads = args.padding2d(padding, op)
+    opad = args.int_tuple(output_padding, 2, op, "output_padding", minimum=0)
+    for d in range(2):
+        if opad[d] >= strides[d] and opad[d] >= dil[d]:
+            raise TEError(f"{op}: output_padding {opad} must be smaller than the stride "
+                          f"{strides} or the dilation {dil}")
+    size = [(s - 1) * strides[d] - pads[d] - pads[d + 2] + dil[d] * (k - 1) + opad[d] + 1
+            for d, (s, k) in enumerate(((h, kh), (w, kw)))]
+    if min(size) < 1:
+        raise TEError(f"{op}: padding {pads} leaves no output for input {data.shape} and "
+                      f"kernel {kernel.shape}")
+    cg = c // groups
+    rc, ry, rx = reduce_axis((0, cg), "rc"), reduce_axis((0, kh), "ry"), reduce_axis((0, kw), "rx")
+
+    def tap(pos: Expr, r: Any, d: int, extent: int) -> tuple[Expr, list[Expr]]:
+        """The input row feeding output ``pos`` through kernel tap ``r``, and when it exists."""
+        at = pos - _scaled(r, dil[d]) + pads[d] if pads[d] else pos - _scaled(r, dil[d])
+        s = strides[d]
+        conds = [at >= 0]
+        if s == 1:
+            return at, [*conds, at < extent]
+        return I.floordiv(at, s), [*conds, I.floormod(at, s) == 0, at < extent * s]
+
+    def body(b: Expr, f: Expr, y: Expr, x: Expr) -> Expr:
+        iy, cy = tap(y, ry, 0, h)
+        ix, cx = tap(x, rx, 1, w)
+        ch = _channel(f, rc, groups, og, cg)
+        fo = f if groups == 1 else I.floormod(f, og)
+        v = _as(data[b, ch, iy, ix], out_dt) * _as(kernel[ch, fo, ry, rx], out_dt)
+        zero = args.scalar(0, out_dt, op)
+        return R.sum(I.if_then_else(I.all(*cy, *cx), v, zero), axis=[rc, ry, rx])
+
+    return compute((n, og * groups, size[0], size[1]), body, name="conv2d_transpose_nchw",
+                   tag=op, attrs={**_attrs(strides, pads, dil, groups), "output_padding": opad})
