@@ -19,14 +19,14 @@ from autosched.schedule import ir as lir
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
-from autosched.targets.llvm.walk import all_exprs, inline_lets_on
+from autosched.targets.llvm.walk import all_exprs, all_stmts, inline_lets_on
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
 
 MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
-MAX_LANES = 64  # a longer vectorized loop runs as a loop over CHUNK_LANES-wide vectors
-CHUNK_LANES = 16
+MAX_LANES = 64  # the longest vector emitted as one LLVM vector
+MAX_UNROLL_PIECES = 8  # a vectorized loop of more native-width pieces becomes a loop over them
 STACK_BYTES = {"local": 64 * 1024, "shared": 32 * 1024, "global": 32 * 1024}
 
 _REDUCE = {  # op -> (integer reduction, float reduction)
@@ -43,6 +43,7 @@ class ModuleState:
 
     module: ir.Module
     sig: Signature
+    vector_bits: int = 128
     num_threads: ir.GlobalVariable | None = None
     threads_ran: ir.GlobalVariable | None = None
     outlined: int = 0
@@ -263,25 +264,49 @@ class FuncGen(ExprGen):
         return node
 
     def _vector_for(self, s: lir.For, extent: int) -> None:
+        """Vectors of the CPU's width: a multiple of it (up to MAX_LANES) stays one LLVM vector,
+        which LLVM splits evenly; other extents are cut into full-width pieces and a remainder
+        in powers of two, because LLVM legalises odd widths like <56 x float> badly."""
         body = inline_lets_on(s.body, s.var.uid)
         lo = self._loop_value(s.min, s.var)
-        if extent <= MAX_LANES:
-            with self.vector(VectorContext(s.var.uid, extent, lo)):
-                self.stmt(body)
+        native = self._native_lanes(body)
+        if extent <= native or (extent % native == 0 and extent <= MAX_LANES):
+            return self._vector_piece(body, s.var.uid, lo, 0, extent)
+        full, rest = divmod(extent, native)
+        if full <= MAX_UNROLL_PIECES:
+            for c in range(full):
+                self._vector_piece(body, s.var.uid, lo, c * native, native)
+        else:
+            width = ir.Constant(lo.type, native)
+
+            def piece(c: ir.Value) -> None:
+                start = self.b.add(lo, self.b.mul(c, width))
+                with self.vector(VectorContext(s.var.uid, native, start)):
+                    self.stmt(body)
+
+            self.loop(ir.Constant(lo.type, 0), ir.Constant(lo.type, full), piece)
+        offset = full * native
+        while rest:
+            width = 1 << (rest.bit_length() - 1)
+            self._vector_piece(body, s.var.uid, lo, offset, width)
+            offset, rest = offset + width, rest - width
+
+    def _vector_piece(self, body: lir.Stmt, uid: int, lo: ir.Value, offset: int,
+                      lanes: int) -> None:
+        start = lo if offset == 0 else self.b.add(lo, ir.Constant(lo.type, offset))
+        if lanes == 1:
+            self.env[uid] = start
+            self.stmt(body)
+            self.env.pop(uid, None)
             return
-        chunks, rest = divmod(extent, CHUNK_LANES)
-        width = ir.Constant(lo.type, CHUNK_LANES)
+        with self.vector(VectorContext(uid, lanes, start)):
+            self.stmt(body)
 
-        def chunk(c: ir.Value) -> None:
-            start = self.b.add(lo, self.b.mul(c, width))
-            with self.vector(VectorContext(s.var.uid, CHUNK_LANES, start)):
-                self.stmt(body)
-
-        self.loop(ir.Constant(lo.type, 0), ir.Constant(lo.type, chunks), chunk)
-        if rest:
-            start = self.b.add(lo, ir.Constant(lo.type, chunks * CHUNK_LANES))
-            with self.vector(VectorContext(s.var.uid, rest, start)):
-                self.stmt(body)
+    def _native_lanes(self, body: lir.Stmt) -> int:
+        bits = [dt.bits(e.buffer.dtype) for e in all_exprs(body) if isinstance(e, lir.Load)]
+        bits += [dt.bits(st.buffer.dtype) for st in all_stmts(body) if isinstance(st, lir.Store)]
+        widest = max([b for b in bits if b >= 8] or [32])
+        return max(self.state.vector_bits // widest, 2)
 
     # --- storage -----------------------------------------------------------------------------
 
@@ -325,8 +350,8 @@ def _type_suffix(dtype: str) -> str:
     return {"float16": "f16", "float32": "f32", "float64": "f64"}.get(dtype, f"i{dt.bits(dtype)}")
 
 
-def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "") -> tuple[
-        ir.Module, Signature]:
+def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
+             vector_bits: int = 128) -> tuple[ir.Module, Signature]:
     """The LLVM module for ``func`` and the signature of its exported function."""
     sig = signature(func)
     module = ir.Module(name=func.name)
@@ -334,7 +359,7 @@ def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "") -> tup
         module.triple = triple
     if data_layout:
         module.data_layout = data_layout
-    state = ModuleState(module, sig)
+    state = ModuleState(module, sig, vector_bits)
     arg_types = [T.memory(b.dtype).as_pointer() for b in sig.params] + [T.I64] * len(sig.sym_vars)
     fn = ir.Function(module, ir.FunctionType(T.VOID, arg_types), sig.symbol)
     fn.attributes.add("nounwind")

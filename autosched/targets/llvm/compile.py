@@ -35,8 +35,7 @@ class Compiled:
     optimized_ir: str
 
 
-@functools.cache
-def _target_machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
+def _new_target_machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
     binding = _llvm()
     try:
         tgt = binding.Target.from_triple(triple)
@@ -44,6 +43,11 @@ def _target_machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
         raise CompileError(f"LLVM has no backend for triple {triple!r}: {exc}") from exc
     return tgt.create_target_machine(cpu=cpu, features=features, opt=OPT_LEVEL, reloc="pic",
                                      codemodel="default")
+
+
+# The shared machine for optimising and emitting; an MCJIT engine takes ownership of the machine
+# it is given, so each engine gets its own.
+_target_machine = functools.cache(_new_target_machine)
 
 
 def target_machine(target: Target) -> llvm.TargetMachine:
@@ -112,7 +116,7 @@ class JitEngine:
 
     def __init__(self, compiled: Compiled, target: Target) -> None:
         _load_runtime_libraries()
-        tm = target_machine(target)
+        tm = _new_target_machine(target.triple, target.cpu, target.features)
         empty = llvm.parse_assembly("")
         empty.triple = target.triple
         self._engine = llvm.create_mcjit_compiler(empty, tm)
