@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
@@ -17,9 +18,17 @@ from autosched.errors import TEError
 from autosched.te import dtype as dt
 
 _uids = itertools.count()
+_uid_pid = -1
 
 
 def next_uid() -> int:
+    """A process-unique id. Each process numbers from its own base (pid << 40), so variables
+    made in a worker never collide with ones unpickled from the parent."""
+    global _uids, _uid_pid
+    pid = os.getpid()
+    if pid != _uid_pid:
+        _uid_pid = pid
+        _uids = itertools.count((pid << 40) + 1)
     return next(_uids)
 
 
@@ -32,6 +41,15 @@ class Node:
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]
+
+    # Pickling drops the cached hash and recomputes it on load: str hashes differ per process.
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self.__post_init__()
 
 
 def _hash_of(value: Any) -> int:

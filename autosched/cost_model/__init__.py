@@ -1,0 +1,1 @@
+"""Cost model: features of lowered loop IR and an XGBoost ranking model."""

@@ -1,0 +1,1 @@
+"""The auto-scheduler: tasks, sketches, annotation, evolutionary search, measurement, records."""
