@@ -1,0 +1,208 @@
+"""The reference evaluator: run any lowered PrimFunc on numpy arrays with exact semantics.
+
+The function is rendered to Python once (``pyrender``; cached per function) and run on flat
+memoryviews over the arrays, so outputs are written in place. CPU loop kinds all run serially;
+GPU kernels run with CUDA semantics (every thread runs the block body, thread loops are guards,
+barriers step the threads of a block in lockstep; see ``pyrender``). Out-of-bounds accesses,
+integer division by zero and divergent barriers raise ``RuntimeError_``; fresh allocations read
+as NaN (integers as 0xA5A5...) until written, so reading unwritten memory shows in the output.
+
+Example::
+
+    from autosched.schedule import ir
+    from autosched.schedule.evaluate import evaluate
+    A = ir.Buffer("A", (const(4),), "float32"); B = ir.Buffer("B", (const(4),), "float32")
+    i = Var("i")
+    body = ir.For(i, const(0), const(4), "serial",
+                  ir.Store(B, (i,), ir.Load(A, (i,)) * 2.0))
+    evaluate(ir.PrimFunc("double", (A, B), body), a, b)   # b == 2 * a
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import CompileError, RuntimeError_
+from autosched.schedule import ir
+from autosched.schedule.pyrender import render
+from autosched.schedule.pyruntime import as_view, namespace
+from autosched.te import expr as E
+
+_CACHE_SIZE = 256
+_cache: OrderedDict[tuple[int, bool], Program] = OrderedDict()
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A PrimFunc compiled to Python: call it with numpy arrays in ``func.params`` order."""
+
+    func: ir.PrimFunc
+    source: str
+    fn: Callable[..., None]
+    shape_vars: tuple[E.Var, ...]
+    stored: frozenset[int]
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        env = bind_shapes(self.func, arrays)
+        views: list[Any] = []
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
+        for buf, arr in zip(self.func.params, arrays):
+            if buf.uid in self.stored and not arr.flags.writeable:
+                raise RuntimeError_(
+                    f"{self.func.name}: parameter {buf.name} is written but the array given "
+                    "for it is read-only"
+                )
+            if not arr.flags.c_contiguous:
+                work = np.ascontiguousarray(arr)
+                copies.append((arr, work))
+                arr = work
+            views.append(as_view(arr))
+        views.extend(env[v.uid] for v in self.shape_vars)
+        try:
+            self.fn(*views)
+        except ZeroDivisionError:
+            raise RuntimeError_(f"{self.func.name}: integer division by zero") from None
+        except RuntimeError_ as exc:
+            raise RuntimeError_(f"{self.func.name}: {exc}") from None
+        finally:
+            for arr, work in copies:
+                arr[...] = work
+
+
+def _shape_str(shape: tuple[E.Expr, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def bind_shapes(func: ir.PrimFunc, arrays: tuple[Any, ...]) -> dict[int, int]:
+    """Check ``arrays`` against ``func.params``; the values of the symbolic dimensions."""
+    params = func.params
+    if len(arrays) != len(params):
+        names = ", ".join(b.name for b in params)
+        raise RuntimeError_(
+            f"{func.name} takes {len(params)} arrays ({names}), got {len(arrays)}"
+        )
+    env: dict[int, int] = {}
+    source: dict[int, str] = {}
+    for buf, arr in zip(params, arrays):
+        want = f"{buf.dtype}{_shape_str(buf.shape)}"
+        if not isinstance(arr, np.ndarray):
+            raise RuntimeError_(
+                f"{func.name}: parameter {buf.name} expects a numpy array of {want}, "
+                f"got a {type(arr).__name__}"
+            )
+        got = f"{arr.dtype}{tuple(arr.shape)}"
+        if arr.dtype != np.dtype(buf.dtype):
+            raise RuntimeError_(
+                f"{func.name}: parameter {buf.name} expects dtype {buf.dtype}, got {arr.dtype} "
+                f"(expected {want}, given {got})"
+            )
+        if arr.ndim != len(buf.shape):
+            raise RuntimeError_(
+                f"{func.name}: parameter {buf.name} expects shape {_shape_str(buf.shape)}, "
+                f"got {tuple(arr.shape)}"
+            )
+        for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
+            if isinstance(dim, E.Var):
+                if dim.uid not in env:
+                    env[dim.uid] = int(n)
+                    source[dim.uid] = f"parameter {buf.name} dimension {d}"
+                    continue
+                if env[dim.uid] != n:
+                    raise RuntimeError_(
+                        f"{func.name}: parameter {buf.name} expects shape "
+                        f"{_shape_str(buf.shape)}, got {tuple(arr.shape)}: dimension {d} is "
+                        f"{dim.name} = {env[dim.uid]} (from {source[dim.uid]}), given {n}"
+                    )
+    for buf, arr in zip(params, arrays):
+        for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
+            if isinstance(dim, E.Var):
+                continue
+            want_n = eval_int(dim, env)
+            if want_n != n:
+                bound = ", ".join(
+                    f"{v.name}={env[v.uid]}" for v in _vars(dim) if v.uid in env
+                )
+                raise RuntimeError_(
+                    f"{func.name}: parameter {buf.name} expects shape {_shape_str(buf.shape)}"
+                    f"{' with ' + bound if bound else ''}, got {tuple(arr.shape)}: dimension "
+                    f"{d} should be {want_n}"
+                )
+    return env
+
+
+def _vars(e: E.Expr) -> list[E.Var]:
+    from autosched.te.visit import post_order
+
+    return [v for v in post_order(e) if isinstance(v, E.Var)]
+
+
+_INT_OPS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "floormod": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+
+
+def eval_int(e: E.Expr, env: dict[int, int]) -> int:
+    """The value of an integer shape expression given the symbolic dimensions in ``env``."""
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        if e.uid not in env:
+            raise CompileError(f"shape expression uses {e.name}, which no dimension binds")
+        return env[e.uid]
+    if isinstance(e, E.Cast):
+        return eval_int(e.value, env)
+    if isinstance(e, E.Binary) and e.op in _INT_OPS:
+        return _INT_OPS[e.op](eval_int(e.a, env), eval_int(e.b, env))
+    raise CompileError(f"cannot evaluate the shape expression {e}")
+
+
+def compile_func(func: ir.PrimFunc, check_bounds: bool = True) -> Program:
+    """``func`` rendered to Python and compiled (cached per function object and flags).
+
+    >>> prog = compile_func(func)   # doctest: +SKIP
+    >>> print(prog.source); prog(a, b, c)
+    """
+    key = (id(func), check_bounds)
+    hit = _cache.get(key)
+    if hit is not None and hit.func is func:
+        _cache.move_to_end(key)
+        return hit
+    rendered = render(func, check_bounds)
+    filename = f"<autosched.ref {func.name} {id(func):x}>"
+    # Tracebacks through the generated code show its lines.
+    lines = rendered.source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(rendered.source), None, lines, filename)
+    ns = namespace()
+    try:
+        exec(compile(rendered.source, filename, "exec"), ns)
+    except SyntaxError as exc:
+        raise CompileError(
+            f"{func.name}: the rendered Python does not compile ({exc})\n{rendered.source}"
+        ) from None
+    prog = Program(func, rendered.source, ns[rendered.entry], rendered.shape_vars, rendered.stored)
+    _cache[key] = prog
+    while len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
+    return prog
+
+
+def evaluate(func: ir.PrimFunc, *arrays: np.ndarray, check_bounds: bool = True) -> None:
+    """Run ``func`` on ``arrays`` (in ``func.params`` order); outputs are written in place.
+
+    Raises RuntimeError_ for arrays of the wrong count, shape or dtype, for out-of-bounds
+    accesses (unless ``check_bounds`` is False), integer division by zero and divergent GPU
+    barriers. See the module docstring for an example.
+    """
+    compile_func(func, check_bounds)(*arrays)

@@ -1,0 +1,681 @@
+"""Render a lowered PrimFunc as Python source for the reference evaluator.
+
+Each buffer becomes a flat memoryview (row-major; the renderer flattens indices itself), each
+loop a ``for`` over ``range``, each expression a Python expression over ints, floats and bools
+(helpers from ``pyruntime`` supply C / IEEE semantics where Python's differ).
+
+GPU kernels: the outermost ``thread`` loop (not a vthread) starts a kernel. Inside it every
+thread of every block runs the whole body; a thread loop is not a loop but
+``if hw_index < extent: var = hw_index + min``, and the launch size of a tag is the largest
+extent of its loops in the kernel. A kernel without barriers runs its threads one after another
+as nested loops. A kernel with barriers renders its body as a generator that yields at each
+barrier, and ``pyruntime.run_block`` steps the threads of a block in lockstep.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.errors import CompileError
+from autosched.schedule import ir
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+from autosched.te.visit import post_order
+
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+_HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_bx"
+_LAUNCH = {tag: f"_n{_HW[tag]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
+
+# Integer dtypes whose arithmetic wraps after every operation. int32 / int64 intermediates stay
+# exact Python ints (index arithmetic never overflows in practice) and wrap where stored or cast.
+_NARROW = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
+# Python's blocks-per-function limit is 20 (loops and try); deeper nests move into a closure.
+_MAX_BLOCKS = 17
+
+_ARITH = {"add": "+", "sub": "-", "mul": "*"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Python source for ``func``: ``entry(*buffer views, *shape var values)``."""
+
+    source: str
+    entry: str
+    shape_vars: tuple[E.Var, ...]
+    stored: frozenset[int]  # uids of parameter buffers the function writes
+
+
+def is_vthread(s: ir.For) -> bool:
+    return s.kind == "thread" and s.thread_tag.startswith("vthread")
+
+
+def is_gpu_thread(s: ir.Stmt) -> bool:
+    return isinstance(s, ir.For) and s.kind == "thread" and not is_vthread(s)
+
+
+def walk(s: ir.Stmt) -> Iterator[ir.Stmt]:
+    """Every statement of ``s``, parents first."""
+    yield s
+    if isinstance(s, ir.Seq):
+        for c in s.stmts:
+            yield from walk(c)
+    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
+        yield from walk(s.body)
+    elif isinstance(s, ir.IfThenElse):
+        yield from walk(s.then_body)
+        if s.else_body is not None:
+            yield from walk(s.else_body)
+
+
+def _stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
+    if isinstance(s, ir.Store):
+        yield from s.indices
+        yield s.value
+    elif isinstance(s, ir.For):
+        yield s.min
+        yield s.extent
+    elif isinstance(s, ir.IfThenElse):
+        yield s.cond
+    elif isinstance(s, ir.LetStmt):
+        yield s.value
+    elif isinstance(s, ir.Allocate):
+        yield from s.buffer.shape
+
+
+@dataclass
+class _Kernel:
+    name: str
+    generator: bool  # threads run as generators stepped in lockstep (the kernel has barriers)
+    launch: dict[str, str]  # tag -> launch size (a literal or the name of a local)
+    const_launch: dict[str, int]  # tag -> launch size where every extent is a constant
+    barriers: int = 0
+
+
+class _Renderer:
+    def __init__(self, func: ir.PrimFunc, check_bounds: bool) -> None:
+        self.func = func
+        self.check_bounds = check_bounds
+        self.lines: list[str] = []
+        self.indent = 1
+        self.blocks = 0  # loop / try blocks enclosing the current line in its Python function
+        self.taken: set[str] = set()
+        self.vars: dict[int, str] = {}  # uid of a bound Var -> its Python name
+        self.ranges: dict[int, tuple[int, int]] = {}  # uid -> inclusive bounds, when known
+        self.bufs: dict[int, str] = {}  # uid of a buffer in scope -> its Python name
+        self.tmp_count = 0
+        self.nest_count = 0
+        self.kernel_count = 0
+        self.kernel: _Kernel | None = None
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def name(self, base: str) -> str:
+        """A fresh Python identifier like ``base`` that cannot clash with helpers or builtins."""
+        text = re.sub(r"\W", "_", base) or "v"
+        if text[0].isdigit() or text[0] == "_":
+            text = "v" + text
+        if keyword.iskeyword(text) or hasattr(builtins, text):
+            text += "_"
+        candidate, n = text, 1
+        while candidate in self.taken:
+            candidate = f"{text}_{n}"
+            n += 1
+        self.taken.add(candidate)
+        return candidate
+
+    def tmp(self) -> str:
+        self.tmp_count += 1
+        return f"_t{self.tmp_count}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    # -- the function --------------------------------------------------------------------------
+
+    def render(self) -> Rendered:
+        f = self.func
+        entry = self.name(f.name)
+        args: list[str] = []
+        for buf in f.params:
+            args.append(self.bind_buffer(buf))
+        shape_vars: list[E.Var] = []
+        for buf in f.params:
+            for d in buf.shape:
+                if isinstance(d, E.Var) and d.uid not in self.vars:
+                    shape_vars.append(d)
+                    args.append(self.bind_var(d))
+        for buf in f.params:
+            for d in buf.shape:
+                missing = [v for v in post_order(d) if isinstance(v, E.Var) and v.uid not in self.vars]
+                if missing:
+                    raise CompileError(
+                        f"{f.name}: the shape of parameter {buf.name} uses {missing[0].name}, "
+                        "which no parameter has as a whole dimension, so it cannot be inferred"
+                    )
+        self.lines.append(f"def {entry}({', '.join(args)}):")
+        before = len(self.lines)
+        self.stmt(f.body)
+        if len(self.lines) == before:
+            self.emit("pass")
+        header = f"# {f.name}: rendered by autosched.schedule.pyrender for the reference evaluator"
+        stored = frozenset(
+            s.buffer.uid for s in walk(f.body) if isinstance(s, ir.Store)
+        ) & frozenset(b.uid for b in f.params)
+        return Rendered("\n".join([header, *self.lines]) + "\n", entry, tuple(shape_vars), stored)
+
+    def bind_buffer(self, buf: ir.Buffer) -> str:
+        if buf.uid in self.bufs:
+            raise CompileError(f"{self.func.name}: buffer {buf.name} is bound twice")
+        self.bufs[buf.uid] = py = self.name(buf.name)
+        return py
+
+    def bind_var(self, v: E.Var, bounds: tuple[int, int] | None = None) -> str:
+        if v.uid in self.vars:
+            raise CompileError(
+                f"{self.func.name}: variable {v.name} is bound again inside its own scope"
+            )
+        self.vars[v.uid] = py = self.name(v.name)
+        if bounds is not None:
+            self.ranges[v.uid] = bounds
+        return py
+
+    def unbind_var(self, v: E.Var) -> None:
+        del self.vars[v.uid]
+        self.ranges.pop(v.uid, None)
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def stmt(self, s: ir.Stmt) -> None:
+        method = getattr(self, "_s_" + type(s).__name__, None)
+        if method is None:
+            raise CompileError(f"the reference evaluator cannot run a {type(s).__name__} statement")
+        method(s)
+
+    def body(self, s: ir.Stmt) -> None:
+        self.indent += 1
+        before = len(self.lines)
+        self.stmt(s)
+        if len(self.lines) == before:
+            self.emit("pass")
+        self.indent -= 1
+
+    def _s_Seq(self, s: ir.Seq) -> None:
+        for c in s.stmts:
+            self.stmt(c)
+
+    def _s_Store(self, s: ir.Store) -> None:
+        view = self.buffer(s.buffer)
+        value = self.expr(s.value)
+        flat = self.flat_index(s.buffer, s.indices, "store")
+        self.emit(f"{view}[{flat}] = {self.store_value(value, s.value.dtype, s.buffer)}")
+
+    def _s_IfThenElse(self, s: ir.IfThenElse) -> None:
+        self.emit(f"if {self.expr(s.cond)}:")
+        self.body(s.then_body)
+        if s.else_body is not None:
+            self.emit("else:")
+            self.body(s.else_body)
+
+    def _s_LetStmt(self, s: ir.LetStmt) -> None:
+        value = self.expr(s.value)
+        py = self.bind_var(s.var, self.interval(s.value))
+        self.emit(f"{py} = {value}")
+        self.stmt(s.body)
+        self.unbind_var(s.var)
+
+    def _s_Allocate(self, s: ir.Allocate) -> None:
+        buf = s.buffer
+        size = " * ".join(self.expr(d) for d in buf.shape) or "1"
+        py = self.bind_buffer(buf)
+        if self.kernel is not None and buf.scope in ("shared", "global"):
+            # One shared buffer per block (global: per launch), made when a thread first gets here.
+            table = "_sh" if buf.scope == "shared" else "_kg"
+            self.emit(f"{py} = _alloc_once({table}, {buf.uid}, {buf.dtype!r}, {size})  # {buf.scope}")
+        else:
+            self.emit(f"{py} = _alloc({buf.dtype!r}, {size})  # {buf.scope}")
+        self.stmt(s.body)
+        del self.bufs[buf.uid]
+
+    def _s_Barrier(self, s: ir.Barrier) -> None:
+        if self.kernel is None:
+            raise CompileError(f"{self.func.name}: a barrier outside any GPU kernel")
+        assert self.kernel.generator
+        self.emit(f"yield {self.kernel.barriers}  # barrier #{self.kernel.barriers} ({s.scope})")
+        self.kernel.barriers += 1
+
+    def _s_For(self, s: ir.For) -> None:
+        if s.kind not in ir.FOR_KINDS:
+            raise CompileError(f"{self.func.name}: loop {s.var.name} has unknown kind {s.kind!r}")
+        if is_gpu_thread(s):
+            if s.thread_tag not in THREAD_TAGS:
+                raise CompileError(
+                    f"{self.func.name}: loop {s.var.name} is bound to unknown thread tag "
+                    f"{s.thread_tag!r}; expected one of {', '.join(THREAD_TAGS)} or vthread"
+                )
+            if self.kernel is None:
+                self.launch_kernel(s)
+            else:
+                self.thread_guard(s)
+            return
+        if self.blocks >= _MAX_BLOCKS:
+            self.nested(s)
+            return
+        lo, ext = self.expr(s.min), self.expr(s.extent)
+        lo_c, ext_c = _int_const(s.min), _int_const(s.extent)
+        if lo_c == 0:
+            rng = f"range({ext})"
+        elif lo_c is not None and ext_c is not None:
+            rng = f"range({lo_c}, {lo_c + ext_c})"
+        else:
+            t = self.tmp()
+            rng = f"range(({t} := {lo}), {t} + {ext})"
+        bounds = self.loop_bounds(s)
+        py = self.bind_var(s.var, bounds)
+        notes = [s.kind] if s.kind != "serial" else []
+        notes += [s.thread_tag] if s.thread_tag else []
+        notes += [f"{k}={v}" for k, v in s.annotations]
+        self.emit(f"for {py} in {rng}:" + (f"  # {', '.join(notes)}" if notes else ""))
+        self.blocks += 1
+        self.body(s.body)
+        self.blocks -= 1
+        self.unbind_var(s.var)
+
+    def loop_bounds(self, s: ir.For) -> tuple[int, int] | None:
+        lo, ext = self.interval(s.min), self.interval(s.extent)
+        if lo is None or ext is None:
+            return None
+        return lo[0], lo[1] + ext[1] - 1
+
+    def nested(self, s: ir.Stmt) -> None:
+        """Render ``s`` as a closure called in place: its loops start a fresh block count."""
+        self.nest_count += 1
+        fn = f"_nest{self.nest_count}"
+        yields = self.kernel is not None and any(isinstance(c, ir.Barrier) for c in walk(s))
+        self.emit(f"def {fn}():")
+        saved = self.blocks
+        self.blocks = 0
+        self.body(s)
+        self.blocks = saved
+        self.emit(f"yield from {fn}()" if yields else f"{fn}()")
+
+    # -- GPU kernels ---------------------------------------------------------------------------
+
+    def launch_kernel(self, root: ir.For) -> None:
+        name = f"{self.func.name}_kernel{self.kernel_count}"
+        self.kernel_count += 1
+        loops = [s for s in walk(root) if is_gpu_thread(s)]
+        extents: dict[str, list[E.Expr]] = {}
+        for loop in loops:
+            if loop.thread_tag not in THREAD_TAGS:
+                raise CompileError(
+                    f"kernel {name}: loop {loop.var.name} is bound to unknown thread tag "
+                    f"{loop.thread_tag!r}"
+                )
+            extents.setdefault(loop.thread_tag, []).append(loop.extent)
+            inner = {v.uid: v for e in (loop.min, loop.extent) for v in post_order(e)
+                     if isinstance(v, E.Var) and v.uid not in self.vars}
+            if inner:
+                v = next(iter(inner.values()))
+                raise CompileError(
+                    f"kernel {name}: the {loop.thread_tag} loop {loop.var.name} has extent "
+                    f"{loop.extent} (min {loop.min}), which depends on {v.name}, a variable "
+                    "bound inside the kernel; launch sizes must be known when it starts"
+                )
+        generator = any(isinstance(s, ir.Barrier) for s in walk(root))
+        launch: dict[str, str] = {}
+        const_launch: dict[str, int] = {}
+        self.emit(f"# kernel {name}" + (" (threads in lockstep)" if generator else ""))
+        for tag in THREAD_TAGS:
+            if tag not in extents:
+                continue
+            consts = [_int_const(e) for e in extents[tag]]
+            if all(c is not None for c in consts):
+                const_launch[tag] = max(max(consts), 0)  # type: ignore[type-var]
+                launch[tag] = str(const_launch[tag])
+            else:
+                parts = ", ".join(self.expr(e) for e in extents[tag])
+                self.emit(f"{_LAUNCH[tag]} = max({parts}, 0)")
+                launch[tag] = _LAUNCH[tag]
+        self.kernel = _Kernel(name, generator, launch, const_launch)
+        blocks = [t for t in reversed(THREAD_TAGS[:3]) if t in launch]
+        threads = [t for t in reversed(THREAD_TAGS[3:]) if t in launch]
+        self.emit(f"{' = '.join(_HW[t] for t in THREAD_TAGS)} = 0")
+        self.emit("_kg = {}")
+        if generator:
+            self.kernel_generator(root, name, blocks, threads)
+        else:
+            self.kernel_loops(root, name, blocks, threads)
+        self.kernel = None
+
+    def kernel_loops(self, root: ir.For, name: str, blocks: list[str], threads: list[str]) -> None:
+        k = self.kernel
+        assert k is not None
+        self.emit("try:")
+        self.indent += 1
+        saved = self.blocks
+        self.blocks += 1
+        for tag in blocks:
+            self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
+            self.indent += 1
+            self.blocks += 1
+        self.emit("_sh = {}")
+        for tag in threads:
+            self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
+            self.indent += 1
+            self.blocks += 1
+        self.stmt(root)
+        self.indent -= 1 + len(blocks) + len(threads)
+        self.blocks = saved
+        self.emit("except (_RuntimeError, ZeroDivisionError) as _e:")
+        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        self.emit(f"    raise _kernel_error(_e, {name!r}, ({bid}), ({tid})) from None")
+
+    def kernel_generator(
+        self, root: ir.For, name: str, blocks: list[str], threads: list[str]
+    ) -> None:
+        k = self.kernel
+        assert k is not None
+        fn = f"_kernel{self.kernel_count - 1}"
+        params = ", ".join(_HW[t] for t in THREAD_TAGS)
+        self.emit(f"def {fn}({params}, _sh, _kg):")
+        saved = self.blocks
+        self.blocks = 0
+        self.body(root)
+        self.blocks = saved
+        for tag in blocks:
+            self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
+            self.indent += 1
+        self.emit("_sh = {}")
+        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        loops = " ".join(f"for {_HW[t]} in range({k.launch[t]})" for t in threads)
+        self.emit(
+            f"_run_block({name!r}, ({bid}), [(({tid}), {fn}({params}, _sh, _kg)) {loops}])"
+        )
+        self.indent -= len(blocks)
+
+    def thread_guard(self, s: ir.For) -> None:
+        k = self.kernel
+        assert k is not None
+        hw = _HW[s.thread_tag]
+        ext_c = _int_const(s.extent)
+        full = ext_c is not None and ext_c == k.const_launch.get(s.thread_tag)
+        if not full:
+            self.emit(f"if {hw} < {self.expr(s.extent)}:  # {s.thread_tag}")
+            self.indent += 1
+        lo_c = _int_const(s.min)
+        value = hw if lo_c == 0 else f"{hw} + {self.expr(s.min)}"
+        bounds = self.loop_bounds(s)
+        py = self.bind_var(s.var, bounds)
+        self.emit(f"{py} = {value}" + (f"  # {s.thread_tag}" if full else ""))
+        before = len(self.lines)
+        self.stmt(s.body)
+        if len(self.lines) == before:
+            self.emit("pass")
+        self.unbind_var(s.var)
+        if not full:
+            self.indent -= 1
+
+    # -- buffers -------------------------------------------------------------------------------
+
+    def buffer(self, buf: ir.Buffer) -> str:
+        py = self.bufs.get(buf.uid)
+        if py is None:
+            raise CompileError(
+                f"{self.func.name}: buffer {buf.name} is accessed but is neither a parameter nor "
+                "allocated around the access"
+            )
+        return py
+
+    def flat_index(self, buf: ir.Buffer, indices: tuple[E.Expr, ...], kind: str) -> str:
+        if len(indices) != len(buf.shape):
+            raise CompileError(
+                f"{self.func.name}: {kind} of {buf.name} with {len(indices)} indices; "
+                f"it has {len(buf.shape)} dimensions"
+            )
+        if not indices:
+            return "0"
+        dims = [self.expr(d) for d in buf.shape]
+        parts: list[str] = []
+        checks: list[str] = []
+        temps: list[str] = []
+        for i, d, dim in zip(indices, buf.shape, dims):
+            text = self.expr(i)
+            if not self.check_bounds or self.in_bounds(i, d):
+                parts.append(text)
+                temps.append(text)
+                continue
+            t = self.tmp()
+            parts.append(t)
+            temps.append(t)
+            checks.append(f"(0 <= ({t} := {text}) < {dim})")
+        flat = parts[0]
+        for p, d in zip(parts[1:], dims[1:]):
+            flat = f"({flat} * {d} + {p})" if d != "1" else f"({flat} + {p})"
+        if not checks:
+            return flat
+        cond = " & ".join(checks) if len(checks) > 1 else checks[0]
+        return (
+            f"{flat} if {cond} else _oob({kind!r}, {buf.name!r}, ({', '.join(temps)},), "
+            f"({', '.join(dims)},))"
+        )
+
+    def in_bounds(self, index: E.Expr, dim: E.Expr) -> bool:
+        n = _int_const(dim)
+        b = self.interval(index)
+        return n is not None and b is not None and 0 <= b[0] and b[1] < n
+
+    def interval(self, e: E.Expr) -> tuple[int, int] | None:
+        """Inclusive integer bounds of ``e`` from constants and loop ranges, or None."""
+        if isinstance(e, E.Const):
+            return (int(e.value), int(e.value)) if isinstance(e.value, int) else None
+        if isinstance(e, E.Var):
+            return self.ranges.get(e.uid)
+        if isinstance(e, E.Cast):
+            inner = self.interval(e.value)
+            if inner is None or not dt.is_int(e.type) or not dt.is_int(e.value.dtype):
+                return None
+            lo, hi = np.iinfo(e.type).min, np.iinfo(e.type).max
+            return inner if lo <= inner[0] and inner[1] <= hi else None
+        if not isinstance(e, E.Binary) or not dt.is_int(e.dtype):
+            return None
+        a, b = self.interval(e.a), self.interval(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "add":
+            return a[0] + b[0], a[1] + b[1]
+        if e.op == "sub":
+            return a[0] - b[1], a[1] - b[0]
+        if e.op == "mul":
+            products = [x * y for x in a for y in b]
+            return min(products), max(products)
+        if e.op == "min":
+            return min(a[0], b[0]), min(a[1], b[1])
+        if e.op == "max":
+            return max(a[0], b[0]), max(a[1], b[1])
+        if e.op in ("floordiv", "floormod") and b[0] > 0:
+            if e.op == "floormod":
+                return 0, b[1] - 1
+            lo = a[0] // b[1] if a[0] >= 0 else a[0] // b[0]
+            hi = a[1] // b[0] if a[1] >= 0 else a[1] // b[1]
+            return lo, hi
+        return None
+
+    def store_value(self, value: str, vtype: str, buf: ir.Buffer) -> str:
+        btype = buf.dtype
+        if btype == "float16":
+            return f"_f16b({value})" if dt.is_float(vtype) else f"_f16b(float({value}))"
+        if dt.is_float(btype):
+            if dt.is_float(vtype):
+                return value
+            return f"float({value})"
+        if btype == "bool":
+            return value if vtype == "bool" else f"({value} != 0)"
+        if vtype == "bool":
+            return f"int({value})"
+        if dt.is_float(vtype):
+            return self.wrap(f"_ftoi({value}, {np.iinfo(btype).min})", btype)
+        if vtype in _NARROW and _fits(vtype, btype):
+            return value
+        return self.wrap(value, btype)
+
+    # -- expressions ---------------------------------------------------------------------------
+
+    def expr(self, e: E.Expr) -> str:
+        method = getattr(self, "_e_" + type(e).__name__, None)
+        if method is None:
+            raise CompileError(
+                f"the reference evaluator cannot run a {type(e).__name__} expression ({e}); "
+                "lower the function to loop IR first"
+            )
+        return method(e)
+
+    def wrap(self, text: str, dtype: str) -> str:
+        lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+        t = self.tmp()
+        return f"({t} if {lo} <= ({t} := {text}) <= {hi} else _wrap({t}, {dtype!r}))"
+
+    def _e_Const(self, e: E.Const) -> str:
+        if e.dtype == "bool":
+            return "True" if e.value else "False"
+        if dt.is_float(e.dtype):
+            x = float(np.dtype(e.dtype).type(e.value)) if e.dtype != "float64" else float(e.value)
+            if math.isnan(x):
+                return "_nan"
+            if math.isinf(x):
+                return "_inf" if x > 0 else "(-_inf)"
+            return repr(x) if x >= 0 and not (x == 0 and math.copysign(1, x) < 0) else f"({x!r})"
+        v = int(e.value)
+        return str(v) if v >= 0 else f"({v})"
+
+    def _e_Var(self, e: E.Var) -> str:
+        py = self.vars.get(e.uid)
+        if py is None:
+            raise CompileError(
+                f"{self.func.name}: variable {e.name} is used where no loop, let or parameter "
+                "shape binds it"
+            )
+        return py
+
+    def _e_Load(self, e: ir.Load) -> str:
+        view = self.buffer(e.buffer)
+        text = f"{view}[{self.flat_index(e.buffer, e.indices, 'load')}]"
+        return f"_F16T[{text}]" if e.buffer.dtype == "float16" else text
+
+    def _e_Binary(self, e: E.Binary) -> str:
+        a, b, d, op = self.expr(e.a), self.expr(e.b), e.dtype, e.op
+        flt = dt.is_float(d)
+        if op in ("and", "or"):
+            return f"({a} {op} {b})"
+        if op in _ARITH:
+            text = f"({a} {_ARITH[op]} {b})"
+        elif op == "div":
+            if not flt:
+                raise CompileError(f"true division of {d} operands in {e}; use floordiv")
+            return f"_fdiv({a}, {b})"
+        elif op == "floordiv":
+            text = f"_ffloordiv({a}, {b})" if flt else f"({a} // {b})"
+        elif op == "floormod":
+            text = f"_ffloormod({a}, {b})" if flt else f"({a} % {b})"
+        elif op in ("truncdiv", "truncmod"):
+            if flt:
+                raise CompileError(f"{op} of {d} operands in {e}")
+            text = f"_t{op[5:]}({a}, {b})"
+        elif op in ("min", "max"):
+            t1, t2 = self.tmp(), self.tmp()
+            cmp = "<=" if op == "min" else ">="
+            text = f"({t1} if ({t1} := {a}) {cmp} ({t2} := {b}) else {t2}"
+            if flt:  # NaN-propagating, like numpy.minimum / maximum
+                strict = "<" if op == "min" else ">"
+                text += f" if {t2} {strict} {t1} else {t1} + {t2}"
+            text += ")"
+        elif op == "pow":
+            text = f"_fpow({a}, {b})" if flt else f"_ipow({a}, {b})"
+        else:
+            raise CompileError(f"unknown binary op {op!r} in {e}")
+        return self.wrap(text, d) if d in _NARROW else text
+
+    def _e_Compare(self, e: E.Compare) -> str:
+        if e.op not in _CMP:
+            raise CompileError(f"unknown comparison {e.op!r} in {e}")
+        return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
+
+    def _e_Not(self, e: E.Not) -> str:
+        return f"(not {self.expr(e.a)})"
+
+    def _e_Select(self, e: E.Select) -> str:
+        # A conditional expression: only the taken side runs (padding reads rely on that).
+        c, t, f = self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value)
+        return f"({t} if {c} else {f})"
+
+    def _e_Cast(self, e: E.Cast) -> str:
+        return self.cast(self.expr(e.value), e.value.dtype, e.type)
+
+    def cast(self, x: str, src: str, dst: str) -> str:
+        if src == dst:
+            return x
+        if dst == "bool":
+            return f"({x} != 0)"
+        if dt.is_float(dst):
+            if not dt.is_float(src):
+                x, src = f"float({x})", "float64"
+            if dst == "float64" or (dst == "float32" and src == "float16"):
+                return x
+            return f"_f32({x})" if dst == "float32" else f"_f16({x})"
+        if src == "bool":
+            return f"int({x})"
+        if dt.is_float(src):
+            return self.wrap(f"_ftoi({x}, {np.iinfo(dst).min})", dst)
+        if _fits(src, dst):
+            return x
+        return self.wrap(x, dst)
+
+    def _e_Call(self, e: E.Call) -> str:
+        from autosched.schedule.pyruntime import INTRINSICS
+
+        if len(e.args) != 1:
+            raise CompileError(f"intrinsic {e.name} takes one argument, got {len(e.args)} in {e}")
+        a = self.expr(e.args[0])
+        if e.name == "abs":
+            text = f"abs({a})"
+            return self.wrap(text, e.dtype) if e.dtype in _NARROW else text
+        if e.name not in INTRINSICS:
+            raise CompileError(
+                f"the reference evaluator has no intrinsic {e.name!r}; known: abs, "
+                + ", ".join(INTRINSICS)
+            )
+        if not dt.is_float(e.args[0].dtype):
+            raise CompileError(f"intrinsic {e.name} of a {e.args[0].dtype} operand in {e}")
+        return f"_m_{e.name}({a})"
+
+
+def _int_const(e: E.Expr) -> int | None:
+    if isinstance(e, E.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    return None
+
+
+def _fits(src: str, dst: str) -> bool:
+    """Every value of integer dtype ``src`` is a value of integer dtype ``dst``."""
+    s, d = np.iinfo(src), np.iinfo(dst)
+    return d.min <= s.min and s.max <= d.max
+
+
+def render(func: ir.PrimFunc, check_bounds: bool = True) -> Rendered:
+    """Python source that runs ``func`` (see the module docstring).
+
+    >>> print(render(func).source)  # doctest: +SKIP
+    def main(A, B, C):
+        for i in range(4):
+            C[i] = (A[i] + B[i])
+    """
+    return _Renderer(func, check_bounds).render()
