@@ -1,0 +1,671 @@
+"""Loop IR -> CUDA C.
+
+Each top-level loop nest whose outermost loop is bound to ``blockIdx`` / ``threadIdx`` becomes
+one ``extern "C" __global__`` kernel; several nests become several kernels, launched in order.
+Thread loops are not emitted: their variable reads the hardware index, and a guard
+``if (idx < extent)`` is added where the loop is shorter than the launch size of its tag (the
+launch size of a tag is the largest extent any loop of that kernel binds to it).
+
+Example::
+
+    src = generate(func, target)
+    print(src.code)                  # the CUDA C
+    src.kernels[0].grid              # (Expr, Expr, Expr) launch sizes, may use shape variables
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from autosched.errors import CompileError
+from autosched.schedule import ir
+from autosched.targets.cuda import ir_util as U
+from autosched.targets.cuda.dtypes import NARROW_INTS, VECTOR_TYPES, c_const, c_type
+from autosched.targets.cuda.intrinsics import PRELUDE_MATH, float_function
+from autosched.targets.target import Target
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+from autosched.te.visit import children, free_vars, rewrite, substitute
+
+THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
+
+_PRELUDE_INT = """\
+__device__ __forceinline__ int as_floordiv(int a, int b) {
+  int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ int as_floormod(int a, int b) {
+  int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ long long as_floordiv(long long a, long long b) {
+  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long as_floormod(long long a, long long b) {
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+"""
+
+_C_WORDS = {
+    "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double",
+    "else", "enum", "extern", "float", "for", "goto", "if", "int", "long", "register", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned",
+    "void", "volatile", "while", "half", "threadIdx", "blockIdx", "blockDim", "gridDim",
+    "warpSize", "min", "max", "abs", "new", "delete", "class", "this", "true", "false",
+    "namespace", "template", "typename", "operator", "private", "public", "inline",
+}
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One kernel: its name, launch sizes (expressions over shape variables) and parameters."""
+
+    name: str
+    grid: tuple[E.Expr, E.Expr, E.Expr]
+    block: tuple[E.Expr, E.Expr, E.Expr]
+    buffers: tuple[ir.Buffer, ...]
+    scalars: tuple[E.Var, ...]
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """Generated CUDA C with what the host needs to launch it."""
+
+    code: str
+    kernels: tuple[KernelInfo, ...]
+    workspace: tuple[ir.Buffer, ...]  # global buffers the host allocates (intermediates)
+    shape_vars: tuple[E.Var, ...]  # symbolic sizes, bound from argument shapes at call time
+    uses_half: bool
+    written: frozenset[ir.Buffer] = field(default_factory=frozenset)
+
+
+def generate(func: ir.PrimFunc, target: Target) -> CudaSource:
+    """Render ``func`` (whose top-level nests are all thread-bound) as CUDA C."""
+    return _FuncWriter(func, target).run()
+
+
+class _Names:
+    """Unique, valid C identifiers for variables and buffers (IR names may repeat)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.by_uid: dict[int, str] = {}
+
+    def get(self, uid: int, name: str) -> str:
+        if uid in self.by_uid:
+            return self.by_uid[uid]
+        base = re.sub(r"\W", "_", name) or "v"
+        if base[0].isdigit() or base in _C_WORDS or base.startswith("as_"):
+            base = f"v_{base}"
+        cand, n = base, 1
+        while cand in self.used:
+            cand, n = f"{base}_{n}", n + 1
+        self.used.add(cand)
+        self.by_uid[uid] = cand
+        return cand
+
+    def fork(self) -> _Names:
+        out = _Names()
+        out.used = set(self.used)
+        out.by_uid = dict(self.by_uid)
+        return out
+
+
+class _FuncWriter:
+    def __init__(self, func: ir.PrimFunc, target: Target) -> None:
+        self.func = func
+        self.target = target
+        self.fast_math = "fast-math" in dict(target.options)
+        self.names = _Names()
+        self.workspace: list[ir.Buffer] = []
+        self.uses_half = False
+
+    def run(self) -> CudaSource:
+        for b in self.func.params:
+            self.names.get(b.uid, b.name)
+        shape_vars: dict[int, E.Var] = {}
+        for b in self.func.params:
+            for d in b.shape:
+                for v in free_vars(d):
+                    shape_vars.setdefault(v.uid, v)
+        for v in shape_vars.values():
+            self.names.get(v.uid, v.name)
+        regions: list[tuple[ir.For, list[ir.Stmt]]] = []
+        self._collect(self.func.body, [], regions)
+        if not regions:
+            raise CompileError(f"function {self.func.name} has no kernel (its body is empty)")
+        base = self.func.name
+        kernels, bodies = [], []
+        for n, (region, wrappers) in enumerate(regions):
+            name = base if len(regions) == 1 else f"{base}_kernel{n}"
+            name = re.sub(r"\W", "_", name)
+            if name == "main" or name in _C_WORDS:
+                name = f"{name}_kernel"  # C reserves main for the host program
+            kw = _KernelWriter(self, name, region, wrappers, tuple(shape_vars.values()))
+            info, text = kw.run()
+            kernels.append(info)
+            bodies.append(text)
+        head = ["// generated by autosched for " + str(self.target)]
+        if self.uses_half:
+            head.append("#include <cuda_fp16.h>")
+        code = "\n".join(head + [_PRELUDE_INT + PRELUDE_MATH] + bodies)
+        written = frozenset(U.stored_buffers(self.func.body))
+        return CudaSource(code, tuple(kernels), tuple(self.workspace),
+                          tuple(shape_vars.values()), self.uses_half, written)
+
+    def _collect(self, s: ir.Stmt, wrappers: list[ir.Stmt],
+                 out: list[tuple[ir.For, list[ir.Stmt]]]) -> None:
+        """Split the host level into kernel regions; allocations and lets above a region are
+        pushed into each kernel that needs them; global allocations become workspace."""
+        if isinstance(s, ir.Seq):
+            for c in s.stmts:
+                self._collect(c, wrappers, out)
+        elif isinstance(s, ir.Allocate) and s.buffer.scope == "global":
+            self.workspace.append(s.buffer)
+            self.names.get(s.buffer.uid, s.buffer.name)
+            self._collect(s.body, wrappers, out)
+        elif isinstance(s, (ir.Allocate, ir.LetStmt)):
+            self._collect(s.body, wrappers + [s], out)
+        elif isinstance(s, ir.For) and s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+            out.append((s, wrappers))
+        else:
+            what = f"loop {s.var.name} ({s.kind})" if isinstance(s, ir.For) else type(s).__name__
+            raise CompileError(
+                f"function {self.func.name}: {what} sits outside any kernel; a top-level loop "
+                "nest must start with a loop bound to blockIdx/threadIdx (bind its outer loops, "
+                "or leave the nest unbound so the default GPU schedule binds it)"
+            )
+
+
+class _KernelWriter:
+    def __init__(self, fw: _FuncWriter, name: str, region: ir.For, wrappers: list[ir.Stmt],
+                 shape_vars: tuple[E.Var, ...]) -> None:
+        self.fw = fw
+        self.name = name
+        self.region = region
+        self.wrappers = wrappers
+        self.shape_vars = shape_vars
+        self.names = fw.names.fork()
+        self.lines: list[str] = []
+        self.depth = 1
+        self.nonneg: set[int] = {v.uid for v in shape_vars}
+        self.raw: dict[int, str] = {}  # placeholder vars printed as raw C text
+        self.shared_bytes = 0
+        self.tmp = 0
+
+    # -- structure ---------------------------------------------------------------------------
+
+    def run(self) -> tuple[KernelInfo, str]:
+        launch = self._launch_sizes()
+        self.launch = launch
+        body: ir.Stmt = self.region
+        for w in reversed(self.wrappers):
+            if isinstance(w, ir.Allocate):
+                if w.buffer in U.used_buffers(body):
+                    body = ir.Allocate(w.buffer, body)
+            elif isinstance(w, ir.LetStmt):
+                body = ir.LetStmt(w.var, w.value, body)
+        used = U.used_buffers(body)
+        written = U.stored_buffers(body)
+        params = [b for b in self.fw.func.params + tuple(self.fw.workspace) if b in used]
+        for b in params:
+            if b.dtype == "float16":
+                self.fw.uses_half = True
+        self._stmt(body)
+        sig = []
+        for b in params:
+            const = "" if b in written else "const "
+            sig.append(f"{const}{c_type(b.dtype)}* __restrict__ {self.names.get(b.uid, b.name)}")
+        sig += [f"{c_type(v.dtype)} {self.names.get(v.uid, v.name)}" for v in self.shape_vars]
+        threads = [U.const_int(e) for e in launch["threadIdx"]]
+        bounds = ""
+        if all(t is not None for t in threads):
+            total = threads[0] * threads[1] * threads[2]  # type: ignore[operator]
+            if total > self.fw.target.max_threads_per_block:
+                raise CompileError(
+                    f"kernel {self.name} needs {total} threads per block (block "
+                    f"{tuple(threads)}) but target {self.fw.target} allows "
+                    f"{self.fw.target.max_threads_per_block}"
+                )
+            bounds = f"__launch_bounds__({total}) "
+        if self.shared_bytes > self.fw.target.max_shared_memory_per_block:
+            raise CompileError(
+                f"kernel {self.name} declares {self.shared_bytes} bytes of shared memory but "
+                f"target {self.fw.target} allows {self.fw.target.max_shared_memory_per_block} "
+                "per block"
+            )
+        text = "\n".join(
+            [f'extern "C" __global__ void {bounds}{self.name}({", ".join(sig)}) {{']
+            + self.lines + ["}", ""]
+        )
+        info = KernelInfo(self.name, launch["blockIdx"], launch["threadIdx"], tuple(params),
+                          self.shape_vars, self.shared_bytes)
+        return info, text
+
+    def _launch_sizes(self) -> dict[str, tuple[E.Expr, E.Expr, E.Expr]]:
+        extents: dict[str, list[E.Expr]] = {t: [] for t in THREAD_TAGS}
+        for st in U.walk(self.region):
+            if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in THREAD_TAGS:
+                bad = [v for v in free_vars(st.extent) if v not in self.shape_vars]
+                if bad:
+                    raise CompileError(
+                        f"kernel {self.name}: loop {st.var.name} bound to {st.thread_tag} has "
+                        f"extent {st.extent}, which depends on {bad[0].name}; a thread extent "
+                        "may only use the function's shape variables"
+                    )
+                extents[st.thread_tag].append(st.extent)
+        out: dict[str, tuple[E.Expr, E.Expr, E.Expr]] = {}
+        for kind in ("blockIdx", "threadIdx"):
+            dims = []
+            for d in "xyz":
+                exts = extents[f"{kind}.{d}"]
+                dims.append(_max_extent(exts))
+            out[kind] = (dims[0], dims[1], dims[2])
+        return out
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def _block(self, s: ir.Stmt) -> None:
+        self.depth += 1
+        self._stmt(s)
+        self.depth -= 1
+
+    def _stmt(self, s: ir.Stmt, unroll_budget: int = 0) -> None:
+        if isinstance(s, ir.Seq):
+            for c in s.stmts:
+                self._stmt(c, unroll_budget)
+        elif isinstance(s, ir.Store):
+            self.emit(f"{self._access(s.buffer, s.indices)} = {self._expr(s.value)};")
+        elif isinstance(s, ir.For):
+            self._for(s, unroll_budget)
+        elif isinstance(s, ir.IfThenElse):
+            self.emit(f"if ({self._expr(s.cond)}) {{")
+            self._block_b(s.then_body, unroll_budget)
+            if s.else_body is not None:
+                self.emit("} else {")
+                self._block_b(s.else_body, unroll_budget)
+            self.emit("}")
+        elif isinstance(s, ir.Allocate):
+            self._allocate(s)
+            self._stmt(s.body, unroll_budget)
+        elif isinstance(s, ir.LetStmt):
+            v = self._var_name(s.var)
+            self.emit("{")
+            self.depth += 1
+            self.emit(f"const {c_type(s.var.dtype)} {v} = {self._expr(s.value)};")
+            if U.is_nonneg(s.value, self.nonneg):
+                self.nonneg.add(s.var.uid)
+            self._stmt(s.body, unroll_budget)
+            self.depth -= 1
+            self.emit("}")
+        elif isinstance(s, ir.Barrier):
+            if s.scope not in ("shared", "global"):
+                raise CompileError(f"kernel {self.name}: unknown barrier scope {s.scope!r}")
+            self.emit("__syncthreads();")
+        else:
+            raise CompileError(f"kernel {self.name}: cannot emit statement {type(s).__name__}")
+
+    def _block_b(self, s: ir.Stmt, unroll_budget: int) -> None:
+        self.depth += 1
+        self._stmt(s, unroll_budget)
+        self.depth -= 1
+
+    def _allocate(self, s: ir.Allocate) -> None:
+        b = s.buffer
+        n = U.num_elements(b)
+        if n is None:
+            raise CompileError(
+                f"kernel {self.name}: {b.scope} buffer {b.name} has a symbolic shape "
+                f"{tuple(str(d) for d in b.shape)}; shared and local buffers need constant sizes"
+            )
+        name = self.names.get(b.uid, b.name)
+        if b.dtype == "float16":
+            self.fw.uses_half = True
+        if b.scope == "shared":
+            self.shared_bytes += n * b.itemsize
+            self.emit(f"__shared__ __align__(16) {c_type(b.dtype)} {name}[{n}];")
+        elif b.scope == "local":
+            self.emit(f"{c_type(b.dtype)} {name}[{n}];")
+        else:
+            raise CompileError(
+                f"kernel {self.name}: buffer {b.name} of scope {b.scope!r} is allocated inside "
+                "a kernel; global intermediates must be allocated outside the thread loops"
+            )
+
+    def _var_name(self, v: E.Var) -> str:
+        return self.names.get(v.uid, v.name)
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def _for(self, s: ir.For, unroll_budget: int) -> None:
+        ann = dict(s.annotations)
+        if "auto_unroll_max_step" in ann:
+            unroll_budget = max(unroll_budget, int(ann["auto_unroll_max_step"]))
+        explicit = bool(ann.get("unroll_explicit", False))
+        v = self._var_name(s.var)
+        lo = self._expr(s.min)
+        if U.is_nonneg(s.min, self.nonneg):
+            self.nonneg.add(s.var.uid)
+        if s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+            kind, dim = s.thread_tag.split(".")
+            launch = self.launch[kind]["xyz".index(dim)]
+            self.emit("{")
+            self.depth += 1
+            idx = f"(int){s.thread_tag}"
+            self.emit(f"const int {v} = {idx};" if _is_zero(s.min) else
+                      f"const int {v} = {lo} + {idx};")
+            guard = not _same_extent(s.extent, launch)
+            if guard:
+                self.emit(f"if ({idx} < {self._expr(s.extent)}) {{")
+                self._block_b(s.body, unroll_budget)
+                self.emit("}")
+            else:
+                self._stmt(s.body, unroll_budget)
+            self.depth -= 1
+            self.emit("}")
+            return
+        if s.kind == "vectorized" and self._try_vector(s):
+            return
+        ext = U.const_int(s.extent)
+        unroll = s.kind in ("unrolled", "vectorized") or s.thread_tag.startswith("vthread")
+        if not unroll and unroll_budget and ext is not None:
+            steps = _steps(s)
+            unroll = steps is not None and steps <= unroll_budget
+        if not unroll and ext is not None and _indexes_local(s):
+            # a register array stays in registers only if every index into it is a constant
+            # after unrolling; otherwise it spills to (slow) local memory
+            steps = _steps(s)
+            unroll = steps is not None and steps <= _LOCAL_UNROLL_STEPS
+        if unroll and explicit and ext is not None and ext <= 64:
+            for i in range(ext):
+                self.emit("{")
+                self.depth += 1
+                self.emit(f"const int {v} = {lo} + {i};" if not _is_zero(s.min) else
+                          f"const int {v} = {i};")
+                self._stmt(s.body, unroll_budget)
+                self.depth -= 1
+                self.emit("}")
+            return
+        if unroll:
+            self.emit("#pragma unroll")
+        ctype = c_type(s.var.dtype)
+        hi = self._expr(E.binary("add", s.min, s.extent))
+        self.emit(f"for ({ctype} {v} = {lo}; {v} < {hi}; ++{v}) {{")
+        self._block_b(s.body, unroll_budget)
+        self.emit("}")
+
+    def _try_vector(self, s: ir.For) -> bool:
+        """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
+        vector load per operand that is contiguous and aligned in the loop variable, and one
+        vector store when the store is too (else a scalar store per lane)."""
+        lanes = U.const_int(s.extent)
+        st = s.body
+        if lanes not in (2, 4) or not isinstance(st, ir.Store):
+            return False
+        store_vec = self._vector_ok(st.buffer, st.indices, s, lanes)
+        candidates = [ld for ld in _unconditional_loads(st.value)
+                      if U.uses_var(U.flat_offset(ld.buffer, ld.indices), s.var)
+                      and self._vector_ok(ld.buffer, ld.indices, s, lanes)]
+        if not store_vec and not candidates:
+            return False
+        comps = "xyzw"
+        self.emit("{")
+        self.depth += 1
+        vector_loads: dict[int, E.Var] = {}
+        for ld in candidates:
+            if id(ld) in vector_loads:
+                continue
+            t = f"as_vl{self.tmp}"
+            self.tmp += 1
+            ltype = VECTOR_TYPES[ld.buffer.dtype][lanes // 4]
+            self.emit(f"const {ltype} {t} = *(const {ltype}*)(&{self._lane0(ld, s)});")
+            vector_loads[id(ld)] = E.Var(t, ld.dtype)
+        value = rewrite(st.value, lambda n: vector_loads.get(id(n)))
+        out = f"as_vs{self.tmp}"
+        self.tmp += 1
+        if store_vec:
+            vtype = VECTOR_TYPES[st.buffer.dtype][lanes // 4]
+            self.emit(f"{vtype} {out};")
+        for lane in range(lanes):
+            at = E.binary("add", s.min, E.const(lane, s.var.dtype))
+            mapping: dict[E.Var, E.Expr] = {s.var: at}
+            for p in vector_loads.values():
+                lane_var = E.Var(f"{p.name}.{comps[lane]}", p.dtype)
+                self.raw[lane_var.uid] = lane_var.name
+                mapping[p] = lane_var
+            lane_value = self._expr(substitute(value, mapping))
+            if store_vec:
+                self.emit(f"{out}.{comps[lane]} = {lane_value};")
+            else:
+                idx = tuple(substitute(i, {s.var: at}) for i in st.indices)
+                self.emit(f"{self._access(st.buffer, idx)} = {lane_value};")
+        if store_vec:
+            vtype = VECTOR_TYPES[st.buffer.dtype][lanes // 4]
+            self.emit(f"*({vtype}*)(&{self._lane0(ir.Load(st.buffer, st.indices), s)}) = {out};")
+        self.depth -= 1
+        self.emit("}")
+        return True
+
+    def _lane0(self, ld: ir.Load, s: ir.For) -> str:
+        idx = tuple(substitute(i, {s.var: s.min}) for i in ld.indices)
+        return self._access(ld.buffer, idx)
+
+    def _vector_ok(self, buf: ir.Buffer, indices: tuple[E.Expr, ...], s: ir.For,
+                   lanes: int) -> bool:
+        if buf.dtype not in VECTOR_TYPES or buf.scope == "local":
+            return False
+        off = U.flat_offset(buf, indices)
+        if U.affine_coeff(off, s.var) != 1:
+            return False
+        base = substitute(off, {s.var: s.min})
+        return U.known_divisor(base) % lanes == 0
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def _access(self, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> str:
+        name = self.names.get(buf.uid, buf.name)
+        try:
+            off = U.flat_offset(buf, indices)
+        except ValueError as exc:
+            raise CompileError(f"kernel {self.name}: {exc}") from None
+        return f"{name}[{self._expr(off)}]"
+
+    def _expr(self, e: E.Expr) -> str:
+        if isinstance(e, E.Const):
+            if e.dtype == "float16":
+                self.fw.uses_half = True
+            return c_const(e.value, e.dtype)
+        if isinstance(e, E.Var):
+            if e.uid in self.raw:
+                return self.raw[e.uid]
+            if e.uid not in self.names.by_uid:
+                raise CompileError(
+                    f"kernel {self.name}: variable {e.name} is used but never defined "
+                    "(not a loop variable, let, or shape variable of the function)"
+                )
+            return self.names.by_uid[e.uid]
+        if isinstance(e, ir.Load):
+            return self._access(e.buffer, e.indices)
+        if isinstance(e, E.Binary):
+            return self._binary(e)
+        if isinstance(e, E.Compare):
+            sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+            return f"({self._expr(e.a)} {sym} {self._expr(e.b)})"
+        if isinstance(e, E.Not):
+            return f"(!{self._expr(e.a)})"
+        if isinstance(e, E.Select):
+            return (f"({self._expr(e.cond)} ? {self._expr(e.true_value)} : "
+                    f"{self._expr(e.false_value)})")
+        if isinstance(e, E.Cast):
+            return self._cast(e.type, e.value)
+        if isinstance(e, E.Call):
+            return self._call(e)
+        if isinstance(e, (E.TensorRead, E.Reduce)):
+            raise CompileError(
+                f"kernel {self.name}: {type(e).__name__} {e} reached codegen; lowering should "
+                "have turned it into loads and loops"
+            )
+        raise CompileError(f"kernel {self.name}: cannot emit expression {type(e).__name__}")
+
+    def _cast(self, to: str, value: E.Expr) -> str:
+        src = value.dtype
+        x = self._expr(value)
+        if to == src:
+            return x
+        if to == "bool":
+            if src == "float16":
+                return f"(__half2float({x}) != 0.0f)"
+            return f"(({x}) != 0)"
+        if to == "float16":
+            self.fw.uses_half = True
+            return f"__float2half((float)({x}))"
+        if src == "float16":
+            return f"(({c_type(to)})__half2float({x}))"
+        return f"(({c_type(to)})({x}))"
+
+    def _half(self, e: E.Expr) -> str:
+        """``e`` (a half) as a float expression."""
+        return f"__half2float({self._expr(e)})"
+
+    def _binary(self, e: E.Binary) -> str:
+        op, t = e.op, e.dtype
+        if op in ("and", "or"):
+            return f"({self._expr(e.a)} {'&&' if op == 'and' else '||'} {self._expr(e.b)})"
+        if t == "float16" and op in ("min", "max", "pow", "floordiv", "floormod"):
+            # no portable half versions: compute in float, round once
+            self.fw.uses_half = True
+            inner = self._float_binary(op, "float32", self._half(e.a), self._half(e.b))
+            return f"__float2half({inner})"
+        if dt.is_float(t):
+            return self._float_binary(op, t, self._expr(e.a), self._expr(e.b))
+        a, b = self._expr(e.a), self._expr(e.b)
+        infix = {"add": "+", "sub": "-", "mul": "*", "truncdiv": "/", "truncmod": "%"}
+        if op in infix:
+            out = f"({a} {infix[op]} {b})"
+        elif op in ("min", "max"):
+            out = f"{op}({a}, {b})"
+        elif op in ("floordiv", "floormod"):
+            plain = (t.startswith("uint")
+                     or (U.is_nonneg(e.a, self.nonneg) and U.is_nonneg(e.b, self.nonneg)))
+            if plain:
+                out = f"({a} {'/' if op == 'floordiv' else '%'} {b})"
+            else:
+                wide = "long long" if t == "int64" else "int"
+                out = f"as_{op}(({wide})({a}), ({wide})({b}))"
+        else:
+            raise CompileError(f"kernel {self.name}: integer {op} ({e}) is not supported on "
+                               "CUDA; cast to a float type first")
+        if t in NARROW_INTS:
+            out = f"(({c_type(t)}){out})"
+        return out
+
+    def _float_binary(self, op: str, t: str, a: str, b: str) -> str:
+        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+        if op in infix:
+            if op == "div" and self.fw.fast_math and t == "float32":
+                return f"__fdividef({a}, {b})"
+            return f"({a} {infix[op]} {b})"
+        f = "f" if t == "float32" else ""
+        if t == "float16":  # add/sub/mul/div handled above through cuda_fp16 operators
+            raise CompileError(f"kernel {self.name}: half {op} reached the float path")
+        if op in ("min", "max"):
+            return f"f{op}{f}({a}, {b})"
+        if op == "pow":
+            return f"{float_function('pow', t, self.fw.fast_math)}({a}, {b})"
+        if op == "floordiv":
+            return f"floor{f}({a} / {b})"
+        if op == "floormod":
+            return f"(({a}) - floor{f}(({a}) / ({b})) * ({b}))"
+        raise CompileError(f"kernel {self.name}: float {op} is not supported")
+
+    def _call(self, e: E.Call) -> str:
+        t = e.dtype
+        if e.name == "abs" and not dt.is_float(t):
+            x = self._expr(e.args[0])
+            if t.startswith("uint"):
+                return x
+            return f"llabs({x})" if t == "int64" else f"(({c_type(t)})abs({x}))"
+        if not dt.is_float(t):
+            raise CompileError(f"kernel {self.name}: intrinsic {e.name} on {t} ({e})")
+        if t == "float16":
+            self.fw.uses_half = True
+            fn = float_function(e.name, "float32", self.fw.fast_math)
+            args = ", ".join(self._half(a) for a in e.args)
+            return f"__float2half({fn}({args}))"
+        fn = float_function(e.name, t, self.fw.fast_math)
+        return f"{fn}({', '.join(self._expr(a) for a in e.args)})"
+
+
+_LOCAL_UNROLL_STEPS = 1024
+
+
+def _indexes_local(s: ir.For) -> bool:
+    """True when the loop variable of ``s`` indexes a register ("local") array in its body."""
+    for st in U.walk(s.body):
+        if (isinstance(st, ir.Store) and st.buffer.scope == "local"
+                and any(U.uses_var(i, s.var) for i in st.indices)):
+            return True
+    return any(ld.buffer.scope == "local" and any(U.uses_var(i, s.var) for i in ld.indices)
+               for ld in U.loads(s.body))
+
+
+def _unconditional_loads(e: E.Expr) -> list[ir.Load]:
+    """Loads of ``e`` that are evaluated whatever the data (not inside a Select branch, which
+    may guard an out-of-bounds read), so they can be hoisted into one vector load."""
+    out: list[ir.Load] = []
+
+    def visit(x: E.Expr) -> None:
+        if isinstance(x, E.Select):
+            visit(x.cond)
+            return
+        if isinstance(x, ir.Load):
+            out.append(x)
+        for c in children(x):
+            visit(c)
+
+    visit(e)
+    return out
+
+
+def _is_zero(e: E.Expr) -> bool:
+    return U.const_int(e) == 0
+
+
+def _same_extent(a: E.Expr, b: E.Expr) -> bool:
+    ca, cb = U.const_int(a), U.const_int(b)
+    if ca is not None and cb is not None:
+        return ca == cb
+    return E.structural_equal(a, b)
+
+
+def _max_extent(exts: list[E.Expr]) -> E.Expr:
+    if not exts:
+        return E.const(1)
+    consts = [U.const_int(x) for x in exts]
+    if all(c is not None for c in consts):
+        return E.const(max(consts))  # type: ignore[type-var]
+    out = exts[0]
+    for x in exts[1:]:
+        if not _same_extent(out, x):
+            out = E.binary("max", out, x)
+    return out
+
+
+def _steps(s: ir.Stmt) -> int | None:
+    """How many statement instances the nest ``s`` runs (None when a loop is symbolic)."""
+    if isinstance(s, ir.For):
+        ext = U.const_int(s.extent)
+        inner = _steps(s.body)
+        return None if ext is None or inner is None else ext * inner
+    if isinstance(s, ir.Seq):
+        total = 0
+        for c in s.stmts:
+            n = _steps(c)
+            if n is None:
+                return None
+            total += n
+        return total
+    if isinstance(s, ir.IfThenElse):
+        a = _steps(s.then_body)
+        b = 0 if s.else_body is None else _steps(s.else_body)
+        return None if a is None or b is None else a + b
+    if isinstance(s, (ir.Allocate, ir.LetStmt)):
+        return _steps(s.body)
+    return 1

@@ -1,0 +1,102 @@
+"""The default GPU schedule: a loop-IR pass that binds every unbound top-level loop nest.
+
+The outermost loops of the nest that are data-parallel (every store under them writes a
+location that depends on the loop variable, and nothing reads another iteration's result) are
+fused into one index ``f``, split into ``blockIdx.x`` x ``threadIdx.x`` and guarded by
+``f < extent``. Reductions inside stay serial in each thread. A nest with no data-parallel loop
+runs in one thread. So any operator built for "cuda" runs, bound or not.
+
+Example::
+
+    func = bind_unbound(func, threads=256)
+"""
+
+from __future__ import annotations
+
+from autosched.schedule import ir
+from autosched.targets.cuda import ir_util as U
+from autosched.te import expr as E
+
+
+def bind_unbound(func: ir.PrimFunc, threads: int = 256) -> ir.PrimFunc:
+    """``func`` with each top-level nest that has no thread loop bound to blocks x threads."""
+    body = _host(func.body, threads)
+    if body is func.body:
+        return func
+    return ir.PrimFunc(func.name, func.params, body, func.attrs)
+
+
+def _host(s: ir.Stmt, threads: int) -> ir.Stmt:
+    if isinstance(s, ir.Seq):
+        new = tuple(_host(c, threads) for c in s.stmts)
+        return s if all(a is b for a, b in zip(new, s.stmts)) else ir.Seq(new)
+    if isinstance(s, ir.Allocate):
+        body = _host(s.body, threads)
+        return s if body is s.body else ir.Allocate(s.buffer, body)
+    if isinstance(s, ir.LetStmt):
+        body = _host(s.body, threads)
+        return s if body is s.body else ir.LetStmt(s.var, s.value, body)
+    if U.has_thread_loop(s):
+        return s  # bound by the schedule (codegen reports a nest bound only inside)
+    return bind_nest(s, threads)
+
+
+def _private_buffers(s: ir.Stmt) -> set[ir.Buffer]:
+    return {st.buffer for st in U.walk(s) if isinstance(st, ir.Allocate)}
+
+
+def is_data_parallel(loop: ir.For) -> bool:
+    """True when the iterations of ``loop`` touch disjoint outputs and read none of each
+    other's: each store's indices use the loop variable, and every read of a stored buffer is
+    at the very indices of a store to it (the ``C[i] = C[i] + ...`` pattern)."""
+    if loop.kind == "parallel":
+        return True
+    private = _private_buffers(loop.body)
+    stores = [st for st in U.walk(loop.body) if isinstance(st, ir.Store)]
+    written: dict[ir.Buffer, list[tuple[E.Expr, ...]]] = {}
+    for st in stores:
+        if st.buffer in private:
+            continue
+        if not any(U.uses_var(i, loop.var) for i in st.indices):
+            return False
+        written.setdefault(st.buffer, []).append(st.indices)
+    for ld in U.loads(loop.body):
+        if ld.buffer in written and not any(
+            E.structural_equal(ld.indices, idx) for idx in written[ld.buffer]
+        ):
+            return False
+    return True
+
+
+def bind_nest(s: ir.Stmt, threads: int) -> ir.Stmt:
+    loops: list[ir.For] = []
+    cur = s
+    while (isinstance(cur, ir.For) and cur.kind in ("serial", "parallel")
+           and is_data_parallel(cur)):
+        loops.append(cur)
+        cur = cur.body
+    bx = E.Var("blockIdx_x")
+    tx = E.Var("threadIdx_x")
+    if not loops:
+        inner = ir.For(tx, E.const(0), E.const(1), "thread", s, "threadIdx.x")
+        return ir.For(bx, E.const(0), E.const(1), "thread", inner, "blockIdx.x")
+    total: E.Expr = E.const(1)
+    for lp in loops:
+        total = E.binary("mul", total, lp.extent)
+    n = U.const_int(total)
+    block = threads if n is None else max(1, min(threads, n))
+    blocks = E.binary("floordiv", E.binary("add", total, block - 1), block)
+    fused = E.binary("add", E.binary("mul", bx, block), tx)
+    mapping: dict[E.Var, E.Expr] = {}
+    stride: E.Expr = E.const(1)
+    for k, lp in enumerate(reversed(loops)):
+        q = fused if U.const_int(stride) == 1 else E.binary("floordiv", fused, stride)
+        outermost = k == len(loops) - 1
+        idx = q if outermost else E.binary("floormod", q, lp.extent)
+        mapping[lp.var] = E.binary("add", lp.min, idx) if U.const_int(lp.min) != 0 else idx
+        stride = E.binary("mul", stride, lp.extent)
+    body = U.substitute_stmt(cur, mapping)
+    if n is None or n % block != 0:
+        body = ir.IfThenElse(E.compare("lt", fused, total), body)
+    inner = ir.For(tx, E.const(0), E.const(block), "thread", body, "threadIdx.x")
+    return ir.For(bx, E.const(0), blocks, "thread", inner, "blockIdx.x")

@@ -1,0 +1,59 @@
+"""Math intrinsics in CUDA C: the float, double and half spellings, and the fast-math ones.
+
+Half-precision intrinsics are evaluated in float and rounded once to half: for these functions
+that is as accurate as (or more than) the native h* variants, and exists on every arch."""
+
+from __future__ import annotations
+
+from autosched.errors import CompileError
+
+# name -> (float32, float64)
+_PRECISE = {
+    "exp": ("expf", "exp"),
+    "log": ("logf", "log"),
+    "sqrt": ("sqrtf", "sqrt"),
+    "rsqrt": ("rsqrtf", "rsqrt"),
+    "tanh": ("tanhf", "tanh"),
+    "erf": ("erff", "erf"),
+    "sigmoid": ("as_sigmoidf", "as_sigmoid"),
+    "floor": ("floorf", "floor"),
+    "ceil": ("ceilf", "ceil"),
+    "round": ("rintf", "rint"),  # half to even, as numpy.round
+    "sin": ("sinf", "sin"),
+    "cos": ("cosf", "cos"),
+    "log2": ("log2f", "log2"),
+    "exp2": ("exp2f", "exp2"),
+    "log1p": ("log1pf", "log1p"),
+    "expm1": ("expm1f", "expm1"),
+    "abs": ("fabsf", "fabs"),
+    "pow": ("powf", "pow"),
+}
+
+# Fast, less accurate float32 hardware versions, used only with the target option -fast-math.
+_FAST = {
+    "exp": "__expf",
+    "log": "__logf",
+    "sin": "__sinf",
+    "cos": "__cosf",
+    "log2": "__log2f",
+    "pow": "__powf",
+    "sigmoid": "as_fast_sigmoidf",
+}
+
+PRELUDE_MATH = """\
+__device__ __forceinline__ float as_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float as_fast_sigmoidf(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+__device__ __forceinline__ double as_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+"""
+
+
+def float_function(name: str, dtype: str, fast_math: bool) -> str:
+    """The C function computing intrinsic ``name`` for a float ``dtype`` (half computes in
+    float; the caller converts around it)."""
+    if name not in _PRECISE:
+        raise CompileError(f"the CUDA backend has no intrinsic {name!r} (dtype {dtype})")
+    if dtype == "float64":
+        return _PRECISE[name][1]
+    if fast_math and name in _FAST:
+        return _FAST[name]
+    return _PRECISE[name][0]

@@ -1,0 +1,211 @@
+"""Compile CUDA C with NVRTC (through cuda-bindings) to a cubin, or to PTX as a fallback.
+
+NVRTC needs no GPU, so every generated kernel compiles in CI. A cubin is preferred: an NVRTC
+newer than the driver emits PTX that the driver refuses to JIT, while a cubin of the same CUDA
+major version loads on any driver of that major version. PTX is produced only when this NVRTC
+cannot generate machine code for the requested arch (it then targets the newest virtual arch it
+knows below it).
+
+Results are cached in memory and on disk (``$AUTOSCHED_CACHE_DIR/cuda`` or
+``~/.cache/autosched/cuda``), keyed by a hash of source, options, NVRTC version and arch.
+
+Example::
+
+    binary = compile_cuda(src_code, "sm_90")
+    binary.kind            # "cubin" (or "ptx")
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from autosched.errors import CompileError
+
+INSTALL_HINT = "pip install autosched[cuda]  (or: pip install cuda-bindings nvidia-cuda-nvrtc)"
+
+
+@dataclass(frozen=True)
+class CompiledBinary:
+    kind: str  # "cubin" or "ptx"
+    data: bytes
+    arch: str  # the arch actually compiled for: sm_90, or compute_90 for PTX
+    log: str
+    nvrtc_version: tuple[int, int]
+
+
+def _nvrtc():  # noqa: ANN202
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:
+        raise CompileError(
+            f"compiling for a cuda target needs NVRTC through cuda-bindings ({exc}); "
+            f"install it with: {INSTALL_HINT}"
+        ) from None
+    return nvrtc
+
+
+def _check(result: object, what: str) -> None:
+    code = result[0] if isinstance(result, tuple) else result
+    if int(code) != 0:
+        raise CompileError(f"NVRTC {what} failed: {code}")
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library cuda-bindings loads; CompileError when none."""
+    nvrtc = _nvrtc()
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception as exc:  # the bindings are there but libnvrtc.so is not
+        raise CompileError(
+            f"cuda-bindings could not load the NVRTC library ({type(exc).__name__}: {exc}); "
+            "install it with: pip install nvidia-cuda-nvrtc (match the driver's CUDA major "
+            "version)"
+        ) from None
+    _check(err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@functools.cache
+def supported_archs() -> tuple[int, ...]:
+    nvrtc = _nvrtc()
+    err, archs = nvrtc.nvrtcGetSupportedArchs()
+    _check(err, "nvrtcGetSupportedArchs")
+    return tuple(int(a) for a in archs)
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """Directories holding cuda_fp16.h (needed only by kernels that use half)."""
+    dirs: list[str] = []
+    try:
+        from cuda import pathfinder
+
+        found = pathfinder.find_nvidia_header_directory("cudart")
+        if found:
+            dirs.append(str(found))
+    except Exception:  # pathfinder missing or too old: fall back to the usual places
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            dirs.append(os.path.join(os.environ[env], "include"))
+    dirs.append("/usr/local/cuda/include")
+    return tuple(d for d in dict.fromkeys(dirs) if os.path.exists(os.path.join(d, "cuda_fp16.h")))
+
+
+def _arch_number(arch: str) -> int:
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    if not arch.startswith(("sm_", "compute_")) or not digits:
+        raise CompileError(f"cuda arch {arch!r} must look like sm_90")
+    return int(digits)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "autosched"
+    )
+    return Path(root) / "cuda"
+
+
+_MEMORY: dict[str, CompiledBinary] = {}
+
+
+def compile_cuda(source: str, arch: str, options: tuple[str, ...] = (),
+                 needs_headers: bool = False, name: str = "kernel.cu") -> CompiledBinary:
+    """Compile ``source`` for ``arch`` (e.g. "sm_90"); CompileError carries the NVRTC log."""
+    version = nvrtc_version()
+    number = _arch_number(arch)
+    archs = supported_archs()
+    if number in archs:
+        target_arch = f"sm_{number}"
+    else:
+        lower = [a for a in archs if a <= number]
+        if not lower:
+            raise CompileError(
+                f"NVRTC {version[0]}.{version[1]} supports archs {archs}, none at or below {arch}"
+            )
+        target_arch = f"compute_{max(lower)}"
+    opts = [f"-arch={target_arch}", "--std=c++17", *options]
+    if needs_headers:
+        dirs = include_dirs()
+        if not dirs:
+            raise CompileError(
+                "this kernel uses float16, which needs cuda_fp16.h; none was found (install "
+                "nvidia-cuda-runtime, or set CUDA_HOME to a CUDA toolkit)"
+            )
+        opts += [f"-I{d}" for d in dirs]
+    key = hashlib.sha256(
+        "\0".join([source, *opts, f"nvrtc{version}", target_arch]).encode()
+    ).hexdigest()
+    if key in _MEMORY:
+        return _MEMORY[key]
+    cached = _read_cache(key, target_arch, version)
+    if cached is None:
+        cached = _compile(source, opts, target_arch, version, name)
+        _write_cache(key, cached)
+    _MEMORY[key] = cached
+    return cached
+
+
+def _compile(source: str, opts: list[str], target_arch: str, version: tuple[int, int],
+             name: str) -> CompiledBinary:
+    nvrtc = _nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        encoded = [o.encode() for o in opts]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _check(err, "nvrtcGetProgramLogSize")
+        raw = b" " * size
+        _check(nvrtc.nvrtcGetProgramLog(prog, raw), "nvrtcGetProgramLog")
+        log = raw.rstrip(b"\0 ").decode(errors="replace")
+        if int(status) != 0:
+            numbered = "\n".join(f"{n + 1:4d}  {line}" for n, line in
+                                 enumerate(source.splitlines()))
+            exc = CompileError(
+                f"NVRTC {version[0]}.{version[1]} failed to compile {name} for {target_arch} "
+                f"with {' '.join(opts)}:\n{log}\n--- source ---\n{numbered}"
+            )
+            exc.log = log  # type: ignore[attr-defined]
+            exc.source = source  # type: ignore[attr-defined]
+            raise exc
+        if target_arch.startswith("sm_"):
+            err, size = nvrtc.nvrtcGetCUBINSize(prog)
+            _check(err, "nvrtcGetCUBINSize")
+            data = b" " * size
+            _check(nvrtc.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
+            return CompiledBinary("cubin", bytes(data), target_arch, log, version)
+        err, size = nvrtc.nvrtcGetPTXSize(prog)
+        _check(err, "nvrtcGetPTXSize")
+        data = b" " * size
+        _check(nvrtc.nvrtcGetPTX(prog, data), "nvrtcGetPTX")
+        return CompiledBinary("ptx", bytes(data), target_arch, log, version)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _read_cache(key: str, target_arch: str, version: tuple[int, int]) -> CompiledBinary | None:
+    kind = "cubin" if target_arch.startswith("sm_") else "ptx"
+    path = _cache_dir() / f"{key}.{kind}"
+    try:
+        return CompiledBinary(kind, path.read_bytes(), target_arch, "", version)
+    except OSError:
+        return None
+
+
+def _write_cache(key: str, binary: CompiledBinary) -> None:
+    folder = _cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(binary.data)
+        os.replace(tmp, folder / f"{key}.{binary.kind}")
+    except OSError:  # a read-only home or full disk only costs a recompile next time
+        pass
