@@ -440,3 +440,41 @@ def test_large_expressions_stay_fast():
     simplify(shared, {v: (0, 100) for v in vs})
     assert time.perf_counter() - t < 2.0
     assert len(str(out)) < 200
+
+
+def test_logical_chains_flatten_and_keep_the_tightest_limits():
+    i, j, x = V("i"), V("j"), V("x")
+    a, b = i < 100, j * 8 + x < 60
+    assert s(E.logical("and", E.logical("and", a, b), b)) == "i < 100 and j * 8 + x < 60"
+    assert s(E.logical("and", i < 60, i < 64)) == "i < 60"
+    assert s(E.logical("and", E.logical("and", i < 64, j < 3), i <= 59)) == "j < 3 and i <= 59"
+    assert s(E.logical("or", i < 60, i < 64)) == "i < 64"
+    assert s(E.logical("and", i >= 2, i > 5)) == "i > 5"
+    assert s(E.logical("and", i >= 7, i < 7)) == "False"
+    assert s(E.logical("or", i >= 3, i < 5)) == "True"
+    assert s(E.logical("and", i >= 3, i < 5)) == "i >= 3 and i < 5"
+    assert s(E.logical("or", i >= 6, i < 5)) == "i >= 6 or i < 5"
+    assert s(E.logical("and", E.logical("or", i < 3, j < 3), i < 3)) == "(i < 3 or j < 3) and i < 3"
+    assert s(E.logical("and", i < 3, E.Not(E.Not(j < 3)))) == "i < 3 and j < 3"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_logical_chains_are_sound(seed: int):
+    rnd = random.Random(5000 + seed)
+    vs = [V("x"), V("y"), V("z")]
+    bounds = {v: BOX[v.name] for v in vs[1:]}  # x unbounded
+    idx = [vs[0], vs[0] * 2 + 1, vs[1], vs[0] + vs[1]]
+
+    def cond(depth: int) -> E.Expr:
+        if depth == 0 or rnd.random() < 0.3:
+            return E.compare(rnd.choice(list(_CMPS)), rnd.choice(idx), rnd.randint(-8, 12))
+        c = E.logical(rnd.choice(["and", "or"]), cond(depth - 1), cond(depth - 1))
+        return E.Not(c) if rnd.random() < 0.2 else c
+
+    for _ in range(100):
+        c = cond(4)
+        out = simplify(c, bounds)
+        assert same(simplify(out, bounds), out), f"not idempotent: {c} -> {out}"
+        for _ in range(15):
+            env = sample(rnd, vs, {**BOX, "x": (-10, 14)})
+            assert evaluate(out, env) == evaluate(c, env), f"{c} -> {out} at {env}"

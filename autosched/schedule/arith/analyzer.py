@@ -104,14 +104,7 @@ class Analyzer:
                 return self._compare(E.Compare(_FLIP[a.op], a.a, a.b))
             return E.Not(a)
         if isinstance(e, E.Binary) and e.op in ("and", "or"):
-            a, b = self.simplify(e.a), self.simplify(e.b)
-            absorbing = e.op == "or"  # the constant that decides the result
-            for x, y in ((a, b), (b, a)):
-                if isinstance(x, E.Const):
-                    return x if bool(x.value) == absorbing else y
-            if E.structural_equal(a, b):
-                return a
-            return E.Binary(e.op, a, b)
+            return self._logical(e)
         if isinstance(e, E.Select):
             return self._select(e)
         if isinstance(e, E.Cast):
@@ -120,6 +113,44 @@ class Analyzer:
                 return E.Const(bool(v.value), "bool")
             return E.Cast("bool", v)
         return self._children(e) if not isinstance(e, (E.Const, E.Var)) else e
+
+    def _logical(self, e: E.Binary) -> E.Expr:
+        """A chain of ``and`` (or ``or``), flattened: constants folded, repeats dropped, and
+        of several constant limits on the same index only the one that matters kept."""
+        op = e.op
+        absorbing = op == "or"  # the constant that decides the result
+        leaves: list[E.Expr] = []
+        stack: list[E.Expr] = [e]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, E.Binary) and node.op == op:
+                stack += (node.b, node.a)
+                continue
+            x = self.simplify(node)
+            if isinstance(x, E.Binary) and x.op == op:
+                stack += (x.b, x.a)
+            else:
+                leaves.append(x)
+        kept: list[E.Expr] = []
+        seen: set[Key] = set()
+        for x in leaves:
+            if isinstance(x, E.Const):
+                if bool(x.value) == absorbing:
+                    return x
+                continue
+            key = Key(x)
+            if key not in seen:
+                seen.add(key)
+                kept.append(x)
+        kept_or_const = _tighten(op, kept)
+        if isinstance(kept_or_const, E.Const):
+            return kept_or_const
+        if not kept_or_const:
+            return E.Const(not absorbing, "bool")
+        out = kept_or_const[0]
+        for x in kept_or_const[1:]:
+            out = E.Binary(op, out, x)
+        return out
 
     def _compare(self, e: E.Compare) -> E.Expr:
         a, b = e.a, e.b
@@ -533,6 +564,47 @@ def finite_pair(lo: int | float, hi: int | float) -> bool:
 
 def _inside(a: Ival, b: Ival) -> bool:
     return a[0] >= b[0] and a[1] <= b[1]
+
+
+def _limit(x: E.Expr) -> tuple[Key, str, int] | None:
+    """``L < k`` style comparison of an index with a constant as (L, "hi" | "lo", inclusive k)."""
+    if not (isinstance(x, E.Compare) and isinstance(x.b, E.Const) and is_index(x.a.dtype)):
+        return None
+    k = int(x.b.value)
+    side = {"lt": ("hi", k - 1), "le": ("hi", k), "gt": ("lo", k + 1), "ge": ("lo", k)}
+    if x.op not in side:
+        return None
+    which, bound = side[x.op]
+    return Key(x.a), which, bound
+
+
+def _tighten(op: str, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
+    """Of the constant limits on one index, ``and`` needs only the tightest of each side and
+    ``or`` the loosest; both sides together may decide the whole chain."""
+    best: dict[tuple[Key, str], tuple[int, int]] = {}  # -> (limit, position of the winner)
+    for pos, x in enumerate(parts):
+        lim = _limit(x)
+        if lim is None:
+            continue
+        key, which, k = lim
+        cur = best.get((key, which))
+        want_small = (which == "hi") == (op == "and")
+        if cur is None or (k < cur[0] if want_small else k > cur[0]):
+            best[key, which] = (k, pos)
+    drop: set[int] = set()
+    for pos, x in enumerate(parts):
+        lim = _limit(x)
+        if lim is not None and best[lim[0], lim[1]][1] != pos:
+            drop.add(pos)
+    for (key, which), (k, _) in best.items():
+        if which != "lo" or (key, "hi") not in best:
+            continue
+        hi = best[key, "hi"][0]
+        if op == "and" and k > hi:
+            return E.Const(False, "bool")
+        if op == "or" and k <= hi + 1:
+            return E.Const(True, "bool")
+    return [x for pos, x in enumerate(parts) if pos not in drop]
 
 
 _MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
