@@ -31,7 +31,7 @@ def run_te(outputs: Tensor | list[Tensor], inputs: dict, target: str = "ref") ->
         arr = np.empty(tuple(int(d) for d in t.shape), dtype=t.dtype)
         arr.fill(np.nan if t.dtype.startswith("float") else 77)
         results.append(arr)
-    mod(*[np.ascontiguousarray(inputs[p]) for p in placeholders], *results)
+    mod(*[np.require(inputs[p], requirements="C") for p in placeholders], *results)
     return results
 
 

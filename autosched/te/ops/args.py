@@ -54,7 +54,7 @@ def axes(a: None | int | Sequence[int], ndim: int, op: str) -> tuple[int, ...]:
     """None means all axes; an int or a sequence of distinct ints, sorted and non-negative."""
     if a is None:
         return tuple(range(ndim))
-    items = [a] if isinstance(a, int) else list(a)
+    items = list(a) if isinstance(a, (tuple, list)) else [a]
     out = [axis(v, ndim, op) for v in items]
     if len(set(out)) != len(out):
         raise TEError(f"{op}: repeated axis in {a!r} for a {ndim}-d tensor")
