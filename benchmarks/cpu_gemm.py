@@ -63,19 +63,19 @@ def conv_schedule(C_in: int, H: int, W: int, C_out: int, fr: int = 4):
     rc = te.reduce_axis((0, C_in), name="rc")
     ry = te.reduce_axis((0, 3), name="ry")
     rx = te.reduce_axis((0, 3), name="rx")
-    O = te.compute(
+    Out = te.compute(
         (1, C_out, H, W),
         lambda n, f, y, x: te.sum(P[n, rc, y + ry, x + rx] * Wt[f, rc, ry, rx], axis=[rc, ry, rx]),
         name="O")
-    s = te.create_schedule(O.op)
-    OL = s.cache_write(O, "local")  # fr channels x one output row of accumulators
-    n, f, y, x = s[O].op.axis
-    fo, fi = s[O].split(f, factor=fr)
-    s[O].reorder(n, fo, y, fi, x)
-    rows = s[O].fuse(fo, y)
-    s[O].parallel(rows)
-    s[O].vectorize(x)
-    s[OL].compute_at(s[O], rows)
+    s = te.create_schedule(Out.op)
+    OL = s.cache_write(Out, "local")  # fr channels x one output row of accumulators
+    n, f, y, x = s[Out].op.axis
+    fo, fi = s[Out].split(f, factor=fr)
+    s[Out].reorder(n, fo, y, fi, x)
+    rows = s[Out].fuse(fo, y)
+    s[Out].parallel(rows)
+    s[Out].vectorize(x)
+    s[OL].compute_at(s[Out], rows)
     _, fl, _, xl = s[OL].op.axis
     rcl, ryl, rxl = s[OL].op.reduce_axis
     s[OL].reorder(rcl, ryl, rxl, fl, xl)
@@ -83,7 +83,7 @@ def conv_schedule(C_in: int, H: int, W: int, C_out: int, fr: int = 4):
     s[OL].vectorize(xl)
     _, pc, _, px = s[P].op.axis
     s[P].parallel(pc)
-    return s, [A, Wt, O]
+    return s, [A, Wt, Out]
 
 
 def numpy_time(fn, min_ms: float, repeat: int) -> float:

@@ -257,9 +257,9 @@ class FuncGen(ExprGen):
 
     def _loop_md(self, hint: str) -> ir.MDValue:
         m = self.module
-        flag = m.add_metadata([ir.MetadataString(m, hint), ir.Constant(T.I1, 1)]
-                              if hint.endswith("enable") else [ir.MetadataString(m, hint)])
-        node = m.add_metadata([ir.MetadataString(m, f"loop.{m.get_unique_name()}"), flag])
+        flag = m.add_metadata([ir.MetaDataString(m, hint), ir.Constant(T.I1, 1)]
+                              if hint.endswith("enable") else [ir.MetaDataString(m, hint)])
+        node = m.add_metadata([ir.MetaDataString(m, f"loop.{m.get_unique_name()}"), flag])
         node.operands = (node,) + tuple(node.operands[1:])  # a loop id refers to itself
         return node
 
