@@ -105,6 +105,10 @@ def test_min_max_select_compare():
     assert s(E.binary("min", x, x)) == "x"
     assert s(E.binary("max", x + 1, x)) == "x + 1"
     assert s(E.binary("min", x, y)) == "min(x, y)"
+    assert s(E.binary("min", E.binary("min", x, 5), 3)) == "min(x, 3)"
+    assert s(E.binary("max", 3, E.binary("max", i, E.binary("max", 5, i + 1)))) == "max(5, i + 1)"
+    assert s(E.binary("min", E.binary("max", x, 2), E.binary("max", x, 2))) == "max(x, 2)"
+    assert s(E.binary("max", E.binary("min", i, 9), E.binary("min", i, 9) + 1)) == "min(i, 9) + 1"
     assert s(x < y, b) == "True" and s(x >= y, b) == "False"
     assert s(x == y, b) == "False" and s(x != y, b) == "True"
     assert s(x + 1 > x) == "True"
@@ -125,6 +129,15 @@ def test_min_max_select_compare():
     assert s(E.logical("or", x < y, i < 4), b) == "True"
     assert s(E.Not(x < y), b) == "False"
     assert s(E.Not(i < 4)) == "i >= 4"
+
+
+def test_extent_one_loops_fold_to_constants():
+    io, ii, x = V("io"), V("ii"), V("x")
+    assert s(io * 8 + ii, {io: (0, 0), ii: (0, 7)}) == "ii"
+    assert s(x * 4 + 1, {x: (3, 3)}) == "13"
+    assert interval(io * 8 + ii, {ii: (0, 7)}, {io: (2, 2)}) is not None
+    lo, hi = interval(io * 8 + ii, {ii: (0, 7)}, {io: (2, 2)})
+    assert (str(lo), str(hi)) == ("16", "23")
 
 
 def test_casts_and_int64():
@@ -333,9 +346,13 @@ def sample(rnd: random.Random, vs: list[Var], box: dict) -> dict[int, int]:
     return {v.uid: rnd.randint(*box[v.name]) for v in vs}
 
 
-@pytest.mark.parametrize("seed", range(8))
+# fixed seeds reproduce; one fresh seed per run explores (it is printed in every message)
+SEEDS = [*range(1000, 1008), random.randrange(10**9)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_random_simplify_is_sound_and_bounded(seed: int):
-    rnd = random.Random(1000 + seed)
+    rnd = random.Random(seed)
     vs = [V("x"), V("y"), V("z")]
     bounds = {v: BOX[v.name] for v in vs}
     for _ in range(150):
@@ -349,9 +366,9 @@ def test_random_simplify_is_sound_and_bounded(seed: int):
             env = sample(rnd, vs, BOX)
             want = evaluate(e, env)
             got = evaluate(out, env)
-            assert got == want, f"{e} -> {out} at {env}: {got} != {want}"
+            assert got == want, f"seed {seed}: {e} -> {out} at {env}: {got} != {want}"
             assert (lo is None or lo <= want) and (hi is None or want <= hi), (
-                f"const_bound {lo, hi} of {e} misses {want} at {env}"
+                f"seed {seed}: const_bound {lo, hi} of {e} misses {want} at {env}"
             )
 
 

@@ -262,6 +262,9 @@ class Analyzer:
         if isinstance(e, E.Const):
             return Lin(dtype, int(e.value))
         if isinstance(e, E.Var):
+            lo, hi = self.var_bounds.get(e.uid, iv.UNKNOWN)
+            if lo == hi:  # a loop of extent 1: its variable is a constant
+                return Lin(dtype, int(lo))
             return Lin.atom(e)
         if isinstance(e, E.Binary):
             op = e.op
@@ -457,13 +460,36 @@ class Analyzer:
     # --- min and max
 
     def _minmax(self, op: str, la: Lin, lb: Lin) -> Lin:
-        d = la.add(lb, -1)
-        lo, hi = self.lin_bound(d)
-        if hi <= 0:
-            return la if op == "min" else lb
-        if lo >= 0:
-            return lb if op == "min" else la
-        return self._atom(E.Binary(op, la.to_expr(), lb.to_expr()))
+        """min / max over a flattened chain: an argument that another provably beats is
+        dropped (``min(min(x, 5), 3)`` is ``min(x, 3)``)."""
+        args: list[Lin] = []
+        for x in (la, lb):
+            self._chain_args(x, op, args)
+        kept: list[Lin] = []
+        for x in args:
+            if any(self._beats(op, y, x) for y in kept):
+                continue
+            kept = [y for y in kept if not self._beats(op, x, y)]
+            kept.append(x)
+        if len(kept) == 1:
+            return kept[0]
+        out = kept[0].to_expr()
+        for y in kept[1:]:
+            out = E.Binary(op, out, y.to_expr())
+        return self._atom(out)
+
+    def _chain_args(self, x: Lin, op: str, out: list[Lin]) -> None:
+        atom = x.single()
+        if isinstance(atom, E.Binary) and atom.op == op:
+            self._chain_args(self.lin(atom.a), op, out)
+            self._chain_args(self.lin(atom.b), op, out)
+        else:
+            out.append(x)
+
+    def _beats(self, op: str, a: Lin, b: Lin) -> bool:
+        """Does ``a`` make ``b`` redundant in a min (a <= b) or a max (a >= b)?"""
+        lo, hi = self.lin_bound(a.add(b, -1))
+        return hi <= 0 if op == "min" else lo >= 0
 
     # -----------------------------------------------------------------------------------------
     # constant bounds
