@@ -115,6 +115,15 @@ class Stage:
     def _record(self, step: S.Step) -> Any:
         return self.sch.apply(step)
 
+    def check_not_attached(self, iv: E.IterVar, what: str) -> None:
+        """Splitting or fusing a loop that other stages are computed at would orphan them."""
+        for other in self.sch.stages:
+            if other.attach == ("at", self.name, iv.name):
+                raise ScheduleError(
+                    f"cannot {what} axis {iv.name} of {self.name}: stage {other.name} is computed "
+                    f"at it; {what} before compute_at"
+                )
+
     # -- primitives (each records a step) ----------------------------------------------------------
     def split(self, axis: E.IterVar, factor: int | None = None, nparts: int | None = None) -> tuple[E.IterVar, E.IterVar]:
         """Split ``axis`` into (outer, inner): ``factor`` is the inner extent, ``nparts`` the outer."""
@@ -305,6 +314,7 @@ class Schedule:
     def _apply_split(self, step: S.Split) -> tuple[E.IterVar, E.IterVar]:
         st = self._compute_stage(step.stage, "split")
         iv = st.leaf_named(step.axis)
+        st.check_not_attached(iv, "split")
         if (step.factor is None) == (step.nparts is None):
             raise ScheduleError(f"split of axis {iv.name} of {st.name}: give exactly one of factor= and nparts=")
         value = step.factor if step.factor is not None else step.nparts
@@ -330,6 +340,8 @@ class Schedule:
         if len(step.axes) < 2:
             raise ScheduleError(f"fuse on {st.name} needs at least two axes, got {list(step.axes)}")
         ivs = [st.leaf_named(a) for a in step.axes]
+        for iv in ivs:
+            st.check_not_attached(iv, "fuse")
         pos = [st.leaf.index(iv) for iv in ivs]
         if pos != list(range(pos[0], pos[0] + len(pos))):
             raise ScheduleError(

@@ -1,0 +1,314 @@
+"""Sketches: schedule structures derived from the DAG by rules, with no per-operator templates.
+
+Rules, applied from the outputs back to the inputs (as Ansor does):
+
+* inline      every non-output stage without a reduction is inlined into its readers
+* tile        a reduction with data reuse (some read ignores some data axis: matmul, conv)
+              gets multi-level tiling, SSRSRS on CPUs: the consumer tiles the data axes in two
+              levels (S S), the producer is computed at the consumer's tile and loops as
+              R S R S inside it. The consumer is an elementwise output that reads the producer
+              elementwise (fused: bias, activation, residual) or else a cache_write copy.
+* reduce      a reduction without reuse (softmax's max / sum, norms, pooling): outer data loops
+              parallel; optionally rfactor the reduction so its inner part vectorizes; optionally
+              computed at its consumer's outer loop
+* injective   the rest (elementwise outputs): outer axes fused and parallel, the last axis split
+              and vectorized
+
+Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autosched.schedule.schedule import Schedule, Stage
+from autosched.search.knobs import ChoiceKnob, Knob, TileKnob
+from autosched.te import expr as E
+from autosched.te.tensor import ComputeOp, PlaceholderOp
+from autosched.te.visit import post_order
+
+Params = dict[str, Any]
+
+UNROLL_STEPS = (0, 16, 64, 512)
+VECTOR_LENGTHS = (1, 4, 8, 16, 32, 64)
+
+
+# -- DAG analysis ---------------------------------------------------------------------------
+def _reads(op: ComputeOp) -> list[E.TensorRead]:
+    return [n for n in post_order(op.body) if isinstance(n, E.TensorRead)]
+
+
+def has_reuse(op: ComputeOp) -> bool:
+    """A reduction where some read does not depend on some data axis (so tiling reuses it)."""
+    if not op.reduce_axis:
+        return False
+    axis_uids = {a.var.uid for a in op.axis if _static_extent(a) > 1}
+    for r in _reads(op):
+        used = {n.uid for i in r.indices for n in post_order(i) if isinstance(n, E.Var)}
+        if axis_uids - used:
+            return True
+    return False
+
+
+class DagInfo:
+    """Which stages are inlined, and who reads whom once they are."""
+
+    def __init__(self, sch: Schedule):
+        self.sch = sch
+        self.outputs = {st.name for st in sch.stages if st.is_output}
+        self.compute = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
+        self.inlined = {st.name for st in self.compute
+                        if not st.op.reduce_axis and st.name not in self.outputs}
+        self.readers: dict[str, list[str]] = {st.name: [] for st in sch.stages}
+        for st in self.compute:
+            if st.name in self.inlined:
+                continue
+            for p in self._sources(st):
+                if st.name not in self.readers[p]:
+                    self.readers[p].append(st.name)
+
+    def _sources(self, st: Stage) -> list[str]:
+        """Non-inlined stages read by ``st``, looking through inlined ones."""
+        out: list[str] = []
+        stack = [st]
+        while stack:
+            cur = stack.pop()
+            for q in self.sch.reads_of(cur):
+                if q.name in self.inlined:
+                    stack.append(q)
+                elif q.name not in out and not isinstance(q.op, PlaceholderOp):
+                    out.append(q.name)
+        return out
+
+    def elementwise_reader(self, name: str) -> str | None:
+        """The single output that reads ``name`` at exactly its own indices, if there is one."""
+        readers = self.readers[name]
+        if len(readers) != 1 or readers[0] not in self.outputs:
+            return None
+        e = self.sch.stage(readers[0])
+        t = self.sch.stage(name)
+        if not isinstance(e.op, ComputeOp) or e.op.reduce_axis or len(e.op.axis) != len(t.op.axis):
+            return None
+        from autosched.schedule.lower import LowerContext, expand_inline
+
+        ctx = LowerContext(self.sch, [], "probe")
+        expand_inline(ctx)
+        ok = False
+        for n in post_order(ctx.bodies[e.name]):
+            if isinstance(n, E.TensorRead) and n.tensor.op.uid in t.uids:
+                same = all(isinstance(i, E.Var) and i.uid == a.var.uid
+                           for i, a in zip(n.indices, e.op.axis))
+                if not same:
+                    return None
+                ok = True
+        return e.name if ok else None
+
+
+# -- rules ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    stage: str
+    knobs: tuple[Knob, ...]
+    apply: Callable[[Schedule, Params], None]
+    kind: str
+
+
+def _static_extent(iv: E.IterVar) -> int:
+    ext = iv.dom.extent
+    return ext.value if isinstance(ext, E.Const) else 1
+
+
+def _inline_rule(name: str) -> Rule:
+    def apply(sch: Schedule, p: Params) -> None:
+        sch.stage(name).compute_inline()
+
+    return Rule(name, (), apply, "inline")
+
+
+def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
+    """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write."""
+    st = sch0.stage(name)
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    pre = f"{name}."
+    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3) for a in op.axis]
+    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64) for r in op.reduce_axis]
+    n = len(op.axis)
+    knobs: list[Knob] = data + red + [
+        ChoiceKnob(f"{pre}at", (0, 1)),
+        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1))),
+        ChoiceKnob(f"{pre}unroll", UNROLL_STEPS),
+    ]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        if fused_into is None:
+            consumer = sch.stage(name)
+            producer = sch[sch.cache_write(consumer.op.output(), "local")]
+        else:
+            consumer, producer = sch.stage(fused_into), sch.stage(name)
+        tiles = [p[k.name] for k in data]
+        outer, mid, inner = [], [], []
+        for ax, (f1, f2, f3) in zip(consumer.op.axis, tiles):
+            a, rest = consumer.split(ax, factor=f1 * f2 * f3)
+            b, c = consumer.split(rest, factor=f2 * f3)
+            outer.append(a)
+            mid.append(b)
+            inner.append(c)
+        consumer.reorder(*outer, *mid, *inner)
+        depth = p[f"{pre}parallel"]
+        par = consumer.fuse(*outer[:depth]) if depth > 1 else outer[0]
+        consumer.parallel(par)
+        at_outer = par if depth == len(outer) else outer[-1]
+        producer.compute_at(consumer, mid[-1] if p[f"{pre}at"] else at_outer)
+        last = tiles[-1][1] * tiles[-1][2]
+        if 1 < last <= 64:
+            consumer.vectorize(inner[-1])
+        d1, d2, d3 = [], [], []
+        for ax, (_, f2, f3) in zip(producer.op.axis, tiles):
+            x1, rest = producer.split(ax, factor=f2 * f3)
+            x2, x3 = producer.split(rest, factor=f3)
+            d1.append(x1)
+            d2.append(x2)
+            d3.append(x3)
+        r0, r1 = [], []
+        for ax, knob in zip(producer.op.reduce_axis, red):
+            (g,) = p[knob.name]
+            a, b = producer.split(ax, factor=g)
+            r0.append(a)
+            r1.append(b)
+        producer.reorder(*d1, *r0, *d2, *r1, *d3)
+        if tiles[-1][2] > 1:
+            producer.vectorize(d3[-1])
+        unroll = p[f"{pre}unroll"]
+        if unroll:
+            producer.pragma(d1[0], "auto_unroll_max_step", unroll)
+            producer.pragma(d1[0], "unroll_explicit", True)
+
+    return Rule(name, tuple(knobs), apply, "tile")
+
+
+def _vector_choices(extent: int) -> tuple[int, ...]:
+    return tuple(v for v in VECTOR_LENGTHS if v <= max(extent, 1)) or (1,)
+
+
+def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
+    st = sch0.stage(name)
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    pre = f"{name}."
+    inner_ext = _static_extent(op.reduce_axis[-1])
+    knobs: list[Knob] = [
+        ChoiceKnob(f"{pre}rfactor", (0,) + tuple(v for v in (4, 8, 16, 32) if v < inner_ext)),
+        ChoiceKnob(f"{pre}at", (0, 1) if reader else (0,)),
+    ]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        stage = sch.stage(name)
+        vec = p[f"{pre}rfactor"]
+        at = p[f"{pre}at"] and reader is not None
+        rf = None
+        if vec:
+            ko, ki = stage.split(stage.op.reduce_axis[-1], factor=vec)
+            rf = sch[sch.rfactor(stage.op.output(), ki)]
+            kf, *rest = rf.op.axis
+            rf.reorder(*rest, *rf.op.reduce_axis, kf)
+            rf.vectorize(kf)
+        if at:
+            r = sch.stage(reader)  # type: ignore[arg-type]
+            stage.compute_at(r, r.leaf[0])
+        elif stage.op.axis:
+            axes = list(stage.op.axis)
+            stage.parallel(stage.fuse(*axes) if len(axes) > 1 else axes[0])
+        if rf is not None:
+            rf.compute_at(stage, stage.leaf[len(stage.op.axis) - 1] if stage.op.axis and not at
+                          else stage.leaf[0]) if stage.op.axis else None
+
+    return Rule(name, tuple(knobs), apply, "reduce")
+
+
+def _injective_rule(name: str, sch0: Schedule) -> Rule:
+    st = sch0.stage(name)
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    pre = f"{name}."
+    n = len(op.axis)
+    last = _static_extent(op.axis[-1]) if n else 1
+    knobs: list[Knob] = [
+        ChoiceKnob(f"{pre}vector", _vector_choices(last)),
+        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,)),
+    ]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        stage = sch.stage(name)
+        axes = list(stage.op.axis)
+        if not axes:
+            return
+        vec = p[f"{pre}vector"]
+        lo = axes[-1]
+        if vec > 1:
+            lo, li = stage.split(axes[-1], factor=vec)
+            stage.vectorize(li)
+        outer = axes[:-1] + [lo]
+        depth = min(p[f"{pre}parallel"], len(outer))
+        if depth:
+            stage.parallel(stage.fuse(*outer[:depth]) if depth > 1 else outer[0])
+
+    return Rule(name, tuple(knobs), apply, "injective")
+
+
+# -- sketches ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sketch:
+    """An ordered list of rules; ``apply`` builds a schedule from knob values."""
+
+    rules: tuple[Rule, ...]
+
+    @property
+    def knobs(self) -> list[Knob]:
+        return [k for r in self.rules for k in r.knobs]
+
+    def describe(self) -> str:
+        return ", ".join(f"{r.kind}({r.stage})" for r in self.rules)
+
+    def apply(self, sch: Schedule, params: Params) -> Schedule:
+        for rule in self.rules:
+            rule.apply(sch, params)
+        return sch
+
+
+def generate_sketches(sch0: Schedule) -> list[Sketch]:
+    """The sketches of a DAG, from a fresh (unscheduled) schedule of it."""
+    info = DagInfo(sch0)
+    rules: list[Rule] = [_inline_rule(n) for n in
+                         (st.name for st in info.compute) if n in info.inlined]
+    fused: set[str] = set()
+    later: list[Rule] = []
+    for st in reversed(info.compute):  # consumers first
+        name = st.name
+        if name in info.inlined or name in fused:
+            continue
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        if has_reuse(op):
+            into = info.elementwise_reader(name)
+            if into is not None:
+                fused.add(into)
+                later = [r for r in later if r.stage != into]
+            later.append(_tile_rule(name, into, sch0))
+        elif op.reduce_axis:
+            readers = info.readers[name]
+            reader = readers[0] if len(readers) == 1 and _outer_match(sch0, name, readers[0]) else None
+            later.append(_reduce_rule(name, reader, sch0))
+        else:
+            later.append(_injective_rule(name, sch0))
+    return [Sketch(tuple(rules + later))]
+
+
+def _outer_match(sch: Schedule, producer: str, reader: str) -> bool:
+    """The reader's first axis has the producer's first axis extent (rows of a softmax)."""
+    p, r = sch.stage(producer).op, sch.stage(reader).op
+    if not (isinstance(p, ComputeOp) and isinstance(r, ComputeOp) and p.axis and r.axis):
+        return False
+    return _static_extent(p.axis[0]) == _static_extent(r.axis[0])
