@@ -457,15 +457,25 @@ def test_gpu_missing_barrier_gives_wrong_answer(rng: np.random.Generator) -> Non
     want = a.astype(np.float64) @ b
     # No barrier between the tile copy and its use: threads read tile elements that their
     # neighbours have not written yet, which are NaN.
+    early = matmul_kernel(M, N, K, T=8, barriers=(False, True))
     out = np.zeros((M, N), F32)
-    evaluate(matmul_kernel(M, N, K, T=8, barriers=(False, True)), a, b, out)
+    evaluate(early, a, b, out, check_races=False)
     assert np.isnan(out).any()
     # No barrier before the next copy: early threads overwrite tiles that later threads of the
     # block still read.
+    late = matmul_kernel(M, N, K, T=8, barriers=(True, False))
     out = np.zeros((M, N), F32)
-    evaluate(matmul_kernel(M, N, K, T=8, barriers=(True, False)), a, b, out)
+    evaluate(late, a, b, out, check_races=False)
     assert not np.isnan(out).any()
     assert not np.allclose(out, want, rtol=1e-3, atol=1e-3)
+    # The race checker (on by default) names the buffer, element and threads instead.
+    with pytest.raises(RuntimeError_, match=r"data race in kernel matmul_gpu_kernel0 on shared "
+                       r"buffer As\[0, 1\]: thread \(1, 0, 0\) of block \(0, 0, 0\) overwrites "
+                       r"the value read by thread \(0, 0, 0\) of block \(0, 0, 0\) since the "
+                       r"last barrier"):
+        evaluate(early, a, b, out)
+    with pytest.raises(RuntimeError_, match=r"data race .* on shared buffer [AB]s"):
+        evaluate(late, a, b, out)
 
 
 def test_gpu_shared_read_of_other_thread_without_barrier_sees_nan(rng: np.random.Generator) -> None:
@@ -483,8 +493,67 @@ def test_gpu_shared_read_of_other_thread_without_barrier_sees_nan(rng: np.random
     out = np.zeros(n, F32)
     evaluate(shift(True), a, out)
     np.testing.assert_array_equal(out, np.roll(a, -1))
-    evaluate(shift(False), a, out)
+    evaluate(shift(False), a, out, check_races=False)
     assert np.isnan(out[: n - 1]).all()  # thread t read sh[t + 1] before thread t + 1 wrote it
+    with pytest.raises(RuntimeError_, match=r"data race.*sh\[1\]: thread \(1, 0, 0\) .* "
+                                            r"overwrites the value read by thread \(0, 0, 0\)"):
+        evaluate(shift(False), a, out)
+
+
+def test_gpu_race_checker_catches_races_that_lockstep_order_hides(rng: np.random.Generator) -> None:
+    n = 16
+    A, B = buf("A", (n,)), buf("B", (n,))
+    sh = buf("sh", (n,), scope="shared")
+    tx = Var("tx")
+    # Thread t reads sh[t - 1] without a barrier: in threadIdx order thread t - 1 has already
+    # written it, so the answer comes out right, yet on a GPU it is a race.
+    body = ir.seq(st(sh, (tx,), ld(A, tx)), st(B, (tx,), ld(sh, (tx + n - 1) % n)))
+    f = ir.PrimFunc("back", (A, B), ir.Allocate(sh, thread(tx, n, "threadIdx.x", body)))
+    a = rand(rng, (n,))
+    out = np.zeros(n, F32)
+    evaluate(f, a, out, check_races=False)
+    np.testing.assert_array_equal(out[1:], a[:-1])
+    with pytest.raises(RuntimeError_, match=r"sh\[0\]: thread \(1, 0, 0\) of block \(0, 0, 0\) "
+                                            r"reads the value written by thread \(0, 0, 0\)"):
+        evaluate(f, a, out)
+
+
+def test_gpu_race_checker_on_global_memory(rng: np.random.Generator) -> None:
+    # A reduction axis bound to threads: every thread accumulates into the same element.
+    A, S = buf("A", (8,)), buf("S", (1,))
+    tx, bx = Var("tx"), Var("bx")
+    acc = thread(tx, 8, "threadIdx.x", st(S, (0,), ld(S, 0) + ld(A, tx)))
+    a = rand(rng, (8,))
+    with pytest.raises(RuntimeError_, match=r"on global buffer S\[0\]: thread \(1, 0, 0\).*"
+                                            r"reads the value written by thread \(0, 0, 0\)"):
+        evaluate(ir.PrimFunc("red", (A, S), acc), a, np.zeros(1, F32))
+    # Blocks never synchronise: two blocks writing different values to one element race even
+    # with a barrier between.
+    two = thread(bx, 2, "blockIdx.x", thread(tx, 4, "threadIdx.x", ir.seq(
+        ir.Barrier(), ir.IfThenElse(tx == 0, st(S, (0,), ld(A, bx))))))
+    with pytest.raises(RuntimeError_, match=r"overwrites the value written by thread \(0, 0, 0\) "
+                                            r"of block \(0, 0, 0\) in another block"):
+        evaluate(ir.PrimFunc("blocks", (A, S), two), a, np.zeros(1, F32))
+
+
+def test_gpu_redundant_identical_writes_are_not_races(rng: np.random.Generator) -> None:
+    # Every thread copies the whole tile (an unbound copy stage): the writes agree, so they
+    # are benign; threads then read it after a barrier, and every block writes the same total.
+    n = 8
+    A, B, T = buf("A", (n,)), buf("B", (n,)), buf("T", (1,))
+    sh = buf("sh", (n,), scope="shared")
+    bx, tx, j = Var("bx"), Var("tx"), Var("j")
+    body = ir.seq(
+        loop(j, n, st(sh, (j,), ld(A, j) * 0.1)), ir.Barrier(),
+        st(B, (tx,), ld(sh, (tx + 1) % n)), st(T, (0,), ld(sh, 0) + ld(sh, 1)),
+    )
+    f = ir.PrimFunc("copy", (A, B, T), thread(bx, 3, "blockIdx.x", ir.Allocate(
+        sh, thread(tx, n, "threadIdx.x", body))))
+    a, out, tot = rand(rng, (n,)), np.zeros(n, F32), np.zeros(1, F32)
+    evaluate(f, a, out, tot)
+    want = (a.astype(np.float64) * np.float32(0.1)).astype(F32)
+    np.testing.assert_allclose(out, np.roll(want, -1), rtol=1e-6)
+    np.testing.assert_allclose(tot, want[0] + np.float64(want[1]), rtol=1e-6)
 
 
 def test_gpu_block_tree_reduction(rng: np.random.Generator) -> None:

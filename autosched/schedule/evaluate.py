@@ -7,6 +7,12 @@ barriers step the threads of a block in lockstep; see ``pyrender``). Out-of-boun
 integer division by zero and divergent barriers raise ``RuntimeError_``; fresh allocations read
 as NaN (integers as 0xA5A5...) until written, so reading unwritten memory shows in the output.
 
+Data races: inside a kernel, every access to a shared or global buffer that the kernel writes is
+recorded per element, and two accesses by different threads, at least one a value-changing
+write, raise unless a barrier of their block separates them (threads of different blocks never
+synchronise). A missing barrier is then an error naming the buffer, element and both threads,
+even where the lockstep order happens to give the right answer.
+
 Example::
 
     from autosched.schedule import ir
@@ -35,7 +41,7 @@ from autosched.schedule.pyruntime import as_view, namespace
 from autosched.te import expr as E
 
 _CACHE_SIZE = 256
-_cache: OrderedDict[tuple[int, bool], Program] = OrderedDict()
+_cache: OrderedDict[tuple[int, bool, bool], Program] = OrderedDict()
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,18 +174,20 @@ def eval_int(e: E.Expr, env: dict[int, int]) -> int:
     raise CompileError(f"cannot evaluate the shape expression {e}")
 
 
-def compile_func(func: ir.PrimFunc, check_bounds: bool = True) -> Program:
+def compile_func(
+    func: ir.PrimFunc, check_bounds: bool = True, check_races: bool = True
+) -> Program:
     """``func`` rendered to Python and compiled (cached per function object and flags).
 
     >>> prog = compile_func(func)   # doctest: +SKIP
     >>> print(prog.source); prog(a, b, c)
     """
-    key = (id(func), check_bounds)
+    key = (id(func), check_bounds, check_races)
     hit = _cache.get(key)
     if hit is not None and hit.func is func:
         _cache.move_to_end(key)
         return hit
-    rendered = render(func, check_bounds)
+    rendered = render(func, check_bounds, check_races)
     filename = f"<autosched.ref {func.name} {id(func):x}>"
     # Tracebacks through the generated code show its lines.
     lines = rendered.source.splitlines(keepends=True)
@@ -198,11 +206,13 @@ def compile_func(func: ir.PrimFunc, check_bounds: bool = True) -> Program:
     return prog
 
 
-def evaluate(func: ir.PrimFunc, *arrays: np.ndarray, check_bounds: bool = True) -> None:
+def evaluate(
+    func: ir.PrimFunc, *arrays: np.ndarray, check_bounds: bool = True, check_races: bool = True
+) -> None:
     """Run ``func`` on ``arrays`` (in ``func.params`` order); outputs are written in place.
 
     Raises RuntimeError_ for arrays of the wrong count, shape or dtype, for out-of-bounds
-    accesses (unless ``check_bounds`` is False), integer division by zero and divergent GPU
-    barriers. See the module docstring for an example.
+    accesses (unless ``check_bounds`` is False), integer division by zero, divergent GPU
+    barriers and GPU data races (unless ``check_races`` is False). See the module docstring.
     """
-    compile_func(func, check_bounds)(*arrays)
+    compile_func(func, check_bounds, check_races)(*arrays)

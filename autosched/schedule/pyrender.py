@@ -96,13 +96,27 @@ class _Kernel:
     generator: bool  # threads run as generators stepped in lockstep (the kernel has barriers)
     launch: dict[str, str]  # tag -> launch size (a literal or the name of a local)
     const_launch: dict[str, int]  # tag -> launch size where every extent is a constant
+    tracked: frozenset[int]  # buffers whose accesses the race checker records
     barriers: int = 0
+
+    def dims(self) -> str:
+        """The launch sizes (gx, gy, gz, tx, ty, tz) as a Python tuple expression."""
+        return "(" + ", ".join(self.launch.get(t, "1") for t in THREAD_TAGS) + ")"
+
+    def linear(self, tags: tuple[str, ...]) -> str:
+        """The linear index (x fastest) of the hardware ids of ``tags``."""
+        text = "0"
+        for tag in reversed(tags):
+            text = f"({text} * {self.launch.get(tag, '1')} + {_HW[tag]})"
+        return text
 
 
 class _Renderer:
-    def __init__(self, func: ir.PrimFunc, check_bounds: bool) -> None:
+    def __init__(self, func: ir.PrimFunc, check_bounds: bool, check_races: bool) -> None:
         self.func = func
         self.check_bounds = check_bounds
+        self.check_races = check_races
+        self.trackers: dict[int, str] = {}  # uid of a race-tracked buffer -> its tracker
         self.lines: list[str] = []
         self.indent = 1
         self.blocks = 0  # loop / try blocks enclosing the current line in its Python function
@@ -213,9 +227,15 @@ class _Renderer:
 
     def _s_Store(self, s: ir.Store) -> None:
         view = self.buffer(s.buffer)
-        value = self.expr(s.value)
+        value = self.store_value(self.expr(s.value), s.value.dtype, s.buffer)
         flat = self.flat_index(s.buffer, s.indices, "store")
-        self.emit(f"{view}[{flat}] = {self.store_value(value, s.value.dtype, s.buffer)}")
+        trk = self.trackers.get(s.buffer.uid)
+        if trk is None:
+            self.emit(f"{view}[{flat}] = {value}")
+            return
+        if s.buffer.dtype == "float32":
+            value = f"_f32({value})"  # compare with what is stored, as float32
+        self.emit(f"_tstore({trk}, {view}, {flat}, {value}, _me, _ep[0])")
 
     def _s_IfThenElse(self, s: ir.IfThenElse) -> None:
         self.emit(f"if {self.expr(s.cond)}:")
@@ -239,10 +259,23 @@ class _Renderer:
             # One shared buffer per block (global: per launch), made when a thread first gets here.
             table = "_sh" if buf.scope == "shared" else "_kg"
             self.emit(f"{py} = _alloc_once({table}, {buf.uid}, {buf.dtype!r}, {size})  # {buf.scope}")
+            if buf.uid in self.kernel.tracked:
+                self.make_tracker(buf, table)
         else:
             self.emit(f"{py} = _alloc({buf.dtype!r}, {size})  # {buf.scope}")
         self.stmt(s.body)
         del self.bufs[buf.uid]
+        self.trackers.pop(buf.uid, None)
+
+    def make_tracker(self, buf: ir.Buffer, table: str) -> None:
+        k = self.kernel
+        assert k is not None
+        self.trackers[buf.uid] = trk = self.name(buf.name + "_races")
+        shape = "(" + "".join(f"{self.expr(d)}, " for d in buf.shape) + ")"
+        self.emit(
+            f"{trk} = _track({table}, {buf.uid}, {buf.name!r}, {shape}, {buf.scope!r}, "
+            f"{k.name!r}, {k.dims()})"
+        )
 
     def _s_Barrier(self, s: ir.Barrier) -> None:
         if self.kernel is None:
@@ -344,15 +377,24 @@ class _Renderer:
                 parts = ", ".join(self.expr(e) for e in extents[tag])
                 self.emit(f"{_LAUNCH[tag]} = max({parts}, 0)")
                 launch[tag] = _LAUNCH[tag]
-        self.kernel = _Kernel(name, generator, launch, const_launch)
+        written = {s.buffer.uid: s.buffer for s in walk(root) if isinstance(s, ir.Store)}
+        tracked = frozenset(
+            uid for uid, b in written.items() if self.check_races and b.scope != "local"
+        )
+        self.kernel = _Kernel(name, generator, launch, const_launch, tracked)
         blocks = [t for t in reversed(THREAD_TAGS[:3]) if t in launch]
         threads = [t for t in reversed(THREAD_TAGS[3:]) if t in launch]
         self.emit(f"{' = '.join(_HW[t] for t in THREAD_TAGS)} = 0")
         self.emit("_kg = {}")
+        outer_trackers = [uid for uid in tracked if uid in self.bufs]
+        for uid in outer_trackers:  # buffers that live outside the kernel: records per launch
+            self.make_tracker(written[uid], "_kg")
         if generator:
             self.kernel_generator(root, name, blocks, threads)
         else:
             self.kernel_loops(root, name, blocks, threads)
+        for uid in outer_trackers:
+            del self.trackers[uid]
         self.kernel = None
 
     def kernel_loops(self, root: ir.For, name: str, blocks: list[str], threads: list[str]) -> None:
@@ -367,10 +409,14 @@ class _Renderer:
             self.indent += 1
             self.blocks += 1
         self.emit("_sh = {}")
+        if k.tracked:
+            self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
         for tag in threads:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
             self.blocks += 1
+        if k.tracked:
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
         self.stmt(root)
         self.indent -= 1 + len(blocks) + len(threads)
         self.blocks = saved
@@ -386,7 +432,9 @@ class _Renderer:
         assert k is not None
         fn = f"_kernel{self.kernel_count - 1}"
         params = ", ".join(_HW[t] for t in THREAD_TAGS)
-        self.emit(f"def {fn}({params}, _sh, _kg):")
+        self.emit(f"def {fn}({params}, _sh, _kg, _ep):")
+        if k.tracked:
+            self.emit(f"    _me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
         saved = self.blocks
         self.blocks = 0
         self.body(root)
@@ -395,11 +443,13 @@ class _Renderer:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
         self.emit("_sh = {}")
+        self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
         bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
         tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
         loops = " ".join(f"for {_HW[t]} in range({k.launch[t]})" for t in threads)
         self.emit(
-            f"_run_block({name!r}, ({bid}), [(({tid}), {fn}({params}, _sh, _kg)) {loops}])"
+            f"_run_block({name!r}, ({bid}), [(({tid}), {fn}({params}, _sh, _kg, _ep)) {loops}], "
+            "_ep)"
         )
         self.indent -= len(blocks)
 
@@ -568,7 +618,9 @@ class _Renderer:
 
     def _e_Load(self, e: ir.Load) -> str:
         view = self.buffer(e.buffer)
-        text = f"{view}[{self.flat_index(e.buffer, e.indices, 'load')}]"
+        flat = self.flat_index(e.buffer, e.indices, "load")
+        trk = self.trackers.get(e.buffer.uid)
+        text = f"{view}[{flat}]" if trk is None else f"_tload({trk}, {view}, {flat}, _me, _ep[0])"
         return f"_F16T[{text}]" if e.buffer.dtype == "float16" else text
 
     def _e_Binary(self, e: E.Binary) -> str:
@@ -670,7 +722,7 @@ def _fits(src: str, dst: str) -> bool:
     return d.min <= s.min and s.max <= d.max
 
 
-def render(func: ir.PrimFunc, check_bounds: bool = True) -> Rendered:
+def render(func: ir.PrimFunc, check_bounds: bool = True, check_races: bool = True) -> Rendered:
     """Python source that runs ``func`` (see the module docstring).
 
     >>> print(render(func).source)  # doctest: +SKIP
@@ -678,4 +730,4 @@ def render(func: ir.PrimFunc, check_bounds: bool = True) -> Rendered:
         for i in range(4):
             C[i] = (A[i] + B[i])
     """
-    return _Renderer(func, check_bounds).render()
+    return _Renderer(func, check_bounds, check_races).render()

@@ -236,11 +236,15 @@ def kernel_error(exc: Exception, kernel: str, block: tuple, thread: tuple) -> Ru
 
 
 def run_block(
-    kernel: str, block: tuple, threads: Sequence[tuple[tuple, Iterator[int]]]
+    kernel: str,
+    block: tuple,
+    threads: Sequence[tuple[tuple, Iterator[int]]],
+    epoch: list[int] | None = None,
 ) -> None:
     """Run the threads of one block in lockstep: each thread (a generator that yields the id of
     every barrier it reaches) runs until its next barrier, in threadIdx order; no thread passes
-    a barrier before every live thread of the block has reached that same barrier."""
+    a barrier before every live thread of the block has reached that same barrier. ``epoch[0]``
+    (for the race checker) counts the barriers the block has passed."""
     live = list(threads)
     while live:
         arrived: list[tuple[tuple, Iterator[int]]] = []
@@ -270,6 +274,113 @@ def run_block(
                 f"different barriers ({detail})"
             )
         live = arrived
+        if epoch is not None:
+            epoch[0] += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Data races: which threads wrote and read each element of a buffer since the last barrier.
+#
+# A thread is a key (block index << 32 | thread index), an access time an epoch
+# (block index << 32 | barriers the block has passed). Two accesses of one element by different
+# threads, at least one a write, race unless the same block separates them by a barrier:
+# that is, unless both keys name the same block and the epochs differ. A write of the value
+# already stored changes nothing and races with nothing (threads that redundantly compute the
+# same stage are benign); its thread counts as a writer of that value.
+
+
+class RaceTracker:
+    """Access records of one buffer during one kernel launch (or one block, for shared)."""
+
+    __slots__ = ("name", "shape", "scope", "kernel", "launch", "recs")
+
+    def __init__(self, name: str, shape: tuple, scope: str, kernel: str, launch: tuple) -> None:
+        self.name, self.shape, self.scope, self.kernel = name, shape, scope, kernel
+        self.launch = launch  # (gx, gy, gz, tx, ty, tz) to name threads in messages
+        # flat index -> [write epoch, writer keys, read epoch, reader keys]
+        self.recs: dict[int, list] = {}
+
+    def who(self, key: int) -> str:
+        gx, gy, _, tx, ty, _ = self.launch
+        b, t = key >> 32, key & 0xFFFFFFFF
+        return (
+            f"thread {(t % tx, t // tx % ty, t // (tx * ty))} of block "
+            f"{(b % gx, b // gx % gy, b // (gx * gy))}"
+        )
+
+    def race(self, me: int, other: int, what: str, k: int) -> RuntimeError_:
+        index = np.unravel_index(k, tuple(int(d) for d in self.shape)) if self.shape else ()
+        where = f"{self.name}[{', '.join(str(int(i)) for i in index)}]"
+        sync = "since the last barrier" if other >> 32 == me >> 32 else "in another block"
+        return RuntimeError_(
+            f"data race in kernel {self.kernel} on {self.scope} buffer {where}: {self.who(me)} "
+            f"{what} {self.who(other)} {sync}"
+        )
+
+
+def _racer(keys: set[int] | tuple, epoch: int, me: int, now: int) -> int | None:
+    """A key of ``keys`` (accesses at ``epoch``) that races with thread ``me`` at ``now``: any
+    other thread at the same epoch, any thread of another block."""
+    for other in keys:
+        if other != me and (epoch == now or (other ^ me) >> 32):
+            return other
+    return None
+
+
+def race_load(tr: RaceTracker, view: memoryview, k: int, me: int, now: int) -> Any:
+    rec = tr.recs.get(k)
+    if rec is None:
+        tr.recs[k] = [-1, (), now, {me}]
+        return view[k]
+    w = rec[0]
+    # The writers of an element share one epoch, and so one block: (w ^ now) >> 32 is nonzero
+    # exactly when they are another block's threads.
+    if (w == now and me not in rec[1]) or ((w ^ now) >> 32 and rec[1]):
+        other = _racer(rec[1], w, me, now)
+        if other is not None:
+            raise tr.race(me, other, "reads the value written by", k)
+    r = rec[2]
+    if r == now:
+        rec[3].add(me)
+    elif (r ^ now) >> 32:
+        rec[2] = now
+        rec[3].add(me)  # reads of earlier blocks still race with this block's writes
+    else:
+        rec[2], rec[3] = now, {me}  # a barrier separates the block's earlier reads
+    return view[k]
+
+
+def race_store(tr: RaceTracker, view: memoryview, k: int, value: Any, me: int, now: int) -> None:
+    rec = tr.recs.get(k)
+    if rec is None:
+        tr.recs[k] = [now, {me}, now, set()]
+        view[k] = value
+        return
+    old = view[k]
+    if old == value or (old != old and value != value):
+        if rec[0] == now:
+            rec[1].add(me)
+        else:
+            rec[0], rec[1] = now, {me}
+        return
+    other = _racer(rec[1], rec[0], me, now)
+    if other is not None:
+        raise tr.race(me, other, "overwrites the value written by", k)
+    other = _racer(rec[3], rec[2], me, now)
+    if other is not None:
+        raise tr.race(me, other, "overwrites the value read by", k)
+    rec[0], rec[1] = now, {me}
+    view[k] = value
+
+
+def tracker_once(
+    table: dict, uid: int, name: str, shape: tuple, scope: str, kernel: str, launch: tuple
+) -> RaceTracker:
+    key = ("race", uid)
+    tr = table.get(key)
+    if tr is None:
+        tr = table[key] = RaceTracker(name, shape, scope, kernel, launch)
+    return tr
 
 
 def namespace() -> dict[str, Any]:
@@ -294,6 +405,9 @@ def namespace() -> dict[str, Any]:
         "_ipow": ipow,
         "_fpow": fpow,
         "_run_block": run_block,
+        "_tload": race_load,
+        "_tstore": race_store,
+        "_track": tracker_once,
         "_kernel_error": kernel_error,
         "_RuntimeError": RuntimeError_,
     }

@@ -4,7 +4,8 @@ CPU schedules run as plain Python loops and GPU schedules with CUDA semantics (b
 in lockstep at barriers, shared memory per block), so CI can check the numerics of any
 schedule without LLVM or a GPU.
 
-Target options: ``ref -check-bounds=0`` turns bounds checks off (they are on by default).
+Target options: ``ref -check-bounds=0`` turns bounds checks off, ``ref -check-races=0`` the GPU
+data-race checker (both are on by default).
 
 Example::
 
@@ -29,10 +30,12 @@ from autosched.targets.target import Target, parse
 class RefModule:
     """A PrimFunc ready to run on numpy arrays (outputs written in place)."""
 
-    def __init__(self, func: PrimFunc, target: Target, check_bounds: bool = True) -> None:
+    def __init__(
+        self, func: PrimFunc, target: Target, check_bounds: bool = True, check_races: bool = True
+    ) -> None:
         self.func = func
         self.target = target
-        self._program: Program = compile_func(func, check_bounds)
+        self._program: Program = compile_func(func, check_bounds, check_races)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self._program(*arrays)
@@ -57,5 +60,8 @@ class RefModule:
 def build_module(func: PrimFunc, target: Target | str = "ref") -> RefModule:
     """Compile ``func`` for the reference evaluator (the "ref" target of aus.build)."""
     tgt = parse(target)
-    flag = tgt.option("check-bounds", "1").lower()
-    return RefModule(func, tgt, check_bounds=flag not in ("0", "false", "off", "no"))
+
+    def on(option: str) -> bool:
+        return tgt.option(option, "1").lower() not in ("0", "false", "off", "no")
+
+    return RefModule(func, tgt, check_bounds=on("check-bounds"), check_races=on("check-races"))
