@@ -44,10 +44,9 @@ def axis(a: Any, ndim: int, op: str, what: str = "axis", end_ok: bool = False) -
     hi = ndim + 1 if end_ok else ndim
     if isinstance(a, bool) or not isinstance(a, int):
         raise TEError(f"{op}: {what} must be an int, got {a!r}")
-    if not -hi <= a < hi:
-        span = f"[{-hi}, {hi - 1}]"
-        raise TEError(f"{op}: {what} {a} is out of range {span} for a {ndim}-d tensor")
-    return a % hi if a < 0 else a
+    if not -ndim <= a < hi:
+        raise TEError(f"{op}: {what} {a} is out of range [{-ndim}, {hi - 1}] for a {ndim}-d tensor")
+    return a + ndim if a < 0 else a
 
 
 def axes(a: None | int | Sequence[int], ndim: int, op: str) -> tuple[int, ...]:

@@ -47,18 +47,27 @@ METHODS = ("nearest", "linear", "bilinear", "cubic")
 F32 = "float32"
 
 
-def source_coord(x: Expr, n_in: int, n_out: int, scale: float, mode: str) -> Expr:
-    """The float32 input coordinate that output index ``x`` samples."""
+def source_coord(x: Expr, n_in: int, n_out: int, scale: float | None, mode: str) -> Expr:
+    """The float32 input coordinate that output index ``x`` samples.
+
+    Without an explicit ``scale`` the ratio n_in / n_out is applied as one integer product and
+    one division ((2x + 1) * n_in / (2 n_out) for half_pixel), so a coordinate that is exactly
+    an integer or a half in exact arithmetic is exactly that in float32 and in float64, and
+    nearest rounding agrees across backends (dividing by a rounded float scale does not)."""
     xf = cast(F32, x)
     if mode == "align_corners":
         return const(0.0, F32) if n_out == 1 else xf * float(n_in - 1) / float(n_out - 1)
-    if mode == "asymmetric":
-        return xf / scale
-    if mode == "tf_half_pixel_for_nn":
-        return (xf + 0.5) / scale
     if mode == "pytorch_half_pixel" and n_out == 1:
         return const(0.0, F32)
-    return (xf + 0.5) / scale - 0.5
+    if scale is not None:  # the ONNX formula with the given float scale
+        if mode == "asymmetric":
+            return xf / scale
+        shifted = (xf + 0.5) / scale
+        return shifted if mode == "tf_half_pixel_for_nn" else shifted - 0.5
+    if mode == "asymmetric":
+        return xf * float(n_in) / float(n_out)
+    shifted = (xf * 2.0 + 1.0) * float(n_in) / float(2 * n_out)
+    return shifted if mode == "tf_half_pixel_for_nn" else shifted - 0.5
 
 
 def _nearest(c: Expr, n_in: int, rounding: str) -> Expr:
@@ -118,8 +127,7 @@ def resize2d(
         n_out = args.int_tuple(size, 2, op, "size")
     if min(n_out) < 1:
         raise TEError(f"{op}: output size {n_out} from input {n_in} is empty")
-    if scales is None:
-        sc = (n_out[0] / n_in[0], n_out[1] / n_in[1])
+    given = scales is not None
     if method != "nearest":
         args.float_dtype(data, op)
     mode = coordinate_transformation_mode
@@ -131,8 +139,8 @@ def resize2d(
         return v if v.dtype == F32 or method == "nearest" else cast(F32, v)
 
     def coords(i: Sequence[Expr]) -> tuple[Expr, Expr]:
-        return (source_coord(i[ha], n_in[0], n_out[0], sc[0], mode),
-                source_coord(i[wa], n_in[1], n_out[1], sc[1], mode))
+        return (source_coord(i[ha], n_in[0], n_out[0], sc[0] if given else None, mode),
+                source_coord(i[wa], n_in[1], n_out[1], sc[1] if given else None, mode))
 
     def nearest(*i: Expr) -> Expr:
         cy, cx = coords(i)

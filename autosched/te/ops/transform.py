@@ -152,7 +152,8 @@ def pad(
 ) -> Tensor:
     """Pad dim d with pad_before[d] elements in front and pad_after[d] behind (default: same
     as before). ``mode``: ``constant`` (``value``), ``edge`` (repeat the border) or ``reflect``
-    (mirror without repeating the border, pads < dim). Negative pads crop, as ONNX Pad allows.
+    (mirror without repeating the border, pads < dim). Negative pads crop, as ONNX Pad allows
+    (constant mode only).
     Tag ``injective,pad``."""
     args.tensor(x, "pad")
     before = args.int_tuple(pad_before, x.ndim, "pad", "pad_before", minimum=-(2**31))
@@ -164,6 +165,9 @@ def pad(
         raise TEError(f"pad: padding {before}/{after} leaves {x.name} {shape} empty: {out_shape}")
     if mode not in ("constant", "edge", "reflect"):
         raise TEError(f"pad: mode must be constant, edge or reflect, got {mode!r}")
+    if mode != "constant" and min(before + after) < 0:
+        raise TEError(f"pad: negative padding {before}/{after} (cropping) is only supported "
+                      f"with mode='constant', not {mode!r}")
     if mode == "reflect":
         for d, (s, b, a) in enumerate(zip(shape, before, after)):
             if b >= s or a >= s:
