@@ -22,10 +22,11 @@ def build_module(func: PrimFunc, target: Target):  # noqa: ANN201  (CudaModule, 
     from autosched.targets.cuda.codegen import generate
     from autosched.targets.cuda.default_schedule import bind_unbound
     from autosched.targets.cuda.nvrtc import compile_cuda
+    from autosched.targets.cuda.private_storage import privatize
     from autosched.targets.cuda.runtime import CudaModule
 
     threads = min(256, target.max_threads_per_block)
-    func = bind_unbound(func, threads)
+    func = privatize(bind_unbound(func, threads))  # the function codegen renders, as IR
     source = generate(func, target)
     options = ("--use_fast_math",) if "fast-math" in dict(target.options) else ()
     binary = compile_cuda(source.code, target.arch or "sm_90", options,

@@ -49,8 +49,8 @@ def is_data_parallel(loop: ir.For) -> bool:
     """True when the iterations of ``loop`` touch disjoint outputs and read none of each
     other's: each store's indices use the loop variable, and every read of a stored buffer is
     at the very indices of a store to it (the ``C[i] = C[i] + ...`` pattern)."""
-    if loop.kind == "parallel":
-        return True
+    if loop.kind == "parallel" or U.const_int(loop.extent) == 1:
+        return True  # one iteration cannot conflict with another
     private = _private_buffers(loop.body)
     stores = [st for st in U.walk(loop.body) if isinstance(st, ir.Store)]
     written: dict[ir.Buffer, list[tuple[E.Expr, ...]]] = {}

@@ -40,11 +40,18 @@ _FAST = {
     "sigmoid": "as_fast_sigmoidf",
 }
 
-PRELUDE_MATH = """\
+_PRELUDE = """\
 __device__ __forceinline__ float as_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float as_fast_sigmoidf(float x) { return __frcp_rn(1.0f + __expf(-x)); }
 __device__ __forceinline__ double as_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 """
+_PRELUDE_FAST = """\
+__device__ __forceinline__ float as_fast_sigmoidf(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+"""
+
+
+def prelude_math(fast_math: bool) -> str:
+    """Helper functions the generated kernels may call (fast variants only under -fast-math)."""
+    return _PRELUDE + (_PRELUDE_FAST if fast_math else "")
 
 
 def float_function(name: str, dtype: str, fast_math: bool) -> str:

@@ -153,8 +153,9 @@ class CudaModule:
 
     def __call__(self, *args: Any) -> None:
         """Run on ``args`` (one per parameter, in order); numpy outputs are written in place."""
+        env = self._bind_shapes(args)  # argument errors need no GPU
         loaded = self._load()
-        launch, copy_back, _keep = self._prepare(loaded, args)
+        launch, copy_back, _keep = self._prepare(loaded, args, env)
         launch()
         for host, dev in copy_back:
             loaded.drv.memcpy_dtoh(host, dev)
@@ -162,8 +163,9 @@ class CudaModule:
 
     def time(self, *args: Any, warmup: int = 3, repeat: int = 20, number: int = 1) -> Timing:
         """Time all kernels of one call with CUDA events (data stays on the device)."""
+        env = self._bind_shapes(args)
         loaded = self._load()
-        launch, _copy, _keep = self._prepare(loaded, args)
+        launch, _copy, _keep = self._prepare(loaded, args, env)
         drv = loaded.drv
         for _ in range(warmup):
             launch()
@@ -182,14 +184,9 @@ class CudaModule:
 
     # -- arguments and launches --------------------------------------------------------------
 
-    def _prepare(self, loaded: _Loaded, args: tuple[Any, ...]) -> tuple[Any, list, list]:
+    def _prepare(self, loaded: _Loaded, args: tuple[Any, ...],
+                 env: dict[int, int]) -> tuple[Any, list, list]:
         params = self.func.params
-        if len(args) != len(params):
-            raise RuntimeError_(
-                f"{self.func.name} takes {len(params)} arguments "
-                f"({', '.join(b.name for b in params)}), got {len(args)}"
-            )
-        env = self._bind_shapes(args)
         drv = loaded.drv
         ptrs: dict[ir.Buffer, int] = {}
         copy_back: list[tuple[np.ndarray, Any]] = []
@@ -226,6 +223,12 @@ class CudaModule:
         return launch, copy_back, keep
 
     def _bind_shapes(self, args: tuple[Any, ...]) -> dict[int, int]:
+        params = self.func.params
+        if len(args) != len(params):
+            raise RuntimeError_(
+                f"{self.func.name} takes {len(params)} arguments "
+                f"({', '.join(b.name for b in params)}), got {len(args)}"
+            )
         env: dict[int, int] = {}
         for buf, arg in zip(self.func.params, args):
             shape, dtype = _shape_dtype(arg)
