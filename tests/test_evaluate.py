@@ -356,6 +356,38 @@ def test_out_of_bounds_store_names_buffer_and_index(rng: np.random.Generator) ->
     assert "_oob" not in compile_func(g, check_bounds=False).source
 
 
+def _oob_cases() -> dict[str, tuple[ir.PrimFunc, list[np.ndarray]]]:
+    """Functions whose guards look like bounds but do not prove them; each goes out of bounds."""
+    n = Var("n")
+    A, B, Idx = buf("A", (4,)), buf("B", (4,)), buf("Idx", (6,), "int32")
+    S = buf("S", (n,))
+    i = Var("i")
+
+    def f(name: str, body: ir.Stmt, params: tuple = (A, B)) -> ir.PrimFunc:
+        return ir.PrimFunc(name, params, body)
+
+    ab = [np.ones(4, F32), np.ones(4, F32)]
+    return {
+        "guard too loose": (f("g1", loop(i, 6, ir.IfThenElse(i < 5, st(B, (i,), ld(A, i))))), ab),
+        "le guard": (f("g2", loop(i, 6, ir.IfThenElse(i <= 4, st(B, (i,), ld(A, i))))), ab),
+        "else branch": (f("g3", loop(i, 6, ir.IfThenElse(i < 4, st(B, (0,), 1.0),
+                                                         st(B, (i,), 2.0)))), ab),
+        "select false side": (f("g4", loop(i, 6, st(B, (0,), select(i < 4, 0.0, ld(A, i))))), ab),
+        "guard on a load": (f("g5", loop(i, 6, ir.IfThenElse(
+            ld(Idx, i) < 4, st(B, (0,), ld(A, ld(Idx, i))))), (A, B, Idx)),
+            ab + [np.array([0, 1, 2, 3, -1, 0], np.int32)]),
+        "symbolic extent": (f("g6", loop(i, n + 1, st(S, (i,), 1.0)), (S,)), [np.ones(3, F32)]),
+        "negative min": (f("g7", loop(i, 3, st(B, (i,), 1.0), lo=-1)), ab),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_oob_cases()))
+def test_bounds_checks_survive_guards_that_do_not_prove_them(case: str) -> None:
+    func, arrays = _oob_cases()[case]
+    with pytest.raises(RuntimeError_, match="out of bounds"):
+        evaluate(func, *arrays)
+
+
 def test_non_contiguous_output_is_written_back(rng: np.random.Generator) -> None:
     A, B = buf("A", (3, 4)), buf("B", (3, 4))
     i, j = Var("i"), Var("j")
@@ -661,6 +693,10 @@ def test_ref_target_module(rng: np.random.Generator) -> None:
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     seconds = mod.time(a, b, out, repeat=3)
     assert 0 < seconds < 30
-    unchecked = build_func(f, "ref -check-bounds=0")
-    assert "_oob" in mod.get_source() and "_oob" not in unchecked.get_source()
+    assert "_oob" not in mod.get_source()  # every index is provably in bounds: no checks
+    assert "_tstore" in mod.get_source() and "_tstore" not in build_func(
+        f, "ref -check-races=0").get_source()
+    conv, _, _ = _pad_conv(guarded=False)  # reads A[i + k - 1]: must be checked
+    assert "_oob" in build_func(conv, "ref").get_source()
+    assert "_oob" not in build_func(conv, "ref -check-bounds=0").get_source()
     assert compile_func(f) is compile_func(f)  # rendered once per function

@@ -123,6 +123,9 @@ class _Renderer:
         self.taken: set[str] = set()
         self.vars: dict[int, str] = {}  # uid of a bound Var -> its Python name
         self.ranges: dict[int, tuple[int, int]] = {}  # uid -> inclusive bounds, when known
+        # ("lt" | "le", a, b): a < b (a <= b) holds where the current line runs (loop ranges,
+        # enclosing if and select conditions); lets bounds checks be dropped where they hold.
+        self.facts: list[tuple[str, E.Expr, E.Expr]] = []
         self.bufs: dict[int, str] = {}  # uid of a buffer in scope -> its Python name
         self.tmp_count = 0
         self.nest_count = 0
@@ -239,7 +242,10 @@ class _Renderer:
 
     def _s_IfThenElse(self, s: ir.IfThenElse) -> None:
         self.emit(f"if {self.expr(s.cond)}:")
+        saved = len(self.facts)
+        self.facts.extend(_conjuncts(s.cond))
         self.body(s.then_body)
+        del self.facts[saved:]
         if s.else_body is not None:
             self.emit("else:")
             self.body(s.else_body)
@@ -317,9 +323,18 @@ class _Renderer:
         notes += [f"{k}={v}" for k, v in s.annotations]
         self.emit(f"for {py} in {rng}:" + (f"  # {', '.join(notes)}" if notes else ""))
         self.blocks += 1
+        saved = self.push_range_facts(s)
         self.body(s.body)
+        del self.facts[saved:]
         self.blocks -= 1
         self.unbind_var(s.var)
+
+    def push_range_facts(self, s: ir.For) -> int:
+        saved = len(self.facts)
+        if _pure_int(s.min) and _pure_int(s.extent):
+            hi = s.extent if _int_const(s.min) == 0 else E.binary("add", s.min, s.extent)
+            self.facts += [("le", s.min, s.var), ("lt", s.var, hi)]
+        return saved
 
     def loop_bounds(self, s: ir.For) -> tuple[int, int] | None:
         lo, ext = self.interval(s.min), self.interval(s.extent)
@@ -468,7 +483,9 @@ class _Renderer:
         py = self.bind_var(s.var, bounds)
         self.emit(f"{py} = {value}" + (f"  # {s.thread_tag}" if full else ""))
         before = len(self.lines)
+        saved = self.push_range_facts(s)
         self.stmt(s.body)
+        del self.facts[saved:]
         if len(self.lines) == before:
             self.emit("pass")
         self.unbind_var(s.var)
@@ -520,9 +537,29 @@ class _Renderer:
         )
 
     def in_bounds(self, index: E.Expr, dim: E.Expr) -> bool:
+        """Whether 0 <= index < dim provably holds where the access runs."""
         n = _int_const(dim)
         b = self.interval(index)
-        return n is not None and b is not None and 0 <= b[0] and b[1] < n
+        if not (b is not None and b[0] >= 0 or self.known_nonnegative(index)):
+            return False
+        if n is not None and b is not None and b[1] < n:
+            return True
+        for op, lo, hi in self.facts:
+            if not _same(lo, index):
+                continue
+            if op == "lt" and _same(hi, dim):
+                return True
+            c = _int_const(hi)
+            if n is not None and c is not None and (c <= n if op == "lt" else c < n):
+                return True
+        return False
+
+    def known_nonnegative(self, index: E.Expr) -> bool:
+        for op, lo, hi in self.facts:
+            c = _int_const(lo)
+            if c is not None and _same(hi, index) and (c >= 0 if op == "le" else c >= -1):
+                return True
+        return False
 
     def interval(self, e: E.Expr) -> tuple[int, int] | None:
         """Inclusive integer bounds of ``e`` from constants and loop ranges, or None."""
@@ -666,7 +703,11 @@ class _Renderer:
 
     def _e_Select(self, e: E.Select) -> str:
         # A conditional expression: only the taken side runs (padding reads rely on that).
-        c, t, f = self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value)
+        c, f = self.expr(e.cond), self.expr(e.false_value)
+        saved = len(self.facts)
+        self.facts.extend(_conjuncts(e.cond))
+        t = self.expr(e.true_value)
+        del self.facts[saved:]
         return f"({t} if {c} else {f})"
 
     def _e_Cast(self, e: E.Cast) -> str:
@@ -708,6 +749,29 @@ class _Renderer:
         if not dt.is_float(e.args[0].dtype):
             raise CompileError(f"intrinsic {e.name} of a {e.args[0].dtype} operand in {e}")
         return f"_m_{e.name}({a})"
+
+
+def _same(a: E.Expr, b: E.Expr) -> bool:
+    return a is b or (hash(a) == hash(b) and E.structural_equal(a, b))
+
+
+def _pure_int(e: E.Expr) -> bool:
+    """An integer expression of variables and constants only: its value cannot change while
+    the variables stay bound (a Load could, when the code stores to that buffer)."""
+    return dt.is_int(e.dtype) and not any(isinstance(n, ir.Load) for n in post_order(e))
+
+
+_FLIP = {"lt": ("lt", False), "le": ("le", False), "gt": ("lt", True), "ge": ("le", True)}
+
+
+def _conjuncts(cond: E.Expr) -> list[tuple[str, E.Expr, E.Expr]]:
+    """The facts a < b / a <= b that hold where ``cond`` is true (its top-level "and" terms)."""
+    if isinstance(cond, E.Binary) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    if isinstance(cond, E.Compare) and cond.op in _FLIP and _pure_int(cond.a) and _pure_int(cond.b):
+        op, flip = _FLIP[cond.op]
+        return [(op, cond.b, cond.a) if flip else (op, cond.a, cond.b)]
+    return []
 
 
 def _int_const(e: E.Expr) -> int | None:
