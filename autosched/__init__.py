@@ -36,7 +36,21 @@ def build(sch, args, target: str = "llvm", name: str = "main"):  # noqa: ANN001,
     return _build(sch, args, target=target, name=name)
 
 
+def __getattr__(name: str):  # noqa: ANN202
+    # the search pulls in xgboost and multiprocessing: import it on first use only
+    if name == "Task":
+        from autosched.search.task import Task
+
+        return Task
+    if name in ("tune", "build_best", "best_schedule", "TuneOptions"):
+        from autosched.search import tune as _tune
+
+        return getattr(_tune, name)
+    raise AttributeError(f"module 'autosched' has no attribute {name!r}")
+
+
 __all__ = [
     "AutoschedError", "CompileError", "LowerError", "MeasureError", "ModelImportError",
-    "ScheduleError", "TEError", "build", "lower", "te",
+    "ScheduleError", "TEError", "Task", "TuneOptions", "best_schedule", "build", "build_best",
+    "lower", "te", "tune",
 ]

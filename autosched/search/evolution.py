@@ -1,0 +1,120 @@
+"""Evolutionary search: a population evolved under the cost model's predictions.
+
+Each round starts from random samples plus the best measured candidates, runs a few generations
+of mutation and crossover (parents drawn with probability rising with their predicted score),
+and returns the best predicted candidates not measured before, plus an epsilon of random ones so
+the model keeps seeing unexplored parts of the space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from autosched.search.space import Candidate, Lowered, SearchSpace
+
+
+class Model(Protocol):
+    def predict(self, features: list[np.ndarray]) -> np.ndarray: ...
+
+
+@dataclass
+class EvolutionConfig:
+    population: int = 128
+    generations: int = 3
+    mutation_prob: float = 0.85
+    eps_greedy: float = 0.1
+    elite: int = 16
+
+
+class EvolutionarySearch:
+    def __init__(self, space: SearchSpace, featurize, rng: np.random.Generator,  # noqa: ANN001
+                 config: EvolutionConfig | None = None):
+        self.space = space
+        self.featurize = featurize
+        self.rng = rng
+        self.cfg = config or EvolutionConfig()
+        self._cache: dict[Candidate, Lowered | None] = {}
+
+    def concrete(self, c: Candidate) -> Lowered | None:
+        if c not in self._cache:
+            low = self.space.lower(c)
+            if low is not None:
+                low.features = self.featurize(low.func)
+            self._cache[c] = low
+            if len(self._cache) > 20000:
+                self._cache.pop(next(iter(self._cache)))
+        return self._cache[c]
+
+    def _valid(self, cands: list[Candidate]) -> list[Lowered]:
+        out, seen = [], set()
+        for c in cands:
+            low = self.concrete(c)
+            if low is not None and low.ir_hash not in seen:
+                seen.add(low.ir_hash)
+                out.append(low)
+        return out
+
+    def _sample_valid(self, n: int) -> list[Lowered]:
+        out: list[Lowered] = []
+        for _ in range(n * 4):
+            if len(out) >= n:
+                break
+            low = self.concrete(self.space.sample(self.rng))
+            if low is not None:
+                out.append(low)
+        return out
+
+    def next_batch(self, n: int, model: Model, measured: set[str],
+                   seeds: list[Candidate] = ()) -> list[Lowered]:  # type: ignore[assignment]
+        """Up to ``n`` unmeasured candidates: the best predicted, plus eps-greedy random ones."""
+        cfg = self.cfg
+        pop = self._valid([s for s in seeds if self.space.knows(s)]) + self._sample_valid(cfg.population)
+        best: dict[str, tuple[float, Lowered]] = {}
+        for gen in range(cfg.generations + 1):
+            if not pop:
+                break
+            scores = np.asarray(model.predict([p.features for p in pop]), dtype=float)
+            for p, sc in zip(pop, scores):
+                if p.ir_hash not in measured and (p.ir_hash not in best or best[p.ir_hash][0] < sc):
+                    best[p.ir_hash] = (float(sc), p)
+            if gen == cfg.generations:
+                break
+            pop = self._next_generation(pop, scores)
+        ranked = [p for _, p in sorted(best.values(), key=lambda t: -t[0])]
+        n_rand = int(round(n * cfg.eps_greedy))
+        chosen = ranked[: max(n - n_rand, 0)]
+        taken = {p.ir_hash for p in chosen}
+        for low in self._sample_valid(n_rand * 3 + 3):
+            if len(chosen) >= n:
+                break
+            if low.ir_hash not in measured and low.ir_hash not in taken:
+                chosen.append(low)
+                taken.add(low.ir_hash)
+        for p in ranked[max(n - n_rand, 0):]:  # top up if random draws were all seen
+            if len(chosen) >= n:
+                break
+            if p.ir_hash not in taken:
+                chosen.append(p)
+                taken.add(p.ir_hash)
+        return chosen
+
+    def _next_generation(self, pop: list[Lowered], scores: np.ndarray) -> list[Lowered]:
+        cfg = self.cfg
+        order = np.argsort(-scores)
+        elite = [pop[i] for i in order[: cfg.elite]]
+        ranks = np.empty(len(pop))
+        ranks[order] = np.arange(len(pop))
+        weights = np.exp(-ranks / max(len(pop) / 4, 1.0))
+        weights /= weights.sum()
+        children: list[Candidate] = []
+        for _ in range(cfg.population):
+            a = pop[int(self.rng.choice(len(pop), p=weights))].candidate
+            if self.rng.random() < cfg.mutation_prob:
+                children.append(self.space.mutate(a, self.rng))
+            else:
+                b = pop[int(self.rng.choice(len(pop), p=weights))].candidate
+                children.append(self.space.crossover(a, b, self.rng))
+        return elite + self._valid(children)

@@ -1,0 +1,95 @@
+"""The search space of a task: its sketches, and candidates (a sketch plus knob values)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import LowerError, ScheduleError
+from autosched.schedule.ir import PrimFunc
+from autosched.schedule.schedule import Schedule
+from autosched.search.record import ir_hash
+from autosched.search.sketch import Sketch, generate_sketches
+from autosched.search.task import Task
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sketch: int
+    params: tuple[tuple[str, Any], ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sketch": self.sketch, "params": {k: list(v) if isinstance(v, tuple) else v
+                                                  for k, v in self.params}}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Candidate:
+        params = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d["params"].items())
+        return Candidate(int(d["sketch"]), params)
+
+
+@dataclass
+class Lowered:
+    """A candidate made concrete: its schedule, lowered function and IR hash."""
+
+    candidate: Candidate
+    schedule: Schedule
+    func: PrimFunc
+    ir_hash: str
+    features: np.ndarray | None = field(default=None, repr=False)
+
+
+class SearchSpace:
+    """Sampling, mutation and crossover over a task's sketches."""
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.sketches: list[Sketch] = generate_sketches(task.schedule())
+
+    def sample(self, rng: np.random.Generator) -> Candidate:
+        idx = int(rng.integers(len(self.sketches)))
+        knobs = self.sketches[idx].knobs
+        return Candidate(idx, tuple((k.name, k.sample(rng)) for k in knobs))
+
+    def mutate(self, c: Candidate, rng: np.random.Generator) -> Candidate:
+        knobs = self.sketches[c.sketch].knobs
+        if not knobs:
+            return c
+        params = dict(c.params)
+        for _ in range(1 + int(rng.random() < 0.3)):
+            k = knobs[int(rng.integers(len(knobs)))]
+            params[k.name] = k.mutate(rng, params[k.name])
+        return Candidate(c.sketch, tuple((k.name, params[k.name]) for k in knobs))
+
+    def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate:
+        """Knob values taken from either parent, rule by rule (values of one rule stay together)."""
+        if a.sketch != b.sketch:
+            return a
+        sketch = self.sketches[a.sketch]
+        pa, pb = dict(a.params), dict(b.params)
+        out: dict[str, Any] = {}
+        for rule in sketch.rules:
+            src = pa if rng.random() < 0.5 else pb
+            out.update({k.name: src[k.name] for k in rule.knobs})
+        return Candidate(a.sketch, tuple((k.name, out[k.name]) for k in sketch.knobs))
+
+    def schedule(self, c: Candidate) -> Schedule:
+        sch = self.task.schedule()
+        return self.sketches[c.sketch].apply(sch, dict(c.params))
+
+    def lower(self, c: Candidate) -> Lowered | None:
+        """The lowered candidate, or None when its knob values make an illegal schedule."""
+        try:
+            sch = self.schedule(c)
+            func = self.task.lower(sch)
+        except (ScheduleError, LowerError):
+            return None
+        return Lowered(c, sch, func, ir_hash(func))
+
+    def knows(self, c: Candidate) -> bool:
+        """Whether ``c`` (say, from a log) fits this space's current sketches."""
+        if not 0 <= c.sketch < len(self.sketches):
+            return False
+        return [k.name for k in self.sketches[c.sketch].knobs] == [k for k, _ in c.params]

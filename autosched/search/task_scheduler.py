@@ -1,0 +1,56 @@
+"""Which task to tune next, so that trials go where they cut end-to-end latency most.
+
+The objective is the weighted sum of the tasks' best latencies (weights = how often each task's
+subgraph occurs in a model). After every task has had a warm-up round, the scheduler picks the
+task with the largest estimated gain per round, as in Ansor: the backward gradient (how much the
+last rounds improved the task) blended with an optimistic forward estimate (the task could reach
+the throughput of the best similar task), times the task's weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+ALPHA = 0.2   # weight of the backward gradient against the forward estimate
+WINDOW = 3    # rounds the backward gradient looks back over
+
+
+class TaskScheduler:
+    def __init__(self, tuners: Sequence[Any], weights: Sequence[float] | None = None):
+        self.tuners = list(tuners)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.tuners)
+        if len(self.weights) != len(self.tuners):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.tuners)} tasks")
+        self.rounds = [0] * len(self.tuners)
+        self.dead: set[int] = set()
+
+    def next_task(self) -> Any:
+        live = [i for i in range(len(self.tuners)) if i not in self.dead] or list(range(len(self.tuners)))
+        for i in live:  # warm-up: every task once
+            if self.rounds[i] == 0:
+                return self.tuners[i]
+        return self.tuners[max(live, key=self.gradient)]
+
+    def update(self, tuner: Any) -> None:
+        self.rounds[self.tuners.index(tuner)] += 1
+
+    def exhausted(self, tuner: Any) -> None:
+        i = self.tuners.index(tuner)
+        self.rounds[i] += 1
+        self.dead.add(i)
+
+    def gradient(self, i: int) -> float:
+        t = self.tuners[i]
+        hist = [h for h in t.history if math.isfinite(h)]
+        if not hist:
+            return math.inf  # nothing works yet: keep trying it
+        best = hist[-1]
+        back = (hist[-min(WINDOW, len(hist)) - 1] - best) / WINDOW if len(hist) > 1 else best
+        # forward: the task could reach the best throughput (flop/s) seen on any task
+        rates = [u.task.flop_count / u.best_cost for u in self.tuners
+                 if math.isfinite(u.best_cost) and u.best_cost > 0]
+        target = t.task.flop_count / max(rates) if rates and t.task.flop_count else best
+        forward = max(best - target, 0.0) / max(self.rounds[i], 1)
+        return self.weights[i] * (ALPHA * back + (1 - ALPHA) * forward)

@@ -1,0 +1,237 @@
+"""The tuning loop: search, measure, record, learn; one task or many through the scheduler.
+
+Example::
+
+    task = aus.Task(C, target="llvm")
+    aus.tune(task, trials=200, log="tuning_logs/matmul.jsonl")   # appends; resumes when rerun
+    f = aus.build_best(task, log="tuning_logs/matmul.jsonl")
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosched.search.evolution import EvolutionarySearch
+from autosched.search.record import (
+    ApplyHistoryBest,
+    MeasureRecord,
+    RecordLog,
+    fingerprint_key,
+    records_from,
+    target_fingerprint,
+)
+from autosched.search.space import Candidate, Lowered, SearchSpace
+from autosched.search.task import Task
+
+
+@dataclass
+class TuneOptions:
+    """How a tuning job runs. Measurement options go to the Measurer."""
+
+    batch_size: int = 16           # candidates measured per round
+    seed: int | None = None
+    verbose: bool = True
+    measure: dict[str, Any] = field(default_factory=dict)
+    population: int = 128
+    generations: int = 3
+
+
+def _featurizer(target: Any):  # noqa: ANN202
+    from autosched.cost_model.features import extract_features
+
+    return lambda func: extract_features(func, target)
+
+
+class TaskTuner:
+    """The state of one task's search: its space, what the log already measured, the best."""
+
+    def __init__(self, task: Task, log: RecordLog, rng: np.random.Generator, opts: TuneOptions):
+        from autosched.search.evolution import EvolutionConfig
+
+        self.task = task
+        self.log = log
+        self.space = SearchSpace(task)
+        self.search = EvolutionarySearch(
+            self.space, _featurizer(task.target), rng,
+            EvolutionConfig(population=opts.population, generations=opts.generations))
+        self.target_key = fingerprint_key(target_fingerprint(task.target))
+        self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target)
+        self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
+        self.best_cost = min((r.cost for r in self.records), default=math.inf)
+        self.history: list[float] = [self.best_cost] if self.records else []
+
+    @property
+    def trials(self) -> int:
+        return len(self.records)
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.flop_count / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
+
+    def seeds(self, k: int = 16) -> list[Candidate]:
+        ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")), key=lambda r: r.cost)
+        return [Candidate.from_dict(r.extra["candidate"]) for r in ok[:k]]
+
+    def training_data(self) -> tuple[list[np.ndarray], list[float]]:
+        """Features and normalised throughputs (best = 1) of this task's measured records."""
+        feats, ys = [], []
+        best = self.best_cost
+        for r in self.records:
+            low = self._relower(r)
+            if low is None or low.features is None:
+                continue
+            feats.append(low.features)
+            ys.append(best / r.cost if r.ok and math.isfinite(best) else 0.0)
+        return feats, ys
+
+    def _relower(self, r: MeasureRecord) -> Lowered | None:
+        cand = r.extra.get("candidate")
+        if cand:
+            c = Candidate.from_dict(cand)
+            if self.space.knows(c):
+                return self.search.concrete(c)
+        return None
+
+    def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
+        batch = self.search.next_batch(n, model, self.measured, self.seeds())
+        if not batch:
+            return []
+        results = measurer.measure(self.task, [b.schedule for b in batch])
+        recs = records_from(self.task, [b.schedule for b in batch], results,
+                            [{"candidate": b.candidate.as_dict(), "sketch": self.space.sketches[b.candidate.sketch].describe()}
+                             for b in batch])
+        recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
+        self.log.append(recs)
+        self.records.extend(recs)
+        for r, b in zip(recs, batch):
+            self.measured.add(b.ir_hash)
+            if r.ok and r.cost < self.best_cost:
+                self.best_cost = r.cost
+        self.history.append(self.best_cost)
+        return recs
+
+
+def _with_hash(r: MeasureRecord, h: str) -> MeasureRecord:
+    if r.ir_hash:
+        return r
+    from dataclasses import replace
+
+    return replace(r, ir_hash=h)
+
+
+def _default_log(tasks: Sequence[Task]) -> Path:
+    name = tasks[0].name if len(tasks) == 1 else f"{tasks[0].name}_and_{len(tasks) - 1}_more"
+    return RecordLog.default_path(f"{name}-{tasks[0].target.kind}")
+
+
+def _make_model():  # noqa: ANN202
+    from autosched.cost_model.xgb_model import XGBModel
+
+    return XGBModel()
+
+
+def _train(model: Any, tuners: Sequence[TaskTuner]) -> None:
+    feats, ys = [], []
+    for t in tuners:
+        f, y = t.training_data()
+        feats += f
+        ys += y
+    if len(feats) >= 8:
+        model.fit(feats, ys)
+
+
+def tune(
+    tasks: Task | Sequence[Task],
+    trials: int = 200,
+    log: str | os.PathLike | None = None,
+    *,
+    weights: Sequence[float] | None = None,
+    options: TuneOptions | None = None,
+    measurer: Any = None,
+    model: Any = None,
+    **measure_kwargs: Any,
+) -> dict[str, float]:
+    """Tune ``tasks`` for ``trials`` measurements in all (counting those already in ``log``:
+    rerunning the same command resumes and measures nothing twice). Returns the best seconds
+    per task name. Several tasks share the trials through the gradient task scheduler."""
+    task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
+    opts = options or TuneOptions()
+    opts.measure.update(measure_kwargs)
+    record_log = RecordLog(log if log is not None else _default_log(task_list))
+    rng = np.random.default_rng(opts.seed)
+    tuners = [TaskTuner(t, record_log, rng, opts) for t in task_list]
+    if model is None:
+        model = _make_model()
+    _train(model, tuners)
+    if measurer is None:
+        from autosched.search.measure import Measurer
+
+        measurer = Measurer(task_list[0].target, **opts.measure)
+    from autosched.search.task_scheduler import TaskScheduler
+
+    sched = TaskScheduler(tuners, weights)
+    done = sum(t.trials for t in tuners)
+    if done >= trials and opts.verbose:
+        print(f"{record_log.path}: {done} trials already recorded (budget {trials}); nothing to do")
+    bar = _progress(trials, done, opts.verbose)
+    stalls = 0
+    try:
+        while done < trials:
+            tuner = sched.next_task()
+            n = min(opts.batch_size, trials - done)
+            t0 = time.perf_counter()
+            recs = tuner.round(n, model, measurer)
+            if not recs:
+                stalls += 1
+                sched.exhausted(tuner)
+                if stalls > 3 * len(tuners):
+                    warnings.warn("the search space is exhausted: every candidate was measured",
+                                  stacklevel=2)
+                    break
+                continue
+            stalls = 0
+            done += len(recs)
+            sched.update(tuner)
+            _train(model, tuners)
+            if bar is not None:
+                bar.update(len(recs))
+                bar.set_postfix_str(_status(tuners, time.perf_counter() - t0))
+    finally:
+        if bar is not None:
+            bar.close()
+    return {t.task.name: t.best_cost for t in tuners}
+
+
+def _status(tuners: Sequence[TaskTuner], secs: float) -> str:
+    if len(tuners) == 1:
+        t = tuners[0]
+        return f"best {t.best_gflops:.1f} GFLOPS ({t.best_cost * 1e3:.3f} ms), round {secs:.1f}s"
+    total = sum(t.best_cost for t in tuners if math.isfinite(t.best_cost))
+    return f"sum of best latencies {total * 1e3:.3f} ms"
+
+
+def _progress(total: int, done: int, verbose: bool):  # noqa: ANN202
+    if not verbose:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=min(done, total), desc="trials", unit="trial")
+
+
+def best_schedule(task: Task, log: str | os.PathLike) -> Any:
+    """The best recorded schedule of ``task`` (the default one, with a warning, if none)."""
+    return ApplyHistoryBest([task], RecordLog(log)).schedule_for(task)
+
+
+def build_best(task: Task, log: str | os.PathLike) -> Any:
+    """Build ``task`` with its best recorded schedule from ``log``."""
+    return task.build(best_schedule(task, log))
