@@ -412,6 +412,35 @@ def test_deep_loop_nest_beyond_python_block_limit(rng: np.random.Generator) -> N
     np.testing.assert_allclose(out, a, rtol=1e-6)
 
 
+def test_long_expression_chain(rng: np.random.Generator) -> None:
+    n = 300  # Python allows 200 nested parentheses
+    A, B = buf("A", (n,)), buf("B", (1,))
+    e = ld(A, 0)
+    for k in range(1, n):
+        e = e + ld(A, k) * 2.0
+    a, out = rand(rng, (n,)), np.zeros(1, F32)
+    evaluate(ir.PrimFunc("chain", (A, B), st(B, (0,), e)), a, out)
+    np.testing.assert_allclose(out, a[0] + 2 * a[1:].astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_gpu_deep_nest_with_barrier_inside(rng: np.random.Generator) -> None:
+    # 22 size-1 serial loops inside a kernel, a barrier at the bottom: the rendered generator
+    # moves the deep part into a nested generator (yield from) and must still step in lockstep.
+    n, depth = 8, 22
+    A, B = buf("A", (n,)), buf("B", (n,))
+    sh = buf("sh", (n,), scope="shared")
+    tx = Var("tx")
+    inner: ir.Stmt = ir.seq(st(sh, (tx,), ld(A, tx)), ir.Barrier(),
+                            st(B, (tx,), ld(sh, (tx + 3) % n)))
+    for d in range(depth):
+        inner = loop(Var(f"l{d}"), 1, inner)
+    f = ir.PrimFunc("deepk", (A, B), ir.Allocate(sh, thread(tx, n, "threadIdx.x", inner)))
+    assert "yield from" in compile_func(f).source
+    a, out = rand(rng, (n,)), np.zeros(n, F32)
+    evaluate(f, a, out)
+    np.testing.assert_array_equal(out, np.roll(a, -3))
+
+
 def test_ir_errors_are_compile_errors() -> None:
     A = buf("A", (2,))
     i, stray = Var("i"), Var("stray")

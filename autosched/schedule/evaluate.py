@@ -187,7 +187,10 @@ def compile_func(
     if hit is not None and hit.func is func:
         _cache.move_to_end(key)
         return hit
-    rendered = render(func, check_bounds, check_races)
+    try:
+        rendered = render(func, check_bounds, check_races)
+    except RecursionError:
+        raise CompileError(f"{func.name}: an expression is nested too deeply to render") from None
     filename = f"<autosched.ref {func.name} {id(func):x}>"
     # Tracebacks through the generated code show its lines.
     lines = rendered.source.splitlines(keepends=True)
@@ -195,7 +198,7 @@ def compile_func(
     ns = namespace()
     try:
         exec(compile(rendered.source, filename, "exec"), ns)
-    except SyntaxError as exc:
+    except (SyntaxError, RecursionError) as exc:
         raise CompileError(
             f"{func.name}: the rendered Python does not compile ({exc})\n{rendered.source}"
         ) from None

@@ -666,6 +666,8 @@ class _Renderer:
         if op in ("and", "or"):
             return f"({a} {op} {b})"
         if op in _ARITH:
+            if _left_chain(e):  # (x + y) + z as x + y + z: long sums stay within Python's
+                a = a[1:-1]     # limit of 200 nested parentheses
             text = f"({a} {_ARITH[op]} {b})"
         elif op == "div":
             if not flt:
@@ -749,6 +751,14 @@ class _Renderer:
         if not dt.is_float(e.args[0].dtype):
             raise CompileError(f"intrinsic {e.name} of a {e.args[0].dtype} operand in {e}")
         return f"_m_{e.name}({a})"
+
+
+def _left_chain(e: E.Binary) -> bool:
+    """``e.a`` renders as "(x op y)" with an operator of ``e.op``'s precedence, so its outer
+    parentheses can go (Python's + - and * associate to the left)."""
+    a = e.a
+    group = ("add", "sub") if e.op in ("add", "sub") else ("mul",)
+    return isinstance(a, E.Binary) and a.op in group and a.dtype not in _NARROW
 
 
 def _same(a: E.Expr, b: E.Expr) -> bool:
