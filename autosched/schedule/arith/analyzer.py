@@ -494,7 +494,36 @@ class Analyzer:
     # -----------------------------------------------------------------------------------------
     # constant bounds
 
-    def lin_bound(self, lin: Lin) -> Ival:
+    def lin_bound(self, lin: Lin, depth: int = 0) -> Ival:
+        out = self._lin_bound_terms(lin)
+        if depth >= _MAX_SPLIT_DEPTH or len(lin.terms) < 2:
+            return out
+        # a min / max / select term correlated with the other terms: bound each alternative
+        # with the rest, e.g. min(i*4 + 4, 99) - max(i*4 - 1, 0) + 1 <= 6
+        for key, k in lin.terms.items():
+            e = key.e
+            if isinstance(e, E.Select):
+                alts, pick_min = [self.lin(e.true_value), self.lin(e.false_value)], None
+            elif isinstance(e, E.Binary) and e.op in ("min", "max"):
+                alts = []
+                self._chain_args(Lin.atom(e), e.op, alts)
+                pick_min = (e.op == "min") == (k > 0)
+            else:
+                continue
+            rest = lin.copy()
+            del rest.terms[key]
+            parts = [self.lin_bound(rest.add(alt, k), depth + 1) for alt in alts]
+            los, his = [p[0] for p in parts], [p[1] for p in parts]
+            if pick_min is None:  # select: either branch
+                split = (min(los), max(his))
+            elif pick_min:
+                split = (min(los), min(his))
+            else:
+                split = (max(los), max(his))
+            return iv.intersect(out, split)
+        return out
+
+    def _lin_bound_terms(self, lin: Lin) -> Ival:
         out: Ival = (lin.const, lin.const)
         terms = lin.terms
         if sum(1 for key in terms if _const_div(key.e)) >= 2:
@@ -632,6 +661,8 @@ def _tighten(op: str, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
             return E.Const(True, "bool")
     return [x for pos, x in enumerate(parts) if pos not in drop]
 
+
+_MAX_SPLIT_DEPTH = 3
 
 _MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
 
