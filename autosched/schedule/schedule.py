@@ -180,6 +180,10 @@ class Stage:
     def compute_root(self) -> None:
         self._record(S.ComputeRoot(self.name))
 
+    def set_scope(self, scope: str) -> None:
+        """Where this stage's buffer lives: "global", "shared" or "local"."""
+        self._record(S.SetScope(self.name, scope))
+
     def __repr__(self) -> str:
         return f"Stage({self.name}, leaf=[{', '.join(a.name for a in self.leaf)}], attach={self.attach})"
 
@@ -451,6 +455,13 @@ class Schedule:
 
     def _apply_compute_root(self, step: S.ComputeRoot) -> None:
         self._compute_stage(step.stage, "compute_root").attach = ("root",)
+
+    def _apply_set_scope(self, step: S.SetScope) -> None:
+        st = self._compute_stage(step.stage, "set_scope")
+        self._check_scope(step.scope, f"set_scope of {st.name}")
+        if st.is_output:
+            raise ScheduleError(f"set_scope of {st.name}: it is an output, so it lives in global memory")
+        st.scope = step.scope
 
     def _check_scope(self, scope: str, what: str) -> None:
         if scope not in SCOPES:

@@ -146,6 +146,15 @@ class ComputeRoot(Step):
 
 
 @dataclass(frozen=True)
+class SetScope(Step):
+    kind: ClassVar[str] = "set_scope"
+    scope: str
+
+    def python(self, n: Namer) -> str:
+        return f'{self.s}.set_scope("{self.scope}")'
+
+
+@dataclass(frozen=True)
 class CacheRead(Step):
     """``stage`` is the tensor being cached; the new stage is ``<stage>.<scope>``."""
 
@@ -190,7 +199,7 @@ class Rfactor(Step):
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, ComputeAt, ComputeInline,
-                ComputeRoot, CacheRead, CacheWrite, Rfactor)
+                ComputeRoot, SetScope, CacheRead, CacheWrite, Rfactor)
 }
 
 

@@ -148,6 +148,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
             producer = sch[sch.cache_write(consumer.op.output(), "local")]
         else:
             consumer, producer = sch.stage(fused_into), sch.stage(name)
+            producer.set_scope("local")
         tiles = [p[k.name] for k in data]
         outer, mid, inner = [], [], []
         for ax, (f1, f2, f3) in zip(consumer.op.axis, tiles):
@@ -278,8 +279,18 @@ class Sketch:
         return sch
 
 
-def generate_sketches(sch0: Schedule) -> list[Sketch]:
-    """The sketches of a DAG, from a fresh (unscheduled) schedule of it."""
+def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
+    """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
+    gpu = getattr(target, "kind", "llvm") == "cuda"
+    if gpu:
+        from autosched.search import sketch_gpu as G
+
+        max_threads = target.max_threads_per_block
+        tile = lambda n, into, s: G.gpu_tile_rule(n, into, s, max_threads)  # noqa: E731
+        reduce = lambda n, reader, s: G.gpu_reduce_rule(n, s)  # noqa: E731
+        injective = G.gpu_injective_rule
+    else:
+        tile, reduce, injective = _tile_rule, _reduce_rule, _injective_rule
     info = DagInfo(sch0)
     rules: list[Rule] = [_inline_rule(n) for n in
                          (st.name for st in info.compute) if n in info.inlined]
@@ -296,13 +307,13 @@ def generate_sketches(sch0: Schedule) -> list[Sketch]:
             if into is not None:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]
-            later.append(_tile_rule(name, into, sch0))
+            later.append(tile(name, into, sch0))
         elif op.reduce_axis:
             readers = info.readers[name]
             reader = readers[0] if len(readers) == 1 and _outer_match(sch0, name, readers[0]) else None
-            later.append(_reduce_rule(name, reader, sch0))
+            later.append(reduce(name, reader, sch0))
         else:
-            later.append(_injective_rule(name, sch0))
+            later.append(injective(name, sch0))
     return [Sketch(tuple(rules + later))]
 
 

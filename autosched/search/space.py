@@ -41,12 +41,28 @@ class Lowered:
     features: np.ndarray | None = field(default=None, repr=False)
 
 
+def shared_bytes(func: PrimFunc) -> int:
+    """Shared memory the function allocates (an upper bound: nested allocations summed)."""
+    from autosched.schedule import ir
+    from autosched.schedule.ir_visit import walk
+    from autosched.te.expr import Const
+
+    total = 0
+    for s in walk(func.body):
+        if isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
+            n = s.buffer.itemsize
+            for d in s.buffer.shape:
+                n *= d.value if isinstance(d, Const) else 1
+            total += n
+    return total
+
+
 class SearchSpace:
     """Sampling, mutation and crossover over a task's sketches."""
 
     def __init__(self, task: Task):
         self.task = task
-        self.sketches: list[Sketch] = generate_sketches(task.schedule())
+        self.sketches: list[Sketch] = generate_sketches(task.schedule(), task.target)
 
     def sample(self, rng: np.random.Generator) -> Candidate:
         idx = int(rng.integers(len(self.sketches)))
@@ -85,6 +101,8 @@ class SearchSpace:
             sch = self.schedule(c)
             func = self.task.lower(sch)
         except (ScheduleError, LowerError):
+            return None
+        if self.task.target.kind == "cuda" and shared_bytes(func) > self.task.target.max_shared_memory_per_block:
             return None
         return Lowered(c, sch, func, ir_hash(func))
 

@@ -1,0 +1,152 @@
+"""GPU sketch rules: the same DAG analysis as sketch.py, GPU loop structures.
+
+* tile       SSSRRSRS: the consumer's data axes split into block / thread / inner; blocks fused
+             and bound to blockIdx.x, threads fused and bound to threadIdx.x; the producer
+             (cache_write "local", or the tiled stage itself when an elementwise output is fused)
+             computed at the thread loop, looping R R S R S over a register tile; every tensor it
+             reads is cached in shared memory at the outer reduction loop and fetched
+             cooperatively by all threads of the block (optionally with vector loads)
+* reduce     data axes fused and spread over blocks and threads; the reduction runs per thread
+* injective  all axes fused, split into blocks and threads, the inner part vectorized
+"""
+
+from __future__ import annotations
+
+from autosched.errors import ScheduleError
+from autosched.schedule.schedule import Schedule
+from autosched.search.knobs import ChoiceKnob, Knob, TileKnob
+from autosched.search.sketch import Params, Rule, _static_extent
+from autosched.te import expr as E
+from autosched.te.tensor import ComputeOp
+from autosched.te.tensor import thread_axis as _thread
+
+THREADS = (32, 64, 128, 256, 512)
+
+
+def _bind_flat(sch: Schedule, name: str, axes: list, threads: int, vector: int = 1) -> None:
+    """Fuse ``axes``, split into blocks x threads (x vector lanes), bind."""
+    st = sch.stage(name)
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    if vector > 1:
+        f, v = st.split(f, factor=vector)
+        st.vectorize(v)
+    b, t = st.split(f, factor=threads)
+    st.bind(b, _thread("blockIdx.x"))
+    st.bind(t, _thread("threadIdx.x"))
+
+
+def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads: int) -> Rule:
+    st = sch0.stage(name)
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    pre = f"{name}."
+    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, max_innermost=8) for a in op.axis]
+    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, max_innermost=8) for r in op.reduce_axis]
+    knobs: list[Knob] = data + red + [
+        ChoiceKnob(f"{pre}fetch_vector", (1, 2, 4)),
+        ChoiceKnob(f"{pre}unroll", (0, 16, 64, 512)),
+    ]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        if fused_into is None:
+            consumer = sch.stage(name)
+            producer = sch[sch.cache_write(consumer.op.output(), "local")]
+        else:
+            consumer, producer = sch.stage(fused_into), sch.stage(name)
+            producer.set_scope("local")
+        tiles = [p[k.name] for k in data]
+        threads = 1
+        for t, _, _ in tiles:
+            threads *= t
+        if threads > max_threads:
+            raise ScheduleError(f"{threads} threads per block exceed the limit {max_threads}")
+        inputs = [t for t in _direct_inputs(producer.op)]
+        caches = [sch[sch.cache_read(t, "shared", [producer])] for t in inputs]
+        blocks, thr, inner = [], [], []
+        for ax, (t, f3, f4) in zip(consumer.op.axis, tiles):
+            b, rest = consumer.split(ax, factor=t * f3 * f4)
+            th, inn = consumer.split(rest, factor=f3 * f4)
+            blocks.append(b)
+            thr.append(th)
+            inner.append(inn)
+        consumer.reorder(*blocks, *thr, *inner)
+        bf = consumer.fuse(*blocks) if len(blocks) > 1 else blocks[0]
+        tf = consumer.fuse(*thr) if len(thr) > 1 else thr[0]
+        consumer.bind(bf, _thread("blockIdx.x"))
+        consumer.bind(tf, _thread("threadIdx.x"))
+        producer.compute_at(consumer, tf)
+        x3, x4 = [], []
+        for ax, (_, _, f4) in zip(producer.op.axis, tiles):
+            a, b = producer.split(ax, factor=f4)
+            x3.append(a)
+            x4.append(b)
+        r0, r1, r2 = [], [], []
+        for ax, knob in zip(producer.op.reduce_axis, red):
+            g1, g2 = p[knob.name]
+            a, rest = producer.split(ax, factor=g1 * g2)
+            b, c = producer.split(rest, factor=g2)
+            r0.append(a)
+            r1.append(b)
+            r2.append(c)
+        producer.reorder(*r0, *r1, *x3, *r2, *x4)
+        unroll = p[f"{pre}unroll"]
+        if unroll:
+            producer.pragma(r0[0] if r0 else x3[0], "auto_unroll_max_step", unroll)
+            producer.pragma(r0[0] if r0 else x3[0], "unroll_explicit", True)
+        for c in caches:
+            c.compute_at(producer, r0[-1] if r0 else x3[0])
+            _bind_threads(c, threads, p[f"{pre}fetch_vector"])
+
+    return Rule(name, tuple(knobs), apply, "gpu_tile")
+
+
+def _direct_inputs(op: ComputeOp) -> list:
+    from autosched.te.visit import tensors_read
+
+    return tensors_read(op.body)
+
+
+def _bind_threads(st, threads: int, vector: int) -> None:  # noqa: ANN001
+    """Cooperative fetching: all threads of the block copy the tile, ``vector`` elements each."""
+    axes = list(st.op.axis)
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    last = _static_extent(st.op.axis[-1])
+    if vector > 1 and last % vector == 0:
+        f, v = st.split(f, factor=vector)
+        st.vectorize(v)
+    o, t = st.split(f, factor=threads)
+    st.bind(t, _thread("threadIdx.x"))
+
+
+def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
+    pre = f"{name}."
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS)]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        st = sch.stage(name)
+        axes = list(st.op.axis)
+        if axes:
+            _bind_flat(sch, name, axes, p[f"{pre}threads"])
+
+    return Rule(name, tuple(knobs), apply, "gpu_reduce")
+
+
+def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:
+    pre = f"{name}."
+    op = sch0.stage(name).op
+    assert isinstance(op, ComputeOp)
+    last = _static_extent(op.axis[-1]) if op.axis else 1
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS),
+                         ChoiceKnob(f"{pre}vector", tuple(v for v in (1, 2, 4) if last % v == 0))]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        st = sch.stage(name)
+        axes = list(st.op.axis)
+        if axes:
+            _bind_flat(sch, name, axes, p[f"{pre}threads"], p[f"{pre}vector"])
+
+    return Rule(name, tuple(knobs), apply, "gpu_injective")
+
+
+def is_unit(iv: E.IterVar) -> bool:
+    return _static_extent(iv) == 1
