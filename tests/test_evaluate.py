@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 import time
 
 import numpy as np
@@ -729,3 +730,7 @@ def test_ref_target_module(rng: np.random.Generator) -> None:
     assert "_oob" in build_func(conv, "ref").get_source()
     assert "_oob" not in build_func(conv, "ref -check-bounds=0").get_source()
     assert compile_func(f) is compile_func(f)  # rendered once per function
+    again = pickle.loads(pickle.dumps(mod))  # for measurement in worker processes
+    out2 = np.zeros_like(out)
+    again(a, b, out2)
+    np.testing.assert_array_equal(out2, out)

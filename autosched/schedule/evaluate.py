@@ -205,7 +205,8 @@ def compile_func(
     prog = Program(func, rendered.source, ns[rendered.entry], rendered.shape_vars, rendered.stored)
     _cache[key] = prog
     while len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+        _, old = _cache.popitem(last=False)
+        linecache.cache.pop(old.fn.__code__.co_filename, None)
     return prog
 
 

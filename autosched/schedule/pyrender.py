@@ -299,7 +299,9 @@ class _Renderer:
                     f"{self.func.name}: loop {s.var.name} is bound to unknown thread tag "
                     f"{s.thread_tag!r}; expected one of {', '.join(THREAD_TAGS)} or vthread"
                 )
-            if self.kernel is None:
+            if self.kernel is None and self.blocks > _MAX_BLOCKS - 7:
+                self.nested(s)  # the launch adds up to 7 blocks (6 loops and a try)
+            elif self.kernel is None:
                 self.launch_kernel(s)
             else:
                 self.thread_guard(s)

@@ -35,7 +35,12 @@ class RefModule:
     ) -> None:
         self.func = func
         self.target = target
+        self.flags = (check_bounds, check_races)
         self._program: Program = compile_func(func, check_bounds, check_races)
+
+    def __reduce__(self) -> tuple:
+        # The compiled Python does not pickle; a worker process renders the function again.
+        return (RefModule, (self.func, self.target, *self.flags))
 
     def __call__(self, *arrays: np.ndarray) -> None:
         self._program(*arrays)
