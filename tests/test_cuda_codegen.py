@@ -299,3 +299,24 @@ def test_intrinsic_constants_are_exact() -> None:
     assert c_const(-(2**31), "int32") == "(-2147483647 - 1)"
     assert c_const(0.1, "float32") == "0.1f" and c_const(3, "int64") == "3LL"
     assert float(c_const(1e-30, "float64")) == 1e-30
+
+
+def _pragma_case(explicit: bool) -> str:
+    A = te.placeholder((64, 4), name="A")
+    C = te.compute((64, 4), lambda i, j: A[i, j] * 3.0, name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    s[C].bind(i, te.thread_axis("threadIdx.x"))
+    s[C].pragma(i, "auto_unroll_max_step", 16)
+    if explicit:
+        s[C].pragma(i, "unroll_explicit", True)
+    return aus.build(s, [A, C], target="cuda -arch=sm_90").get_source()
+
+
+def test_auto_unroll_pragmas() -> None:
+    src = _pragma_case(explicit=False)
+    assert "#pragma unroll\n" in src and "for (int j = 0; j < 4; ++j)" in src
+    explicit = _pragma_case(explicit=True)
+    assert "for (int j" not in explicit
+    for lane in range(4):
+        assert f"const int j = {lane};" in explicit

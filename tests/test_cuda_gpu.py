@@ -53,7 +53,12 @@ def test_device_arrays_and_timing(rng: np.random.Generator) -> None:
 
 
 def test_torch_tensors_in_place(rng: np.random.Generator) -> None:
-    torch = pytest.importorskip("torch")
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001  (seen: torch 2.11 failing its own import in pytest)
+        pytest.skip(f"torch is not importable here: {type(exc).__name__}: {exc}")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
     A = te.placeholder((300, 7), name="A")
     C = te.compute((300, 7), lambda i, j: A[i, j] + 2.0, name="C")
     mod = aus.build(te.create_schedule(C.op), [A, C], target="cuda")

@@ -188,6 +188,7 @@ class _KernelWriter:
         self.raw: dict[int, str] = {}  # placeholder vars printed as raw C text
         self.shared_bytes = 0
         self.tmp = 0
+        self.unroll_explicit = False
 
     # -- structure ---------------------------------------------------------------------------
 
@@ -337,10 +338,21 @@ class _KernelWriter:
     # -- loops -------------------------------------------------------------------------------
 
     def _for(self, s: ir.For, unroll_budget: int) -> None:
+        """Annotations of a loop hold for the loops nested in it: auto_unroll_max_step N unrolls
+        every inner nest of at most N steps; unroll_explicit replicates the bodies in the source
+        instead of asking NVRTC with #pragma unroll."""
         ann = dict(s.annotations)
         if "auto_unroll_max_step" in ann:
             unroll_budget = max(unroll_budget, int(ann["auto_unroll_max_step"]))
-        explicit = bool(ann.get("unroll_explicit", False))
+        saved = self.unroll_explicit
+        if "unroll_explicit" in ann:
+            self.unroll_explicit = bool(ann["unroll_explicit"])
+        try:
+            self._for_body(s, unroll_budget, self.unroll_explicit)
+        finally:
+            self.unroll_explicit = saved
+
+    def _for_body(self, s: ir.For, unroll_budget: int, explicit: bool) -> None:
         v = self._var_name(s.var)
         lo = self._expr(s.min)
         if U.is_nonneg(s.min, self.nonneg):
