@@ -320,3 +320,15 @@ def test_auto_unroll_pragmas() -> None:
     assert "for (int j" not in explicit
     for lane in range(4):
         assert f"const int j = {lane};" in explicit
+
+
+def test_module_pickles_without_its_context() -> None:
+    import pickle
+
+    A = te.placeholder((8,), name="A")
+    C = te.compute((8,), lambda i: A[i] + 1.0, name="C")
+    mod = aus.build(te.create_schedule(C.op), [A, C], target="cuda -arch=sm_90")
+    mod._loaded = object()  # stands for a loaded pycuda module, which cannot pickle
+    back = pickle.loads(pickle.dumps(mod))
+    assert back._loaded is None and back.cubin == mod.cubin
+    assert back.get_source() == mod.get_source() and back.kernel_names == mod.kernel_names

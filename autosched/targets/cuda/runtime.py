@@ -127,6 +127,14 @@ class CudaModule:
         self._loaded: _Loaded | None = None
         self._workspace: dict[int, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a module travels between processes (build worker -> run worker) as source + cubin;
+        # the loaded CUDA module and device buffers belong to one context and stay behind
+        state = dict(self.__dict__)
+        state["_loaded"] = None
+        state["_workspace"] = {}
+        return state
+
     def get_source(self) -> str:
         return self.source.code
 
