@@ -111,11 +111,23 @@ class FuncGen(ExprGen):
         self.b.position_at_end(end_bb)
 
     def scalarize(self, s: lir.Stmt) -> None:
-        """Run ``s`` once per lane of the enclosing vectorized loop."""
-        assert self.vec is not None
-        for k in range(self.vec.lanes):
+        """Run ``s`` once per lane of the enclosing vectorized loop: replicated when it is
+        straight-line code, as a loop over the lanes when it holds loops or allocations (which
+        would otherwise multiply the code by the lane count)."""
+        ctx = self.vec
+        assert ctx is not None
+        if not any(isinstance(x, (lir.For, lir.Allocate)) for x in all_stmts(s)):
+            for k in range(ctx.lanes):
+                with self.at_lane(k):
+                    self.stmt(s)
+            return
+
+        def lane(k: ir.Value) -> None:
             with self.at_lane(k):
                 self.stmt(s)
+
+        ty = ctx.lane0.type
+        self.loop(ir.Constant(ty, 0), ir.Constant(ty, ctx.lanes), lane)
 
     # --- stores ------------------------------------------------------------------------------
 

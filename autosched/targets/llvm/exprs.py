@@ -118,14 +118,18 @@ class ExprGen:
                     self.env[ctx.uid] = saved[2]
 
     @contextlib.contextmanager
-    def at_lane(self, k: int) -> Iterator[None]:
-        """Emit scalar code for lane ``k`` of the current vectorized loop."""
+    def at_lane(self, k: int | ir.Value) -> Iterator[None]:
+        """Emit scalar code for lane ``k`` (a number, or a value of the loop variable's type)
+        of the current vectorized loop."""
         ctx = self.vec
         assert ctx is not None
         saved = (self._lanes, self.env[ctx.uid])
         self.vec, self._lanes = None, {}
-        kc = ir.Constant(ctx.lane0.type, k)
-        self.env[ctx.uid] = ctx.lane0 if k == 0 else self.b.add(ctx.lane0, kc)
+        if isinstance(k, int):
+            kc = ir.Constant(ctx.lane0.type, k)
+            self.env[ctx.uid] = ctx.lane0 if k == 0 else self.b.add(ctx.lane0, kc)
+        else:
+            self.env[ctx.uid] = self.b.add(ctx.lane0, k)
         try:
             yield
         finally:
