@@ -1,0 +1,525 @@
+"""Honest measurement of candidate schedules: build in parallel, run one at a time, check.
+
+Builds happen in a pool of persistent worker processes (lower + compile; a build that hangs
+past ``build_timeout`` or crashes is killed, recorded and its worker replaced). Runs happen
+afterwards, one candidate at a time, in one more worker process that owns the module (and the
+CUDA context on GPUs), so a crash of generated code is recorded as CRASH instead of killing the
+tuner, and no build ever overlaps a timed run. Each candidate's output is checked against the
+task's default schedule on the same fresh random inputs; timing uses a warm-up, ``number``
+calls per repeat (chosen so a repeat lasts ``min_repeat_ms``) and ``repeat`` repeats, flushing
+the caches between repeats.
+
+Workers are started with ``python -m autosched.search.measure_worker`` (not multiprocessing's
+fork or spawn: fork is unsafe in a process with OpenMP / XGBoost threads, spawn re-imports the
+user's main script), with OMP_WAIT_POLICY=passive and BLAS threads off.
+
+Only expected failures are recorded (autosched errors, timeouts, worker death); in ``strict``
+mode (tests) an unexpected exception inside a worker is raised here as UnexpectedWorkerError.
+
+Example::
+
+    with Measurer("llvm", repeat=3, min_repeat_ms=50) as m:
+        results = m.measure(task, [sch1, sch2.steps])
+    results[0].error_code, results[0].cost      # ErrorCode.NO_ERROR, seconds (median)
+    RecordLog("tuning_logs/mm.jsonl").append(records_from(task, [sch1, sch2], results))
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import MeasureError
+from autosched.schedule.schedule import Schedule
+from autosched.schedule.steps import Step
+from autosched.search.error_codes import ErrorCode
+from autosched.search.record import MAX_ERROR_MSG, fingerprint_key
+from autosched.search.task import Task
+from autosched.targets.target import Target, parse
+
+__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "llc_bytes"]
+
+STARTUP_TIMEOUT = 120.0  # seconds for a fresh worker to import autosched and say ready
+
+
+class UnexpectedWorkerError(Exception):
+    """A worker hit an exception autosched does not expect (a bug); raised in strict mode.
+    Deliberately not an AutoschedError, so a search loop catching those does not swallow it."""
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The outcome of measuring one candidate.
+
+    ``costs`` holds seconds per call, one per repeat (empty on error); ``build_time`` and
+    ``run_time`` are the wall seconds of its build and of its run round trip.
+    """
+
+    costs: tuple[float, ...]
+    error_code: ErrorCode
+    error_msg: str = ""
+    build_time: float = 0.0
+    run_time: float = 0.0
+    timestamp: float = 0.0
+    ir_hash: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is ErrorCode.NO_ERROR and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per call; inf on error."""
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+
+def _error(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
+    return MeasureResult((), code, msg[-MAX_ERROR_MSG:] if len(msg) > MAX_ERROR_MSG else msg,
+                         timestamp=time.time(), **kw)
+
+
+def llc_bytes() -> int:
+    """The largest CPU cache of this machine (bytes), from sysfs; 32 MiB when unknown."""
+    best = 0
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(root):
+            with contextlib.suppress(OSError, ValueError):
+                with open(os.path.join(root, entry, "size")) as f:
+                    text = f.read().strip().upper()
+                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+                best = max(best, int(text.rstrip("KMG")) * mult)
+    except OSError:
+        pass
+    return best or 32 << 20
+
+
+# -- worker processes -------------------------------------------------------------------------
+
+
+class _Died(Exception):
+    pass
+
+
+class _TimedOut(Exception):
+    pass
+
+
+class _Worker:
+    """One persistent measure_worker process and the socket to it."""
+
+    def __init__(self, kind: str, env: dict[str, str]):
+        parent, child = socket.socketpair()
+        self.log = tempfile.TemporaryFile(prefix="autosched-worker-")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autosched.search.measure_worker", str(child.fileno()),
+                 kind],
+                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                stdout=self.log, stderr=self.log, close_fds=True,
+            )
+        finally:
+            child.close()
+        self.conn = Connection(parent.detach())
+        self.tokens: set[int] = set()  # tasks it has been sent
+        self.states: set[int] = set()  # tasks whose inputs / reference it holds
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> None:
+        if self.ready:
+            return
+        msg = self.recv(timeout)
+        if msg[0] != "ready":
+            raise MeasureError(f"measure worker sent {msg!r} instead of ready")
+        self.ready = True
+
+    def send(self, msg: tuple) -> None:
+        try:
+            self.conn.send(msg)
+        except (OSError, EOFError) as exc:
+            raise _Died(str(exc)) from None
+
+    def recv(self, timeout: float) -> Any:
+        try:
+            if not self.conn.poll(max(timeout, 0.0)):
+                raise _TimedOut()
+            return self.conn.recv()
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise _Died() from None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        self.conn.close()
+
+    def death_report(self) -> str:
+        """How it died (exit status or signal) and the tail of what it wrote."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        rc = self.proc.returncode
+        if rc is None:
+            how = "stopped answering"
+        elif rc < 0:
+            try:
+                how = f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                how = f"was killed by signal {-rc}"
+        else:
+            how = f"exited with status {rc}"
+        self.log.flush()
+        self.log.seek(0)
+        tail = self.log.read().decode(errors="replace")[-1500:].strip()
+        return f"worker pid {self.proc.pid} {how}" + (f"; its output ended:\n{tail}" if tail else "")
+
+    def close(self) -> None:
+        with contextlib.suppress(_Died, OSError):
+            self.send(("stop",))
+        self.kill()
+        self.log.close()
+
+
+_LIVE: weakref.WeakSet[Measurer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for m in list(_LIVE):
+        m.close()
+
+
+# -- the measurer -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Built:
+    index: int
+    ir_hash: str
+    build_time: float
+    artifact: bytes
+
+
+class Measurer:
+    """Builds candidates in a process pool, runs them one by one in a worker process, checks
+    them against the default schedule and times them.
+
+    Example::
+
+        m = Measurer("llvm", build_workers=2, repeat=3, min_repeat_ms=100)
+        results = m.measure(task, schedules)     # list[MeasureResult], same order
+        m.close()                                # or use it as a context manager
+
+    ``target`` (optional) pins the target: measuring a task for another target raises. ``number``
+    None chooses calls per repeat so a repeat lasts ``min_repeat_ms``. ``run_timeout`` bounds
+    one call (the check, the warm-up) or one repeat; ``reference_timeout`` the default
+    schedule's build and run. ``worker_env`` adds to the workers' environment (defaults:
+    OMP_WAIT_POLICY=passive, OPENBLAS_NUM_THREADS=1). ``seed`` fixes the random inputs.
+    """
+
+    def __init__(self, target: str | Target | None = None, *, build_workers: int | None = None,
+                 build_timeout: float = 60.0, run_timeout: float = 10.0, repeat: int = 3,
+                 number: int | None = None, min_repeat_ms: float = 100.0, check: bool = True,
+                 flush_cache: bool = True, strict: bool = False,
+                 reference_timeout: float = 300.0, worker_env: Mapping[str, str] | None = None,
+                 seed: int | None = None):
+        if repeat < 1:
+            raise MeasureError(f"repeat must be at least 1, got {repeat}")
+        if number is not None and number < 1:
+            raise MeasureError(f"number must be at least 1 or None (automatic), got {number}")
+        self.target = parse(target) if target is not None else None
+        self.build_workers = max(1, build_workers or min(os.cpu_count() or 1, 8))
+        self.build_timeout, self.run_timeout = float(build_timeout), float(run_timeout)
+        self.reference_timeout = float(reference_timeout)
+        self.repeat, self.number, self.min_repeat_ms = repeat, number, float(min_repeat_ms)
+        self.check, self.flush_cache, self.strict = check, flush_cache, strict
+        self.rng = np.random.default_rng(seed)
+        self._env = _worker_env(worker_env)
+        self._builders: list[_Worker | None] = [None] * self.build_workers
+        self._runner: _Worker | None = None
+        self._kind: str | None = None
+        self._tokens: dict[int, tuple[Task, int, bytes]] = {}
+        self._states: dict[int, tuple[list, list | None]] = {}
+        self.worker_starts = 0  # how many worker processes were started (respawns included)
+        _LIVE.add(self)
+
+    # -- public --------------------------------------------------------------------------
+    def measure(self, task: Task, candidates: Sequence[Schedule | Sequence[Step]], *,
+                test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
+        """Measure each candidate (a Schedule of ``task`` or a list of its steps); results in
+        the same order. Failures come back as results with an error code, never raised.
+
+        ``test_hooks`` (tests only) maps a candidate index to a misbehaviour inside the worker:
+        build_hang, build_segfault, build_raise, run_hang, run_segfault, run_exit, run_raise,
+        corrupt (perturbs the output before the check).
+        """
+        if self.target is not None and fingerprint_key(self.target) != fingerprint_key(
+                task.target):
+            raise MeasureError(f"this Measurer is for {self.target}; task {task.name} is for "
+                               f"{task.target}")
+        if not candidates:
+            return []
+        self._set_kind(task.target.kind)
+        hooks = dict(test_hooks or {})
+        step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
+                      for c in candidates]
+        results: list[MeasureResult | None] = [None] * len(candidates)
+        token = self._token(task)
+        with _quiet_parent_threads():
+            built = self._build_all(token, step_lists, hooks, results)
+            if built:
+                self._run_all(task, token, built, hooks, results)
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop every worker process."""
+        for w in [*self._builders, self._runner]:
+            if w is not None:
+                w.close()
+        self._builders = [None] * self.build_workers
+        self._runner = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- tasks -----------------------------------------------------------------------------
+    def _token(self, task: Task) -> int:
+        entry = self._tokens.get(id(task))
+        if entry is None or entry[0] is not task:
+            entry = (task, len(self._tokens) + 1, pickle.dumps(task))
+            self._tokens[id(task)] = entry
+        return entry[1]
+
+    def _task_bytes(self, token: int) -> bytes:
+        for _task, tok, data in self._tokens.values():
+            if tok == token:
+                return data
+        raise KeyError(token)
+
+    def _set_kind(self, kind: str) -> None:
+        # workers preload one backend; a Measurer used for another kind starts fresh ones
+        if self._kind is not None and self._kind != kind:
+            self.close()
+        self._kind = kind
+
+    def _start(self) -> _Worker:
+        assert self._kind is not None
+        self.worker_starts += 1
+        return _Worker(self._kind, self._env)
+
+    def _opts(self, hook: str | None) -> dict[str, Any]:
+        return {"strict": self.strict, "hook": hook, "repeat": self.repeat,
+                "number": self.number, "min_repeat_ms": self.min_repeat_ms,
+                "check": self.check, "flush_cache": self.flush_cache,
+                "flush_bytes": 2 * llc_bytes() if self._kind != "cuda" else 2 * (64 << 20)}
+
+    def _bug(self, where: str, tb: str) -> None:
+        raise UnexpectedWorkerError(f"unexpected error in the measure worker while {where}:\n{tb}")
+
+    def _result_of_error(self, msg: tuple, **kw: Any) -> MeasureResult:
+        _, code, text, h, build_time, _restart = msg
+        return _error(ErrorCode.parse(code), text, ir_hash=h or kw.pop("ir_hash", ""),
+                      build_time=build_time or kw.pop("build_time", 0.0), **kw)
+
+    # -- building ---------------------------------------------------------------------------
+    def _builder(self, slot: int) -> _Worker:
+        w = self._builders[slot]
+        if w is None or not w.alive():
+            if w is not None:
+                w.kill()
+            w = self._builders[slot] = self._start()
+        return w
+
+    def _build_all(self, token: int, step_lists: list[list[dict]], hooks: dict[int, str],
+                   results: list[MeasureResult | None]) -> list[_Built]:
+        queue = deque(range(len(step_lists)))
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
+        built: list[_Built] = []
+        slots = range(min(self.build_workers, len(step_lists)))
+        for slot in slots:  # start missing workers together: their imports overlap
+            self._builder(slot)
+        while queue or busy:
+            for slot in slots:
+                if slot in busy or not queue:
+                    continue
+                w = self._builder(slot)
+                try:
+                    w.wait_ready(STARTUP_TIMEOUT)
+                    if token not in w.tokens:
+                        w.send(("task", token, self._task_bytes(token)))
+                        w.tokens.add(token)
+                    idx = queue.popleft()
+                    w.send(("build", token, step_lists[idx], self._opts(hooks.get(idx))))
+                except (_Died, _TimedOut):
+                    raise MeasureError(f"a build worker failed to start: {w.death_report()}") \
+                        from None
+                busy[slot] = (idx, time.monotonic() + self.build_timeout)
+            now = time.monotonic()
+            next_deadline = min(d for _, d in busy.values())
+            by_conn = {self._builders[s].conn: s for s in busy}  # type: ignore[union-attr]
+            ready = wait(list(by_conn), timeout=max(0.0, next_deadline - now))
+            for conn in ready:
+                slot = by_conn[conn]  # type: ignore[index]
+                idx, _ = busy.pop(slot)
+                w = self._builders[slot]
+                assert w is not None
+                try:
+                    msg = w.recv(0.0)
+                except (_Died, _TimedOut):
+                    results[idx] = _error(ErrorCode.CRASH, "the build " + w.death_report())
+                    w.kill()
+                    self._builders[slot] = None
+                    continue
+                if msg[0] == "built":
+                    built.append(_Built(idx, msg[1], msg[2], msg[3]))
+                elif msg[0] == "bug":
+                    self._bug(f"building candidate {idx}", msg[1])
+                else:
+                    results[idx] = self._result_of_error(msg)
+            now = time.monotonic()
+            for slot, (idx, deadline) in list(busy.items()):
+                if now >= deadline:
+                    busy.pop(slot)
+                    w = self._builders[slot]
+                    assert w is not None
+                    w.kill()
+                    self._builders[slot] = None
+                    results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
+                                          f"building took over {self.build_timeout:g} s; "
+                                          "worker killed", build_time=self.build_timeout)
+        built.sort(key=lambda b: b.index)
+        return built
+
+    # -- running ----------------------------------------------------------------------------
+    def _run_worker(self, task: Task, token: int) -> _Worker:
+        """The run worker, started if needed, holding the task and its inputs / reference."""
+        w = self._runner
+        if w is None or not w.alive():
+            if w is not None:
+                w.kill()
+            w = self._runner = self._start()
+        try:
+            w.wait_ready(STARTUP_TIMEOUT)
+            if token not in w.tokens:
+                w.send(("task", token, self._task_bytes(token)))
+                w.tokens.add(token)
+            if token not in w.states:
+                if token not in self._states:
+                    self._states[token] = self._reference(task, token, w)
+                else:
+                    inputs, ref = self._states[token]
+                    w.send(("state", token, inputs, ref))
+                w.states.add(token)
+        except (_Died, _TimedOut):
+            report = w.death_report()
+            w.kill()
+            self._runner = None
+            raise MeasureError(f"cannot measure {task.name}: the run worker failed while "
+                               f"preparing its inputs and reference: {report}") from None
+        return w
+
+    def _reference(self, task: Task, token: int, w: _Worker) -> tuple[list, list | None]:
+        from autosched.search.measure_worker import random_inputs
+
+        inputs = random_inputs(task, self.rng)
+        if not self.check:
+            w.send(("state", token, inputs, None))
+            return inputs, None
+        w.send(("reference", token, inputs, self._opts(None)))
+        msg = w.recv(self.reference_timeout)
+        if msg[0] == "bug":
+            self._bug(f"running the default schedule of {task.name}", msg[1])
+        if msg[0] != "ref":
+            raise MeasureError(f"cannot check candidates of {task.name}: {msg[2]}")
+        return inputs, msg[1]
+
+    def _run_all(self, task: Task, token: int, built: list[_Built], hooks: dict[int, str],
+                 results: list[MeasureResult | None]) -> None:
+        for b in built:
+            w = self._run_worker(task, token)
+            t0 = time.perf_counter()
+            kw = {"ir_hash": b.ir_hash, "build_time": b.build_time}
+            try:
+                w.send(("run", token, b.artifact, self._opts(hooks.get(b.index))))
+                while True:
+                    msg = w.recv(self.run_timeout)
+                    if msg[0] != "beat":
+                        break
+            except _TimedOut:
+                w.kill()
+                self._runner = None
+                results[b.index] = _error(
+                    ErrorCode.RUN_TIMEOUT, f"one call or repeat took over {self.run_timeout:g} "
+                    "s; worker killed", run_time=time.perf_counter() - t0, **kw)
+                continue
+            except _Died:
+                report = w.death_report()
+                w.kill()
+                self._runner = None
+                results[b.index] = _error(ErrorCode.CRASH, "the run " + report,
+                                          run_time=time.perf_counter() - t0, **kw)
+                continue
+            run_time = time.perf_counter() - t0
+            if msg[0] == "ran":
+                results[b.index] = MeasureResult(tuple(msg[1]), ErrorCode.NO_ERROR, "",
+                                                 b.build_time, run_time, time.time(), b.ir_hash)
+            elif msg[0] == "bug":
+                self._bug(f"running candidate {b.index}", msg[1])
+            else:
+                results[b.index] = self._result_of_error(msg, run_time=run_time, **kw)
+                if msg[5]:  # the worker restarts itself (e.g. poisoned CUDA context)
+                    w.kill()
+                    self._runner = None
+
+
+def _worker_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    import autosched
+
+    env = dict(os.environ)
+    # workers import this very autosched, wherever the parent found it
+    root = os.path.dirname(os.path.dirname(os.path.abspath(autosched.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OMP_WAIT_POLICY", "passive")
+    env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"  # numpy must not spin in workers
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def _quiet_parent_threads() -> Iterator[None]:
+    """Limit XGBoost's threads in the tuner while measuring: its OpenMP pool would compete
+    with the timed kernel for cores."""
+    xgb = sys.modules.get("xgboost")
+    if xgb is None or not hasattr(xgb, "config_context"):
+        yield
+        return
+    with xgb.config_context(nthread=1):
+        yield

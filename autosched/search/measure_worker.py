@@ -1,0 +1,416 @@
+"""The process that builds or runs candidates for Measurer (``python -m`` this module FD).
+
+The parent talks to it over a socket (multiprocessing Connection on file descriptor FD), one
+message at a time. A worker is persistent: it receives a task once (pickled) and then many
+candidates. It dies with the parent (PR_SET_PDEATHSIG) and writes a faulthandler traceback to
+its stderr (a file the parent reads when the worker dies).
+
+Messages (tuples) and replies:
+
+    ("task", token, task_pickle)                        no reply
+    ("state", token, inputs, reference_outputs)         no reply
+    ("build", token, step_dicts, opts)    -> ("built", ir_hash, build_s, artifact)
+    ("reference", token, inputs, opts)    -> ("ref", outputs)
+    ("run", token, artifact, opts)        -> ("beat",)* then ("ran", costs)
+    any request may instead answer          ("error", code_name, msg, ir_hash, build_s, restart)
+                                            ("bug", traceback)   (unexpected error, strict mode)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import math
+import os
+import pickle
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import AutoschedError, LowerError, RuntimeError_, ScheduleError
+from autosched.te.tensor import PlaceholderOp
+
+# Tolerances (rtol, atol relative to the largest reference magnitude) per dtype kind: float32
+# reductions reordered by a schedule differ from the default order by a few ulps per term.
+TOLERANCES = {"float16": (2e-2, 2e-3), "bfloat16": (5e-2, 1e-2), "float32": (1e-3, 1e-4),
+              "float64": (1e-7, 1e-9)}
+
+
+class _Fail(Exception):
+    """An expected failure, with the error code name for the record."""
+
+    def __init__(self, code: str, msg: str, restart: bool = False, ir_hash: str = "",
+                 build_time: float = 0.0):
+        super().__init__(msg)
+        self.code, self.msg, self.restart = code, msg, restart
+        self.ir_hash, self.build_time = ir_hash, build_time
+
+
+class _TaskState:
+    def __init__(self, task: Any):
+        self.task = task
+        self.inputs: list[np.ndarray | None] | None = None  # by argument position; None = output
+        self.reference: list[np.ndarray] | None = None     # outputs of the default schedule
+        self.device_inputs: dict[int, Any] = {}            # cuda: inputs uploaded once
+
+
+def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None]:
+    """Fresh random arrays for the placeholders (never zeros); None for computed arguments."""
+    out: list[np.ndarray | None] = []
+    for t in task.args:
+        if not isinstance(t.op, PlaceholderOp):
+            out.append(None)
+            continue
+        shape, dtype = tuple(int(d) for d in t.shape), np.dtype(t.dtype)
+        if dtype.kind == "f":
+            arr = rng.uniform(-1.0, 1.0, shape)
+        elif dtype.kind == "i":
+            arr = rng.integers(-8, 9, shape)
+        elif dtype.kind == "u":
+            arr = rng.integers(1, 16, shape)
+        elif dtype.kind == "b":
+            arr = rng.random(shape) < 0.5
+        else:
+            raise RuntimeError_(f"cannot make random inputs of dtype {dtype} for {t.name}")
+        out.append(np.ascontiguousarray(arr, dtype=dtype))
+    return out
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when ``got`` matches ``want`` within the dtype's tolerance, else what differs."""
+    if got.shape != want.shape:
+        return f"output {name} has shape {got.shape}, the reference {want.shape}"
+    if want.dtype.kind not in "fc":
+        bad = got != want
+        if not bad.any():
+            return None
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        return (f"output {name}: {int(bad.sum())} of {want.size} elements differ; first at "
+                f"{first}: got {got[first]}, expected {want[first]}")
+    rtol, atol = TOLERANCES.get(str(want.dtype), TOLERANCES["float32"])
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(w)
+    scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
+    err = np.abs(g - w)
+    # NaN / inf where the reference has them must be matched exactly
+    special_bad = ~finite & ~((np.isnan(w) & np.isnan(g)) | (w == g))
+    bad = (finite & ~(err <= rtol * np.abs(w) + atol * max(scale, 1.0))) | special_bad
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    max_err = float(np.nanmax(np.where(finite, err, 0.0))) if finite.any() else math.nan
+    nans = int(np.isnan(g[finite]).sum())
+    return (f"output {name}: {int(bad.sum())} of {want.size} elements differ beyond rtol={rtol} "
+            f"atol={atol}*{max(scale, 1.0):.3g}; max abs error {max_err:.4g}"
+            + (f" ({nans} NaN where the reference is finite: unwritten?)" if nans else "")
+            + f"; first at {first}: got {got[first]}, expected {want[first]}")
+
+
+def _segfault() -> None:
+    ctypes.string_at(0)
+
+
+def _hook(opts: dict, name: str) -> None:
+    """Test-only misbehaviour, asked for by Measurer.measure(test_hooks=...)."""
+    if opts.get("hook") != name:
+        return
+    kind = name.split("_", 1)[1]
+    if kind == "hang":
+        time.sleep(3600)
+    elif kind == "segfault":
+        _segfault()
+    elif kind == "exit":
+        os._exit(3)
+    elif kind == "raise":
+        raise ValueError(f"test hook {name}: an unexpected error")
+
+
+# -- artifacts: built modules as bytes ---------------------------------------------------------
+
+
+def _artifact(mod: Any, func: Any, kind: str) -> bytes:
+    if kind == "llvm":
+        from autosched.targets.llvm.runtime import CPUModule
+
+        # the JIT engine does not pickle; the object code does, and JIT-loading it takes ~1 ms
+        portable = CPUModule(mod.signature, mod.target, mod._ir, mod._compiled, mod.uses_threads,
+                             mod._written)
+        return pickle.dumps(("llvm", portable))
+    if kind == "cuda":
+        return pickle.dumps(("cuda", mod))  # source and cubin; loaded in the run worker's context
+    return pickle.dumps(("func", func))
+
+
+def _load(artifact: bytes, target: Any) -> Any:
+    kind, payload = pickle.loads(artifact)
+    if kind == "llvm":
+        from autosched.targets.llvm.runtime import HostModule
+
+        p = payload
+        return HostModule(p.signature, p.target, p._ir, p._compiled, p.uses_threads, p._written)
+    if kind == "cuda":
+        return payload
+    from autosched.driver import build_func
+
+    return build_func(payload, target)
+
+
+# -- the server --------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.tasks: dict[int, _TaskState] = {}
+        self._flush: np.ndarray | None = None
+        self._gpu_flush: Any = None
+
+    def serve(self) -> None:
+        self.conn.send(("ready", os.getpid()))
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            kind = msg[0]
+            if kind == "stop":
+                return
+            if kind == "task":
+                self.tasks[msg[1]] = _TaskState(pickle.loads(msg[2]))
+                continue
+            if kind == "state":
+                st = self.tasks[msg[1]]
+                st.inputs, st.reference, st.device_inputs = msg[2], msg[3], {}
+                continue
+            opts = msg[-1]
+            try:
+                reply = getattr(self, f"_{kind}")(*msg[1:])
+            except _Fail as f:
+                reply = ("error", f.code, f.msg, f.ir_hash, f.build_time, f.restart)
+            except Exception:
+                tb = traceback.format_exc()
+                reply = ("bug", tb) if opts.get("strict") else \
+                    ("error", "UNKNOWN", tb, "", 0.0, False)
+            self.conn.send(reply)
+            if reply[0] == "error" and reply[5]:
+                return  # e.g. a CUDA context poisoned by a faulting kernel: start afresh
+
+    # -- build ----------------------------------------------------------------------------
+    def _build(self, token: int, step_dicts: list[dict], opts: dict) -> tuple:
+        from autosched.driver import build_func
+        from autosched.schedule.steps import step_from_dict
+        from autosched.search.record import ir_hash
+
+        task = self.tasks[token].task
+        t0 = time.perf_counter()
+        try:
+            steps = [step_from_dict(d) for d in step_dicts]
+            sch = task.schedule(steps)
+            func = task.lower(sch)
+        except (ScheduleError, LowerError, AutoschedError) as exc:
+            raise _Fail("LOWER_ERROR", f"{type(exc).__name__}: {exc}") from None
+        h = ir_hash(func)
+        try:
+            _hook(opts, "build_hang")
+            _hook(opts, "build_segfault")
+            _hook(opts, "build_raise")
+            mod = build_func(func, task.target)
+            artifact = _artifact(mod, func, task.target.kind)
+        except AutoschedError as exc:
+            raise _Fail("COMPILE_ERROR", f"{type(exc).__name__}: {exc}", ir_hash=h,
+                        build_time=time.perf_counter() - t0) from None
+        return ("built", h, time.perf_counter() - t0, artifact)
+
+    # -- reference --------------------------------------------------------------------------
+    def _reference(self, token: int, inputs: list, opts: dict) -> tuple:
+        from autosched.driver import build_func
+
+        st = self.tasks[token]
+        st.inputs, st.reference, st.device_inputs = inputs, None, {}
+        task = st.task
+        try:
+            mod = build_func(task.lower(task.schedule()), task.target)
+            args = self._args(st, mod)
+            mod(*args)
+        except AutoschedError as exc:
+            raise _Fail("RUNTIME_ERROR", f"the default schedule of {task.name} failed: "
+                        f"{type(exc).__name__}: {exc}") from None
+        outs = [self._host(a) for a, x in zip(args, inputs) if x is None]
+        return ("ref", outs)
+
+    # -- run --------------------------------------------------------------------------------
+    def _run(self, token: int, artifact: bytes, opts: dict) -> tuple:
+        st = self.tasks[token]
+        target = st.task.target
+        try:
+            mod = _load(artifact, target)
+        except AutoschedError as exc:
+            raise _Fail("COMPILE_ERROR", f"loading the built module: {exc}") from None
+        try:
+            args = self._args(st, mod)
+            _hook(opts, "run_segfault")
+            _hook(opts, "run_exit")
+            _hook(opts, "run_hang")
+            _hook(opts, "run_raise")
+            if opts.get("check") and st.reference is not None:
+                mod(*args)
+                self._check(st, args, opts)
+                self.conn.send(("beat",))
+            costs = self._time(mod, args, opts, target.kind)
+        except RuntimeError_ as exc:
+            raise _Fail("RUNTIME_ERROR", str(exc), restart=target.kind == "cuda") from None
+        except _Fail:
+            raise
+        except Exception as exc:
+            if target.kind == "cuda" and _is_cuda_error(exc):
+                raise _Fail("RUNTIME_ERROR", f"CUDA: {exc}", restart=True) from None
+            raise
+        return ("ran", costs)
+
+    def _check(self, st: _TaskState, args: list, opts: dict) -> None:
+        assert st.inputs is not None and st.reference is not None
+        outs = [(a, t) for a, t, x in zip(args, st.task.args, st.inputs) if x is None]
+        for (arr, t), want in zip(outs, st.reference):
+            got = self._host(arr)
+            if opts.get("hook") == "corrupt":
+                got = got.copy()
+                got.flat[got.size // 2] += 1 if got.dtype.kind != "b" else True
+            problem = compare(t.name, got, want)
+            if problem:
+                raise _Fail("WRONG_ANSWER", problem)
+
+    def _time(self, mod: Any, args: list, opts: dict, kind: str) -> list[float]:
+        repeat, number = max(1, int(opts["repeat"])), opts.get("number")
+        min_s = float(opts["min_repeat_ms"]) * 1e-3
+        if kind == "cuda":
+            first = mod.time(*args, warmup=1, repeat=1, number=1).median
+        elif kind == "llvm":
+            first = mod.time(*args, number=1, repeat=1, warmup=1).all[0]
+        else:
+            first = mod.time(*args, repeat=1)
+        self.conn.send(("beat",))
+        if number is None:
+            number = 1 if first <= 0 else min(10**6, max(1, math.ceil(min_s / first)))
+        costs = []
+        for _ in range(repeat):
+            if opts.get("flush_cache"):
+                self._flush_caches(kind, int(opts["flush_bytes"]))
+            if kind == "cuda":
+                costs.append(mod.time(*args, warmup=0, repeat=1, number=number).median)
+            elif kind == "llvm":
+                costs.append(mod.time(*args, number=number, repeat=1, warmup=0).all[0])
+            else:
+                costs.append(mod.time(*args, repeat=1))
+            self.conn.send(("beat",))
+        return costs
+
+    def _flush_caches(self, kind: str, nbytes: int) -> None:
+        if kind == "cuda":
+            import pycuda.driver as drv
+
+            if self._gpu_flush is None:
+                self._gpu_flush = drv.mem_alloc(nbytes)
+            drv.memset_d32(self._gpu_flush, 0x3F800000, nbytes // 4)
+            drv.Context.synchronize()
+            return
+        if self._flush is None or self._flush.nbytes != nbytes:
+            self._flush = np.ones(nbytes // 8, dtype=np.int64)
+        # read and write every line: evicts the kernel's data from every cache level
+        np.add(self._flush, 1, out=self._flush)
+
+    # -- arguments ---------------------------------------------------------------------------
+    def _args(self, st: _TaskState, mod: Any) -> list:
+        """Fresh argument arrays: copies of the inputs (a bad kernel may scribble on them) and
+        outputs filled with NaN (or a sentinel), so an unwritten element cannot pass."""
+        assert st.inputs is not None
+        cuda = st.task.target.kind == "cuda"
+        args: list[Any] = []
+        for n, (t, x) in enumerate(zip(st.task.args, st.inputs)):
+            if x is None:
+                shape = tuple(int(d) for d in t.shape)
+                dtype = np.dtype(t.dtype)
+                arr = _aligned(shape, dtype)
+                arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
+            else:
+                arr = x if cuda else _aligned_copy(x)
+            if cuda:
+                args.append(self._device(st, n, arr, x is not None))
+            else:
+                args.append(arr)
+        return args
+
+    def _device(self, st: _TaskState, n: int, arr: np.ndarray, is_input: bool) -> Any:
+        import pycuda.gpuarray as gpuarray
+
+        if is_input:
+            if n not in st.device_inputs:
+                st.device_inputs[n] = gpuarray.to_gpu(arr)
+            return st.device_inputs[n]
+        return gpuarray.to_gpu(arr)
+
+    @staticmethod
+    def _host(arr: Any) -> np.ndarray:
+        return arr if isinstance(arr, np.ndarray) else arr.get()
+
+
+def _aligned(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
+    size = int(np.prod(shape, dtype=np.int64))
+    nbytes = max(size, 1) * dtype.itemsize
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes].view(dtype)[:size].reshape(shape)
+
+
+def _aligned_copy(x: np.ndarray) -> np.ndarray:
+    out = _aligned(x.shape, x.dtype)
+    np.copyto(out, x)
+    return out
+
+
+def _is_cuda_error(exc: Exception) -> bool:
+    try:
+        import pycuda.driver as drv
+    except ImportError:
+        return False
+    return isinstance(exc, drv.Error)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: no orphan spinning in a hung kernel
+    except (OSError, AttributeError):
+        pass
+
+
+def _preload(kind: str) -> None:
+    """Import what builds and runs need before saying ready, so the first candidate's build
+    time is not the import time."""
+    import autosched.driver  # noqa: F401
+    import autosched.schedule.lower  # noqa: F401
+    import autosched.search.record  # noqa: F401
+
+    if kind == "llvm":
+        import autosched.targets.llvm  # noqa: F401
+        from autosched.targets.llvm.compile import _load_runtime_libraries
+
+        _load_runtime_libraries()
+    elif kind == "cuda":
+        import autosched.targets.cuda  # noqa: F401
+
+
+def main(argv: list[str]) -> None:
+    fd, kind = int(argv[1]), argv[2] if len(argv) > 2 else "llvm"
+    _die_with_parent()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    conn = Connection(fd)
+    _preload(kind)
+    Server(conn).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,428 @@
+"""Tuning records: one JSON object per line, appended to a log that is the tuner's memory.
+
+A record says what was measured (workload key, task name, the schedule's steps, the hash of the
+lowered IR), where (the target fingerprint) and what came out (costs in seconds, or an error
+code). Lines are appended and fsynced one at a time, so a job killed mid-way loses at most the
+line being written; a torn or corrupt line is skipped with a warning naming the file and line.
+
+Example::
+
+    log = RecordLog("tuning_logs/matmul.jsonl")
+    log.append(records_from(task, schedules, measurer.measure(task, schedules)))
+    (top,) = log.best(task.workload_key, task.target)
+    sch = task.schedule(top.schedule_steps())
+    schedules = apply_history_best([task], log)       # {workload_key: Schedule}
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import statistics
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autosched.errors import ScheduleError
+from autosched.schedule.ir import PrimFunc
+from autosched.schedule.steps import Step, step_from_dict
+from autosched.targets.target import Target, parse
+
+if TYPE_CHECKING:
+    from autosched.schedule.schedule import Schedule
+    from autosched.search.task import Task
+
+RECORD_VERSION = 1
+DEFAULT_LOG_DIR = "tuning_logs"
+MAX_ERROR_MSG = 2000
+
+
+# -- target fingerprints ---------------------------------------------------------------------
+
+
+def target_fingerprint(target: str | Target) -> dict[str, Any]:
+    """What the measured code depended on: for llvm the triple, CPU, features, thread count
+    and the llvmlite / LLVM versions; for cuda the arch and the NVRTC and driver versions (when
+    this machine has them).
+
+    Example::
+
+        fp = target_fingerprint("llvm")   # {"kind": "llvm", "triple": "x86_64-...", ...}
+        fingerprint_key(fp)               # "llvm/x86_64-unknown-linux-gnu/znver4/f3a9c01d2/t2"
+    """
+    tgt = parse(target)
+    fp: dict[str, Any] = {"kind": tgt.kind, "target": str(tgt)}
+    if tgt.kind == "llvm":
+        from autosched.targets.llvm.runtime import num_threads_setting
+
+        fp.update(triple=tgt.triple, cpu=tgt.cpu, features=tgt.features,
+                  num_cores=num_threads_setting(tgt), **_llvm_versions())
+    elif tgt.kind == "cuda":
+        fp.update(arch=tgt.arch, **_cuda_versions())
+    return fp
+
+
+@functools.cache
+def _llvm_versions() -> dict[str, str]:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    return {"llvmlite": llvmlite.__version__,
+            "llvm": ".".join(map(str, llvm.llvm_version_info))}
+
+
+@functools.cache
+def _cuda_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        from autosched.targets.cuda.nvrtc import nvrtc_version
+
+        out["nvrtc"] = ".".join(map(str, nvrtc_version()))
+    except Exception:  # no cuda-bindings or no libnvrtc: the fingerprint just lacks it
+        pass
+    try:
+        # cuDriverGetVersion needs libcuda but no cuInit, so the tuner never owns a context
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+        if int(err) == 0:
+            out["driver"] = f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # no driver on this machine (compile-only CI)
+        pass
+    return out
+
+
+def fingerprint_key(fp: dict[str, Any] | str | Target) -> str:
+    """A short stable string for lookups: the fields that change which schedule is fastest
+    (kind, triple, CPU, features, threads / GPU arch), not library versions.
+
+    Example::
+
+        fingerprint_key(target_fingerprint("cuda -arch=sm_90"))   # "cuda/sm_90"
+    """
+    if not isinstance(fp, dict):
+        fp = target_fingerprint(fp)
+    kind = fp.get("kind", "")
+    if kind == "llvm":
+        feats = ",".join(sorted(f for f in str(fp.get("features", "")).split(",") if f))
+        fhash = hashlib.sha256(feats.encode()).hexdigest()[:9]
+        return f"llvm/{fp.get('triple', '')}/{fp.get('cpu', '')}/f{fhash}/t{fp.get('num_cores', 0)}"
+    if kind == "cuda":
+        return f"cuda/{fp.get('arch', '')}"
+    return str(kind)
+
+
+def ir_hash(func: PrimFunc) -> str:
+    """The hash of a lowered function's printed IR: equal hashes mean the same code, so the
+    search never measures a candidate whose hash the log already has.
+
+    Example::
+
+        h = ir_hash(task.lower(sch))      # 32 hex digits
+    """
+    return hashlib.sha256(str(func).encode()).hexdigest()[:32]
+
+
+def _autosched_version() -> str:
+    import autosched
+
+    return autosched.__version__
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeasureRecord:
+    """One measured candidate, as stored on one line of a log.
+
+    Example::
+
+        rec = MeasureRecord.from_json(json.loads(line))
+        rec.cost                 # median seconds, inf for a failed candidate
+        task.schedule(rec.schedule_steps())
+    """
+
+    workload_key: str
+    task_name: str
+    target: dict[str, Any]
+    steps: list[dict[str, Any]]
+    costs: list[float]
+    error_code: str = "NO_ERROR"
+    error_msg: str = ""
+    timestamp: float = 0.0
+    build_time: float = 0.0
+    autosched_version: str = ""
+    ir_hash: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    version: int = RECORD_VERSION
+    # Where load() found it ("path:line"), for warnings; not serialised, not compared.
+    source: str = field(default="", compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == "NO_ERROR" and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per call; inf for a failed candidate."""
+        return statistics.median(self.costs) if self.ok else math.inf
+
+    @property
+    def target_key(self) -> str:
+        return fingerprint_key(self.target)
+
+    def schedule_steps(self) -> list[Step]:
+        """The steps as Step objects (ScheduleError when one is malformed)."""
+        return [step_from_dict(d) for d in self.steps]
+
+    def to_json_line(self) -> str:
+        d = {
+            "version": self.version, "workload_key": self.workload_key,
+            "task_name": self.task_name, "target": self.target, "steps": self.steps,
+            "costs": self.costs, "error_code": self.error_code,
+            "error_msg": self.error_msg[:MAX_ERROR_MSG], "timestamp": self.timestamp,
+            "build_time": self.build_time, "autosched_version": self.autosched_version,
+            "ir_hash": self.ir_hash, "extra": self.extra,
+        }
+        # allow_nan=False: a NaN cost would make a line other JSON readers reject
+        return json.dumps(d, separators=(",", ":"), allow_nan=False)
+
+    @staticmethod
+    def from_json(d: dict[str, Any], source: str = "") -> MeasureRecord:
+        """Parse one decoded line; ValueError naming the problem when it is not a record."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a record must be a JSON object, got {type(d).__name__}")
+        missing = [k for k in ("version", "workload_key", "target", "steps", "costs",
+                               "error_code") if k not in d]
+        if missing:
+            raise ValueError(f"record lacks {', '.join(missing)}")
+        if not isinstance(d["steps"], list) or not all(isinstance(s, dict) for s in d["steps"]):
+            raise ValueError("record steps must be a list of objects")
+        if not isinstance(d["costs"], list) or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) for c in d["costs"]):
+            raise ValueError(f"record costs must be a list of numbers, got {d['costs']!r}")
+        if not isinstance(d["target"], dict):
+            raise ValueError("record target must be a fingerprint object")
+        return MeasureRecord(
+            workload_key=str(d["workload_key"]), task_name=str(d.get("task_name", "")),
+            target=d["target"], steps=d["steps"], costs=[float(c) for c in d["costs"]],
+            error_code=str(d["error_code"]), error_msg=str(d.get("error_msg", "")),
+            timestamp=float(d.get("timestamp", 0.0)), build_time=float(d.get("build_time", 0.0)),
+            autosched_version=str(d.get("autosched_version", "")),
+            ir_hash=str(d.get("ir_hash", "")), extra=dict(d.get("extra") or {}),
+            version=int(d["version"]), source=source,
+        )
+
+
+def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
+                 results: Sequence[Any], extras: Sequence[dict] | None = None
+                 ) -> list[MeasureRecord]:
+    """Records for measured candidates (``results`` from Measurer.measure, same order).
+
+    Example::
+
+        log.append(records_from(task, cands, measurer.measure(task, cands)))
+    """
+    if len(schedules) != len(results):
+        raise ValueError(f"{len(schedules)} schedules but {len(results)} results")
+    fp = target_fingerprint(task.target)
+    version = _autosched_version()
+    out = []
+    for n, (sch, res) in enumerate(zip(schedules, results)):
+        steps = sch.steps if hasattr(sch, "steps") else list(sch)
+        out.append(MeasureRecord(
+            workload_key=task.workload_key, task_name=task.name, target=fp,
+            steps=[s.to_dict() for s in steps], costs=[float(c) for c in res.costs],
+            error_code=res.error_code.name, error_msg=res.error_msg[:MAX_ERROR_MSG],
+            timestamp=res.timestamp, build_time=res.build_time, autosched_version=version,
+            ir_hash=res.ir_hash, extra=dict(extras[n]) if extras else {},
+        ))
+    return out
+
+
+# -- the log ------------------------------------------------------------------------------
+
+
+class RecordLog:
+    """An append-only JSON-lines file of MeasureRecords.
+
+    Example::
+
+        log = RecordLog("tuning_logs/matmul.jsonl")   # parent directories made on append
+        log.append(records)
+        log.best(task.workload_key, "llvm", k=3)      # fastest first, errors ignored
+        log.measured_ir_hashes(task.workload_key, "llvm")
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._cache: tuple[tuple[int, int], list[MeasureRecord]] | None = None
+
+    @staticmethod
+    def default_path(name: str) -> Path:
+        """tuning_logs/<name>.jsonl"""
+        return Path(DEFAULT_LOG_DIR) / f"{name}.jsonl"
+
+    def append(self, records: Iterable[MeasureRecord]) -> None:
+        """Append each record as one line, flushed and fsynced before the next."""
+        records = list(records)
+        if not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: torn-line check
+        try:
+            if _ends_without_newline(fd):
+                # a torn last line from a killed job: end it so our first record stays whole
+                os.write(fd, b"\n")
+            for rec in records:
+                # one write per line: O_APPEND keeps concurrent writers' lines whole
+                os.write(fd, (rec.to_json_line() + "\n").encode())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def load(self) -> list[MeasureRecord]:
+        """Every record of this version in the file, in order. Torn, corrupt and other-version
+        lines are skipped with a warning naming the file and line; a missing file is empty."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        stamp = (st.st_size, st.st_mtime_ns)
+        if self._cache is not None and self._cache[0] == stamp:
+            return list(self._cache[1])
+        with open(self.path, "rb") as f:
+            data = f.read()
+        records = self._parse(data)
+        self._cache = (stamp, records)
+        return list(records)
+
+    def _parse(self, data: bytes) -> list[MeasureRecord]:
+        out: list[MeasureRecord] = []
+        other_versions: list[tuple[int, Any]] = []
+        lines = data.split(b"\n")
+        torn_tail = not data.endswith(b"\n")
+        for n, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            where = f"{self.path}:{n}"
+            try:
+                d = json.loads(raw)
+                if isinstance(d, dict) and d.get("version") != RECORD_VERSION:
+                    other_versions.append((n, d.get("version")))
+                    continue
+                out.append(MeasureRecord.from_json(d, source=where))
+            except (ValueError, TypeError, UnicodeDecodeError) as exc:
+                what = ("truncated last line" if torn_tail and n == len(lines)
+                        else "corrupt line")
+                warnings.warn(f"{self.path} line {n}: skipping {what} ({exc})", stacklevel=3)
+        if other_versions:
+            shown = ", ".join(f"{n} (version {v!r})" for n, v in other_versions[:10])
+            more = f" and {len(other_versions) - 10} more" if len(other_versions) > 10 else ""
+            warnings.warn(f"{self.path}: skipping {len(other_versions)} records not of version "
+                          f"{RECORD_VERSION}: lines {shown}{more}", stacklevel=3)
+        return out
+
+    def records_for(self, workload_key: str, target: str | Target | dict) -> list[MeasureRecord]:
+        """All records (errors included) of one workload on a matching target."""
+        key = fingerprint_key(target if isinstance(target, dict) else target_fingerprint(target))
+        return [r for r in self.load() if r.workload_key == workload_key and r.target_key == key]
+
+    def best(self, workload_key: str, target: str | Target | dict, k: int = 1
+             ) -> list[MeasureRecord]:
+        """The ``k`` fastest successful records of ``workload_key`` on ``target``."""
+        ok = [r for r in self.records_for(workload_key, target) if r.ok]
+        return sorted(ok, key=lambda r: r.cost)[:k]
+
+    def measured_ir_hashes(self, workload_key: str, target: str | Target | dict) -> set[str]:
+        """IR hashes already measured (with or without error): never measure them again."""
+        return {r.ir_hash for r in self.records_for(workload_key, target) if r.ir_hash}
+
+    def __repr__(self) -> str:
+        return f"RecordLog({str(self.path)!r})"
+
+
+def _ends_without_newline(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False
+    return os.pread(fd, 1, size - 1) != b"\n"
+
+
+# -- applying the best records -------------------------------------------------------------
+
+
+class ApplyHistoryBest:
+    """The best replayable record of each task in a log; tasks without one get their default
+    schedule, and the constructor warns which ones.
+
+    Example::
+
+        best = ApplyHistoryBest(tasks, "tuning_logs/resnet18-llvm.jsonl")
+        sch = best.schedule_for(task)       # replayed best, or task.schedule() (default)
+        best.missing                        # tasks that fell back to the default
+    """
+
+    def __init__(self, tasks: Sequence[Task] | Task, log: RecordLog | str | os.PathLike,
+                 candidates: int = 8):
+        from autosched.search.task import Task
+
+        self.tasks = [tasks] if isinstance(tasks, Task) else list(tasks)
+        self.log = log if isinstance(log, RecordLog) else RecordLog(log)
+        self.records: dict[int, MeasureRecord | None] = {}
+        self.schedules: dict[int, Schedule] = {}
+        self.missing: list[Task] = []
+        for task in self.tasks:
+            rec, sch = self._best_replay(task, candidates)
+            self.records[id(task)] = rec
+            self.schedules[id(task)] = sch
+            if rec is None:
+                self.missing.append(task)
+        if self.missing:
+            listed = ", ".join(f"{t.name} (key {t.workload_key}, {fingerprint_key(t.target)})"
+                               for t in self.missing)
+            warnings.warn(f"no tuning record in {self.log.path} for {len(self.missing)} of "
+                          f"{len(self.tasks)} workloads: {listed}; using the default schedule",
+                          stacklevel=2)
+
+    def _best_replay(self, task: Task, candidates: int) -> tuple[MeasureRecord | None, Schedule]:
+        for rec in self.log.best(task.workload_key, task.target, k=candidates):
+            try:
+                return rec, task.schedule(rec.schedule_steps())
+            except ScheduleError as exc:
+                warnings.warn(f"{rec.source or self.log.path}: the best record of {task.name} "
+                              f"does not replay ({exc}); trying the next best", stacklevel=3)
+        return None, task.schedule()
+
+    def schedule_for(self, task: Task) -> Schedule:
+        if id(task) not in self.schedules:
+            rec, sch = self._best_replay(task, 8)
+            self.records[id(task)], self.schedules[id(task)] = rec, sch
+        return self.schedules[id(task)]
+
+    def record_for(self, task: Task) -> MeasureRecord | None:
+        self.schedule_for(task)
+        return self.records[id(task)]
+
+
+def apply_history_best(tasks: Sequence[Task] | Task, log: RecordLog | str | os.PathLike
+                       ) -> dict[str, Schedule]:
+    """{workload_key: best replayed schedule}, the default schedule where the log has none
+    (with a warning listing those workloads).
+
+    Example::
+
+        schedules = apply_history_best(tasks, "tuning_logs/resnet18-llvm.jsonl")
+        mod = task.build(schedules[task.workload_key])
+    """
+    best = ApplyHistoryBest(tasks, log)
+    out: dict[str, Schedule] = {}
+    for task in best.tasks:
+        out.setdefault(task.workload_key, best.schedules[id(task)])
+    return out
