@@ -3,6 +3,8 @@ numpy, scalar and vectorized; loops of each kind; allocations; guarded loads."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -254,7 +256,8 @@ def test_reduction_serial_and_unrolled(rng):
         out = garbage((m,), "float32")
         mod(a, out)
         np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5, atol=1e-5)
-    assert mod.get_llvm_ir(optimized=False).count("for.head:") == 1  # only the i loop
+    text = mod.get_llvm_ir(optimized=False)
+    assert len(re.findall(r"^for\.head(\.\d+)?:", text, re.M)) == 1  # only the i loop
 
 
 def test_local_accumulator_and_large_global_allocation(rng):
@@ -348,3 +351,22 @@ def test_gpu_binding_is_a_compile_error():
     body = ir.For(i, c(0), c(8), "thread", ir.Store(A, (i,), c(1.0)), thread_tag="threadIdx.x")
     with pytest.raises(CompileError, match="threadIdx.x"):
         build(body, [A])
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_auto_unroll_pragma_unrolls_small_nests(explicit, rng):
+    """auto_unroll_max_step=16 on the outer loop: the 3x4 inner nest (12 runs) is unrolled,
+    the outer loop (5 x 12 = 60 runs) is not."""
+    A, C = buf("A", (5, 3, 4)), buf("C", (5, 3, 4))
+    i, j, k = E.Var("i"), E.Var("j"), E.Var("k")
+    inner = loop(j, 3, loop(k, 4, ir.Store(C, (i, j, k), ir.Load(A, (i, j, k)) + 1.0)))
+    pragmas = (("auto_unroll_max_step", 16), ("unroll_explicit", explicit))
+    body = ir.For(i, c(0), c(5), "serial", inner, annotations=pragmas)
+    mod = build(body, [A, C])
+    text = mod.get_llvm_ir(optimized=False)
+    assert len(re.findall(r"^for\.head(\.\d+)?:", text, re.M)) == (1 if explicit else 3)
+    assert ("llvm.loop.unroll.full" in text) == (not explicit)
+    a = rand(rng, (5, 3, 4), "float32")
+    out = garbage((5, 3, 4), "float32")
+    mod(a, out)
+    np.testing.assert_allclose(out, a + 1, rtol=1e-6)

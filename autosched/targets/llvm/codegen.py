@@ -18,11 +18,12 @@ from autosched.errors import CompileError
 from autosched.schedule import ir as lir
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
-from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
-from autosched.targets.llvm.walk import all_exprs, all_stmts, inline_lets_on
+from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext
+from autosched.targets.llvm.walk import all_exprs, all_stmts, inline_lets_on, sub_stmts
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
+from autosched.te.visit import post_order
 
 MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
 MAX_LANES = 64  # the longest vector emitted as one LLVM vector
@@ -67,6 +68,7 @@ class FuncGen(ExprGen):
         self.fn = fn
         self.allocas = ir.IRBuilder(self.entry)
         self.in_parallel = in_parallel
+        self.auto_unroll: tuple[int, bool] = (0, True)  # (max step, explicit) of a pragma
 
     def finish(self) -> None:
         self.allocas.branch(self.start)
@@ -171,7 +173,7 @@ class FuncGen(ExprGen):
 
         rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
         if rest is None or any(isinstance(n, lir.Load) and n.buffer.uid == s.buffer.uid
-                               for n in _post_order(rest)):
+                               for n in post_order(rest)):
             return False
         dtype = s.buffer.dtype
         is_float = dt.is_float(dtype)
@@ -203,13 +205,32 @@ class FuncGen(ExprGen):
         if self.vec is not None and (self.lanes(s.min) > 1 or self.lanes(s.extent) > 1):
             return self.scalarize(s)
         extent = s.extent.value if isinstance(s.extent, E.Const) else None
-        if s.kind == "parallel" and not self.in_parallel and self.vec is None:
+        pragmas = dict(s.annotations)
+        if "auto_unroll_max_step" in pragmas:
+            saved = self.auto_unroll
+            self.auto_unroll = (int(pragmas["auto_unroll_max_step"]),
+                                bool(pragmas.get("unroll_explicit", True)))
+            try:
+                return self._For_kind(s, extent)
+            finally:
+                self.auto_unroll = saved
+        return self._For_kind(s, extent)
+
+    def _For_kind(self, s: lir.For, extent: int | None) -> None:
+        kind = s.kind
+        if kind == "serial" and extent is not None and self.auto_unroll[0] > 0:
+            # TVM's auto_unroll_max_step: unroll loops whose whole nest runs at most that often
+            if extent * _trip_count(s.body) <= self.auto_unroll[0]:
+                if not self.auto_unroll[1]:
+                    return self._serial_for(s, "llvm.loop.unroll.full")
+                kind = "unrolled"
+        if kind == "parallel" and not self.in_parallel and self.vec is None:
             from autosched.targets.llvm.parallel import emit_parallel_for
 
             return emit_parallel_for(self, s)
-        if s.kind == "vectorized" and self.vec is None and extent is not None:
+        if kind == "vectorized" and self.vec is None and extent is not None:
             return self._vector_for(s, extent)
-        if s.kind == "unrolled" and extent is not None and extent <= MAX_UNROLL:
+        if kind == "unrolled" and extent is not None and extent <= MAX_UNROLL:
             lo = self._loop_value(s.min, s.var)
             for k in range(extent):
                 self.env[s.var.uid] = lo if k == 0 else self.b.add(lo, ir.Constant(lo.type, k))
@@ -217,7 +238,7 @@ class FuncGen(ExprGen):
             self.env.pop(s.var.uid, None)
             return
         hint = {"unrolled": "llvm.loop.unroll.full", "vectorized": "llvm.loop.vectorize.enable"}
-        self._serial_for(s, hint.get(s.kind))
+        self._serial_for(s, hint.get(kind))
 
     def _loop_value(self, e: E.Expr, var: E.Var) -> ir.Value:
         v = self.expr(e)
@@ -352,10 +373,14 @@ class FuncGen(ExprGen):
         self.b.call(self.state.function("free", T.VOID, [T.I8P]), [raw])
 
 
-def _post_order(e: E.Expr):  # noqa: ANN202
-    from autosched.te.visit import post_order
-
-    return post_order(e)
+def _trip_count(s: lir.Stmt) -> float:
+    """How often the innermost statement of the deepest nest under ``s`` runs (inf when a loop
+    extent is not a constant)."""
+    if isinstance(s, lir.For):
+        if not isinstance(s.extent, E.Const):
+            return float("inf")
+        return s.extent.value * _trip_count(s.body)
+    return max((_trip_count(c) for c in sub_stmts(s)), default=1)
 
 
 def _type_suffix(dtype: str) -> str:
@@ -391,4 +416,4 @@ def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
     return module, sig
 
 
-__all__ = ["FuncGen", "ModuleState", "build_ir", "may_trap"]
+__all__ = ["FuncGen", "ModuleState", "build_ir"]
