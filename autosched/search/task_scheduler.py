@@ -47,7 +47,8 @@ class TaskScheduler:
         if not hist:
             return math.inf  # nothing works yet: keep trying it
         best = hist[-1]
-        back = (hist[-min(WINDOW, len(hist)) - 1] - best) / WINDOW if len(hist) > 1 else best
+        k = min(WINDOW, len(hist) - 1)
+        back = (hist[-1 - k] - best) / k if k > 0 else best
         # forward: the task could reach the best throughput (flop/s) seen on any task
         rates = [u.task.flop_count / u.best_cost for u in self.tuners
                  if math.isfinite(u.best_cost) and u.best_cost > 0]

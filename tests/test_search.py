@@ -1,0 +1,173 @@
+"""The auto-scheduler: sketches give correct schedules, tuning records and resumes, a killed job
+loses nothing, the task scheduler spreads trials, the CLI tunes a named operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched.search.record import RecordLog
+from autosched.search.space import SearchSpace
+from autosched.search.task_scheduler import TaskScheduler
+from autosched.search.workloads import make
+from autosched.targets.ref import build_module as ref_module
+from tests.backends import random_array, tolerance
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKLOADS = [
+    ("gemm", [12, 20, 9]),
+    ("conv2d", [1, 3, 7, 7, 4, 3, 3, 1, 1]),
+    ("depthwise_conv2d", [1, 4, 6, 6, 3, 1, 1]),
+    ("batch_matmul", [2, 5, 6, 7]),
+    ("softmax", [4, 24]),
+]
+
+
+def _task(name: str, shape: list[int], target: str) -> aus.Task:
+    tensors = make(name, shape)
+    return aus.Task(lambda: tensors, target=target, name=name)
+
+
+def _reference(task: aus.Task, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    outs = [np.full(tuple(o.shape), np.nan, o.dtype) for o in task.outputs]
+    aus.build(task.schedule(), task.args, "ref")(*inputs, *outs)
+    return outs
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+@pytest.mark.parametrize("name,shape", WORKLOADS)
+def test_random_sketch_candidates_are_correct(name, shape, target, rng):
+    """Random annotations of every sketch compute what the default schedule computes (the GPU
+    ones run in the reference evaluator with CUDA semantics)."""
+    task = _task(name, shape, target)
+    space = SearchSpace(task)
+    inputs = [random_array(rng, tuple(t.shape), t.dtype) for t in task.args if t not in task.outputs]
+    want = _reference(task, inputs)
+    checked = 0
+    for _ in range(12):
+        low = space.lower(space.sample(rng))
+        if low is None:
+            continue
+        outs = [np.full(tuple(o.shape), np.nan, o.dtype) for o in task.outputs]
+        ref_module(low.func)(*inputs, *outs)
+        for got, exp in zip(outs, want):
+            np.testing.assert_allclose(got, exp, **tolerance("float32"))
+        checked += 1
+        if checked == 4:
+            break
+    assert checked >= 2, f"too few valid candidates for {name} on {target}"
+
+
+def test_tune_records_resume_and_build_best(tmp_path, rng):
+    task = _task("gemm", [48, 40, 32], "llvm")
+    log = tmp_path / "gemm.jsonl"
+    opts = aus.TuneOptions(batch_size=8, seed=1, verbose=False, population=32, generations=1)
+    best = aus.tune(task, trials=16, log=log, options=opts, repeat=2, min_repeat_ms=5)
+    recs = RecordLog(log).load()
+    assert len(recs) == 16
+    assert all(r.workload_key == task.workload_key for r in recs)
+    hashes = [r.ir_hash for r in recs]
+    assert len(set(hashes)) == len(hashes), "a candidate was measured twice"
+    ok = [r for r in recs if r.ok]
+    assert ok and best[task.name] == min(r.cost for r in ok)
+    # resume: a larger budget measures only new candidates
+    aus.tune(task, trials=24, log=log, options=opts, repeat=2, min_repeat_ms=5)
+    recs2 = RecordLog(log).load()
+    assert len(recs2) == 24 and [r.ir_hash for r in recs2[:16]] == hashes
+    assert len({r.ir_hash for r in recs2}) == 24
+    f = aus.build_best(task, log)
+    a, b = (random_array(rng, tuple(t.shape)) for t in task.args[:2])
+    c = np.full((48, 40), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, **tolerance("float32"))
+    text = aus.best_schedule(task, log).to_python()
+    assert "s.cache_write" in text or "compute_at" in text
+
+
+def test_killed_job_loses_nothing_and_remeasures_nothing(tmp_path):
+    """SIGKILL a tuning job mid-way; the rerun keeps every record and measures only new ones."""
+    log = tmp_path / "kill.jsonl"
+    script = textwrap.dedent(f"""
+        import autosched as aus
+        from autosched.search.workloads import make
+        tensors = make("gemm", [64, 64, 64])
+        task = aus.Task(lambda: tensors, target="llvm", name="gemm")
+        opts = aus.TuneOptions(batch_size=4, seed=3, verbose=False, population=32, generations=1)
+        aus.tune(task, trials=40, log={str(log)!r}, options=opts, repeat=2, min_repeat_ms=5)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if log.exists() and len(log.read_bytes().splitlines()) >= 8:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"tuning job ended early with {proc.returncode}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the job and its measurement workers
+    proc.wait()
+    before = RecordLog(log).load()
+    assert 8 <= len(before) < 40
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
+    after = RecordLog(log).load()
+    assert len(after) == 40
+    assert [r.ir_hash for r in after[: len(before)]] == [r.ir_hash for r in before]
+    assert len({r.ir_hash for r in after}) == 40, "the resumed job re-measured a candidate"
+
+
+def test_corrupt_line_is_skipped_when_resuming(tmp_path):
+    task = _task("softmax", [8, 32], "llvm")
+    log = tmp_path / "sm.jsonl"
+    opts = aus.TuneOptions(batch_size=4, seed=2, verbose=False, population=16, generations=1)
+    aus.tune(task, trials=4, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    with open(log, "a") as f:
+        f.write('{"version": 1, "workload_key": "torn\n')
+    with pytest.warns(UserWarning, match="line 5"):
+        aus.tune(task, trials=8, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    assert len(RecordLog(log).load()) == 8
+
+
+class _FakeTuner:
+    def __init__(self, flops: float, cost: float):
+        self.task = type("T", (), {"flop_count": flops})()
+        self.best_cost = cost
+        self.history = [cost]
+        self.trials = 0
+
+
+def test_task_scheduler_prefers_the_task_with_most_to_gain():
+    slow = _FakeTuner(1e9, 1.0)     # 1 GFLOPS: far from what the other task reaches
+    fast = _FakeTuner(1e9, 0.01)    # 100 GFLOPS
+    sched = TaskScheduler([fast, slow], weights=[1.0, 1.0])
+    assert sched.next_task() is fast  # warm-up in order
+    sched.update(fast)
+    assert sched.next_task() is slow
+    sched.update(slow)
+    assert sched.next_task() is slow  # largest expected gain
+    sched2 = TaskScheduler([fast, slow], weights=[1000.0, 1.0])
+    sched2.update(fast)
+    sched2.update(slow)
+    fast.history = [0.02, 0.01]
+    assert sched2.next_task() is fast  # weight (occurrences in a model) matters
+
+
+def test_cli_tune_op(tmp_path):
+    log = tmp_path / "cli.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-m", "autosched.cli", "tune-op", "softmax", "--shape", "8", "64",
+         "--trials", "4", "--batch-size", "4", "--log", str(log)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "GFLOPS" in out.stdout and "s[" in out.stdout
+    assert len([json.loads(x) for x in log.read_text().splitlines()]) == 4
