@@ -13,6 +13,7 @@ from autosched.driver import build_func
 from autosched.errors import CompileError, RuntimeError_
 from autosched.schedule import ir
 from autosched.schedule.evaluate import compile_func, evaluate
+from autosched.schedule.pyrender import kernels
 from autosched.te import intrin
 from autosched.te.expr import Call, Cast, Var, as_expr, cast, const, select
 
@@ -734,3 +735,40 @@ def test_ref_target_module(rng: np.random.Generator) -> None:
     out2 = np.zeros_like(out)
     again(a, b, out2)
     np.testing.assert_array_equal(out2, out)
+
+
+def test_ref_target_refuses_kernels_a_gpu_cannot_launch() -> None:
+    big = matmul_kernel(64, 64, 8, T=64)  # 64 x 64 = 4096 threads per block
+    with pytest.raises(CompileError, match=r"matmul_gpu_kernel0 launches 4096 threads per block "
+                                           r"\(64x64x1\); target ref allows 1024"):
+        build_func(big, "ref")
+    Out = buf("Out", (4,))
+    sh = buf("sh", (128, 128), "float32", "shared")  # 64 KiB
+    tx = Var("tx")
+    f = ir.PrimFunc("big_shared", (Out,), ir.Allocate(sh, thread(tx, 4, "threadIdx.x", ir.seq(
+        st(sh, (tx, 0), 1.0), ir.Barrier(), st(Out, (tx,), ld(sh, tx, 0))))))
+    with pytest.raises(CompileError, match=r"big_shared_kernel0 needs 65536 bytes of shared"):
+        build_func(f, "ref")
+    out = np.zeros(4, F32)
+    evaluate(f, out)  # the evaluator itself has no limits
+    np.testing.assert_array_equal(out, 1.0)
+
+
+@pytest.mark.parametrize("barrier", [True, False])
+def test_gpu_shared_allocated_around_the_kernel_is_per_block(
+    rng: np.random.Generator, barrier: bool
+) -> None:
+    # Only block 0 writes the tile; the other blocks read their own, fresh (NaN) tile.
+    n, blocks = 4, 3
+    A, B = buf("A", (n,)), buf("B", (n * blocks,))
+    sh = buf("sh", (n,), scope="shared")
+    bx, tx = Var("bx"), Var("tx")
+    body = ir.seq(ir.IfThenElse(bx == 0, st(sh, (tx,), ld(A, tx))),
+                  ir.Barrier() if barrier else None, st(B, (bx * n + tx,), ld(sh, tx)))
+    f = ir.PrimFunc("around", (A, B), ir.Allocate(sh, thread(
+        bx, blocks, "blockIdx.x", thread(tx, n, "threadIdx.x", body))))
+    a, out = rand(rng, (n,)), np.zeros(n * blocks, F32)
+    evaluate(f, a, out)
+    np.testing.assert_array_equal(out[:n], a)
+    assert np.isnan(out[n:]).all()
+    assert kernels(f)[0].shared_bytes == 4 * n

@@ -90,6 +90,65 @@ def _stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
         yield from s.buffer.shape
 
 
+@dataclass(frozen=True)
+class KernelInfo:
+    """What a GPU kernel of a function launches: sizes per tag where they are constants, and
+    the bytes of shared memory per block where its allocations have constant shapes."""
+
+    name: str
+    launch: dict[str, int | None]  # tag -> launch size (None when symbolic)
+    shared_bytes: int | None
+
+    @property
+    def threads_per_block(self) -> int | None:
+        sizes = [self.launch.get(t, 1) for t in THREAD_TAGS[3:]]
+        return None if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
+
+
+def _outermost_thread_loops(
+    s: ir.Stmt, around: tuple[ir.Buffer, ...] = ()
+) -> Iterator[tuple[ir.For, tuple[ir.Buffer, ...]]]:
+    """Kernel roots with the shared buffers allocated around them."""
+    if is_gpu_thread(s):
+        yield s, around  # type: ignore[misc]
+        return
+    if isinstance(s, ir.Seq):
+        for c in s.stmts:
+            yield from _outermost_thread_loops(c, around)
+    elif isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
+        yield from _outermost_thread_loops(s.body, around + (s.buffer,))
+    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
+        yield from _outermost_thread_loops(s.body, around)
+    elif isinstance(s, ir.IfThenElse):
+        yield from _outermost_thread_loops(s.then_body, around)
+        if s.else_body is not None:
+            yield from _outermost_thread_loops(s.else_body, around)
+
+
+def kernels(func: ir.PrimFunc) -> list[KernelInfo]:
+    """The GPU kernels of ``func`` in launch order, named as the evaluator names them."""
+    out = []
+    for n, (root, around) in enumerate(_outermost_thread_loops(func.body)):
+        launch: dict[str, int | None] = {}
+        for loop in walk(root):
+            if is_gpu_thread(loop):
+                ext = _int_const(loop.extent)  # type: ignore[attr-defined]
+                tag = loop.thread_tag  # type: ignore[attr-defined]
+                prev = launch.get(tag, 0)
+                launch[tag] = None if ext is None or prev is None else max(prev, ext)
+        shared: int | None = 0
+        inside = [a.buffer for a in walk(root) if isinstance(a, ir.Allocate)]
+        for b in list(around) + inside:
+            if b.scope == "shared":
+                dims = [_int_const(d) for d in b.shape]
+                if shared is None or None in dims:
+                    shared = None
+                else:
+                    shared += math.prod(dims) * b.itemsize  # type: ignore[arg-type]
+        out.append(KernelInfo(f"{func.name}_kernel{n}", launch, shared))
+    return out
+
+
 @dataclass
 class _Kernel:
     name: str
@@ -117,6 +176,7 @@ class _Renderer:
         self.check_bounds = check_bounds
         self.check_races = check_races
         self.trackers: dict[int, str] = {}  # uid of a race-tracked buffer -> its tracker
+        self.pending_shared: dict[int, ir.Buffer] = {}  # shared, allocated around the kernel
         self.lines: list[str] = []
         self.indent = 1
         self.blocks = 0  # loop / try blocks enclosing the current line in its Python function
@@ -261,6 +321,15 @@ class _Renderer:
         buf = s.buffer
         size = " * ".join(self.expr(d) for d in buf.shape) or "1"
         py = self.bind_buffer(buf)
+        if self.kernel is None and buf.scope == "shared" and any(map(is_gpu_thread, walk(s.body))):
+            # Shared memory allocated around a kernel still belongs to each block: every block
+            # of the kernels inside makes its own (see shared_per_block).
+            self.emit(f"# {py}: shared, one per block of the kernels below")
+            self.pending_shared[buf.uid] = buf
+            self.stmt(s.body)
+            del self.pending_shared[buf.uid]
+            del self.bufs[buf.uid]
+            return
         if self.kernel is not None and buf.scope in ("shared", "global"):
             # One shared buffer per block (global: per launch), made when a thread first gets here.
             table = "_sh" if buf.scope == "shared" else "_kg"
@@ -403,16 +472,29 @@ class _Renderer:
         threads = [t for t in reversed(THREAD_TAGS[3:]) if t in launch]
         self.emit(f"{' = '.join(_HW[t] for t in THREAD_TAGS)} = 0")
         self.emit("_kg = {}")
-        outer_trackers = [uid for uid in tracked if uid in self.bufs]
+        outer_trackers = [
+            uid for uid in tracked if uid in self.bufs and uid not in self.pending_shared
+        ]
         for uid in outer_trackers:  # buffers that live outside the kernel: records per launch
             self.make_tracker(written[uid], "_kg")
         if generator:
             self.kernel_generator(root, name, blocks, threads)
         else:
             self.kernel_loops(root, name, blocks, threads)
-        for uid in outer_trackers:
-            del self.trackers[uid]
+        for uid in outer_trackers + list(self.pending_shared):
+            self.trackers.pop(uid, None)
         self.kernel = None
+
+    def shared_per_block(self) -> None:
+        """Make, for the block that starts here, the shared buffers allocated around the kernel."""
+        k = self.kernel
+        assert k is not None
+        for uid, buf in self.pending_shared.items():
+            size = " * ".join(self.expr(d) for d in buf.shape) or "1"
+            py = self.bufs[uid]
+            self.emit(f"{py} = _alloc_once(_sh, {uid}, {buf.dtype!r}, {size})  # shared")
+            if uid in k.tracked:
+                self.make_tracker(buf, "_sh")
 
     def kernel_loops(self, root: ir.For, name: str, blocks: list[str], threads: list[str]) -> None:
         k = self.kernel
@@ -428,6 +510,7 @@ class _Renderer:
         self.emit("_sh = {}")
         if k.tracked:
             self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
+        self.shared_per_block()
         for tag in threads:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
@@ -450,8 +533,11 @@ class _Renderer:
         fn = f"_kernel{self.kernel_count - 1}"
         params = ", ".join(_HW[t] for t in THREAD_TAGS)
         self.emit(f"def {fn}({params}, _sh, _kg, _ep):")
+        self.indent += 1
         if k.tracked:
-            self.emit(f"    _me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+        self.shared_per_block()
+        self.indent -= 1
         saved = self.blocks
         self.blocks = 0
         self.body(root)

@@ -22,8 +22,10 @@ import time as _time
 
 import numpy as np
 
+from autosched.errors import CompileError
 from autosched.schedule.evaluate import Program, compile_func
 from autosched.schedule.ir import PrimFunc
+from autosched.schedule.pyrender import kernels
 from autosched.targets.target import Target, parse
 
 
@@ -62,9 +64,29 @@ class RefModule:
         return f"RefModule({self.func.name}, target={self.target})"
 
 
+def check_launch_limits(func: PrimFunc, target: Target) -> None:
+    """Refuse kernels a GPU could not launch: more threads per block or more shared memory per
+    block than ``target`` allows (where the sizes are constants)."""
+    for k in kernels(func):
+        threads = k.threads_per_block
+        if threads is not None and threads > target.max_threads_per_block:
+            dims = "x".join(str(k.launch.get(f"threadIdx.{a}", 1)) for a in "xyz")
+            raise CompileError(
+                f"kernel {k.name} launches {threads} threads per block ({dims}); target "
+                f"{target} allows {target.max_threads_per_block}"
+            )
+        if k.shared_bytes is not None and k.shared_bytes > target.max_shared_memory_per_block:
+            raise CompileError(
+                f"kernel {k.name} needs {k.shared_bytes} bytes of shared memory per block; "
+                f"target {target} allows {target.max_shared_memory_per_block}"
+            )
+
+
 def build_module(func: PrimFunc, target: Target | str = "ref") -> RefModule:
-    """Compile ``func`` for the reference evaluator (the "ref" target of aus.build)."""
+    """Compile ``func`` for the reference evaluator (the "ref" target of aus.build); kernels
+    must fit the target's GPU limits (threads and shared memory per block)."""
     tgt = parse(target)
+    check_launch_limits(func, tgt)
 
     def on(option: str) -> bool:
         return tgt.option(option, "1").lower() not in ("0", "false", "off", "no")
