@@ -178,3 +178,15 @@ def test_compile_cache_reuses_identical_modules():
     _add_kernel()
     _add_kernel()  # fresh uids, same IR text: one compilation
     assert len(llvm_compile._cache) == 1
+
+
+def test_host_module_pickles_and_runs_after_loading(rng):
+    import pickle
+
+    mod = _par_kernel(7, 9)
+    again = pickle.loads(pickle.dumps(mod))
+    a = rand(rng, (7, 9), "float32")
+    out = garbage((7, 9), "float32")
+    again(a, out)
+    np.testing.assert_allclose(out, a * 2 + np.arange(7)[:, None], rtol=1e-6)
+    assert pickle.loads(pickle.dumps(mod.portable())).get_llvm_ir() == mod.get_llvm_ir()

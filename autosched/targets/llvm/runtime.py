@@ -153,6 +153,17 @@ class HostModule(CPUModule):
                 self._engine.global_address(sig.threads_ran_symbol))
         self.num_threads: int | None = None  # None: AUTOSCHED_NUM_THREADS or target.num_cores
 
+    def __reduce__(self) -> tuple:
+        # The JIT engine does not pickle; the object code does, and loading it again takes ~1 ms
+        # (measurement workers send built modules between processes this way).
+        return (HostModule, (self.signature, self.target, self._ir, self._compiled,
+                             self.uses_threads, self._written))
+
+    def portable(self) -> CPUModule:
+        """The same compiled code without the JIT engine (picklable, exportable)."""
+        return CPUModule(self.signature, self.target, self._ir, self._compiled,
+                         self.uses_threads, self._written)
+
     @property
     def threads_ran(self) -> int:
         """How many thread bodies of parallel loops have run so far (0 without parallel loops)."""
