@@ -1,0 +1,263 @@
+"""An XGBoost model that ranks schedule candidates from their loop-IR features.
+
+A candidate has one feature row per store (``features.extract_features``), and the number of
+stores differs between candidates (cache stages add stores). The rows are folded into one
+fixed vector per candidate: the element-wise max and mean over the rows, the row of the
+dominant store (most flops, then most iterations) and the number of stores. Why not Ansor's
+"predict a score per store and sum": the features are log-scaled, so per-store scores would
+have to be learnt in linear units through a custom objective, and the stores of one nest are
+not independent (the init store and the update share loops); the folded vector lets ordinary
+objectives see all stores at once and trains in one call. ``tests/test_cost_model.py`` checks
+that it ranks held-out schedules well.
+
+Targets are throughputs normalised per task (group): ``throughput / best throughput of its
+group``, so 1.0 is the best measured candidate of each task and failures are 0. Two
+objectives are offered: ``"rank"`` (XGBoost's ``rank:pairwise`` with one query per task;
+only the order within a task matters, which is what the search needs) and ``"regression"``
+(squared error on the normalised throughput). ``"rank"`` is the default: on the held-out
+schedules of the tests it orders candidates at least as well as regression, and it is not
+pulled towards fitting the exact values of the many slow candidates.
+
+Training is synchronous and uses ``nthread`` threads (default 1). Do not train while a
+measurement runs: XGBoost's OpenMP threads spin after work (set OMP_WAIT_POLICY=passive) and
+distort the timings.
+
+Example::
+
+    model = XGBModel()
+    model.fit([extract_features(f, target) for f in funcs], throughputs, groups=keys)
+    scores = model.predict([extract_features(g, target) for g in candidates])  # higher: better
+    model.save("model.json"); XGBModel.load("model.json").predict(...)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from autosched.cost_model.features import FEATURE_NAMES, N_FEATURES, extract_features
+from autosched.cost_model.random_model import RandomModel
+
+OBJECTIVES = {"rank": "rank:pairwise", "regression": "reg:squarederror"}
+AGGREGATED_WIDTH = 3 * N_FEATURES + 1
+_FLOPS = FEATURE_NAMES.index("flops")
+_ITERS = FEATURE_NAMES.index("outer_prod")
+FORMAT_VERSION = 1
+
+
+def aggregate(features: Sequence[np.ndarray]) -> np.ndarray:
+    """(n_candidates, AGGREGATED_WIDTH) float32: max, mean and dominant row of each candidate's
+    per-store matrix, then log2(1 + number of stores)."""
+    out = np.zeros((len(features), AGGREGATED_WIDTH), dtype=np.float32)
+    for i, x in enumerate(features):
+        if x.shape[0] == 0:
+            continue
+        dominant = int(np.lexsort((x[:, _ITERS], x[:, _FLOPS]))[-1])
+        out[i, :N_FEATURES] = x.max(axis=0)
+        out[i, N_FEATURES:2 * N_FEATURES] = x.mean(axis=0)
+        out[i, 2 * N_FEATURES:3 * N_FEATURES] = x[dominant]
+        out[i, -1] = math.log2(1 + x.shape[0])
+    return out
+
+
+def normalise(throughputs: Sequence[float], groups: Sequence[str]) -> np.ndarray:
+    """Each throughput divided by the best of its group (0 where the group's best is 0)."""
+    t = np.asarray(throughputs, dtype=np.float64)
+    best: dict[str, float] = {}
+    for g, v in zip(groups, t):
+        best[g] = max(best.get(g, 0.0), float(v))
+    scale = np.array([best[g] for g in groups], dtype=np.float64)
+    return np.where(scale > 0, t / np.where(scale > 0, scale, 1.0), 0.0)
+
+
+class XGBModel:
+    """Ranks candidates: ``predict`` gives higher scores to faster ones (see the module doc).
+
+    Before it has two candidates with different throughputs it scores at random
+    (``RandomModel``), so the search can start cold.
+
+    Example::
+
+        m = XGBModel(objective="rank", nthread=1)
+        m.update(feats, [1 / c for c in costs], groups=[task.workload_key] * len(costs))
+        best_first = np.argsort(-m.predict(candidate_feats))
+    """
+
+    def __init__(self, objective: str = "rank", nthread: int = 1, num_rounds: int = 80,
+                 max_depth: int = 6, eta: float = 0.2, seed: int = 0):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective {objective!r}; expected one of {sorted(OBJECTIVES)}")
+        self.objective = objective
+        self.nthread = nthread
+        self.num_rounds = num_rounds
+        self.max_depth = max_depth
+        self.eta = eta
+        self.seed = seed
+        self.booster: Any = None
+        self.fallback = RandomModel(seed)
+        self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
+        self._t: list[float] = []
+        self._groups: list[str] = []
+
+    @property
+    def trained(self) -> bool:
+        return self.booster is not None
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._t)
+
+    def fit(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
+            groups: Sequence[str] | None = None) -> XGBModel:
+        """Train from scratch on these candidates only. ``groups`` names each candidate's task
+        (one group if omitted); throughputs are normalised within each group."""
+        self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
+        self._t, self._groups = [], []
+        return self.update(features, throughputs, groups)
+
+    def update(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
+               groups: Sequence[str] | None = None) -> XGBModel:
+        """Add candidates to the kept training data and retrain on all of it (a few thousand
+        candidates train in well under a second, so retraining from scratch stays cheap and
+        never drifts the way boosting continuation does)."""
+        if len(features) != len(throughputs):
+            raise ValueError(f"{len(features)} feature matrices but {len(throughputs)} throughputs")
+        if groups is not None and len(groups) != len(features):
+            raise ValueError(f"{len(features)} feature matrices but {len(groups)} groups")
+        for i, x in enumerate(features):
+            if x.ndim != 2 or x.shape[1] != N_FEATURES:
+                raise ValueError(f"candidate {i}: features of shape {x.shape}, "
+                                 f"expected (n_stores, {N_FEATURES})")
+        bad = [t for t in throughputs if not (math.isfinite(t) and t >= 0)]
+        if bad:
+            raise ValueError(f"throughputs must be finite and >= 0, got {bad[:3]}")
+        self._x = np.concatenate([self._x, aggregate(features)])
+        self._t += [float(t) for t in throughputs]
+        self._groups += [str(g) for g in groups] if groups is not None else ["default"] * len(features)
+        self._train()
+        return self
+
+    def _train(self) -> None:
+        import xgboost as xgb
+
+        y = normalise(self._t, self._groups)
+        if len(y) < 2 or float(y.max() - y.min()) == 0.0:
+            self.booster = None
+            return
+        params: dict[str, Any] = {
+            "objective": OBJECTIVES[self.objective],
+            "max_depth": self.max_depth,
+            "eta": self.eta,
+            "min_child_weight": 1,
+            "subsample": 1.0,
+            "tree_method": "hist",
+            "nthread": self.nthread,
+            "seed": self.seed,
+            "verbosity": 0,
+        }
+        if self.objective == "rank":
+            # Queries must be contiguous: sort by group, keep the order inside each group.
+            names = sorted(set(self._groups))
+            qid_of = {g: i for i, g in enumerate(names)}
+            qid = np.array([qid_of[g] for g in self._groups])
+            order = np.argsort(qid, kind="stable")
+            dtrain = xgb.DMatrix(self._x[order], label=y[order], qid=qid[order])
+        else:
+            dtrain = xgb.DMatrix(self._x, label=y)
+        self.booster = xgb.train(params, dtrain, num_boost_round=self.num_rounds)
+
+    def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
+        """One score per candidate, higher is better (random before training)."""
+        if self.booster is None:
+            return self.fallback.predict(features)
+        import xgboost as xgb
+
+        if not features:
+            return np.zeros(0)
+        return self.booster.predict(xgb.DMatrix(aggregate(features))).astype(np.float64)
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write the model (settings and trees, not the training data) as one JSON file."""
+        meta = {
+            "format": "autosched-xgb-model",
+            "version": FORMAT_VERSION,
+            "n_features": N_FEATURES,
+            "objective": self.objective,
+            "nthread": self.nthread,
+            "num_rounds": self.num_rounds,
+            "max_depth": self.max_depth,
+            "eta": self.eta,
+            "seed": self.seed,
+            "booster": None if self.booster is None else self.booster.save_raw("json").decode(),
+        }
+        with open(path, "w") as fh:
+            json.dump(meta, fh)
+
+    @classmethod
+    def load(cls, path: str) -> XGBModel:
+        """Read a model written by ``save``; its features must have today's width."""
+        import xgboost as xgb
+
+        with open(path) as fh:
+            meta = json.load(fh)
+        if meta.get("format") != "autosched-xgb-model":
+            raise ValueError(f"{path} is not an autosched XGBoost model file")
+        if meta["n_features"] != N_FEATURES:
+            raise ValueError(f"{path} was trained on {meta['n_features']} features per store; "
+                             f"this version extracts {N_FEATURES}: retrain it from the logs")
+        model = cls(meta["objective"], meta["nthread"], meta["num_rounds"], meta["max_depth"],
+                    meta["eta"], meta["seed"])
+        if meta["booster"] is not None:
+            model.booster = xgb.Booster(params={"nthread": model.nthread})
+            model.booster.load_model(bytearray(meta["booster"].encode()))
+        return model
+
+
+def warm_start_from_records(records: Sequence[Any], tasks_by_key: Mapping[str, Any],
+                            model: XGBModel | None = None) -> XGBModel:
+    """Train ``model`` (a new XGBModel if None) on existing tuning records.
+
+    Each record needs ``workload_key``, ``steps`` (step dicts or Step objects), ``costs``
+    (seconds) and ``error_code`` ("NO_ERROR" when fine). Records of unknown workloads, failed
+    ones, and ones whose steps no longer replay or lower are skipped. Throughput is the
+    workload's best median cost over this record's median cost.
+
+    Example::
+
+        model = warm_start_from_records(load_records("tuning_logs/mm.jsonl"),
+                                        {task.workload_key: task})
+    """
+    from autosched.errors import LowerError, ScheduleError
+    from autosched.schedule.steps import Step, step_from_dict
+
+    model = model or XGBModel()
+    feats: list[np.ndarray] = []
+    costs: list[float] = []
+    keys: list[str] = []
+    for rec in records:
+        task = tasks_by_key.get(rec.workload_key)
+        if task is None or str(rec.error_code) != "NO_ERROR" or not rec.costs:
+            continue
+        cost = statistics.median(float(c) for c in rec.costs)
+        if not (math.isfinite(cost) and cost > 0):
+            continue
+        steps = [s if isinstance(s, Step) else step_from_dict(s) for s in rec.steps]
+        try:
+            func = task.lower(task.schedule(steps))
+        except (ScheduleError, LowerError):
+            continue
+        feats.append(extract_features(func, task.target))
+        costs.append(cost)
+        keys.append(rec.workload_key)
+    if feats:
+        best: dict[str, float] = {}
+        for k, c in zip(keys, costs):
+            best[k] = min(best.get(k, math.inf), c)
+        model.update(feats, [best[k] / c for k, c in zip(keys, costs)], keys)
+    return model
