@@ -123,12 +123,29 @@ def test_min_max_select_compare():
     assert s(i * 4 == 8) == "i == 2"
     assert s(3 - i < 1) == "i > 2"
     assert s(x + i < y) == "x + i < y"
+    assert s(i * 4 + x < i * 4 + 8) == "x < 8"
+    assert s(i * 4 + x < i * 3 + y) == "i + x - y < 0"
     assert s(E.select(x < y, x, y), b) == "x"
     assert s(E.select(i < 4, x, x)) == "x"
     assert s(E.logical("and", x < y, i < 4), b) == "i < 4"
     assert s(E.logical("or", x < y, i < 4), b) == "True"
     assert s(E.Not(x < y), b) == "False"
     assert s(E.Not(i < 4)) == "i >= 4"
+
+
+def test_non_linear_products_meet_in_one_form():
+    x, y, n = V("x"), V("y"), V("n")
+    assert s(x * 2 * y - y * x * 2) == "0"
+    assert s((x * 2 + 4) * y) == "x * y * 2 + y * 4"
+    assert s((0 - x) * y + x * y) == "0"
+    assert s(x * n + y * n - (x + y) * n) == "0"
+    assert s(n * x + 3) == "n * x + 3"
+    assert s(x * (y * n) - n * x * y) == "0"
+    assert s((x + 1) * (y - 1)) == "x * y - x + y - 1"
+    # wide sums stay factored: distributing products of products would grow exponentially
+    vs = [V(f"v{k}") for k in range(5)]
+    a = vs[0] * 2 + vs[1] * 4 + vs[2] * 6 + vs[3] * 2 + 2
+    assert s(a * (vs[4] + 1 + x + y)) == "(v0 + v1 * 2 + v2 * 3 + v3 + 1) * (v4 + x + y + 1) * 2"
 
 
 def test_extent_one_loops_fold_to_constants():

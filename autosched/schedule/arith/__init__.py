@@ -4,12 +4,16 @@ proofs of comparisons and symbolic intervals.
 ``bounds`` everywhere maps a Var to its inclusive constant range ``(lo, hi)`` (either end may be
 None for unknown); variables without bounds are unknown. Integer division follows Python
 (``floordiv`` / ``floormod`` round toward negative infinity).
+
+Each function builds a fresh ``Analyzer``; a pass that simplifies many expressions under the
+same bounds can keep one ``Analyzer(bounds)`` and call its ``simplify`` / ``const_bound`` /
+``prove`` to share the memos (``const_bound`` there returns infinite ends, not None).
 """
 
 from __future__ import annotations
 
 from autosched.schedule.arith import intervals as _iv
-from autosched.schedule.arith.analyzer import Analyzer, Bounds, is_index
+from autosched.schedule.arith.analyzer import Analyzer, Bounds
 from autosched.schedule.arith.symbolic import interval, interval_extent
 from autosched.te import expr as E
 
@@ -35,11 +39,7 @@ def const_bound(e: E.Expr, bounds: Bounds | None = None) -> tuple[int | None, in
         >>> const_bound(i * 4 + j - 1, {i: (0, 7), j: (0, 3)})
         (-1, 30)
     """
-    e = E.as_expr(e)
-    ana = Analyzer(bounds)
-    if is_index(e.dtype):
-        return _iv.to_public(ana.lin_bound(ana.lin(e)))
-    return _iv.to_public(ana.bound(ana.simplify(e)))
+    return _iv.to_public(Analyzer(bounds).const_bound(E.as_expr(e)))
 
 
 def prove(cond: E.Expr, bounds: Bounds | None = None) -> bool | None:
@@ -50,10 +50,7 @@ def prove(cond: E.Expr, bounds: Bounds | None = None) -> bool | None:
         >>> prove(i * 4 + j < 32, {i: (0, 7), j: (0, 3)})
         True
     """
-    out = Analyzer(bounds).simplify(E.as_expr(cond))
-    if isinstance(out, E.Const):
-        return bool(out.value)
-    return None
+    return Analyzer(bounds).prove(E.as_expr(cond))
 
 
 __all__ = ["Analyzer", "const_bound", "interval", "interval_extent", "prove", "simplify"]

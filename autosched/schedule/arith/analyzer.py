@@ -160,9 +160,15 @@ class Analyzer:
                 return E.Const(bool(_CMP[e.op](d.const, 0)), "bool")
             lo, hi = self.lin_bound(d)
             decided = _decide(e.op, lo, hi)
+            if decided is None:
+                # the written form may bound better than the canonical one ((i-3)*(j-1))
+                lo, hi = self.bound(E.Binary("sub", a, b))
+                decided = _decide(e.op, lo, hi)
             if decided is not None:
                 return E.Const(decided, "bool")
-            if self.lin(a).is_const or self.lin(b).is_const:
+            la, lb = self.lin(a), self.lin(b)
+            if la.is_const or lb.is_const or len(d.terms) < len(la.terms) + len(lb.terms):
+                # against a constant, or with terms cancelled: "terms op constant" reads best
                 return _normal_compare(e.op, d)
         sa, sb = self.simplify(a), self.simplify(b)
         if isinstance(sa, E.Const) and isinstance(sb, E.Const):
@@ -276,7 +282,7 @@ class Analyzer:
                     return la.scale(lb.const)
                 if la.is_const:
                     return lb.scale(la.const)
-                return self._atom(E.Binary("mul", la.to_expr(), lb.to_expr()))
+                return self._product(la, lb)
             if op in _DIVMOD:
                 return self._divmod(op, self.lin(e.a), self.lin(e.b))
             if op in ("min", "max"):
@@ -304,6 +310,32 @@ class Analyzer:
                 return self.lin(out)
             return self._atom(out)
         return self._atom(self._children(e))
+
+    def _product(self, la: Lin, lb: Lin) -> Lin:
+        """A non-linear product in one canonical form: small sums distributed, constant
+        factors pulled out, the factors of each product in name order (``(x*2) * y`` and
+        ``y * x * 2`` both become ``x * y * 2``)."""
+        if _width(la) * _width(lb) <= _MAX_DISTRIBUTE:
+            out = Lin(la.dtype)
+            for ka, ca in [*la.terms.items(), (None, la.const)]:
+                for kb, cb in [*lb.terms.items(), (None, lb.const)]:
+                    if ka is None and kb is None:
+                        out.const += ca * cb
+                    elif ka is None or kb is None:
+                        out.iadd(Lin.atom((ka or kb).e), ca * cb)  # type: ignore[union-attr]
+                    else:
+                        out.iadd(self._mul_atoms(ka.e, kb.e), ca * cb)
+            return out
+        ka, fa = _content(la)
+        kb, fb = _content(lb)
+        return self._mul_atoms(fa.to_expr(), fb.to_expr()).scale(ka * kb)
+
+    def _mul_atoms(self, a: E.Expr, b: E.Expr) -> Lin:
+        factors = sorted(_factors(a) + _factors(b), key=str)
+        out = factors[0]
+        for f in factors[1:]:
+            out = E.Binary("mul", out, f)
+        return Lin.atom(out)
 
     def _atom(self, e: E.Expr) -> Lin:
         return Lin.atom(e)
@@ -494,6 +526,18 @@ class Analyzer:
     # -----------------------------------------------------------------------------------------
     # constant bounds
 
+    def const_bound(self, e: E.Expr) -> Ival:
+        """Bounds of ``e``: of its canonical linear form (exact for independent variables)
+        intersected with interval arithmetic on the expression as written (which keeps
+        factored products such as ``(i - 3) * (j - 1)`` tight)."""
+        if not is_index(e.dtype):
+            return self.bound(self.simplify(e))
+        return iv.intersect(self.lin_bound(self.lin(e)), self.bound(e))
+
+    def prove(self, cond: E.Expr) -> bool | None:
+        out = self.simplify(cond)
+        return bool(out.value) if isinstance(out, E.Const) else None
+
     def lin_bound(self, lin: Lin, depth: int = 0) -> Ival:
         out = self._lin_bound_terms(lin)
         if depth >= _MAX_SPLIT_DEPTH or len(lin.terms) < 2:
@@ -602,6 +646,30 @@ class Analyzer:
             inner = self.bound(e.value)
             return inner if _inside(inner, _dtype_ival(dtype, exact=True)) else limits
         return limits
+
+
+_MAX_DISTRIBUTE = 16
+
+
+def _width(lin: Lin) -> int:
+    return len(lin.terms) + (lin.const != 0)
+
+
+def _factors(e: E.Expr) -> list[E.Expr]:
+    if isinstance(e, E.Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _content(lin: Lin) -> tuple[int, Lin]:
+    """``lin = k * rest`` with k the gcd of the coefficients and constant, signed so the
+    first term of rest is positive."""
+    k = math.gcd(lin.const, *lin.terms.values())
+    if next(iter(lin.terms.values())) < 0:
+        k = -k
+    if k == 1:
+        return 1, lin
+    return k, Lin(lin.dtype, lin.const // k, {key: c // k for key, c in lin.terms.items()})
 
 
 def _const_divmod(e: E.Expr, op: str) -> bool:
