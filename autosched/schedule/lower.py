@@ -21,7 +21,7 @@ from typing import Any
 
 from autosched.errors import AutoschedError, LowerError, ScheduleError
 from autosched.schedule import ir
-from autosched.schedule.arith import prove, simplify
+from autosched.schedule.arith import Analyzer
 from autosched.schedule.bound import Bounds, StageBound
 from autosched.schedule.ir_visit import loop_vars, map_stmt
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
@@ -140,6 +140,7 @@ class _NestBuilder:
         self.ctx = ctx
         self.sch = ctx.sch
         self.bounds = ctx.bounds
+        self.an = Analyzer(self.bounds.var_bounds)  # type: ignore[union-attr]  # one memo for the pass
         self.attached: dict[tuple[str, str], list[Stage]] = {}
         for st in self.sch.stages:
             if st.attach[0] == "at" and st.name in ctx.bodies:
@@ -171,7 +172,7 @@ class _NestBuilder:
             mins = [E.const(0, s.dtype) for s in st.op.shape]
         else:
             mins = self._min(st)
-        idx = tuple(simplify(i - m, self.var_bounds) for i, m in zip(node.indices, mins))
+        idx = tuple(self.an.simplify(i - m) for i, m in zip(node.indices, mins))
         return ir.Load(buf, idx)
 
     def lower_expr(self, e: E.Expr) -> E.Expr:
@@ -185,7 +186,7 @@ class _NestBuilder:
         buf = self.ctx.buffers[st.name]
         mins = self._min(st)
         full = bound.full_value(st)
-        store_idx = tuple(simplify(full[a.var] - m, self.var_bounds) for a, m in zip(op.axis, mins))
+        store_idx = tuple(self.an.simplify(full[a.var] - m) for a, m in zip(op.axis, mins))
         data_guard = self._guards(st, bound, op.axis, data=True)
         body = self.ctx.bodies[st.name]
         if isinstance(body, E.Reduce):
@@ -206,7 +207,6 @@ class _NestBuilder:
 
     def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool) -> list[E.Expr]:
         out = []
-        vb = self.var_bounds
         for d, a in enumerate(axes):
             value = bound.value[a.var.uid]
             ext = bound.region_ext[d] if data else a.dom.extent
@@ -215,8 +215,8 @@ class _NestBuilder:
                 full = bound.region_min[d] + value
                 conds += [full < a.dom.extent, full >= 0]
             for c in conds:
-                c = simplify(c, vb)
-                if prove(c, vb) is not True:
+                c = self.an.simplify(c)
+                if self.an.prove(c) is not True:
                     out.append(c)
         return out
 
@@ -280,33 +280,32 @@ def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
 # -- pass 4: simplify ---------------------------------------------------------------------------
 def simplify_pass(ctx: LowerContext) -> None:
     assert ctx.body is not None
-    ctx.body = simplify_stmt(ctx.body, dict(ctx.bounds.var_bounds) if ctx.bounds else {})
+    ctx.body = simplify_stmt(ctx.body, Analyzer(ctx.bounds.var_bounds if ctx.bounds else {}))
 
 
-def simplify_stmt(s: ir.Stmt, bounds: dict) -> ir.Stmt:
-    """Simplify every expression in ``s``; drop branches the bounds decide, and loops of extent 1
-    keep their variable (bound to 0) so the IR stays readable."""
+def simplify_stmt(s: ir.Stmt, an: Analyzer) -> ir.Stmt:
+    """Simplify every expression in ``s``; drop branches the bounds decide."""
     if isinstance(s, ir.Seq):
-        return ir.seq(*(simplify_stmt(c, bounds) for c in s.stmts))
+        return ir.seq(*(simplify_stmt(c, an) for c in s.stmts))
     if isinstance(s, ir.For):
-        return ir.For(s.var, simplify(s.min, bounds), simplify(s.extent, bounds), s.kind,
-                      simplify_stmt(s.body, bounds), s.thread_tag, s.annotations)
+        return ir.For(s.var, an.simplify(s.min), an.simplify(s.extent), s.kind,
+                      simplify_stmt(s.body, an), s.thread_tag, s.annotations)
     if isinstance(s, ir.Store):
-        return ir.Store(s.buffer, tuple(simplify(i, bounds) for i in s.indices), simplify(s.value, bounds))
+        return ir.Store(s.buffer, tuple(an.simplify(i) for i in s.indices), an.simplify(s.value))
     if isinstance(s, ir.IfThenElse):
-        cond = simplify(s.cond, bounds)
-        known = prove(cond, bounds)
-        then = simplify_stmt(s.then_body, bounds)
-        other = simplify_stmt(s.else_body, bounds) if s.else_body is not None else None
+        cond = an.simplify(s.cond)
+        known = an.prove(cond)
+        then = simplify_stmt(s.then_body, an)
+        other = simplify_stmt(s.else_body, an) if s.else_body is not None else None
         if known is True:
             return then
         if known is False:
             return other if other is not None else ir.Seq(())
         return ir.IfThenElse(cond, then, other)
     if isinstance(s, ir.Allocate):
-        return ir.Allocate(s.buffer, simplify_stmt(s.body, bounds))
+        return ir.Allocate(s.buffer, simplify_stmt(s.body, an))
     if isinstance(s, ir.LetStmt):
-        return ir.LetStmt(s.var, simplify(s.value, bounds), simplify_stmt(s.body, bounds))
+        return ir.LetStmt(s.var, an.simplify(s.value), simplify_stmt(s.body, an))
     return s
 
 

@@ -56,7 +56,7 @@ def to_numpy(dtype: str) -> np.dtype:
     return np.dtype(dtype)
 
 
-def promote(a: str, b: str, what: str = "expression") -> str:
+def promote(a: str, b: str, what: object = "expression") -> str:
     """The dtype of a binary op on dtypes ``a`` and ``b``, or TEError."""
     if a == b:
         return a

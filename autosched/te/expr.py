@@ -8,6 +8,7 @@ of a DAG (see ``dag.py``) renumbers them canonically, so names never leak into i
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -32,12 +33,19 @@ def next_uid() -> int:
     return next(_uids)
 
 
+@functools.cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """The dataclass field names of an IR node class (dataclasses.fields is slow per call)."""
+    return tuple(f.name for f in fields(cls))
+
+
 class Node:
     """Base of all IR nodes: structural hash cached at construction."""
 
     def __post_init__(self) -> None:
-        parts = tuple(_hash_of(getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
-        object.__setattr__(self, "_hash", hash((type(self).__name__, parts)))
+        cls = type(self)
+        parts = tuple(_hash_of(getattr(self, name)) for name in field_names(cls))
+        object.__setattr__(self, "_hash", hash((cls.__name__, parts)))
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]
@@ -53,7 +61,7 @@ class Node:
 
 
 def _hash_of(value: Any) -> int:
-    if isinstance(value, tuple):
+    if type(value) is tuple:
         return hash(tuple(_hash_of(v) for v in value))
     return hash(value)
 
@@ -75,8 +83,7 @@ def structural_equal(a: Any, b: Any) -> bool:
         if isinstance(a, (Var,)):
             return a.uid == b.uid
         return all(
-            structural_equal(getattr(a, f.name), getattr(b, f.name))
-            for f in fields(a)  # type: ignore[arg-type]
+            structural_equal(getattr(a, name), getattr(b, name)) for name in field_names(type(a))
         )
     return bool(a == b) and type(a) is type(b)
 
@@ -435,8 +442,22 @@ def _operands(a: Any, b: Any, what: str) -> tuple[Expr, Expr]:
     else:
         eb = as_expr(b)
         ea = as_expr(a, like=eb.dtype)
-    target = dt.promote(ea.dtype, eb.dtype, f"{what}({ea}, {eb})")
+    if ea.dtype == eb.dtype:
+        return ea, eb
+    target = dt.promote(ea.dtype, eb.dtype, _Lazy(lambda: f"{what}({ea}, {eb})"))
     return _widen(ea, target), _widen(eb, target)
+
+
+class _Lazy:
+    """A message formatted only if an error needs it (printing expressions is not free)."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __str__(self) -> str:
+        return self.fn()
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
 
 
 def _widen(e: Expr, dtype: str) -> Expr:

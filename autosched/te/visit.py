@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import fields
 
 from autosched.errors import TEError
 from autosched.te import expr as E
 
 
 def children(e: E.Expr) -> Iterator[E.Expr]:
-    for f in fields(e):  # type: ignore[arg-type]
-        value = getattr(e, f.name)
+    for name in E.field_names(type(e)):
+        value = getattr(e, name)
         if isinstance(value, E.Expr):
             yield value
         elif isinstance(value, tuple):
@@ -27,7 +26,7 @@ def post_order(e: E.Expr) -> Iterator[E.Expr]:
 
 def rebuild(e: E.Expr, **changes: object) -> E.Expr:
     """``e`` with some fields replaced, re-folding constants through the checked builders."""
-    values = {f.name: getattr(e, f.name) for f in fields(e)}  # type: ignore[arg-type]
+    values = {name: getattr(e, name) for name in E.field_names(type(e))}
     values.update(changes)
     if isinstance(e, E.Binary):
         if e.op in ("and", "or"):
@@ -45,16 +44,16 @@ def rebuild(e: E.Expr, **changes: object) -> E.Expr:
 def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
     """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it)."""
     changes: dict[str, object] = {}
-    for f in fields(e):  # type: ignore[arg-type]
-        value = getattr(e, f.name)
+    for name in E.field_names(type(e)):
+        value = getattr(e, name)
         if isinstance(value, E.Expr):
             new = rewrite(value, fn)
             if new is not value:
-                changes[f.name] = new
-        elif isinstance(value, tuple) and any(isinstance(v, E.Expr) for v in value):
+                changes[name] = new
+        elif type(value) is tuple and any(isinstance(v, E.Expr) for v in value):
             new_t = tuple(rewrite(v, fn) if isinstance(v, E.Expr) else v for v in value)
             if any(a is not b for a, b in zip(new_t, value)):
-                changes[f.name] = new_t
+                changes[name] = new_t
     node = rebuild(e, **changes) if changes else e
     out = fn(node)
     return node if out is None else out
