@@ -1,0 +1,158 @@
+"""Auto-scheduler benchmark on this CPU: autosched next to numpy and TVM MetaSchedule, in one run.
+
+For each workload and trial budget, tune from scratch (a fresh log), then time the best schedule,
+the untuned default schedule and numpy (where numpy has the operator) with the same timer; when
+the TVM venv exists (.venv-tvm, see requirements-tvm.txt), run benchmarks/tvm_baseline.py in the
+same run, after autosched, at the same budgets. Prints a table and writes
+benchmarks/results/tune_cpu.json.
+
+    .venv/bin/python benchmarks/tune_cpu.py --trials 64 256
+    .venv/bin/python benchmarks/tune_cpu.py --workloads gemm --trials 256 --no-tvm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import autosched as aus  # noqa: E402
+from autosched.search.workloads import make  # noqa: E402
+
+SHAPES = {
+    "gemm": [1024, 1024, 1024],
+    "conv2d": [1, 64, 56, 56, 64, 3, 3, 1, 1],
+    "depthwise_conv2d": [1, 144, 56, 56, 3, 1, 1],
+    "batch_matmul": [12, 128, 64, 128],
+    "softmax": [128, 4096],
+}
+
+
+def _numpy_fn(name: str, xs: list[np.ndarray]):  # noqa: ANN202
+    """A numpy implementation of the workload, or None."""
+    if name in ("gemm", "batch_matmul"):
+        return lambda: np.matmul(xs[0], xs[1])
+    if name == "softmax":
+        def softmax() -> np.ndarray:
+            e = np.exp(xs[0] - xs[0].max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+        return softmax
+    if name == "conv2d":
+        x, w = xs
+        o, c, kh, kw = w.shape
+
+        def conv() -> np.ndarray:  # im2col + matmul
+            xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+            cols = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+            cols = cols.transpose(0, 2, 3, 1, 4, 5).reshape(-1, c * kh * kw)
+            return (cols @ w.reshape(o, -1).T).reshape(1, 56, 56, o).transpose(0, 3, 1, 2)
+        return conv
+    return None  # numpy has no depthwise convolution
+
+
+def _median(fn, min_s: float = 0.2) -> float:  # noqa: ANN001
+    fn()
+    times = []
+    t_end = time.perf_counter() + min_s
+    while len(times) < 5 or time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _time_schedule(task: aus.Task, sch, inputs: list[np.ndarray]) -> float:  # noqa: ANN001
+    mod = task.build(sch)
+    outs = [np.empty(tuple(o.shape), o.dtype) for o in task.outputs]
+    return mod.time(*inputs, *outs, repeat=7, min_repeat_ms=100).median
+
+
+def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Generator) -> list[dict]:
+    tensors = make(name, SHAPES[name])
+    task = aus.Task(lambda: tensors, target="llvm", name=name)
+    inputs = [rng.uniform(-1, 1, tuple(t.shape)).astype(t.dtype) for t in task.args
+              if t not in task.outputs]
+    default = _time_schedule(task, task.schedule(), inputs)
+    np_fn = _numpy_fn(name, inputs)
+    numpy_s = _median(np_fn) if np_fn else None
+    rows = []
+    for trials in budgets:
+        log = work / f"{name}_{trials}.jsonl"
+        log.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        aus.tune(task, trials=trials, log=log, options=aus.TuneOptions(seed=0, verbose=True))
+        wall = time.perf_counter() - t0
+        best = _time_schedule(task, aus.best_schedule(task, log), inputs)
+        rows.append({"workload": name, "trials": trials, "default_ms": default * 1e3,
+                     "autosched_ms": best * 1e3, "numpy_ms": numpy_s * 1e3 if numpy_s else None,
+                     "gflops": task.flop_count / best / 1e9, "tune_wall_s": wall})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def run_tvm(names: list[str], budgets: list[int], out: Path) -> dict:
+    py = ROOT / ".venv-tvm" / "bin" / "python"
+    if not py.exists():
+        print("TVM baseline skipped: .venv-tvm not found (see benchmarks/requirements-tvm.txt)")
+        return {}
+    out.unlink(missing_ok=True)
+    cmd = [str(py), str(ROOT / "benchmarks" / "tvm_baseline.py"), "--workloads", *names,
+           "--trials", *map(str, budgets), "--out", str(out), "--work-dir", "/tmp/tvm_bench"]
+    print("running", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=False, env=dict(os.environ, PYTHONPATH=""))
+    if not out.exists():
+        return {}
+    return {(r["workload"], r["trials"]): r for r in json.loads(out.read_text())}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--trials", nargs="+", type=int, default=[64, 256])
+    p.add_argument("--no-tvm", action="store_true")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tune_cpu.json")
+    args = p.parse_args()
+    work = Path("/tmp/autosched_bench")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in args.workloads:
+        rows += run_autosched(name, args.trials, work, rng)
+    tvm = {} if args.no_tvm else run_tvm(args.workloads, args.trials, work / "tvm.json")
+    for r in rows:
+        t = tvm.get((r["workload"], r["trials"]))
+        r["tvm_ms"] = t["best_ms"] if t else None
+        r["tvm_wall_s"] = t["tune_wall_s"] if t else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"cpu": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+    print_table(rows)
+    return 0
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"| {'workload':17} | trials | default ms | autosched ms | GFLOPS | numpy ms | TVM ms | autosched wall s | TVM wall s |"
+    print(head)
+    print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
+    for r in rows:
+        print(f"| {r['workload']:17} | {r['trials']:6} | {r['default_ms']:10.3f} | "
+              f"{r['autosched_ms']:12.3f} | {r['gflops']:6.1f} | {_fmt(r['numpy_ms']):>8} | "
+              f"{_fmt(r.get('tvm_ms')):>6} | {r['tune_wall_s']:16.0f} | {_fmt(r.get('tvm_wall_s'), '.0f'):>10} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
