@@ -133,26 +133,16 @@ def _hook(opts: dict, name: str) -> None:
 
 
 def _artifact(mod: Any, func: Any, kind: str) -> bytes:
-    if kind == "llvm":
-        from autosched.targets.llvm.runtime import CPUModule
-
-        # the JIT engine does not pickle; the object code does, and JIT-loading it takes ~1 ms
-        portable = CPUModule(mod.signature, mod.target, mod._ir, mod._compiled, mod.uses_threads,
-                             mod._written)
-        return pickle.dumps(("llvm", portable))
-    if kind == "cuda":
-        return pickle.dumps(("cuda", mod))  # source and cubin; loaded in the run worker's context
-    return pickle.dumps(("func", func))
+    if kind in ("llvm", "cuda"):
+        # HostModule pickles as its object code (re-JIT on load, ~1 ms); CudaModule as source +
+        # cubin, loaded into the run worker's context
+        return pickle.dumps(("module", mod))
+    return pickle.dumps(("func", func))  # ref: the evaluator's compiled Python does not pickle
 
 
 def _load(artifact: bytes, target: Any) -> Any:
     kind, payload = pickle.loads(artifact)
-    if kind == "llvm":
-        from autosched.targets.llvm.runtime import HostModule
-
-        p = payload
-        return HostModule(p.signature, p.target, p._ir, p._compiled, p.uses_threads, p._written)
-    if kind == "cuda":
+    if kind == "module":
         return payload
     from autosched.driver import build_func
 
