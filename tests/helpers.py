@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,10 @@ from autosched import te
 from autosched.te.tensor import Tensor
 from tests.backends import CPU_TARGETS
 
-# "interp" is tests/te_interp.py: a numpy oracle that needs no schedule or lowering
-TARGETS = CPU_TARGETS
+# "interp" is tests/te_interp.py, a numpy oracle that needs no schedule or lowering; it runs
+# only when named: AUTOSCHED_TEST_TARGETS=interp (or "ref,interp").
+TARGETS = CPU_TARGETS + (
+    ["interp"] if "interp" in os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",") else [])
 
 
 def run_te(outputs: Tensor | list[Tensor], inputs: dict, target: str = "ref") -> list[np.ndarray]:

@@ -121,8 +121,8 @@ def test_scalars(target: str) -> None:  # noqa: F811
     x = te.placeholder((3, 2), name="x")
     a = rng.standard_normal((3, 2)).astype("float32")
     outs = [ops.add(x, 2), ops.subtract(1.5, x), ops.divide(1.0, ops.add(ops.abs(x), 1.0)),
-            ops.maximum(0.25, x), ops.power(ops.abs(x), 2)]
-    wants = [a + 2, 1.5 - a, 1 / (np.abs(a) + 1), np.maximum(0.25, a), np.abs(a) ** 2]
+            ops.maximum(0.25, x), ops.power(ops.abs(x), 2), ops.multiply(x, np.float32(0.5))]
+    wants = [a + 2, 1.5 - a, 1 / (np.abs(a) + 1), np.maximum(0.25, a), np.abs(a) ** 2, a * 0.5]
     for g, w in zip(run_te(outs, {x: a}, target), wants):
         check(g, w, "float32")
 

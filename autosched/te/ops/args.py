@@ -95,6 +95,8 @@ def scalar(value: Any, dtype: str, op: str) -> Const:
     dtype (or an integral value for an int dtype), bools only bool."""
     if isinstance(value, Const):
         value = value.value
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
+        value = value.item()
     if dtype == "bool":
         if not isinstance(value, bool):
             raise TEError(f"{op}: scalar {value!r} cannot combine with a bool tensor")
