@@ -332,3 +332,28 @@ def test_module_pickles_without_its_context() -> None:
     back = pickle.loads(pickle.dumps(mod))
     assert back._loaded is None and back.cubin == mod.cubin
     assert back.get_source() == mod.get_source() and back.kernel_names == mod.kernel_names
+
+
+def test_lane_split_sees_through_cooperative_fetch_division() -> None:
+    from autosched.targets.cuda.ir_util import lane_split
+
+    o, t, v = E.Var("o"), E.Var("t"), E.Var("v")
+    x = o * 128 + t * 4 + v
+    assert lane_split(E.binary("floordiv", x, 512), v, 4)[1] == 0
+    assert lane_split(E.binary("floormod", x, 512), v, 4)[1] == 1
+    assert lane_split(E.binary("floormod", o * 128 + t * 2 + v, 512), v, 4) is None
+    assert lane_split(E.binary("floordiv", x, 3), v, 4) is None  # lanes may cross 3k
+    assert lane_split(x * x, v, 4) is None
+
+
+def test_fused_copy_loop_gets_float4() -> None:
+    A = ir.Buffer("A", (E.const(8), E.const(512)), "float32")
+    S = ir.Buffer("S", (E.const(8), E.const(512)), "float32", "shared")
+    o, t, v = E.Var("o"), E.Var("t"), E.Var("v")
+    x = o * 128 + t * 4 + v
+    idx = (E.binary("floordiv", x, 512), E.binary("floormod", x, 512))
+    copy = ir.For(v, E.const(0), E.const(4), "vectorized", ir.Store(S, idx, ir.Load(A, idx)))
+    body = ir.For(o, E.const(0), E.const(32), "serial", copy)
+    body = ir.For(t, E.const(0), E.const(32), "thread", ir.Allocate(S, body), "threadIdx.x")
+    src = _build(ir.PrimFunc("fetch", (A,), body)).get_source()
+    assert "const float4 as_vl0" in src and "*(float4*)(&S[" in src

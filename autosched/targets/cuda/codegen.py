@@ -465,11 +465,12 @@ class _KernelWriter:
                    lanes: int) -> bool:
         if buf.dtype not in VECTOR_TYPES or buf.scope == "local":
             return False
-        off = U.flat_offset(buf, indices)
-        if U.affine_coeff(off, s.var) != 1:
+        if not _is_zero(s.min):
             return False
-        base = substitute(off, {s.var: s.min})
-        return U.known_divisor(base) % lanes == 0
+        split = U.lane_split(U.flat_offset(buf, indices), s.var, lanes)
+        if split is None or split[1] != 1:
+            return False
+        return U.known_divisor(split[0]) % lanes == 0
 
     # -- expressions -------------------------------------------------------------------------
 

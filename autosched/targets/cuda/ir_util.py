@@ -1,5 +1,5 @@
 """Small loop-IR helpers the CUDA backend needs: walking statements, substituting variables,
-and the integer facts (non-negativity, affine coefficients, divisibility) that let codegen emit
+and the integer facts (non-negativity, lane strides, divisibility) that let codegen emit
 plain C division and vector accesses only where they are provably right."""
 
 from __future__ import annotations
@@ -167,28 +167,43 @@ def is_nonneg(e: E.Expr, nonneg_vars: set[int]) -> bool:
     return False
 
 
-def affine_coeff(e: E.Expr, v: E.Var) -> int | None:
-    """The constant c with ``e == c * v + (terms free of v)``, or None when e is not so."""
+def lane_split(e: E.Expr, v: E.Var, lanes: int) -> tuple[E.Expr, int] | None:
+    """``(base, c)`` with ``e == base + c * v`` for every ``v`` in ``[0, lanes)``, ``base`` free
+    of ``v``; None when no such form is provable.
+
+    Beyond affine terms this sees through ``(b + k*v) // d`` and ``% d`` when ``b`` is a known
+    multiple of ``g`` and ``k * lanes <= gcd(g, d)``: the lanes then never cross a multiple of
+    ``d`` (the fused-and-split copy loops of cooperative fetching look like that)."""
     if not uses_var(e, v):
-        return 0
+        return e, 0
     if isinstance(e, E.Var):
-        return 1
+        return E.const(0, e.dtype), 1
     if isinstance(e, E.Cast):
-        return affine_coeff(e.value, v)
-    if isinstance(e, E.Binary):
-        if e.op in ("add", "sub"):
-            a, b = affine_coeff(e.a, v), affine_coeff(e.b, v)
-            if a is None or b is None:
-                return None
-            return a + b if e.op == "add" else a - b
-        if e.op == "mul":
-            ka, kb = const_int(e.a), const_int(e.b)
-            if kb is not None:
-                a = affine_coeff(e.a, v)
-                return None if a is None else a * kb
-            if ka is not None:
-                b = affine_coeff(e.b, v)
-                return None if b is None else b * ka
+        inner = lane_split(e.value, v, lanes)
+        return None if inner is None else (E.cast(e.type, inner[0]), inner[1])
+    if not isinstance(e, E.Binary):
+        return None
+    if e.op in ("add", "sub"):
+        a, b = lane_split(e.a, v, lanes), lane_split(e.b, v, lanes)
+        if a is None or b is None:
+            return None
+        return E.binary(e.op, a[0], b[0]), a[1] + b[1] if e.op == "add" else a[1] - b[1]
+    if e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            k = const_int(y)
+            if k is not None:
+                inner = lane_split(x, v, lanes)
+                return None if inner is None else (E.binary("mul", inner[0], y), inner[1] * k)
+        return None
+    if e.op in ("floordiv", "floormod"):
+        d = const_int(e.b)
+        inner = lane_split(e.a, v, lanes)
+        if d is None or d <= 0 or inner is None:
+            return None
+        base, k = inner
+        if k < 0 or k * lanes > math.gcd(known_divisor(base), d):
+            return None
+        return E.binary(e.op, base, e.b), (0 if e.op == "floordiv" else k)
     return None
 
 
@@ -209,6 +224,8 @@ def known_divisor(e: E.Expr, lanes_of: dict[int, int] | None = None) -> int:
             return math.gcd(a, b)
         if e.op == "mul":
             return min(a * b, 1 << 30)
+        if e.op == "floormod" and isinstance(e.b, E.Const):
+            return math.gcd(a, b)  # a - d*q with d and a both multiples of gcd(a, d)
     return 1
 
 
