@@ -285,6 +285,8 @@ class Measurer:
                       for c in candidates]
         results: list[MeasureResult | None] = [None] * len(candidates)
         token = self._token(task)
+        if self._runner is None:
+            self._runner = self._start()  # its imports overlap the builds; it says ready later
         with _quiet_parent_threads():
             built = self._build_all(token, step_lists, hooks, results)
             if built:
