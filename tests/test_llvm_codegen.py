@@ -370,3 +370,24 @@ def test_auto_unroll_pragma_unrolls_small_nests(explicit, rng):
     out = garbage((5, 3, 4), "float32")
     mod(a, out)
     np.testing.assert_allclose(out, a + 1, rtol=1e-6)
+
+
+def test_lane_dependent_guard_becomes_masked_loads_and_stores(rng):
+    """The tail tile of a split the loop does not divide: ``if xo * 16 + xi < n`` around
+    contiguous accesses runs as masked vector code, and touches no element past the end."""
+    n = 37
+    A, C = buf("A", (n,)), buf("C", (n,))
+    S = buf("S", (1,))
+    xo, xi = E.Var("xo"), E.Var("xi")
+    x = xo * 16 + xi
+    store = ir.Store(C, (x,), ir.Load(A, (x,)) * ir.Load(S, (c(0),)) + 1.0)
+    body = loop(xo, 3, loop(xi, 16, ir.IfThenElse(E.compare("lt", x, n), store), "vectorized"))
+    mod = build(body, [A, S, C])
+    text = mod.get_llvm_ir(optimized=False)
+    assert "llvm.masked.store.v16f32" in text and "llvm.masked.load.v16f32" in text
+    a, sc = rand(rng, (n,), "float32"), rand(rng, (1,), "float32")
+    big = garbage((n + 11,), "float32")
+    out = big[:n]
+    mod(a, sc, out)
+    np.testing.assert_allclose(out, a * sc[0] + 1, rtol=1e-6, atol=1e-6)
+    assert np.isnan(big[n:]).all()

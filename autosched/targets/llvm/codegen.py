@@ -18,8 +18,14 @@ from autosched.errors import CompileError
 from autosched.schedule import ir as lir
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
-from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext
-from autosched.targets.llvm.walk import all_exprs, all_stmts, inline_lets_on, sub_stmts
+from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
+from autosched.targets.llvm.walk import (
+    all_exprs,
+    all_stmts,
+    inline_lets_on,
+    stmt_exprs,
+    sub_stmts,
+)
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
@@ -98,6 +104,8 @@ class FuncGen(ExprGen):
 
     def _IfThenElse(self, s: lir.IfThenElse) -> None:
         if self.lanes(s.cond) > 1:
+            if s.else_body is None and self._maskable(s.then_body):
+                return self._masked_if(s)
             return self.scalarize(s)
         cond = self.expr(s.cond)
         then_bb, end_bb = self.new_block("if.then"), self.new_block("if.end")
@@ -110,6 +118,51 @@ class FuncGen(ExprGen):
             self.b.position_at_end(else_bb)
             self.stmt(s.else_body)
             self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def _maskable(self, body: lir.Stmt) -> bool:
+        """The body of a lane-dependent ``if`` can run as masked vector code: straight-line
+        contiguous stores whose lane-dependent loads are contiguous too (the tail of a tile
+        that its loop does not divide)."""
+        for st in all_stmts(body):
+            if isinstance(st, lir.Seq):
+                continue
+            if not isinstance(st, lir.Store) or st.buffer.dtype == "bool":
+                return False
+            if max((self.lanes(i) for i in st.indices), default=1) == 1:
+                return False
+            if not self.is_contiguous(st.indices):
+                return False
+            for e in stmt_exprs(st):
+                for n in post_order(e):
+                    if isinstance(n, lir.Load) and self.lanes(n) > 1 and (
+                            n.dtype == "bool" or not self.is_contiguous(n.indices)):
+                        return False
+                    if isinstance(n, E.Select) and self.lanes(n.cond) > 1 and (
+                            may_trap(n.true_value) or may_trap(n.false_value)):
+                        return False
+        return True
+
+    def _masked_if(self, s: lir.IfThenElse) -> None:
+        """Masked loads and stores under the lanes where ``s.cond`` holds, skipped when none
+        does. Loads that do not depend on the lane run unmasked: some lane's guard holds, so
+        the scalar loop would have read them too."""
+        assert self.vec is not None
+        mask = self.expr(s.cond)
+        if self.mask is not None:
+            mask = self.b.and_(mask, self.mask)
+        lanes = self.vec.lanes
+        any_fn = self.state.function(f"llvm.vector.reduce.or.v{lanes}i1", T.I1,
+                                     [ir.VectorType(T.I1, lanes)])
+        then_bb, end_bb = self.new_block("mask.then"), self.new_block("mask.end")
+        self.b.cbranch(self.b.call(any_fn, [mask]), then_bb, end_bb)
+        self.b.position_at_end(then_bb)
+        saved, self.mask = self.mask, mask
+        try:
+            self.stmt(s.then_body)
+        finally:
+            self.mask = saved
+        self.b.branch(end_bb)
         self.b.position_at_end(end_bb)
 
     def scalarize(self, s: lir.Stmt) -> None:
@@ -152,6 +205,9 @@ class FuncGen(ExprGen):
             return
         value = self.to_memory(self.splat(self.expr(s.value), self.vec.lanes), buf.dtype)
         if self.is_contiguous(s.indices):
+            if self.mask is not None:
+                ptr = self.vector_ptr(buf, s.indices, masked=True)
+                return self.masked_store(value, ptr, self.mask, align)
             self.b.store(value, self.vector_ptr(buf, s.indices), align=align)
             return
         for k in range(self.vec.lanes):  # scatter

@@ -59,6 +59,9 @@ class ExprGen:
         self.vec: VectorContext | None = None
         self._lanes: dict[int, int] = {}
         self._index_mode = False
+        # Inside a lane-dependent ``if`` (codegen's masked branch): the lanes where it holds.
+        # Contiguous loads and stores then touch only those lanes.
+        self.mask: ir.Value | None = None
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -194,14 +197,17 @@ class ExprGen:
         coeffs = [linear_coeff(i, self.vec.uid) for i in indices]
         return bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1])
 
-    def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
-        return self.b.gep(self.pointer(buf), [self.offset(buf, indices)], inbounds=True)
+    def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
+                    inbounds: bool = True) -> ir.Value:
+        return self.b.gep(self.pointer(buf), [self.offset(buf, indices)], inbounds=inbounds)
 
-    def vector_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
-        """Pointer to the ``lanes`` contiguous elements starting at lane 0 of ``buf[indices]``."""
+    def vector_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
+                   masked: bool = False) -> ir.Value:
+        """Pointer to the ``lanes`` contiguous elements starting at lane 0 of ``buf[indices]``.
+        Under a mask lane 0 may lie outside the buffer, so the address is not ``inbounds``."""
         assert self.vec is not None
         with self.at_lane(0):
-            p = self.element_ptr(buf, indices)
+            p = self.element_ptr(buf, indices, inbounds=not masked)
         return self.b.bitcast(p, ir.VectorType(T.memory(buf.dtype), self.vec.lanes).as_pointer())
 
     def from_memory(self, v: ir.Value, dtype: str) -> ir.Value:
@@ -243,9 +249,26 @@ class ExprGen:
             return self.from_memory(self.b.load(self.element_ptr(e.buffer, e.indices),
                                                 align=align), e.dtype)
         if self.is_contiguous(e.indices):
-            v = self.b.load(self.vector_ptr(e.buffer, e.indices), align=align)
-            return self.from_memory(v, e.dtype)
+            ptr = self.vector_ptr(e.buffer, e.indices, masked=self.mask is not None)
+            if self.mask is not None:
+                zero = ir.Constant(ptr.type.pointee, None)
+                return self.masked_load(ptr, self.mask, zero, e.buffer.itemsize)
+            return self.from_memory(self.b.load(ptr, align=align), e.dtype)
         return self.per_lane(e)
+
+    def masked_load(self, ptr: ir.Value, mask: ir.Value, passthru: ir.Value,
+                    align: int) -> ir.Value:
+        vty = passthru.type
+        name = f"llvm.masked.load.{_vector_suffix(vty)}.p0"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(vty, [ptr.type, T.I32, mask.type, vty]), name)
+        return self.b.call(fn, [ptr, ir.Constant(T.I32, align), mask, passthru])
+
+    def masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, align: int) -> None:
+        name = f"llvm.masked.store.{_vector_suffix(value.type)}.p0"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(T.VOID, [value.type, ptr.type, T.I32, mask.type]), name)
+        self.b.call(fn, [value, ptr, ir.Constant(T.I32, align), mask])
 
     def _Binary(self, e: E.Binary) -> ir.Value:
         return self.binop(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
@@ -398,13 +421,15 @@ class ExprGen:
                 and self.lanes(load) > 1 and self.is_contiguous(load.indices)
                 and not any(may_trap(i) for i in load.indices)):
             return None
-        n = self.vec.lanes
         mask = self.expr(e.cond)
-        passthru = self.splat(self.expr(e.false_value), n)
-        ptr = self.vector_ptr(load.buffer, load.indices)
-        vty = passthru.type
-        suffix = f"v{n}{intrinsics._SUFFIX.get(load.dtype, 'i' + str(dt.bits(load.dtype)))}"
-        name = f"llvm.masked.load.{suffix}.p0"
-        fn = self.module.globals.get(name) or ir.Function(
-            self.module, ir.FunctionType(vty, [ptr.type, T.I32, mask.type, vty]), name)
-        return self.b.call(fn, [ptr, ir.Constant(T.I32, load.buffer.itemsize), mask, passthru])
+        if self.mask is not None:
+            mask = self.b.and_(mask, self.mask)
+        passthru = self.splat(self.expr(e.false_value), self.vec.lanes)
+        ptr = self.vector_ptr(load.buffer, load.indices, masked=True)
+        return self.masked_load(ptr, mask, passthru, load.buffer.itemsize)
+
+
+def _vector_suffix(vty: ir.VectorType) -> str:
+    el = vty.element
+    kind = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}.get(type(el))
+    return f"v{vty.count}{kind or 'i' + str(el.width)}"
