@@ -23,7 +23,7 @@ from gpu_sgemm_schedule import sgemm_schedule  # noqa: E402
 
 import autosched as aus  # noqa: E402
 
-CONFIGS = ("128x8x8", "128x8x16", "64x4x8", "128x4x8")
+CONFIGS = ("128x8x8", "128x8x16", "128x8x32", "64x8x16", "64x4x8")
 
 
 def time_torch(fn, warmup: int, repeat: int) -> float:  # noqa: ANN001
