@@ -194,3 +194,13 @@ def test_cuda_measure() -> None:
     assert codes[:2] == [ErrorCode.NO_ERROR, ErrorCode.NO_ERROR], [r.error_msg for r in results]
     assert all(c > 0 for c in results[1].costs)
     assert codes[2:] == [ErrorCode.WRONG_ANSWER, ErrorCode.CRASH, ErrorCode.LOWER_ERROR]
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    from tests.conftest import _GPU_SKIP
+
+    if _GPU_SKIP is None:
+        pytest.skip("this machine has a GPU")
+    with Measurer("cuda -arch=sm_90", strict=True) as m:
+        with pytest.raises(MeasureError, match="cannot check candidates of C: .*(pycuda|GPU)"):
+            m.measure(_matmul(8, 8, 8, target="cuda -arch=sm_90"), [[]])

@@ -334,6 +334,9 @@ class Server:
         return args
 
     def _device(self, st: _TaskState, n: int, arr: np.ndarray, is_input: bool) -> Any:
+        from autosched.targets.cuda.runtime import _context
+
+        _context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
         import pycuda.gpuarray as gpuarray
 
         if is_input:
