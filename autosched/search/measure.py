@@ -50,11 +50,12 @@ from autosched.errors import MeasureError
 from autosched.schedule.schedule import Schedule
 from autosched.schedule.steps import Step
 from autosched.search.error_codes import ErrorCode
-from autosched.search.record import MAX_ERROR_MSG, fingerprint_key
+from autosched.search.record import MAX_ERROR_MSG, fingerprint_key, records_from
 from autosched.search.task import Task
 from autosched.targets.target import Target, parse
 
-__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "llc_bytes"]
+__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "llc_bytes",
+           "records_from"]
 
 STARTUP_TIMEOUT = 120.0  # seconds for a fresh worker to import autosched and say ready
 
