@@ -107,3 +107,33 @@ def test_sampled_search_schedules_match_the_evaluator(workload: str, shape: list
         if checked == 8:
             break
     assert checked >= 4, f"only {checked} of the sampled {workload} candidates lowered"
+
+
+_FAULT = """
+import numpy as np
+from autosched.errors import RuntimeError_
+from autosched.schedule import ir
+from autosched.targets.cuda import build_module
+from autosched.targets.target import parse
+from autosched.te import expr as E
+A = ir.Buffer("A", (E.const(4),), "float32")
+t = E.Var("t")
+body = ir.For(t, E.const(0), E.const(32), "thread",
+              ir.Store(A, (t * 50000000,), E.const(1.0)), "threadIdx.x")
+mod = build_module(ir.PrimFunc("bad", (A,), body), parse("cuda"))
+try:
+    mod(np.zeros(4, np.float32))
+except RuntimeError_ as exc:
+    print("RAISED", exc)
+"""
+
+
+def test_a_faulting_kernel_is_named() -> None:
+    import subprocess
+    import sys
+
+    # a fault poisons the CUDA context, so it runs in a process of its own
+    out = subprocess.run([sys.executable, "-c", _FAULT], capture_output=True, text=True,
+                         timeout=120)
+    assert "RAISED bad: kernel bad (grid (1, 1, 1), block (32, 1, 1)) failed" in out.stdout, \
+        out.stdout + out.stderr

@@ -163,37 +163,54 @@ class CudaModule:
         """Run on ``args`` (one per parameter, in order); numpy outputs are written in place."""
         env = self._bind_shapes(args)  # argument errors need no GPU
         loaded = self._load()
-        launch, copy_back, _keep = self._prepare(loaded, args, env)
-        launch()
+        calls, copy_back, _keep = self._prepare(loaded, args, env)
+        drv = loaded.drv
+        for fn, grid, block, values, name in calls:
+            try:  # synchronize per kernel so that a fault names its kernel
+                fn.prepared_call(grid, block, *values)
+                drv.Context.synchronize()
+            except drv.Error as exc:
+                raise RuntimeError_(
+                    f"{self.func.name}: kernel {name} (grid {grid}, block {block}) failed: {exc}"
+                ) from exc
         for host, dev in copy_back:
-            loaded.drv.memcpy_dtoh(host, dev)
-        loaded.drv.Context.synchronize()
+            drv.memcpy_dtoh(host, dev)
 
     def time(self, *args: Any, warmup: int = 3, repeat: int = 20, number: int = 1) -> Timing:
         """Time all kernels of one call with CUDA events (data stays on the device)."""
         env = self._bind_shapes(args)
         loaded = self._load()
-        launch, _copy, _keep = self._prepare(loaded, args, env)
+        calls, _copy, _keep = self._prepare(loaded, args, env)
         drv = loaded.drv
-        for _ in range(warmup):
-            launch()
-        drv.Context.synchronize()
-        start, end = drv.Event(), drv.Event()
+
+        def launch() -> None:
+            for fn, grid, block, values, _name in calls:
+                fn.prepared_call(grid, block, *values)
+
         samples = []
-        for _ in range(repeat):
-            start.record()
-            for _ in range(number):
+        try:
+            for _ in range(warmup):
                 launch()
-            end.record()
-            end.synchronize()
-            samples.append(start.time_till(end) / 1e3 / number)
+            drv.Context.synchronize()
+            start, end = drv.Event(), drv.Event()
+            for _ in range(repeat):
+                start.record()
+                for _ in range(number):
+                    launch()
+                end.record()
+                end.synchronize()
+                samples.append(start.time_till(end) / 1e3 / number)
+        except drv.Error as exc:
+            raise RuntimeError_(
+                f"{self.func.name}: running kernels {list(self.kernel_names)} failed: {exc}"
+            ) from exc
         return Timing(statistics.median(samples), statistics.fmean(samples), min(samples),
                       tuple(samples))
 
     # -- arguments and launches --------------------------------------------------------------
 
     def _prepare(self, loaded: _Loaded, args: tuple[Any, ...],
-                 env: dict[int, int]) -> tuple[Any, list, list]:
+                 env: dict[int, int]) -> tuple[list, list, list]:
         params = self.func.params
         drv = loaded.drv
         ptrs: dict[ir.Buffer, int] = {}
@@ -222,13 +239,8 @@ class CudaModule:
                 continue
             self._check_limits(loaded, info, fn, grid, block)
             values = [ptrs[b] for b in info.buffers] + [env[v.uid] for v in info.scalars]
-            calls.append((fn, grid, block, values))
-
-        def launch() -> None:
-            for fn, grid, block, values in calls:
-                fn.prepared_call(grid, block, *values)
-
-        return launch, copy_back, keep
+            calls.append((fn, grid, block, values, info.name))
+        return calls, copy_back, keep
 
     def _bind_shapes(self, args: tuple[Any, ...]) -> dict[int, int]:
         params = self.func.params
