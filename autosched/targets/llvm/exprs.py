@@ -57,7 +57,7 @@ class ExprGen:
         self.env: dict[int, ir.Value] = {}
         self.ptrs: dict[int, ir.Value] = {}
         self.vec: VectorContext | None = None
-        self._lanes: dict[int, int] = {}
+        self._lanes: dict[int, tuple[E.Expr, int]] = {}
         self._index_mode = False
         # Inside a lane-dependent ``if`` (codegen's masked branch): the lanes where it holds.
         # Contiguous loads and stores then touch only those lanes.
@@ -94,10 +94,11 @@ class ExprGen:
         """How many lanes ``e`` has in the current context (1 unless it depends on ``v``)."""
         if self.vec is None:
             return 1
-        key = id(e)
-        if key not in self._lanes:
-            self._lanes[key] = self.vec.lanes if depends_on(e, self.vec.uid) else 1
-        return self._lanes[key]
+        hit = self._lanes.get(id(e))
+        if hit is None or hit[0] is not e:  # the node is kept in the entry so its id stays its own
+            hit = (e, self.vec.lanes if depends_on(e, self.vec.uid) else 1)
+            self._lanes[id(e)] = hit
+        return hit[1]
 
     @contextlib.contextmanager
     def vector(self, ctx: VectorContext | None) -> Iterator[None]:
