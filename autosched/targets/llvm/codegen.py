@@ -1,16 +1,19 @@
 """Loop IR to llvmlite IR: one LLVM function per PrimFunc (see abi.py for its signature).
 
 Loops are basic blocks with a phi for the index; LLVM's O3 pipeline does the rest (strength
-reduction, LICM, register allocation of small allocas). ``vectorized`` loops run their body once
-on vectors of ``extent`` lanes (exprs.py), ``unrolled`` loops are replicated, ``parallel`` loops
-are outlined and run by libgomp (parallel.py). Anything the vectorizer cannot express as vector
-operations (a lane-dependent branch, loop bound or allocation) is emitted lane by lane.
+reduction, LICM, SROA of small allocas into registers). ``vectorized`` loops run their body once
+on vectors of ``extent`` lanes (exprs.py), cut into pieces of the CPU's vector width; a
+lane-dependent guard around contiguous accesses (a tile's tail) becomes masked loads / stores;
+``acc[i] = acc[i] op f(v)`` becomes a vector reduction. ``unrolled`` loops are replicated
+(``auto_unroll_max_step`` pragmas too), ``parallel`` loops are outlined and run by libgomp
+(parallel.py). What has no vector form (a lane-dependent loop bound, allocation, gather under a
+guard) is emitted lane by lane.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
@@ -54,7 +57,6 @@ class ModuleState:
     num_threads: ir.GlobalVariable | None = None
     threads_ran: ir.GlobalVariable | None = None
     outlined: int = 0
-    extern: dict[str, ir.Function] = field(default_factory=dict)
 
     def function(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         fn = self.module.globals.get(name)
