@@ -3,6 +3,7 @@ the XGBoost model (learns a ranking of schedules, save / load, update, warm star
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -22,6 +23,7 @@ from autosched.cost_model.features import (
 from autosched.cost_model.random_model import RandomModel
 from autosched.cost_model.xgb_model import XGBModel, aggregate, warm_start_from_records
 from autosched.schedule.steps import step_from_dict
+from autosched.search.record import MeasureRecord
 from autosched.search.task import Task
 from autosched.targets.target import parse
 
@@ -401,8 +403,12 @@ def test_warm_start_from_records():
         # The record stores steps of a schedule on the task's own tensors.
         steps = [st.to_dict() for st in s.steps]
         cost = 1.0 / synthetic_throughput(ch, M, N, K, rng)
-        records.append(SimpleNamespace(workload_key=task.workload_key, steps=steps,
-                                       costs=[cost, cost * 1.01], error_code="NO_ERROR"))
+        # Tuning-log records (round-tripped through their JSON line) or any look-alike object.
+        rec = MeasureRecord(task.workload_key, task.name, {"kind": "llvm"}, steps,
+                            [cost, cost * 1.01])
+        records.append(MeasureRecord.from_json(json.loads(rec.to_json_line())) if len(records) % 2
+                       else SimpleNamespace(workload_key=rec.workload_key, steps=rec.steps,
+                                            costs=rec.costs, error_code="NO_ERROR"))
         truth.append(1.0 / cost)
     records.append(SimpleNamespace(workload_key=task.workload_key, steps=records[0].steps,
                                    costs=[], error_code="RUNTIME_ERROR"))
