@@ -357,3 +357,18 @@ def test_fused_copy_loop_gets_float4() -> None:
     body = ir.For(t, E.const(0), E.const(32), "thread", ir.Allocate(S, body), "threadIdx.x")
     src = _build(ir.PrimFunc("fetch", (A,), body)).get_source()
     assert "const float4 as_vl0" in src and "*(float4*)(&S[" in src
+
+
+def test_accumulation_by_many_threads_is_refused() -> None:
+    # the schedule API refuses to bind a reduce axis; hand-built IR can still do it
+    A = ir.Buffer("A", (E.const(64),), "float32")
+    C = ir.Buffer("C", (E.const(1),), "float32")
+    t = E.Var("t")
+    zero = (E.const(0),)
+    race = ir.Store(C, zero, ir.Load(C, zero) + ir.Load(A, (t,)))
+    body = ir.For(t, E.const(0), E.const(64), "thread", race, "threadIdx.x")
+    with pytest.raises(CompileError, match="accumulated by all 64 threads of threadIdx.x"):
+        _build(ir.PrimFunc("race", (A, C), body))
+    only_one = ir.For(t, E.const(0), E.const(64), "thread",
+                      ir.IfThenElse(E.compare("eq", t, 0), race), "threadIdx.x")
+    assert "race(" in _build(ir.PrimFunc("race", (A, C), only_one)).get_source()

@@ -189,6 +189,8 @@ class _KernelWriter:
         self.shared_bytes = 0
         self.tmp = 0
         self.unroll_explicit = False
+        self.thread_loops: list[ir.For] = []  # enclosing blockIdx/threadIdx loops
+        self.conditions: list[E.Expr] = []  # enclosing if conditions
 
     # -- structure ---------------------------------------------------------------------------
 
@@ -273,15 +275,18 @@ class _KernelWriter:
             for c in s.stmts:
                 self._stmt(c, unroll_budget)
         elif isinstance(s, ir.Store):
+            self._check_accumulation(s)
             self.emit(f"{self._access(s.buffer, s.indices)} = {self._expr(s.value)};")
         elif isinstance(s, ir.For):
             self._for(s, unroll_budget)
         elif isinstance(s, ir.IfThenElse):
             self.emit(f"if ({self._expr(s.cond)}) {{")
+            self.conditions.append(s.cond)
             self._block_b(s.then_body, unroll_budget)
             if s.else_body is not None:
                 self.emit("} else {")
                 self._block_b(s.else_body, unroll_budget)
+            self.conditions.pop()
             self.emit("}")
         elif isinstance(s, ir.Allocate):
             self._allocate(s)
@@ -302,6 +307,31 @@ class _KernelWriter:
             self.emit("__syncthreads();")
         else:
             raise CompileError(f"kernel {self.name}: cannot emit statement {type(s).__name__}")
+
+    def _check_accumulation(self, s: ir.Store) -> None:
+        """``B[i] = B[i] + ...`` inside a thread loop whose index ``i`` ignores: all those
+        threads read-modify-write one element at once, a race, not a reduction."""
+        if s.buffer.scope == "local":
+            return  # private to each thread
+        if not any(isinstance(ld, ir.Load) and ld.buffer == s.buffer
+                   and E.structural_equal(ld.indices, s.indices) for ld in U.loads(s.value)):
+            return
+        for lp in self.thread_loops:
+            ext = U.const_int(lp.extent)
+            if ext == 1 or any(U.uses_var(i, lp.var) for i in s.indices):
+                continue
+            if s.buffer.scope == "shared" and lp.thread_tag.startswith("blockIdx"):
+                continue  # each block has its own shared memory
+            if any(U.uses_var(c, lp.var) for c in self.conditions):
+                continue  # e.g. only thread 0 accumulates
+            raise CompileError(
+                f"kernel {self.name}: {s.buffer.name}[{', '.join(map(str, s.indices))}] is "
+                f"accumulated by all {lp.extent} threads of {lp.thread_tag} (loop "
+                f"{lp.var.name}) at once; a reduction axis bound to a GPU thread needs a "
+                "cross-thread reduction, which this backend does not generate: keep the "
+                "reduction serial per thread, or rfactor it and reduce the partial results "
+                "in a second stage"
+            )
 
     def _block_b(self, s: ir.Stmt, unroll_budget: int) -> None:
         self.depth += 1
@@ -366,12 +396,14 @@ class _KernelWriter:
             self.emit(f"const int {v} = {idx};" if _is_zero(s.min) else
                       f"const int {v} = {lo} + {idx};")
             guard = not _same_extent(s.extent, launch)
+            self.thread_loops.append(s)
             if guard:
                 self.emit(f"if ({idx} < {self._expr(s.extent)}) {{")
                 self._block_b(s.body, unroll_budget)
                 self.emit("}")
             else:
                 self._stmt(s.body, unroll_budget)
+            self.thread_loops.pop()
             self.depth -= 1
             self.emit("}")
             return
