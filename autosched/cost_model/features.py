@@ -28,7 +28,10 @@ loops around it. The names, in order, are ``FEATURE_NAMES``; the groups are:
   that moves the index), reuse (the innermost loop whose variable is absent from the index, its
   distance in iterations and in bytes of all buffers touched inside it, accesses per element).
 
-Count-like features are ``log2(1 + x)``; one-hot flags, ratios and fractions are raw.
+Counts, sizes, extents and ratios that span orders of magnitude (``arith_intensity*``,
+``parallel_per_core``, ``buf*_reuse_count``) are ``log2(1 + x)``; one-hot flags, fractions
+and the bounded ratios (``vec_lanes_ratio``, ``parallel_balance``, ``warp_util``,
+``shared_ratio``, ``guard_fraction``) are raw. ``LOG_MASK`` marks the logged columns.
 
 Example::
 

@@ -233,7 +233,7 @@ def warm_start_from_records(records: Sequence[Any], tasks_by_key: Mapping[str, A
 
     Example::
 
-        model = warm_start_from_records(load_records("tuning_logs/mm.jsonl"),
+        model = warm_start_from_records(RecordLog("tuning_logs/mm.jsonl").load(),
                                         {task.workload_key: task})
     """
     from autosched.errors import LowerError, ScheduleError
