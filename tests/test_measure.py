@@ -56,7 +56,11 @@ def task() -> Task:
 def test_valid_schedules_time(measurer: Measurer, task: Task) -> None:
     cands = _good_steps()
     scheds = [task.schedule(c) for c in cands]
-    results = measurer.measure(task, [scheds[0], cands[1], scheds[2]])  # Schedules or steps
+    # Schedules or steps; the last is corrupted: the check is on from the worker's first task
+    results = measurer.measure(task, [scheds[0], cands[1], scheds[2], cands[1]],
+                               test_hooks={3: "corrupt"})
+    assert results[3].error_code is ErrorCode.WRONG_ANSWER, results[3]
+    results = results[:3]
     for sch, res in zip(scheds, results):
         assert res.error_code is ErrorCode.NO_ERROR, res.error_msg
         assert len(res.costs) == REPEAT and all(c > 0 for c in res.costs)

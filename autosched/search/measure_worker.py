@@ -229,8 +229,8 @@ class Server:
         except AutoschedError as exc:
             raise _Fail("RUNTIME_ERROR", f"the default schedule of {task.name} failed: "
                         f"{type(exc).__name__}: {exc}") from None
-        outs = [self._host(a) for a, x in zip(args, inputs) if x is None]
-        return ("ref", outs)
+        st.reference = [self._host(a) for a, x in zip(args, inputs) if x is None]
+        return ("ref", st.reference)
 
     # -- run --------------------------------------------------------------------------------
     def _run(self, token: int, artifact: bytes, opts: dict) -> tuple:
