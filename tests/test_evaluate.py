@@ -277,6 +277,12 @@ def test_store_wraps_to_destination_dtype() -> None:
     out = np.zeros(3, np.int16)
     evaluate(f, a, out)
     np.testing.assert_array_equal(out, (a.astype(np.int64) * 1000).astype(np.int16))
+    # int32 intermediates are exact; the store wraps them (70000 * 70000 overflows int32).
+    C = buf("C", (3,), "int32")
+    g = ir.PrimFunc("wrap32", (A, C), loop(i, 3, st(C, (i,), ld(A, i) * ld(A, i))))
+    out32 = np.zeros(3, np.int32)
+    evaluate(g, a, out32)
+    np.testing.assert_array_equal(out32, (a.astype(np.int64) ** 2).astype(np.int32))
 
 
 def test_float16_rounds_like_numpy(rng: np.random.Generator) -> None:

@@ -17,6 +17,7 @@ Example::
 
     from autosched.schedule import ir
     from autosched.schedule.evaluate import evaluate
+    from autosched.te.expr import Var, const
     A = ir.Buffer("A", (const(4),), "float32"); B = ir.Buffer("B", (const(4),), "float32")
     i = Var("i")
     body = ir.For(i, const(0), const(4), "serial",

@@ -9,7 +9,14 @@ thread of every block runs the whole body; a thread loop is not a loop but
 ``if hw_index < extent: var = hw_index + min``, and the launch size of a tag is the largest
 extent of its loops in the kernel. A kernel without barriers runs its threads one after another
 as nested loops. A kernel with barriers renders its body as a generator that yields at each
-barrier, and ``pyruntime.run_block`` steps the threads of a block in lockstep.
+barrier, and ``pyruntime.run_block`` steps the threads of a block in lockstep. Shared buffers
+are made once per block (also when allocated around the kernel), local ones per thread.
+
+With ``check_races``, loads and stores of the shared and global buffers a kernel writes go
+through ``pyruntime.race_load`` / ``race_store``, which record per element who accessed it since
+the last barrier. With ``check_bounds``, every index the renderer cannot prove in bounds (from
+constant loop ranges, ``min <= v < min + extent`` of enclosing loops, and the conditions of
+enclosing ifs and selects) is checked and reported by ``pyruntime.oob``.
 """
 
 from __future__ import annotations
