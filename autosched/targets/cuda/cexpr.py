@@ -1,0 +1,176 @@
+"""CUDA C for loop-IR expressions: loads, arithmetic with C / IEEE semantics, casts, intrinsics.
+
+Integer floordiv/floormod round toward negative infinity (helpers ``as_floordiv`` /
+``as_floormod``) unless both operands are provably non-negative, where C's ``/`` and ``%`` agree.
+Half values are ``half`` from cuda_fp16.h; functions with no portable half version run in float.
+"""
+
+from __future__ import annotations
+
+from autosched.errors import CompileError
+from autosched.schedule import ir
+from autosched.targets.cuda import ir_util as U
+from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
+from autosched.targets.cuda.intrinsics import float_function
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+
+PRELUDE_INT = """\
+__device__ __forceinline__ int as_floordiv(int a, int b) {
+  int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ int as_floormod(int a, int b) {
+  int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+__device__ __forceinline__ long long as_floordiv(long long a, long long b) {
+  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long as_floormod(long long a, long long b) {
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+"""
+
+
+class ExprWriter:
+    """Renders expressions of one kernel. The kernel writer provides ``name`` (for errors),
+    ``names`` (C identifiers by uid), ``raw`` (placeholder vars printed verbatim), ``nonneg``
+    (uids of variables known to be >= 0), ``fast_math`` and ``need_half()``."""
+
+    name: str
+    names: object
+    raw: dict[int, str]
+    nonneg: set[int]
+    fast_math: bool
+
+    def need_half(self) -> None:
+        raise NotImplementedError
+
+
+    def _access(self, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> str:
+        name = self.names.get(buf.uid, buf.name)
+        try:
+            off = U.flat_offset(buf, indices)
+        except ValueError as exc:
+            raise CompileError(f"kernel {self.name}: {exc}") from None
+        return f"{name}[{self._expr(off)}]"
+
+    def _expr(self, e: E.Expr) -> str:
+        if isinstance(e, E.Const):
+            if e.dtype == "float16":
+                self.need_half()
+            return c_const(e.value, e.dtype)
+        if isinstance(e, E.Var):
+            if e.uid in self.raw:
+                return self.raw[e.uid]
+            if e.uid not in self.names.by_uid:
+                raise CompileError(
+                    f"kernel {self.name}: variable {e.name} is used but never defined "
+                    "(not a loop variable, let, or shape variable of the function)"
+                )
+            return self.names.by_uid[e.uid]
+        if isinstance(e, ir.Load):
+            return self._access(e.buffer, e.indices)
+        if isinstance(e, E.Binary):
+            return self._binary(e)
+        if isinstance(e, E.Compare):
+            sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
+            return f"({self._expr(e.a)} {sym} {self._expr(e.b)})"
+        if isinstance(e, E.Not):
+            return f"(!{self._expr(e.a)})"
+        if isinstance(e, E.Select):
+            return (f"({self._expr(e.cond)} ? {self._expr(e.true_value)} : "
+                    f"{self._expr(e.false_value)})")
+        if isinstance(e, E.Cast):
+            return self._cast(e.type, e.value)
+        if isinstance(e, E.Call):
+            return self._call(e)
+        if isinstance(e, (E.TensorRead, E.Reduce)):
+            raise CompileError(
+                f"kernel {self.name}: {type(e).__name__} {e} reached codegen; lowering should "
+                "have turned it into loads and loops"
+            )
+        raise CompileError(f"kernel {self.name}: cannot emit expression {type(e).__name__}")
+
+    def _cast(self, to: str, value: E.Expr) -> str:
+        src = value.dtype
+        x = self._expr(value)
+        if to == src:
+            return x
+        if to == "bool":
+            if src == "float16":
+                return f"(__half2float({x}) != 0.0f)"
+            return f"(({x}) != 0)"
+        if to == "float16":
+            self.need_half()
+            return f"__float2half((float)({x}))"
+        if src == "float16":
+            return f"(({c_type(to)})__half2float({x}))"
+        return f"(({c_type(to)})({x}))"
+
+    def _half(self, e: E.Expr) -> str:
+        """``e`` (a half) as a float expression."""
+        return f"__half2float({self._expr(e)})"
+
+    def _binary(self, e: E.Binary) -> str:
+        op, t = e.op, e.dtype
+        if op in ("and", "or"):
+            return f"({self._expr(e.a)} {'&&' if op == 'and' else '||'} {self._expr(e.b)})"
+        if t == "float16" and op in ("min", "max", "pow", "floordiv", "floormod"):
+            # no portable half versions: compute in float, round once
+            self.need_half()
+            inner = self._float_binary(op, "float32", self._half(e.a), self._half(e.b))
+            return f"__float2half({inner})"
+        if dt.is_float(t):
+            return self._float_binary(op, t, self._expr(e.a), self._expr(e.b))
+        a, b = self._expr(e.a), self._expr(e.b)
+        infix = {"add": "+", "sub": "-", "mul": "*", "truncdiv": "/", "truncmod": "%"}
+        if op in infix:
+            out = f"({a} {infix[op]} {b})"
+        elif op in ("min", "max"):
+            out = f"{op}({a}, {b})"
+        elif op in ("floordiv", "floormod"):
+            plain = (t.startswith("uint")
+                     or (U.is_nonneg(e.a, self.nonneg) and U.is_nonneg(e.b, self.nonneg)))
+            if plain:
+                out = f"({a} {'/' if op == 'floordiv' else '%'} {b})"
+            else:
+                wide = "long long" if t == "int64" else "int"
+                out = f"as_{op}(({wide})({a}), ({wide})({b}))"
+        else:
+            raise CompileError(f"kernel {self.name}: integer {op} ({e}) is not supported on "
+                               "CUDA; cast to a float type first")
+        if t in NARROW_INTS:
+            out = f"(({c_type(t)}){out})"
+        return out
+
+    def _float_binary(self, op: str, t: str, a: str, b: str) -> str:
+        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+        if op in infix:
+            if op == "div" and self.fast_math and t == "float32":
+                return f"__fdividef({a}, {b})"
+            return f"({a} {infix[op]} {b})"
+        f = "f" if t == "float32" else ""
+        if t == "float16":  # add/sub/mul/div handled above through cuda_fp16 operators
+            raise CompileError(f"kernel {self.name}: half {op} reached the float path")
+        if op in ("min", "max"):
+            return f"f{op}{f}({a}, {b})"
+        if op == "pow":
+            return f"{float_function('pow', t, self.fast_math)}({a}, {b})"
+        if op == "floordiv":
+            return f"floor{f}({a} / {b})"
+        if op == "floormod":
+            return f"(({a}) - floor{f}(({a}) / ({b})) * ({b}))"
+        raise CompileError(f"kernel {self.name}: float {op} is not supported")
+
+    def _call(self, e: E.Call) -> str:
+        t = e.dtype
+        if e.name == "abs" and not dt.is_float(t):
+            x = self._expr(e.args[0])
+            if t.startswith("uint"):
+                return x
+            return f"llabs({x})" if t == "int64" else f"(({c_type(t)})abs({x}))"
+        if not dt.is_float(t):
+            raise CompileError(f"kernel {self.name}: intrinsic {e.name} on {t} ({e})")
+        if t == "float16":
+            self.need_half()
+            fn = float_function(e.name, "float32", self.fast_math)
+            args = ", ".join(self._half(a) for a in e.args)
+            return f"__float2half({fn}({args}))"
+        fn = float_function(e.name, t, self.fast_math)
+        return f"{fn}({', '.join(self._expr(a) for a in e.args)})"
