@@ -31,6 +31,18 @@ class TileKnob:
     parts: int
     max_innermost: int = 64
     nondividing: float = 0.15   # chance that a drawn length need not divide what is left
+    prefer: tuple[int, ...] = ()  # the untuned default: wanted length per level, innermost last
+
+    def default(self) -> tuple[int, ...]:
+        """Preferred lengths, each shrunk to a divisor of what is left (innermost first)."""
+        want = list(self.prefer) or [1] * self.parts
+        left = self.extent
+        out = []
+        for w in reversed(want):
+            d = max(x for x in divisors(left) if x <= max(w, 1))
+            out.append(d)
+            left //= d
+        return tuple(reversed(out))
 
     def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
         left = self.extent
@@ -76,6 +88,10 @@ class TileKnob:
 class ChoiceKnob:
     name: str
     options: tuple[Any, ...]
+    default_index: int = 0
+
+    def default(self) -> Any:
+        return self.options[min(self.default_index, len(self.options) - 1)]
 
     def sample(self, rng: np.random.Generator) -> Any:
         return self.options[int(rng.integers(len(self.options)))]

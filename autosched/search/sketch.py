@@ -133,13 +133,16 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
     op = st.op
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
-    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3) for a in op.axis]
-    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64) for r in op.reduce_axis]
     n = len(op.axis)
+    # untuned default: 4 x 16 register tiles, 8 x 4 of them per parallel task, k by 8
+    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
+                     prefer=(4, 1, 16) if d == n - 1 else (8, 1, 4)) for d, a in enumerate(op.axis)]
+    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
+           for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
-        ChoiceKnob(f"{pre}at", (0, 1)),
+        ChoiceKnob(f"{pre}at", (0, 1), default_index=1),
         ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1))),
-        ChoiceKnob(f"{pre}unroll", UNROLL_STEPS),
+        ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=2),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -237,7 +240,7 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
     n = len(op.axis)
     last = _static_extent(op.axis[-1]) if n else 1
     knobs: list[Knob] = [
-        ChoiceKnob(f"{pre}vector", _vector_choices(last)),
+        ChoiceKnob(f"{pre}vector", _vector_choices(last), default_index=3),
         ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,)),
     ]
 

@@ -40,11 +40,16 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
     op = st.op
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
-    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, max_innermost=8) for a in op.axis]
-    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, max_innermost=8) for r in op.reduce_axis]
+    n = len(op.axis)
+    # untuned default: 16 x 8 threads, 4 x 4 register tiles, k slices of 8
+    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, max_innermost=8,
+                     prefer=(16, 1, 4) if d == n - 1 else ((8, 1, 4) if d == n - 2 else (1, 1, 1)))
+            for d, a in enumerate(op.axis)]
+    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, max_innermost=8, prefer=(8, 1))
+           for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
         ChoiceKnob(f"{pre}fetch_vector", (1, 2, 4)),
-        ChoiceKnob(f"{pre}unroll", (0, 16, 64, 512)),
+        ChoiceKnob(f"{pre}unroll", (0, 16, 64, 512), default_index=2),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -120,7 +125,7 @@ def _bind_threads(st, threads: int, vector: int) -> None:  # noqa: ANN001
 
 def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
     pre = f"{name}."
-    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS)]
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3)]
 
     def apply(sch: Schedule, p: Params) -> None:
         st = sch.stage(name)
@@ -136,7 +141,7 @@ def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:
     op = sch0.stage(name).op
     assert isinstance(op, ComputeOp)
     last = _static_extent(op.axis[-1]) if op.axis else 1
-    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS),
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
                          ChoiceKnob(f"{pre}vector", tuple(v for v in (1, 2, 4) if last % v == 0))]
 
     def apply(sch: Schedule, p: Params) -> None:

@@ -69,6 +69,16 @@ class SearchSpace:
         knobs = self.sketches[idx].knobs
         return Candidate(idx, tuple((k.name, k.sample(rng)) for k in knobs))
 
+    def default_candidate(self) -> Candidate:
+        """The untuned default: each knob's preferred value (reasonable, not tuned)."""
+        knobs = self.sketches[0].knobs
+        return Candidate(0, tuple((k.name, k.default()) for k in knobs))
+
+    def default_schedule(self) -> Schedule:
+        """The schedule of the default candidate, or the plain default if it is illegal."""
+        low = self.lower(self.default_candidate())
+        return low.schedule if low is not None else self.task.schedule()
+
     def mutate(self, c: Candidate, rng: np.random.Generator) -> Candidate:
         knobs = self.sketches[c.sketch].knobs
         if not knobs:
