@@ -12,10 +12,12 @@ from autosched import te
 from autosched.te.tensor import Tensor
 from tests.backends import CPU_TARGETS
 
-# "interp" is tests/te_interp.py, a numpy oracle that needs no schedule or lowering; it runs
-# only when named: AUTOSCHED_TEST_TARGETS=interp (or "ref,interp").
-TARGETS = CPU_TARGETS + (
-    ["interp"] if "interp" in os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",") else [])
+# Run only when named in AUTOSCHED_TEST_TARGETS (comma-separated): "interp" is
+# tests/te_interp.py, a numpy oracle that needs no schedule or lowering; "cuda" builds the
+# default (auto-bound) GPU schedule and needs a GPU (marked gpu, skipped without one).
+_NAMED = os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",")
+TARGETS: list = CPU_TARGETS + [t for t in ("interp",) if t in _NAMED] + [
+    pytest.param("cuda", marks=pytest.mark.gpu) for t in ("cuda",) if t in _NAMED]
 
 
 def run_te(outputs: Tensor | list[Tensor], inputs: dict, target: str = "ref") -> list[np.ndarray]:

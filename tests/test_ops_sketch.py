@@ -13,6 +13,7 @@ import autosched as aus
 from autosched import te
 from autosched.schedule.schedule import create_schedule
 from autosched.search.sketch import generate_sketches
+from autosched.targets.target import parse
 from autosched.te import ops
 from tests.helpers import check, target  # noqa: F401
 from tests.te_interp import evaluate
@@ -123,7 +124,7 @@ def test_sampled_sketches(name: str, target: str) -> None:  # noqa: F811
     inputs, out = GRAPHS[name]()
     values = {t: _array(rng, t) for t in inputs}
     (want,) = evaluate(out, values)
-    sketches = generate_sketches(create_schedule(out.op))
+    sketches = generate_sketches(create_schedule(out.op), parse(target))
     for _ in range(3):
         sketch = sketches[int(knob_rng.integers(len(sketches)))]
         params = {k.name: k.sample(knob_rng) for k in sketch.knobs}
