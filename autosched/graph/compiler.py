@@ -62,7 +62,9 @@ def group_task(graph: Graph, group: Group, target: Target) -> tuple[Task, list[s
             values[name] = const
             continue
         info = graph.values[name]
-        ph = placeholder(info.shape, info.dtype, name=_ident(name))
+        # canonical names: groups with the same workload key share records, and steps name
+        # stages by tensor name (cache_read of an input is "in0.shared")
+        ph = placeholder(info.shape, info.dtype, name=f"in{len(params)}")
         values[name] = ph
         params.append((name, ph))
     for node in group.nodes:
