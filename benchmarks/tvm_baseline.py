@@ -178,11 +178,12 @@ def _random_args(tensors: list[te.Tensor], seed: int) -> list[np.ndarray]:
 
 def time_module(
     lib: tvm.runtime.Executable, tensors: list[te.Tensor], wl: Workload, repeat: int = 7
-) -> float:
-    """Median milliseconds of ``lib["main"]``; checks the output against numpy first.
+) -> tuple[float, float]:
+    """(median, min) milliseconds of ``lib["main"]``; checks the output against numpy first.
 
     Each repeat runs the kernel enough times to last at least 100 ms (min_repeat_ms), so
-    single-call timer noise does not dominate fast kernels.
+    single-call timer noise does not dominate fast kernels. The minimum is kept as well because
+    the machine is shared: other jobs only ever make a repeat slower.
     """
     dev = tvm.cpu(0)
     inputs = _random_args(tensors[:-1], seed=0)
@@ -193,10 +194,11 @@ def time_module(
     expected = wl.reference(inputs)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-3, atol=1e-3)
     evaluator = lib.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=100)
-    return statistics.median(evaluator(*args, out).results) * 1e3
+    results = evaluator(*args, out).results
+    return statistics.median(results) * 1e3, min(results) * 1e3
 
 
-def untuned_ms(wl: Workload, target: tvm.target.Target) -> float:
+def untuned_ms(wl: Workload, target: tvm.target.Target) -> tuple[float, float]:
     """Time of the PrimFunc straight from te.create_prim_func, with no schedule applied."""
     tensors = wl.build()
     lib = tvm.compile(te.create_prim_func(tensors), target=target)
@@ -215,6 +217,51 @@ def build_without_intrinsics(mod: tvm.IRModule, target: tvm.target.Target, _para
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     return tvm.driver.build(mod, target=target)
+
+
+def best_schedule_times(
+    database: ms.database.Database, wl: Workload, target: tvm.target.Target, trials: int
+) -> dict:
+    """Compile the best record of ``database`` for ``wl`` and time it: the row's timing fields."""
+    tensors = wl.build()
+    sch = ms.tir_integration.compile_tir(database, te.create_prim_func(tensors), target)
+    if sch is None:
+        raise RuntimeError(f"{wl.name}: MetaSchedule found no valid schedule in {trials} trials")
+    median, low = time_module(tvm.compile(sch.mod, target=target), tensors, wl)
+    return {
+        "best_ms": round(median, 4),
+        "gflops": round(wl.flops / (median * 1e-3) / 1e9, 2),
+        "best_min_ms": round(low, 4),
+        "timed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def retime(args, target: tvm.target.Target) -> None:
+    """Re-measure the rows already in --out from their kept work dirs, without tuning.
+
+    Tuning and timing happen under whatever else runs on the machine; this lets the final
+    numbers be taken together, in a quieter moment, with untuned and tuned back to back.
+    """
+    rows = json.loads(args.out.read_text())
+    for row in rows:
+        if row["workload"] not in args.workloads or row["trials"] not in args.trials:
+            continue
+        wl = WORKLOADS[row["workload"]]
+        work_dir = args.work_dir / f"{wl.name}_{row['trials']}"
+        database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+        row.update(best_schedule_times(database, wl, target, row["trials"]))
+        base, base_min = untuned_ms(wl, target)
+        row.update(_untuned_fields(wl, base, base_min))
+        _merge(args.out, row)
+        print(f"{wl.name} trials={row['trials']}: retimed {row['best_ms']:.4f} ms", flush=True)
+
+
+def _untuned_fields(wl: Workload, base: float, base_min: float) -> dict:
+    return {
+        "untuned_ms": round(base, 4),
+        "untuned_min_ms": round(base_min, 4),
+        "untuned_gflops": round(wl.flops / (base * 1e-3) / 1e9, 3),
+    }
 
 
 def tune_one(wl: Workload, trials: int, target: tvm.target.Target, work_root: Path, args) -> dict:
@@ -247,16 +294,10 @@ def tune_one(wl: Workload, trials: int, target: tvm.target.Target, work_root: Pa
         if r.run_secs is not None and len(r.run_secs) > 0
     ]
     valid = [s for s in measured if s < 1e9]  # MetaSchedule stores 1e10 for failed runs
-    sch = ms.tir_integration.compile_tir(database, func, target)
-    if sch is None:
-        raise RuntimeError(f"{wl.name}: MetaSchedule found no valid schedule in {trials} trials")
-    lib = tvm.compile(sch.mod, target=target)
-    best = time_module(lib, tensors, wl)
     return {
         "workload": wl.name,
         "trials": trials,
-        "best_ms": round(best, 4),
-        "gflops": round(wl.flops / (best * 1e-3) / 1e9, 2),
+        **best_schedule_times(database, wl, target, trials),
         "tune_wall_s": round(tune_wall, 1),
         "tvm_version": tvm.__version__,
         "records": len(records),
@@ -292,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="use MetaSchedule's default_build (re-imports tensor intrinsics in every batch)",
     )
+    p.add_argument(
+        "--retime",
+        action="store_true",
+        help="re-measure the rows in --out from their work dirs instead of tuning",
+    )
     p.add_argument("--note", default="", help="free text stored in every row")
     args = p.parse_args(argv)
 
@@ -301,18 +347,20 @@ def main(argv: list[str] | None = None) -> int:
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
     print(f"TVM {tvm.__version__}, target {target}, {platform.processor() or platform.machine()}")
-    base: dict[str, float] = {}
+    if args.retime:
+        retime(args, target)
+        return 0
+    base: dict[str, tuple[float, float]] = {}
     for name in args.workloads:
         wl = WORKLOADS[name]
         base[name] = untuned_ms(wl, target)
-        print(f"{name}: untuned {base[name]:.3f} ms ({wl.flops / base[name] / 1e6:.2f} GFLOPS)")
+        print(f"{name}: untuned {base[name][0]:.3f} ms", flush=True)
     # Budgets outermost, so a job cut short still has every workload at the smaller budgets.
     for trials in args.trials:
         for name in args.workloads:
             wl = WORKLOADS[name]
             row = tune_one(wl, trials, target, args.work_dir, args)
-            row["untuned_ms"] = round(base[name], 4)
-            row["untuned_gflops"] = round(wl.flops / (base[name] * 1e-3) / 1e9, 3)
+            row.update(_untuned_fields(wl, *base[name]))
             if args.note:
                 row["note"] = args.note
             _merge(args.out, row)
