@@ -259,8 +259,15 @@ class Schedule:
         return out
 
     def resolve_read(self, reader: Stage, t: Tensor) -> Stage:
-        name = reader.read_map.get(t.op.uid)
-        return self.stage(name) if name else self.stage_of_uid(t.op.uid)
+        """The stage ``reader`` reads for ``t``, following chains of caches (a cache_read of a
+        cache_read: A -> A.shared -> A.shared.local)."""
+        st, seen = self.stage_of_uid(t.op.uid), set()
+        while True:
+            name = next((reader.read_map[u] for u in st.uids if u in reader.read_map), None)
+            if name is None or name in seen or name == reader.name:
+                return st
+            seen.add(name)
+            st = self.stage(name)
 
     # -- DAG-changing primitives ----------------------------------------------------------
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Any]) -> Tensor:
