@@ -1,0 +1,260 @@
+"""Converters of network layers: Conv, ConvTranspose, Gemm, MatMul, pooling, softmax and the
+normalisations. 1-d convolutions and pools run as 2-d ones with a unit height."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched.graph.graph import Node
+from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.graph.ops_math import _operand
+from autosched.te import intrin as I
+from autosched.te import ops
+from autosched.te.ops.norm import moments
+from autosched.te.ops.tags import BROADCAST
+from autosched.te.tensor import Tensor, compute
+
+
+def _ints(node: Node, name: str, default: list[int]) -> list[int]:
+    return [int(v) for v in node.attrs.get(name, default)]
+
+
+def _pads(node: Node, sizes: list[int], kernel: list[int], strides: list[int],
+          dil: list[int]) -> tuple[list[int], list[int]]:
+    """Begin and end padding per spatial dim from ``pads`` or ``auto_pad``."""
+    nd = len(sizes)
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = _ints(node, "pads", [0] * 2 * nd)
+        if len(pads) != 2 * nd:
+            raise fail(node, f"pads {pads} must have {2 * nd} entries")
+        return pads[:nd], pads[nd:]
+    if auto == "VALID":
+        return [0] * nd, [0] * nd
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise fail(node, f"auto_pad {auto!r} is not NOTSET, VALID, SAME_UPPER or SAME_LOWER")
+    begins, ends = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dil):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        begins.append(small if auto == "SAME_UPPER" else big)
+        ends.append(big if auto == "SAME_UPPER" else small)
+    return begins, ends
+
+
+def _spatial(node: Node, x: Tensor) -> int:
+    nd = x.ndim - 2
+    if nd not in (1, 2):
+        raise fail(node, f"only 1-d and 2-d (N, C, W) / (N, C, H, W) inputs are supported, got "
+                         f"{x.shape}")
+    return nd
+
+
+def _lift(x: Tensor) -> Tensor:
+    """(N, C, W) as (N, C, 1, W)."""
+    return ops.expand_dims(x, 2)
+
+
+def _channel_bias(y: Tensor, b: Tensor) -> Tensor:
+    if b.ndim != 1 or b.shape[0] != y.shape[1]:
+        raise ValueError(f"bias {b.shape} must be ({y.shape[1]},), one per output channel")
+    return compute(y.shape, lambda *i: y[i] + b[i[1]], name="T_bias_add", tag=BROADCAST)
+
+
+@register("Conv")
+def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x, w = ctx.const(ins[0]), ctx.const(ins[1])
+    nd = _spatial(node, x)
+    if w.ndim != x.ndim:
+        raise fail(node, f"weight {w.shape} must have the rank of the input {x.shape}")
+    k = [int(v) for v in w.shape[2:]]
+    ks = _ints(node, "kernel_shape", k)
+    if ks != k:
+        raise fail(node, f"kernel_shape {ks} disagrees with the weight {w.shape}")
+    strides = _ints(node, "strides", [1] * nd)
+    dil = _ints(node, "dilations", [1] * nd)
+    begins, ends = _pads(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    if nd == 1:
+        x, w = _lift(x), _lift(w)
+        strides, dil, begins, ends = [1, *strides], [1, *dil], [0, *begins], [0, *ends]
+    y = ops.conv2d_nchw(x, w, stride=tuple(strides), padding=(*begins, *ends),
+                        dilation=tuple(dil), groups=int(node.attrs.get("group", 1)))
+    if len(ins) > 2 and ins[2] is not None:
+        y = _channel_bias(y, ctx.const(ins[2]))
+    return [ops.squeeze(y, 2) if nd == 1 else y]
+
+
+@register("ConvTranspose")
+def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x, w = ctx.const(ins[0]), ctx.const(ins[1])
+    nd = _spatial(node, x)
+    sizes = [int(v) for v in x.shape[2:]]
+    k = [int(v) for v in w.shape[2:]]
+    strides = _ints(node, "strides", [1] * nd)
+    dil = _ints(node, "dilations", [1] * nd)
+    opad = _ints(node, "output_padding", [0] * nd)
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    out_shape = _ints(node, "output_shape", [])[-nd:] if "output_shape" in node.attrs else None
+    if out_shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [n * s for n, s in zip(sizes, strides)]
+    if out_shape is not None:
+        begins, ends = [], []
+        for d in range(nd):
+            total = (strides[d] * (sizes[d] - 1) + opad[d] + (k[d] - 1) * dil[d] + 1
+                     - out_shape[d])
+            if total < 0:
+                raise fail(node, f"output_shape {out_shape} is larger than the full "
+                                 f"transposed convolution allows (input {x.shape}, kernel {k})")
+            half = total // 2
+            upper = auto != "SAME_LOWER"
+            begins.append(half if upper else total - half)
+            ends.append(total - half if upper else half)
+    elif auto == "VALID":
+        begins, ends = [0] * nd, [0] * nd
+    else:
+        pads = _ints(node, "pads", [0] * 2 * nd)
+        begins, ends = pads[:nd], pads[nd:]
+    if nd == 1:
+        x, w = _lift(x), _lift(w)
+        strides, dil, opad = [1, *strides], [1, *dil], [0, *opad]
+        begins, ends = [0, *begins], [0, *ends]
+    y = ops.conv2d_transpose_nchw(x, w, stride=tuple(strides), padding=(*begins, *ends),
+                                  output_padding=tuple(opad),
+                                  groups=int(node.attrs.get("group", 1)), dilation=tuple(dil))
+    if len(ins) > 2 and ins[2] is not None:
+        y = _channel_bias(y, ctx.const(ins[2]))
+    return [ops.squeeze(y, 2) if nd == 1 else y]
+
+
+@register("Gemm")
+def _gemm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    alpha = float(node.attrs.get("alpha", 1.0))
+    beta = float(node.attrs.get("beta", 1.0))
+    ta, tb = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
+    a, b = ctx.const(ins[0]), ctx.const(ins[1])
+    if a.ndim != 2 or b.ndim != 2:
+        raise fail(node, f"A {a.shape} and B {b.shape} must be 2-d")
+    y = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    if alpha != 1.0:
+        y = ops.multiply(y, alpha)
+    c = ins[2] if len(ins) > 2 else None
+    if c is not None and beta != 0.0:
+        if isinstance(c, np.ndarray) and beta != 1.0:
+            c, beta = (c * beta).astype(c.dtype), 1.0
+        cv: Any = _operand(ctx, c, [y])
+        if beta != 1.0:
+            cv = ops.multiply(cv, beta)
+        y = ops.add(y, cv)
+    return [y]
+
+
+@register("MatMul")
+def _matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    a, b = ins[0], ins[1]
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return [np.matmul(a, b)]
+    return [ops.matmul(ctx.const(a), ctx.const(b))]
+
+
+def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x = ctx.const(ins[0])
+    nd = _spatial(node, x)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise fail(node, "the Indices output is not supported")
+    k = _ints(node, "kernel_shape", [])
+    if len(k) != nd:
+        raise fail(node, f"kernel_shape {k} must have {nd} entries for input {x.shape}")
+    strides = _ints(node, "strides", [1] * nd)
+    dil = _ints(node, "dilations", [1] * nd)
+    begins, ends = _pads(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    ceil_mode = bool(node.attrs.get("ceil_mode", 0))
+    if nd == 1:
+        x = _lift(x)
+        k, strides, dil, begins, ends = [1, *k], [1, *strides], [1, *dil], [0, *begins], [0, *ends]
+    geometry = dict(pool_size=tuple(k), strides=tuple(strides), padding=(*begins, *ends),
+                    dilation=tuple(dil), ceil_mode=ceil_mode)
+    if node.op_type == "MaxPool":
+        y = ops.max_pool2d(x, **geometry)
+    else:
+        y = ops.avg_pool2d(x, count_include_pad=bool(node.attrs.get("count_include_pad", 0)),
+                           **geometry)
+    return [ops.squeeze(y, 2) if nd == 1 else y]
+
+
+register("MaxPool", "AveragePool")(_pool)
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x = ctx.const(ins[0])
+    avg = node.op_type == "GlobalAveragePool"
+    if x.ndim == 4:
+        return [ops.global_avg_pool2d(x) if avg else ops.global_max_pool2d(x)]
+    if x.ndim < 3:
+        raise fail(node, f"needs (N, C, spatial...) input, got {x.shape}")
+    axes = tuple(range(2, x.ndim))
+    return [ops.mean(x, axes, keepdims=True) if avg else ops.max(x, axes, keepdims=True)]
+
+
+@register("Softmax", "LogSoftmax")
+def _softmax(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x = ctx.const(ins[0])
+    fn = ops.softmax if node.op_type == "Softmax" else ops.log_softmax
+    axis = int(node.attrs.get("axis", 1 if ctx.opset < 13 else -1))
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < max(x.ndim, 1):
+        raise fail(node, f"axis {axis} is out of range for input {x.shape}")
+    if ctx.opset >= 13 or ax == x.ndim - 1:
+        return [fn(x, ax)]
+    # before opset 13 the input is flattened to 2-d at axis and normalised along dim 1
+    flat = ops.flatten(x, ax)
+    return [ops.reshape(fn(flat, 1), tuple(int(d) for d in x.shape))]
+
+
+def _param(ctx: ConvertContext, v: Value | None, shape: tuple[int, ...]) -> Tensor | None:
+    """A scale / bias stretched to the normalised shape when it is a constant that broadcasts."""
+    if v is None:
+        return None
+    if isinstance(v, np.ndarray) and tuple(v.shape) != shape:
+        v = np.ascontiguousarray(np.broadcast_to(v, shape))
+    return ctx.const(v)
+
+
+@register("LayerNormalization")
+def _layer_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x = ctx.const(ins[0])
+    axis = int(node.attrs.get("axis", -1))
+    ax = axis + x.ndim if axis < 0 else axis
+    axes = tuple(range(ax, x.ndim))
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    shape = tuple(int(x.shape[d]) for d in axes)
+    g = _param(ctx, ins[1] if len(ins) > 1 else None, shape)
+    b = _param(ctx, ins[2] if len(ins) > 2 else None, shape)
+    outs: list[Value] = [ops.layer_norm(x, g, b, axis=axes, eps=eps)]
+    if any(node.outputs[1:]):
+        mean, var = moments(x, axes, "LayerNormalization")
+        inv = compute(var.shape, lambda *i: I.rsqrt(var[i] + eps), name="T_inv_std_dev")
+        outs += [mean, inv]
+    return outs
+
+
+@register("BatchNormalization")
+def _batch_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    if node.attrs.get("training_mode", 0):
+        raise fail(node, "training_mode=1 is not supported (inference only)")
+    x = ctx.const(ins[0])
+    params = [ctx.const(v) for v in ins[1:5]]
+    if len(params) != 4:
+        raise fail(node, f"needs X, scale, B, mean and var; got {len(ins)} inputs")
+    return [ops.batch_norm_inference(x, *params, eps=float(node.attrs.get("epsilon", 1e-5)))]
+
+
+@register("InstanceNormalization")
+def _instance_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    x = ctx.const(ins[0])
+    return [ops.instance_norm(x, ctx.const(ins[1]), ctx.const(ins[2]),
+                              eps=float(node.attrs.get("epsilon", 1e-5)))]
+

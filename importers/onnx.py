@@ -1,0 +1,277 @@
+"""ONNX models as autosched graphs: ``from_onnx(model, shapes=None) -> Graph``.
+
+The importer loads the model, checks its opsets (ai.onnx only), takes initializers as
+constants, binds symbolic input dims from ``shapes``, and checks that every op type has a
+converter (listing every unsupported op and node at once). Then it runs each node's converter
+in order on placeholders and constants: TE tensors give the static shape and dtype of every
+value, numpy outputs become constants (so shape subgraphs fold away: such nodes are dropped
+from the graph). Every problem is a ModelImportError naming the file, node, op type or input.
+
+Example::
+
+    from importers.onnx import from_onnx
+    g = from_onnx("model.onnx", shapes={"input": (1, 3, 224, 224)})
+    print(g)                       # inputs, constants, nodes, outputs with shapes
+    g.values["output"].shape       # (1, 1000)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from autosched import te
+from autosched.errors import ModelImportError
+from autosched.graph.graph import Graph, Node, ValueInfo
+from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
+from autosched.graph.ops_math import onnx_dtype
+from autosched.te.tensor import Tensor
+
+# the newest default-domain opset whose semantics the converters follow
+MAX_OPSET = 21
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load(model: str | os.PathLike | Any) -> Any:
+    """A ModelProto from a path (or the proto itself), checked to parse."""
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ModelImportError(f"ONNX file {path!r} does not exist")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        proto = onnx.ModelProto()
+        proto.ParseFromString(data)
+    except Exception as e:  # protobuf raises DecodeError and others on corrupt bytes
+        raise ModelImportError(f"ONNX file {path!r} is truncated or corrupt: {e}") from None
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelImportError(f"ONNX file {path!r} holds no graph (truncated or not ONNX)")
+    return proto
+
+
+def opset_of(proto: Any, where: str) -> int:
+    """The default-domain opset; any other domain (in the imports or on a node) is an error."""
+    version = None
+    for imp in proto.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            version = int(imp.version)
+        else:
+            raise ModelImportError(
+                f"{where}: operator set domain {imp.domain!r} (version {imp.version}) is not "
+                f"supported; only the default ai.onnx domain is")
+    if version is None:
+        raise ModelImportError(f"{where}: the model imports no ai.onnx opset")
+    if not 1 <= version <= MAX_OPSET:
+        raise ModelImportError(
+            f"{where}: ai.onnx opset {version} is not supported (this importer knows opsets "
+            f"1 to {MAX_OPSET})")
+    for node in proto.graph.node:
+        if node.domain not in DEFAULT_DOMAINS:
+            raise ModelImportError(
+                f"{where}: node {node.name!r} ({node.op_type}) is in domain {node.domain!r}; "
+                "only the default ai.onnx domain is supported")
+    return version
+
+
+def attribute(a: Any) -> Any:
+    """An AttributeProto as a Python value (tensors as numpy arrays, strings as str)."""
+    from onnx import AttributeProto, numpy_helper
+
+    kind = a.type
+    if kind == AttributeProto.FLOAT:
+        return float(a.f)
+    if kind == AttributeProto.INT:
+        return int(a.i)
+    if kind == AttributeProto.STRING:
+        return a.s.decode()
+    if kind == AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if kind == AttributeProto.FLOATS:
+        return [float(v) for v in a.floats]
+    if kind == AttributeProto.INTS:
+        return [int(v) for v in a.ints]
+    if kind == AttributeProto.STRINGS:
+        return [s.decode() for s in a.strings]
+    if kind == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(t) for t in a.tensors]
+    raise ModelImportError(f"attribute {a.name!r} has a type ({kind}) the importer cannot read")
+
+
+def _value_type(vi: Any, where: str) -> tuple[list[Any], str]:
+    """Dims (int, or the symbolic name, or None) and dtype of a ValueInfoProto."""
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        raise ModelImportError(f"{where}: value {vi.name!r} is not a tensor")
+    try:
+        dtype = onnx_dtype(t.tensor_type.elem_type)
+    except ValueError as e:
+        raise ModelImportError(f"{where}: value {vi.name!r}: {e}") from None
+    if not t.tensor_type.HasField("shape"):
+        return [], dtype
+    dims: list[Any] = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return dims, dtype
+
+
+def _bind(name: str, dims: list[Any], given: tuple[int, ...] | None,
+          where: str) -> tuple[int, ...]:
+    if given is not None:
+        given = tuple(int(v) for v in given)
+        if len(given) != len(dims) and dims:
+            raise ModelImportError(f"{where}: shape {given} given for input {name!r} has "
+                                   f"{len(given)} dims, the model declares {len(dims)} {dims}")
+        for k, (d, g) in enumerate(zip(dims, given)):
+            if isinstance(d, int) and d != g:
+                raise ModelImportError(f"{where}: shape {given} given for input {name!r} "
+                                       f"disagrees with its static dim {k} = {d}")
+        return given
+    out = []
+    for k, d in enumerate(dims):
+        if not isinstance(d, int):
+            sym = f" {d!r}" if d else ""
+            raise ModelImportError(
+                f"{where}: input {name!r} has symbolic dim {k}{sym} {dims}; bind it with "
+                f"shapes={{{name!r}: (...)}}")
+        out.append(d)
+    return tuple(out)
+
+
+def from_onnx(model: str | os.PathLike | Any,
+              shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Import an ONNX model (path or ModelProto) as a Graph with static shapes everywhere.
+
+    ``shapes`` binds input shapes (needed for symbolic dims such as batch). Raises
+    ModelImportError for a corrupt file, an unknown opset or domain, unsupported ops (all
+    listed), undefined inputs and inconsistent shapes."""
+    from onnx import numpy_helper
+
+    where = f"ONNX file {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else (
+        "ONNX model")
+    proto = load(model)
+    opset = opset_of(proto, where)
+    g = proto.graph
+    shapes = dict(shapes or {})
+
+    constants: dict[str, np.ndarray] = {}
+    for init in g.initializer:
+        try:
+            constants[init.name] = numpy_helper.to_array(init)
+        except Exception as e:  # external data missing, bad raw_data length
+            raise ModelImportError(f"{where}: initializer {init.name!r} cannot be read: {e}"
+                                   ) from None
+    for sparse in g.sparse_initializer:
+        raise ModelImportError(f"{where}: sparse initializer {sparse.values.name!r} is not "
+                               "supported")
+
+    unknown = [n for n in shapes if n not in {i.name for i in g.input}]
+    if unknown:
+        raise ModelImportError(f"{where}: shapes given for {unknown}, which are not inputs of "
+                               f"the model (inputs: {[i.name for i in g.input]})")
+
+    values: dict[str, ValueInfo] = {}
+    env: dict[str, Tensor | np.ndarray] = {}
+    inputs: list[ValueInfo] = []
+    for vi in g.input:
+        if vi.name in constants:
+            continue  # an initializer listed as an input (older exporters) is a constant
+        dims, dtype = _value_type(vi, where)
+        shape = _bind(vi.name, dims, shapes.get(vi.name), where)
+        info = ValueInfo(vi.name, shape, dtype)
+        inputs.append(info)
+        values[vi.name] = info
+        env[vi.name] = te.placeholder(shape, dtype=dtype, name=_safe(vi.name))
+    for name, arr in constants.items():
+        values[name] = ValueInfo(name, tuple(arr.shape), str(arr.dtype))
+        env[name] = arr
+
+    nodes = [Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output),
+                  {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
+    missing = [f"{n.op_type} (node {n.name!r})" for n in nodes if not supported(n.op_type)]
+    if missing:
+        kinds = sorted({n.op_type for n in nodes if not supported(n.op_type)})
+        raise ModelImportError(
+            f"{where}: {len(missing)} nodes use unsupported op types {kinds}: "
+            + ", ".join(missing))
+
+    declared = {vi.name: vi for vi in list(g.output) + list(g.value_info)}
+    ctx = ConvertContext(opset=opset)
+    kept: list[Node] = []
+    for node in nodes:
+        ins: list[Tensor | np.ndarray | None] = []
+        for k, name in enumerate(node.inputs):
+            if name == "":
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise ModelImportError(
+                    f"{where}: node {node.name!r} ({node.op_type}) reads input {k} {name!r}, "
+                    "which no graph input, initializer or earlier node defines (a missing "
+                    "initializer?)")
+        for k in const_inputs(node.op_type, opset):
+            if k < len(ins) and isinstance(ins[k], Tensor):
+                raise ModelImportError(
+                    f"{where}: node {node.name!r} ({node.op_type}) needs input {k} "
+                    f"({node.inputs[k]!r}) to be a constant: it fixes the output shape")
+        outs = convert(node, ins, ctx)
+        folded = True
+        for name, v in zip(node.outputs, outs):
+            if not name:
+                continue
+            if isinstance(v, Tensor):
+                folded = False
+                info = ValueInfo(name, tuple(int(d) for d in v.shape), v.dtype)
+            else:
+                v = np.asarray(v)
+                info = ValueInfo(name, tuple(v.shape), str(v.dtype))
+            _check_declared(declared.get(name), info, node, where)
+            values[name] = info
+            env[name] = v
+        if folded:
+            for name, v in zip(node.outputs, outs):
+                if name:
+                    constants[name] = np.asarray(v)
+        else:
+            kept.append(node)
+
+    outputs = [o.name for o in g.output]
+    for name in outputs:
+        if name not in values:
+            raise ModelImportError(f"{where}: graph output {name!r} is not produced by any "
+                                   "node, input or initializer")
+    used = {i for n in kept for i in n.inputs} | set(outputs)
+    consts = {k: v for k, v in constants.items() if k in used}
+    return Graph(inputs=inputs, outputs=outputs, nodes=kept, constants=consts,
+                 values={k: v for k, v in values.items()}, name=g.name or "model", opset=opset)
+
+
+def _check_declared(vi: Any, info: ValueInfo, node: Node, where: str) -> None:
+    """A shape or dtype the model declares for a value must agree with the inferred one."""
+    if vi is None:
+        return
+    dims, dtype = _value_type(vi, where)
+    static = [d for d in dims if isinstance(d, int)]
+    bad_rank = bool(dims) and len(dims) != len(info.shape)
+    bad_dim = not bad_rank and any(isinstance(d, int) and d != s
+                                   for d, s in zip(dims, info.shape))
+    if bad_rank or bad_dim or (dtype != info.dtype):
+        raise ModelImportError(
+            f"{where}: node {node.name!r} ({node.op_type}) output {info.name!r} is inferred as "
+            f"{info.dtype}{list(info.shape)} but the model declares {dtype}{dims}"
+            + (f" (static dims {static})" if static != dims else ""))
+
+
+def _safe(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if out and not out[0].isdigit() else f"v_{out}"
