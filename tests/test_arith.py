@@ -89,6 +89,16 @@ def test_fused_index_recombines():
     assert s(g // 4 * 4 + g % 8) == "(fo * 9 + fi) // 4 * 4 + (fo + fi) % 8"  # no pair
 
 
+def test_remainder_written_out_becomes_floormod():
+    x, y = V("x"), V("y")
+    assert s(x - x // 4 * 4) == "x % 4"
+    assert s(x * 2 - x // 4 * 8 + y) == "y + x % 4 * 2"
+    assert s((x + y) // 3 * 3 - x - y) == "(x + y) % 3 * -1"
+    assert s(x - x // 4 * 8) == "x - x // 4 * 8"  # not a remainder
+    lo, hi = interval(x - x // 4 * 4, {x: (0, 31)})
+    assert (str(lo), str(hi)) == ("0", "3")
+
+
 def test_trunc_division_when_operands_are_signed_known():
     x = V("x")
     assert s(E.binary("truncdiv", x, 4), {x: (0, 100)}) == "x // 4"
@@ -351,8 +361,15 @@ def random_expr(rnd: random.Random, vs: list[Var], depth: int) -> E.Expr:
     if kind < 0.75:
         # a bounded positive divisor
         return E.binary(rnd.choice(["floordiv", "floormod"]), a, vs[2])
-    if kind < 0.88:
+    if kind < 0.85:
         return E.binary(rnd.choice(["min", "max"]), a, random_expr(rnd, vs, depth - 1))
+    if kind < 0.9:
+        # the remainder and fused-index patterns, with the parts possibly mismatched
+        c = rnd.choice([2, 3, 4, 8])
+        b = a if rnd.random() < 0.7 else a + rnd.choice([c, 1])
+        if rnd.random() < 0.5:
+            return a * rnd.choice([1, 2]) - E.binary("floordiv", b, c) * c
+        return E.binary("floordiv", a, c) * c + E.binary("floormod", b, c)
     cond = E.compare(rnd.choice(list(_CMPS)), a, random_expr(rnd, vs, depth - 1))
     if rnd.random() < 0.3:
         cond = E.logical(rnd.choice(["and", "or"]), cond, E.compare("lt", vs[0], vs[1]))

@@ -155,7 +155,8 @@ class Analyzer:
     def _compare(self, e: E.Compare) -> E.Expr:
         a, b = e.a, e.b
         if is_index(a.dtype):
-            d = self.lin(a).add(self.lin(b), -1)
+            # the difference may pair up a remainder split across the two sides
+            d = self._remainder(self._merge_divmod(self.lin(a).add(self.lin(b), -1)))
             if d.is_const:
                 return E.Const(bool(_CMP[e.op](d.const, 0)), "bool")
             lo, hi = self.lin_bound(d)
@@ -354,7 +355,7 @@ class Analyzer:
         for sub, k in reversed(parts):
             out.iadd(self.lin(sub), k)
         out.dtype = e.dtype
-        return self._merge_divmod(out)
+        return self._remainder(self._merge_divmod(out))
 
     def _merge_divmod(self, lin: Lin) -> Lin:
         """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
@@ -380,6 +381,23 @@ class Analyzer:
                 del out.terms[mkey]
                 out.iadd(y, k)
                 break
+        return out
+
+    def _remainder(self, lin: Lin) -> Lin:
+        """``k*y - (y // c) * (k*c)`` is ``(y % c) * k``: a remainder written out by hand."""
+        divs = [(key, m) for key, m in lin.terms.items() if _const_divmod(key.e, "floordiv")]
+        out = lin
+        for dkey, m in divs:
+            c = int(dkey.e.b.value)  # type: ignore[attr-defined]
+            if m % c or out.terms.get(dkey) != m:
+                continue
+            k = -m // c
+            y = self.lin(dkey.e.a)  # type: ignore[attr-defined]
+            if not y.terms or any(out.terms.get(t) != k * v for t, v in y.terms.items()):
+                continue
+            out = out.add(y, -k)
+            out.iadd(Lin.atom(dkey.e), -m)
+            out.iadd(self._floormod(y, c), k)
         return out
 
     # --- division and modulus
