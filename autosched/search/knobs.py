@@ -32,6 +32,12 @@ class TileKnob:
     max_innermost: int = 64
     nondividing: float = 0.15   # chance that a drawn length need not divide what is left
     prefer: tuple[int, ...] = ()  # the untuned default: wanted length per level, innermost last
+    caps: tuple[int, ...] = ()    # largest length per level, innermost last (GPU thread counts)
+
+    def _cap(self, level_from_inner: int) -> int:
+        if self.caps:
+            return self.caps[len(self.caps) - 1 - level_from_inner]
+        return self.max_innermost if level_from_inner == 0 else 1 << 30
 
     def default(self) -> tuple[int, ...]:
         """Preferred lengths, each shrunk to a divisor of what is left (innermost first)."""
@@ -48,8 +54,7 @@ class TileKnob:
         left = self.extent
         out = []
         for level in range(self.parts):
-            innermost = level == 0
-            cap = self.max_innermost if innermost else left
+            cap = min(self._cap(level), left)
             out.append(self._draw(rng, left, cap))
             left = max(1, -(-left // out[-1]))
         return tuple(reversed(out))
@@ -76,7 +81,8 @@ class TileKnob:
                     lengths[src] //= f
                     lengths[dst] *= f
                     new = tuple(lengths[1:])
-                    if new[-1] <= self.max_innermost and all(v >= 1 for v in new):
+                    caps = [self._cap(len(new) - 1 - i) for i in range(len(new))]
+                    if all(1 <= v <= c for v, c in zip(new, caps)):
                         return new
         return self.sample(rng)
 

@@ -42,10 +42,10 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
     pre = f"{name}."
     n = len(op.axis)
     # untuned default: 16 x 8 threads, 4 x 4 register tiles, k slices of 8
-    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, max_innermost=8,
+    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, caps=(32, 4, 8),
                      prefer=(16, 1, 4) if d == n - 1 else ((8, 1, 4) if d == n - 2 else (1, 1, 1)))
             for d, a in enumerate(op.axis)]
-    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, max_innermost=8, prefer=(8, 1))
+    red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, caps=(16, 8), prefer=(4, 1))
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
         ChoiceKnob(f"{pre}fetch_vector", (1, 2, 4)),

@@ -75,9 +75,16 @@ class SearchSpace:
         return Candidate(0, tuple((k.name, k.default()) for k in knobs))
 
     def default_schedule(self) -> Schedule:
-        """The schedule of the default candidate, or the plain default if it is illegal."""
+        """The schedule of the default candidate; if that is illegal here (too many threads,
+        too much shared memory), the first legal one of a fixed-seed sample; else the plain
+        default."""
         low = self.lower(self.default_candidate())
-        return low.schedule if low is not None else self.task.schedule()
+        rng = np.random.default_rng(0)
+        for _ in range(64):
+            if low is not None:
+                return low.schedule
+            low = self.lower(self.sample(rng))
+        return self.task.schedule()
 
     def mutate(self, c: Candidate, rng: np.random.Generator) -> Candidate:
         knobs = self.sketches[c.sketch].knobs
