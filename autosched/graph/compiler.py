@@ -1,22 +1,22 @@
-"""The graph compiler: fused groups become tasks; tasks get their best schedules (or defaults);
-the compiled model runs them in order over a static memory plan.
+"""The graph compiler: graph passes, fused groups become tasks, tasks get their best schedules
+(or defaults), and the compiled model runs them in order over a static memory plan.
 
 Example::
 
-    from importers import onnx as onnx_importer
-    graph = onnx_importer.from_onnx("model.onnx", shapes={"x": (1, 3, 224, 224)})
+    import autosched as aus
+    from importers import from_onnx
+    graph = from_onnx("model.onnx", shapes={"x": (1, 3, 224, 224)})
     aus.tune_graph(graph, target="llvm", trials=2000, log="tuning_logs/model-llvm.jsonl")
     model = aus.compile(graph, target="llvm", log="tuning_logs/model-llvm.jsonl")
-    outputs = model.run({"x": x})
+    outputs = model.run({"x": x})          # list of numpy arrays, in graph output order
 """
 
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,7 @@ from autosched.graph.fuse import Group, fuse
 from autosched.graph.graph import Graph
 from autosched.search.task import Task
 from autosched.targets.target import Target, parse
-from autosched.te import dtype as dt
-from autosched.te.tensor import Tensor, compute, placeholder
+from autosched.te.tensor import PlaceholderOp, Tensor, compute, placeholder
 
 
 def _attr_like(a: np.ndarray) -> bool:
@@ -42,71 +41,120 @@ def _ident(name: str) -> str:
 
 
 @dataclass
+class GroupTask:
+    """A group's task and how its arguments bind: ``args[k]`` names the graph value (or the
+    entry of ``constants``, for arrays a converter derived) passed as ``task.args[k]``."""
+
+    group: Group
+    task: Task
+    args: list[str]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
 class Kernel:
     group: Group
     task: Task
-    args: list[str]            # graph values in task.args order: inputs, then outputs
+    args: list[str]            # graph values (or model constants) in task.args order
     module: Any = None
 
+    @property
+    def n_inputs(self) -> int:
+        return len(self.task.args) - len(self.task.outputs)
 
-def group_task(graph: Graph, group: Group, target: Target) -> tuple[Task, list[str]]:
+
+def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> GroupTask:
     """The TE computation of a group, as a Task whose args are the group's runtime inputs
-    (weights included) and outputs."""
-    from autosched.graph.ops import convert_node
+    (weights included, in the order the DAG reads them) and then its outputs."""
+    from autosched.graph.ops import ConvertContext, const_inputs, convert
 
+    opset = graph.opset or 17
+    must_const = {n.inputs[k] for n in group.nodes for k in const_inputs(n.op_type, opset)
+                  if k < len(n.inputs)}
+    ctx = ConvertContext(opset=opset)
     values: dict[str, Any] = {}
-    params: list[tuple[str, Tensor]] = []
-    for name in group.inputs:
+    name_of: dict[int, str] = {}   # id(placeholder tensor op) -> value name
+    for k, name in enumerate(group.inputs):
         const = graph.constants.get(name)
-        if const is not None and _attr_like(const):
+        if const is not None and (_attr_like(const) or name in must_const):
             values[name] = const
+            ctx.names[id(const)] = f"c{k}"   # canonical: identical groups name stages alike
             continue
         info = graph.values[name]
-        # canonical names: groups with the same workload key share records, and steps name
-        # stages by tensor name (cache_read of an input is "in0.shared")
-        ph = placeholder(info.shape, info.dtype, name=f"in{len(params)}")
+        # canonical names: steps name stages by tensor name (cache_read of "in0" is "in0.shared")
+        ph = placeholder(info.shape, info.dtype, name=f"in{k}")
         values[name] = ph
-        params.append((name, ph))
+        name_of[ph.op.uid] = name
     for node in group.nodes:
         ins = [values.get(i) if i else None for i in node.inputs]
-        outs = convert_node(node, ins, graph)
+        outs = convert(node, ins, ctx)
         for o, t in zip(node.outputs, outs):
-            values[o] = t
+            if o:
+                values[o] = t
+    derived: dict[str, np.ndarray] = {}
+    by_id = {id(a): n for n, a in graph.constants.items()}
+    for ph, arr in ctx.constants.items():
+        src = by_id.get(id(arr))
+        if src is None:  # an array the converter computed (say beta * C): a model constant
+            src = f"{group.name}#{index}:{ph.name}"
+            derived[src] = arr
+        name_of[ph.op.uid] = src
     outs_t: list[Tensor] = []
     for o in group.outputs:
         t = values[o]
         if isinstance(t, np.ndarray):
-            raise ModelImportError(f"value {o} of group {group.name} folded to a constant at run time")
-        if any(t is p for _, p in params):  # an output that is an input: copy it
-            src = t
-            t = compute(src.shape, lambda *i, s=src: s[i], name=f"copy_{_ident(o)}")
+            raise ModelImportError(f"value {o} of group {group.name} folded to a constant; "
+                                   "run autosched.graph.passes.optimize first")
+        if isinstance(t.op, PlaceholderOp):  # an output that is an input: copy it
+            t = compute(t.shape, lambda *i, s=t: s[i], name=f"copy_{_ident(o)}")
         outs_t.append(t)
-    args = [p for _, p in params] + outs_t
+    from autosched.te.dag import ComputeDAG
+
+    phs = ComputeDAG(outs_t).placeholders
+    args = list(phs) + outs_t
     task = Task(lambda: args, target=target, name=group.name)
-    return task, [n for n, _ in params] + list(group.outputs)
+    names = [name_of[p.op.uid] for p in phs] + list(group.outputs)
+    return GroupTask(group, task, names, {k: v for k, v in derived.items() if k in names})
 
 
 def runtime_values(graph: Graph) -> set[str]:
     out = {v.name for v in graph.inputs}
     for n in graph.nodes:
         if any(i in out for i in n.inputs if i):
-            out.update(n.outputs)
+            out.update(o for o in n.outputs if o)
     return out
+
+
+def prepare(graph: Graph) -> Graph:
+    """The graph after the passes (constant folding, batch-norm folding, dead nodes)."""
+    from autosched.graph.passes import optimize
+
+    return optimize(graph)
 
 
 def plan(graph: Graph) -> list[Group]:
     return fuse(graph, runtime_values(graph))
 
 
-def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Task], list[int]]:
-    """Distinct tasks of the graph (de-duplicated by workload key) and how often each occurs."""
+def group_tasks(graph: Graph, target: str | Target = "llvm") -> list[GroupTask]:
+    """One GroupTask per fused group of the optimized graph, in execution order."""
     tgt = parse(target)
+    g = prepare(graph)
+    return [group_task(g, grp, tgt, k) for k, grp in enumerate(plan(g))]
+
+
+def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Task], list[int]]:
+    """Distinct tasks of the graph (de-duplicated by workload key) and how often each occurs.
+
+    Example::
+
+        tasks, weights = extract_tasks(graph, "llvm")   # ResNet-18: repeated blocks count twice
+    """
     tasks: dict[str, Task] = {}
     counts: dict[str, int] = {}
-    for g in plan(graph):
-        task, _ = group_task(graph, g, tgt)
-        key = task.workload_key
-        tasks.setdefault(key, task)
+    for gt in group_tasks(graph, target):
+        key = gt.task.workload_key
+        tasks.setdefault(key, gt.task)
         counts[key] = counts.get(key, 0) + 1
     return list(tasks.values()), [counts[k] for k in tasks]
 
@@ -114,130 +162,74 @@ def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Tas
 def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int = 1000,
                log: str | os.PathLike | None = None, **kwargs: Any) -> dict[str, float]:
     """Tune every task of ``graph``, trials shared by the task scheduler (weighted by how often
-    each task occurs)."""
+    each task occurs). Returns the best seconds per task name.
+
+    Example::
+
+        aus.tune_graph(graph, "llvm", trials=500, log="tuning_logs/model.jsonl")
+    """
     from autosched.search.tune import tune
 
     tasks, weights = extract_tasks(graph, target)
     return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
 
 
-class CompiledModel:
-    """Kernels in order over a static memory plan. ``run`` takes {input name: array}."""
-
-    def __init__(self, graph: Graph, kernels: list[Kernel], target: Target):
-        self.graph = graph
-        self.kernels = kernels
-        self.target = target
-        self._plan_memory()
-
-    def _plan_memory(self) -> None:
-        """Intermediate values share byte buffers once their last reader has run."""
-        last_use: dict[str, int] = {}
-        for k, kern in enumerate(self.kernels):
-            for v in kern.args:
-                last_use[v] = k
-        for o in self.graph.outputs:
-            last_use[o] = len(self.kernels)
-        free: dict[int, list[np.ndarray]] = {}
-        raw_of: dict[str, np.ndarray] = {}
-        self.storage: dict[str, np.ndarray] = {}
-        self.peak_bytes = 0
-        for k, kern in enumerate(self.kernels):
-            n_in = len(kern.task.args) - len(kern.task.outputs)
-            for v in kern.args[n_in:]:
-                info = self.graph.values[v]
-                nbytes = max(int(np.prod(info.shape, dtype=np.int64)) * dt.nbytes(info.dtype), 1)
-                pool = free.get(nbytes)
-                if pool:
-                    raw = pool.pop()
-                else:
-                    raw = np.empty(nbytes, np.uint8)
-                    self.peak_bytes += nbytes
-                raw_of[v] = raw
-                self.storage[v] = raw[: nbytes].view(info.dtype).reshape(info.shape)
-            for v in set(kern.args):
-                if last_use.get(v) == k and v in raw_of:
-                    raw = raw_of.pop(v)
-                    free.setdefault(raw.size, []).append(raw)
-
-    def _bind(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        vals: dict[str, np.ndarray] = {}
-        for v in self.graph.inputs:
-            if v.name not in inputs:
-                raise ModelImportError(f"missing input {v.name} ({v.dtype}{list(v.shape)}); "
-                                       f"the model takes {[i.name for i in self.graph.inputs]}")
-            a = np.ascontiguousarray(inputs[v.name])
-            if tuple(a.shape) != tuple(v.shape) or str(a.dtype) != v.dtype:
-                raise ModelImportError(f"input {v.name} must be {v.dtype}{list(v.shape)}, got "
-                                       f"{a.dtype}{list(a.shape)}")
-            vals[v.name] = a
-        unknown = set(inputs) - {v.name for v in self.graph.inputs}
-        if unknown:
-            raise ModelImportError(f"unknown inputs {sorted(unknown)}")
-        for name, a in self.graph.constants.items():
-            vals[name] = np.ascontiguousarray(a)
-        vals.update(self.storage)
-        return vals
-
-    def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        vals = self._bind(inputs)
-        for kern in self.kernels:
-            kern.module(*(vals[v] for v in kern.args))
-        return [np.array(vals[o]) for o in self.graph.outputs]
-
-    def time(self, inputs: dict[str, np.ndarray], repeat: int = 10, min_s: float = 0.5) -> float:
-        """Median seconds of one run (after a warm-up)."""
-        self.run(inputs)
-        times = []
-        deadline = time.perf_counter() + min_s
-        while len(times) < repeat or time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            self.run(inputs)
-            times.append(time.perf_counter() - t0)
-        return float(np.median(times))
-
-    def summary(self) -> str:
-        lines = [f"{len(self.kernels)} kernels, {self.peak_bytes / 1e6:.1f} MB intermediate memory"]
-        for k in self.kernels:
-            lines.append(f"  {k.task.name}: {', '.join(k.args)}")
-        return "\n".join(lines)
-
-
-def compile(graph: Graph, target: str | Target = "llvm", log: str | os.PathLike | None = None) -> CompiledModel:  # noqa: A001
-    """Compile a graph: each fused group with its best record in ``log`` (the untuned default
-    schedule when there is none, with a warning listing those tasks)."""
-    from autosched.search.record import RecordLog
+def _schedule_for(task: Task, records: Any, tgt: Target) -> tuple[Any, bool]:
     from autosched.search.space import SearchSpace
 
+    if records is not None:
+        best = records.best(task.workload_key, tgt)
+        if best:
+            try:
+                return task.schedule(best[0].schedule_steps()), True
+            except Exception as exc:  # noqa: BLE001  a record from an older sketch version
+                warnings.warn(f"record for {task.name} does not replay ({exc}); using the "
+                              "default schedule", stacklevel=3)
+    return SearchSpace(task).default_schedule(), False
+
+
+def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
+            log: str | os.PathLike | None = None) -> Any:
+    """Compile a graph: each fused group with its best record in ``log`` (the untuned default
+    schedule when there is none, with a warning listing those tasks). Returns a CompiledModel
+    (CPU targets) or a CudaModel (target "cuda") with ``run({name: array}) -> [arrays]``.
+
+    Example::
+
+        model = aus.compile(graph, target="llvm")      # default schedules
+        (y,) = model.run({"x": x})
+    """
+    from autosched.graph.executor import CompiledModel
+    from autosched.search.record import RecordLog
+
     tgt = parse(target)
+    g = prepare(graph)
     kernels: list[Kernel] = []
     built: dict[str, Any] = {}
-    records = RecordLog(log) if log is not None else None
+    records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
-    for g in plan(graph):
-        task, args = group_task(graph, g, tgt)
-        key = task.workload_key
+    constants = dict(g.constants)
+    for k, grp in enumerate(plan(g)):
+        gt = group_task(g, grp, tgt, k)
+        constants.update(gt.constants)
+        key = gt.task.workload_key
         if key not in built:
-            sch = None
-            if records is not None:
-                best = records.best(key, tgt)
-                if best:
-                    try:
-                        sch = task.schedule(best[0].schedule_steps())
-                    except Exception as exc:  # a record from another version of the sketches
-                        warnings.warn(f"record for {task.name} does not replay ({exc}); "
-                                      "using the default schedule", stacklevel=2)
-            if sch is None:
-                untuned.append(task.name)
-                sch = SearchSpace(task).default_schedule()
-            built[key] = task.build(sch)
-        kernels.append(Kernel(g, task, args, built[key]))
+            sch, tuned = _schedule_for(gt.task, records, tgt)
+            if not tuned:
+                untuned.append(gt.task.name)
+            built[key] = gt.task.build(sch)
+        kernels.append(Kernel(grp, gt.task, gt.args, built[key]))
     if untuned and log is not None:
-        warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): {', '.join(untuned)}; "
-                      "they use default schedules", stacklevel=2)
-    return CompiledModel(graph, kernels, tgt)
+        warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): "
+                      f"{', '.join(untuned)}; they use default schedules", stacklevel=2)
+    if tgt.kind == "cuda":
+        from autosched.graph.executor_cuda import CudaModel
+
+        return CudaModel(g, kernels, tgt, constants)
+    return CompiledModel(g, kernels, tgt, constants)
 
 
 def tasks_table(graph: Graph, target: str | Target = "llvm") -> Sequence[str]:
     tasks, weights = extract_tasks(graph, target)
-    return [f"{t.name} x{w}: {t.flop_count / 1e6:.1f} MFLOP, key {t.workload_key}" for t, w in zip(tasks, weights)]
+    return [f"{t.name} x{w}: {t.flop_count / 1e6:.1f} MFLOP, key {t.workload_key}"
+            for t, w in zip(tasks, weights)]

@@ -1,10 +1,18 @@
 """Operator fusion: group a graph's nodes into kernels.
 
-Each group is one task. A group starts at an anchor (any node whose output is not a plain
-elementwise function of one producer's output: convolutions, matmuls, pooling, reductions,
-layout changes) and absorbs the elementwise and broadcast nodes that follow it, as long as the
-value it extends has no other reader and is not a graph output (conv + bias + activation +
-residual add become one kernel). Chains of injective nodes fuse the same way.
+Each group is one task. A group starts at an anchor (a node that is not elementwise in one of
+its inputs: convolutions, matmuls, pooling, reductions, layout changes) and absorbs the
+elementwise and broadcast nodes that follow it, as long as the value it extends has no other
+reader and is not a graph output: conv + bias + activation + residual add become one kernel.
+Injective nodes (reshapes, transposes, slices, pads, concats, gathers) join a group made only of
+injective and elementwise nodes, so chains of layout changes become one copy kernel; they never
+join a group holding a reduction (its output would be re-read out of order, defeating the
+reduction's schedule).
+
+Example::
+
+    groups = fuse(graph, runtime_values(graph))
+    [g.name for g in groups]     # ['conv_relu', 'conv_add_relu', 'maxpool', ...]
 """
 
 from __future__ import annotations
@@ -13,13 +21,20 @@ from dataclasses import dataclass, field
 
 from autosched.graph.graph import Graph, Node
 
-# Outputs are elementwise in the first input (other inputs broadcast into it).
+# Outputs are elementwise in an input of the same shape (other inputs broadcast into it).
 ELEMENTWISE = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Relu", "LeakyRelu", "PRelu",
-    "Sigmoid", "Tanh", "Erf", "Gelu", "HardSigmoid", "HardSwish", "Clip", "Exp", "Log", "Sqrt",
-    "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Where", "Equal", "Less", "Greater",
-    "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Cast", "Identity", "Dropout",
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Relu", "LeakyRelu",
+    "PRelu", "Elu", "Selu", "Sigmoid", "Tanh", "Erf", "Gelu", "HardSigmoid", "HardSwish",
+    "Softplus", "Softsign", "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor",
+    "Ceil", "Round", "Sign", "Sin", "Cos", "Where", "Equal", "Less", "Greater", "LessOrEqual",
+    "GreaterOrEqual", "Not", "And", "Or", "Xor", "Cast", "CastLike", "Identity", "Dropout",
     "BatchNormalization",
+}
+
+# Each output element reads a fixed set of input elements, no reduction.
+INJECTIVE = {
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Expand", "Tile", "Pad",
+    "Concat", "Gather", "Split", "DepthToSpace", "SpaceToDepth", "Resize",
 }
 
 
@@ -35,10 +50,21 @@ class Group:
     def name(self) -> str:
         return "_".join(n.op_type.lower() for n in self.nodes)[:60]
 
+    @property
+    def injective(self) -> bool:
+        """Whether every node is elementwise or injective (no reduction, no anchor)."""
+        return all(n.op_type in ELEMENTWISE or n.op_type in INJECTIVE for n in self.nodes)
+
+
+def _can_extend(graph: Graph, value: str, group: Group | None, readers: dict[str, int],
+                outputs: set[str]) -> bool:
+    return (group is not None and value not in outputs and readers.get(value, 0) == 1
+            and value in graph.values)
+
 
 def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
     """Groups in execution order. ``runtime`` are the values computed at run time (not
-    constants); constant-only nodes never reach here (the importer folded them)."""
+    constants); constant-only nodes never reach here (passes.fold_constants folded them)."""
     readers: dict[str, int] = {}
     for n in graph.nodes:
         for i in set(n.inputs):
@@ -46,23 +72,34 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
     outputs = set(graph.outputs)
     groups: list[Group] = []
     owner: dict[str, Group] = {}
+    index: dict[int, int] = {}   # id(group) -> creation order
     for node in graph.nodes:
-        if not any(o in runtime for o in node.outputs):
+        if not any(o in runtime for o in node.outputs if o):
             continue
         target = None
-        if node.op_type in ELEMENTWISE and len(node.outputs) == 1:
+        outs = [o for o in node.outputs if o]
+        if len(outs) == 1 and (node.op_type in ELEMENTWISE or node.op_type in INJECTIVE):
+            shape = graph.values[outs[0]].shape
             for i in node.inputs:
                 g = owner.get(i)
-                if g is None or i in outputs or readers.get(i, 0) != 1:
+                if not _can_extend(graph, i, g, readers, outputs):
                     continue
-                if graph.values[i].shape == graph.values[node.outputs[0]].shape:
+                # creation order stays an execution order: no other input may come from a
+                # group created later (that group could read this one: a cycle)
+                if any(index[id(owner[j])] > index[id(g)] for j in node.inputs if j in owner):
+                    continue
+                if node.op_type in ELEMENTWISE and graph.values[i].shape == shape:
+                    target = g
+                    break
+                if g is not None and g.injective:
                     target = g
                     break
         if target is None:
             target = Group([])
+            index[id(target)] = len(groups)
             groups.append(target)
         target.nodes.append(node)
-        for o in node.outputs:
+        for o in outs:
             owner[o] = target
     for g in groups:
         made = {o for n in g.nodes for o in n.outputs}
@@ -72,7 +109,11 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
                 if i and i not in made and i not in seen:
                     seen.append(i)
         g.inputs = seen
-    for g in groups:
+    read_by: dict[str, set[int]] = {}
+    for k, g in enumerate(groups):
+        for i in g.inputs:
+            read_by.setdefault(i, set()).add(k)
+    for k, g in enumerate(groups):
         g.outputs = [o for n in g.nodes for o in n.outputs
-                     if o in runtime and (o in outputs or any(o in h.inputs for h in groups if h is not g))]
+                     if o in runtime and (o in outputs or read_by.get(o, set()) - {k})]
     return groups

@@ -1,0 +1,160 @@
+"""Graph passes run before fusion: constant folding, batch-norm folding into convolutions,
+Identity / Dropout removal and dead-node elimination.
+
+Each pass returns a new Graph (the input is left as it was).
+
+Example::
+
+    from autosched.graph.passes import optimize
+    g = optimize(graph)          # every pass, in order
+    print(g.op_counts())         # no BatchNormalization after a Conv
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from autosched.graph.graph import Graph, Node, ValueInfo
+
+
+def _copy(g: Graph) -> Graph:
+    return Graph(inputs=list(g.inputs), outputs=list(g.outputs),
+                 nodes=[copy.copy(n) for n in g.nodes], constants=dict(g.constants),
+                 values=dict(g.values), name=g.name, opset=g.opset)
+
+
+def _readers(g: Graph) -> dict[str, list[Node]]:
+    out: dict[str, list[Node]] = {}
+    for n in g.nodes:
+        for i in dict.fromkeys(n.inputs):
+            if i:
+                out.setdefault(i, []).append(n)
+    return out
+
+
+def _evaluate(node: Node, outs: list, ctx) -> list[np.ndarray]:  # noqa: ANN001
+    """Values of TE outputs whose inputs are all constants: build with the default schedule
+    and run on this CPU."""
+    from autosched.search.space import SearchSpace
+    from autosched.search.task import Task
+
+    phs = list(ctx.constants)
+    task = Task(lambda: phs + outs, target="llvm", name=f"fold_{node.op_type}")
+    mod = task.build(SearchSpace(task).default_schedule())
+    arrays = [np.ascontiguousarray(ctx.constants[p]) for p in task.args[: len(phs)]]
+    results = [np.empty([int(d) for d in t.shape], t.dtype) for t in outs]
+    mod(*arrays, *results)
+    return results
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Replace every node whose inputs are all constants by its outputs' values (the importer
+    folds what its converters return as numpy; this folds the rest, e.g. a Conv of constants,
+    by running it once)."""
+    from autosched.graph.ops import ConvertContext, convert
+    from autosched.te.dag import ComputeDAG
+    from autosched.te.tensor import Tensor
+
+    g = _copy(graph)
+    kept = []
+    for node in g.nodes:
+        ins = [i for i in node.inputs if i]
+        if not ins or not all(i in g.constants for i in ins):
+            kept.append(node)
+            continue
+        ctx = ConvertContext(opset=g.opset or 17)
+        outs = convert(node, [g.constants[i] if i else None for i in node.inputs], ctx)
+        tensors = [o for o in outs if isinstance(o, Tensor)]
+        if tensors:
+            # placeholders the converter made for constant inputs, in the DAG's order
+            ctx.constants = {p: ctx.constants[p] for p in ComputeDAG(tensors).placeholders}
+            vals = iter(_evaluate(node, tensors, ctx))
+            outs = [next(vals) if isinstance(o, Tensor) else o for o in outs]
+        for name, v in zip(node.outputs, outs):
+            if name:
+                arr = np.asarray(v)
+                g.constants[name] = arr
+                g.values[name] = ValueInfo(name, tuple(arr.shape), str(arr.dtype))
+    g.nodes = kept
+    return g
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """Conv (constant weight and bias) followed by BatchNormalization (constant parameters)
+    becomes one Conv with scaled weights and a shifted bias, when the BatchNormalization is the
+    conv output's only reader and that output is no graph output."""
+    g = _copy(graph)
+    readers = _readers(g)
+    producer = {o: n for n in g.nodes for o in n.outputs}
+    dropped: set[int] = set()
+    for bn in g.nodes:
+        if bn.op_type != "BatchNormalization" or bn.attrs.get("training_mode", 0):
+            continue
+        if len([o for o in bn.outputs if o]) != 1 or len(bn.inputs) < 5:
+            continue
+        x = bn.inputs[0]
+        conv = producer.get(x)
+        if (conv is None or conv.op_type != "Conv" or x in g.outputs
+                or len(readers.get(x, [])) != 1 or not all(p in g.constants for p in bn.inputs[1:5])
+                or conv.inputs[1] not in g.constants
+                or (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in g.constants)):
+            continue
+        gamma, beta, mean, var = (g.constants[p].astype(np.float64) for p in bn.inputs[1:5])
+        w = g.constants[conv.inputs[1]]
+        if w.dtype.kind != "f" or gamma.ndim != 1 or gamma.shape[0] != w.shape[0]:
+            continue
+        scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        bias = (g.constants[conv.inputs[2]].astype(np.float64)
+                if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0]))
+        new_w = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        new_b = ((bias - mean) * scale + beta).astype(w.dtype)
+        wn, bnm = f"{conv.name}.bn_weight", f"{conv.name}.bn_bias"
+        g.constants[wn], g.constants[bnm] = new_w, new_b
+        g.values[wn] = ValueInfo(wn, new_w.shape, str(new_w.dtype))
+        g.values[bnm] = ValueInfo(bnm, new_b.shape, str(new_b.dtype))
+        conv.inputs = [conv.inputs[0], wn, bnm]
+        conv.outputs = [bn.outputs[0]]
+        g.values[bn.outputs[0]] = ValueInfo(bn.outputs[0], g.values[x].shape, g.values[x].dtype)
+        dropped.add(id(bn))
+    g.nodes = [n for n in g.nodes if id(n) not in dropped]
+    return eliminate_dead(g)
+
+
+def remove_identities(graph: Graph) -> Graph:
+    """Identity and (inference) Dropout nodes read through: their readers read the source. One
+    whose output is a graph output stays (it becomes a copy kernel)."""
+    g = _copy(graph)
+    alias: dict[str, str] = {}
+    kept = []
+    for n in g.nodes:
+        n.inputs = [alias.get(i, i) for i in n.inputs]
+        outs = [o for o in n.outputs if o]
+        passthrough = n.op_type == "Identity" or (
+            n.op_type == "Dropout" and len(outs) == 1 and len(n.inputs) < 3)
+        if passthrough and outs[0] not in g.outputs and n.inputs and n.inputs[0]:
+            alias[outs[0]] = n.inputs[0]
+            continue
+        kept.append(n)
+    g.nodes = kept
+    return g
+
+
+def eliminate_dead(graph: Graph) -> Graph:
+    """Drop nodes no graph output depends on, and constants nothing reads."""
+    g = _copy(graph)
+    live = set(g.outputs)
+    kept: list[Node] = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outputs if o):
+            kept.append(n)
+            live.update(i for i in n.inputs if i)
+    g.nodes = kept[::-1]
+    g.constants = {k: v for k, v in g.constants.items() if k in live}
+    return g
+
+
+def optimize(graph: Graph) -> Graph:
+    """Every pass: constant folding, Identity removal, batch-norm folding, dead nodes."""
+    return eliminate_dead(fold_batch_norm(remove_identities(fold_constants(graph))))
