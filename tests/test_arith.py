@@ -277,12 +277,30 @@ def test_interval_floormod_minmax_select_and_data_dependent():
 
 
 def test_interval_extent_of_divided_ranges():
+    io, fo, fi = V("io"), V("fo"), V("fi")
+    # io*32 // 7 .. (io*32 + 31) // 7 covers 5 or 6 values whatever io is
+    assert interval_extent(io * 32 // 7, (io * 32 + 31) // 7) == 6
+    assert interval_extent(io * 32 // 8, (io * 32 + 31) // 8) == 4
+    # a fused loop split by 32 and read back as (f // 56, f % 56)
+    f = fo * 32 + fi
+    lo, hi = interval(f // 56, {fi: (0, 31)})
+    assert interval_extent(lo, hi) == 2
+    lo, hi = interval(f % 56, {fi: (0, 31)})
+    assert (str(lo), str(hi)) == ("0", "55")
+    assert const_bound((io + 9) // 4 - io // 4) == (2, 3)
+
+
+def test_bounds_of_clamped_and_selected_terms():
     io = V("io")
-    # io*32 // 7 .. (io*32 + 31) // 7 covers at most 6 values
-    assert (
-        interval_extent(io * 32 // 7, (io * 32 + 31) // 7) is None
-        or interval_extent(io * 32 // 7, (io * 32 + 31) // 7) >= 5
-    )
+    # regions clamped to a tensor's shape
+    lo = E.binary("max", io * 4 - 1, 0)
+    hi = E.binary("min", io * 4 + 4, 99)
+    assert interval_extent(lo, hi, {io: (0, 24)}) == 6
+    assert interval_extent(lo, hi) == 6
+    assert const_bound(E.select(io < 3, io * 2, io * 2 + 5) - io * 2) == (0, 5)
+    assert const_bound(E.binary("min", io, 5) - io) == (None, 0)
+    assert const_bound(E.binary("max", io, 5) - io) == (0, None)
+    assert const_bound(io - E.binary("min", io, 5)) == (0, None)
 
 
 # ---------------------------------------------------------------------------------------------
