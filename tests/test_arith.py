@@ -231,6 +231,18 @@ def test_const_bound():
     assert const_bound(E.cast("int64", i), b) == (0, 7)
 
 
+def test_one_analyzer_serves_many_calls():
+    from autosched.schedule.arith import Analyzer
+
+    io, ii = V("io"), V("ii")
+    b = {ii: (0, 7)}
+    ana = Analyzer(b)
+    for e in [(io * 8 + ii) // 8, (io * 8 + ii) % 8, io * 8 + ii < io * 8 + 8]:
+        assert same(ana.simplify(e), simplify(e, b))
+    assert ana.prove(ii < 8) is True and ana.prove(io < 8) is None
+    assert ana.const_bound(ii * 2 - 1) == (-1, 13)
+
+
 def test_prove():
     i, j, x = V("i"), V("j"), V("x")
     b = {i: (0, 7), j: (0, 3)}

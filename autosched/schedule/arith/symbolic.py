@@ -144,8 +144,8 @@ def interval(
 
     Example::
 
-        >>> interval(io * 32 + ii, {ii: (0, 31)})
-        (io * 32, io * 32 + 31)
+        >>> [str(x) for x in interval(io * 32 + ii, {ii: (0, 31)})]
+        ['io * 32', 'io * 32 + 31']
     """
     bounds = dict(bounds or {})
     base = Analyzer(bounds)
