@@ -15,11 +15,11 @@ demo: $(BIN)/.installed
 	$(BIN)/python -m autosched.demo
 
 test: $(BIN)/.installed
-	$(BIN)/ruff check autosched importers tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check autosched importers tests benchmarks
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) build
