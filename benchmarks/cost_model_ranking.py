@@ -11,6 +11,14 @@ matmul shapes with the LLVM backend, times each one (median of 3 repeats of at l
 and writes one JSON line per schedule: shape, steps, costs, and the target's CPU. Run it on a
 quiet machine; on a loaded one parallel kernels time at random.
 
+``measure-space`` / ``evaluate-log`` do the same with candidates sampled from the search space of
+a named workload (any target; through the real Measurer, written as a tuning log):
+
+    python benchmarks/cost_model_ranking.py measure-space --workload gemm --shape 1024 1024 1024 \
+        --target cuda --n 256 --log /tmp/gemm_cuda.jsonl
+    python benchmarks/cost_model_ranking.py evaluate-log --workload gemm --shape 1024 1024 1024 \
+        --target "cuda -arch=sm_90" --log /tmp/gemm_cuda.jsonl
+
 ``evaluate`` re-lowers every schedule here, extracts features, and for several training-set
 sizes compares the model's objectives on held-out schedules of each shape: pairwise ordering
 accuracy and top-8 recall (the best true throughput among the 8 best predicted, over the best
@@ -97,18 +105,25 @@ def evaluate(path: str, reps: int) -> None:
         t = np.array(thr)
         print(f"  {shape}: best {1 / t.max() * 1e6:.0f} us, median {1 / np.median(t) * 1e6:.0f} us,"
               f" worst {1 / t.min() * 1e6:.0f} us")
+    compare_objectives(data, reps)
+
+
+def compare_objectives(data: dict, reps: int) -> None:
+    """Held-out pairwise accuracy and top-8 recall of each objective, per training size; every
+    objective sees the same random splits."""
     n_per = min(len(v[0]) for v in data.values())
     rng = np.random.default_rng(0)
     for n_train in (25, 50, 100, 150):
         if n_train >= n_per - 20:
             continue
-        for objective in ("rank", "regression"):
+        splits = [{shape: rng.permutation(len(feats)) for shape, (feats, _) in data.items()}
+                  for _ in range(reps)]
+        for objective in ("rank", "regression", "log_regression", "auto"):
             accs, recalls, fit_s = [], [], []
-            for _ in range(reps):
+            for split in splits:
                 tr_x, tr_y, tr_g, tests = [], [], [], []
                 for shape, (feats, thr) in data.items():
-                    perm = rng.permutation(len(feats))
-                    tr, ho = perm[:n_train], perm[n_train:]
+                    tr, ho = split[shape][:n_train], split[shape][n_train:]
                     tr_x += [feats[i] for i in tr]
                     tr_y += [thr[i] for i in tr]
                     tr_g += [str(shape)] * len(tr)
@@ -121,9 +136,58 @@ def evaluate(path: str, reps: int) -> None:
                     p = model.predict(hx)
                     accs.append(pairwise_accuracy(p, hy))
                     recalls.append(hy[np.argsort(-p)[:8]].max() / hy.max())
-            print(f"train {n_train:3d}/shape {objective:10s} pairwise {np.mean(accs):.3f} "
+            print(f"train {n_train:3d}/shape {objective:14s} pairwise {np.mean(accs):.3f} "
                   f"top-8 recall {np.mean(recalls):.3f}  fit {np.mean(fit_s):.2f} s "
-                  f"({2 * n_train} samples)")
+                  f"({len(tr_y)} samples)", flush=True)
+
+
+def measure_space(workload: str, shape: list[int], target: str, n: int, log_path: str,
+                  seed: int) -> None:
+    from autosched.search.measure import Measurer
+    from autosched.search.record import RecordLog, records_from
+    from autosched.search.space import SearchSpace
+    from autosched.search.task import Task
+    from autosched.search.workloads import WORKLOADS
+
+    task = Task(WORKLOADS[workload], args=shape, target=target, name=workload)
+    space = SearchSpace(task)
+    rng = np.random.default_rng(seed)
+    log = RecordLog(log_path)
+    seen: set[str] = set()
+    t0 = time.time()
+    with Measurer(task.target, repeat=3, min_repeat_ms=20) as m:
+        while len(seen) < n:
+            batch = []
+            for _ in range(2000):
+                if len(batch) == 32 or len(seen) >= n:
+                    break
+                low = space.lower(space.sample(rng))
+                if low is None or low.ir_hash in seen:
+                    continue
+                seen.add(low.ir_hash)
+                batch.append(low.schedule)
+            if not batch:
+                break
+            log.append(records_from(task, batch, m.measure(task, batch)))
+            print(f"{len(seen)} measured, {time.time() - t0:.0f} s", flush=True)
+
+
+def evaluate_log(workload: str, shape: list[int], target: str, path: str, reps: int) -> None:
+    from autosched.search.record import RecordLog
+    from autosched.search.task import Task
+    from autosched.search.workloads import WORKLOADS
+
+    task = Task(WORKLOADS[workload], args=shape, target=target, name=workload)
+    records = [r for r in RecordLog(path).load() if r.ok]
+    feats, thr = [], []
+    for r in records:
+        sch = task.schedule([step_from_dict(d) for d in r.steps])
+        feats.append(extract_features(task.lower(sch), task.target))
+        thr.append(1.0 / r.cost)
+    t = np.array(thr)
+    print(f"{workload} {shape} on {target}: {len(records)} ok records; best "
+          f"{1e6 / t.max():.0f} us, median {1e6 / np.median(t):.0f} us, worst {1e6 / t.min():.0f} us")
+    compare_objectives({tuple(shape): (feats, thr)}, reps)
 
 
 def main() -> None:
@@ -136,11 +200,26 @@ def main() -> None:
     e = sub.add_parser("evaluate")
     e.add_argument("path")
     e.add_argument("--reps", type=int, default=5)
+    for name in ("measure-space", "evaluate-log"):
+        p = sub.add_parser(name)
+        p.add_argument("--workload", default="gemm")
+        p.add_argument("--shape", type=int, nargs="+", default=[512, 512, 512])
+        p.add_argument("--target", default="llvm")
+        p.add_argument("--log", required=True)
+        if name == "measure-space":
+            p.add_argument("--n", type=int, default=256)
+            p.add_argument("--seed", type=int, default=0)
+        else:
+            p.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     if args.cmd == "measure":
         measure(args.n, args.out, args.seed)
-    else:
+    elif args.cmd == "evaluate":
         evaluate(args.path, args.reps)
+    elif args.cmd == "measure-space":
+        measure_space(args.workload, args.shape, args.target, args.n, args.log, args.seed)
+    else:
+        evaluate_log(args.workload, args.shape, args.target, args.log, args.reps)
 
 
 if __name__ == "__main__":

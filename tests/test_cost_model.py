@@ -337,7 +337,7 @@ def dataset():
     return feats, np.array(truth)
 
 
-@pytest.mark.parametrize("objective", ["rank", "regression"])
+@pytest.mark.parametrize("objective", ["auto", "rank", "regression", "log_regression"])
 def test_model_ranks_held_out_schedules(dataset, objective):
     feats, truth = dataset
     model = XGBModel(objective=objective)

@@ -11,14 +11,22 @@ init and update stores share loops). The folded vector lets the standard objecti
 store at once.
 
 Targets are throughputs normalised per task (group): ``throughput / best throughput of its
-group``, so 1.0 is the best measured candidate of each task and failures are 0. Two
-objectives are offered: ``"rank"`` (XGBoost's ``rank:pairwise`` with one query per task; only
-the order within a task matters, which is all the search uses) and ``"regression"`` (squared
-error on the normalised throughput). ``"rank"`` is the default because it ranks real timings
-better while data is scarce, which is when the search leans on the model most: on 400 measured
-random matmul schedules (benchmarks/cost_model_ranking.py, two shapes, 4 threads) held-out
-pairwise accuracy was 0.74 / 0.78 / 0.77 for rank against 0.69 / 0.70 / 0.75 for regression
-with 25 / 50 / 100 training schedules per shape, and about equal (0.74 / 0.75) at 150.
+group``, so 1.0 is the best measured candidate of each task and failures are 0. Objectives:
+
+* ``"rank"``: XGBoost's ``rank:pairwise`` with one query per task (only the order inside a
+  task matters, which is all the search uses);
+* ``"regression"``: squared error on the normalised throughput;
+* ``"log_regression"``: squared error on its log2 (floored at 1e-3), so a 2x gap counts the
+  same among slow candidates as among fast ones;
+* ``"auto"`` (default): ``rank`` while the tasks have fewer than ``AUTO_SWITCH`` (100)
+  measured candidates each on average, ``log_regression`` from then on.
+
+Why: on real timings (benchmarks/cost_model_ranking.py; 400 random matmul schedules on CPU,
+237 search-space GEMM 1024 candidates on an H200, 200 conv2d candidates on CPU) pairwise
+ranking was best with 25-50 training candidates per task (held-out pairwise accuracy 0.75 /
+0.84 / 0.64 at 25 against 0.72 / 0.81 / 0.61 for log_regression and 0.69 / 0.75 / 0.58 for
+plain regression), and log_regression best from 100 on (0.80 / 0.87 / 0.80 at 100 against
+0.76 / 0.84 / 0.70 for rank). See docs/cost_model.md for the tables.
 
 Training is synchronous and uses ``nthread`` threads (default 1). Do not train while a
 measurement runs: XGBoost's OpenMP threads spin after work (set OMP_WAIT_POLICY=passive) and
@@ -45,7 +53,10 @@ import numpy as np
 from autosched.cost_model.features import FEATURE_NAMES, N_FEATURES, extract_features
 from autosched.cost_model.random_model import RandomModel
 
-OBJECTIVES = {"rank": "rank:pairwise", "regression": "reg:squarederror"}
+OBJECTIVES = ("auto", "rank", "regression", "log_regression")
+# "auto" ranks pairwise until the tasks have this many measured candidates each on average.
+AUTO_SWITCH = 100
+LOG_FLOOR = 1e-3  # normalised throughput of failures and of anything slower, for log_regression
 AGGREGATED_WIDTH = 3 * N_FEATURES + 1
 _FLOPS = FEATURE_NAMES.index("flops")
 _ITERS = FEATURE_NAMES.index("outer_prod")
@@ -85,15 +96,15 @@ class XGBModel:
 
     Example::
 
-        m = XGBModel(objective="rank", nthread=1)
+        m = XGBModel(objective="auto", nthread=1)
         m.update(feats, [1 / c for c in costs], groups=[task.workload_key] * len(costs))
         best_first = np.argsort(-m.predict(candidate_feats))
     """
 
-    def __init__(self, objective: str = "rank", nthread: int = 1, num_rounds: int = 80,
+    def __init__(self, objective: str = "auto", nthread: int = 1, num_rounds: int = 80,
                  max_depth: int = 6, eta: float = 0.2, seed: int = 0):
         if objective not in OBJECTIVES:
-            raise ValueError(f"objective {objective!r}; expected one of {sorted(OBJECTIVES)}")
+            raise ValueError(f"objective {objective!r}; expected one of {OBJECTIVES}")
         self.objective = objective
         self.nthread = nthread
         self.num_rounds = num_rounds
@@ -113,6 +124,14 @@ class XGBModel:
     @property
     def num_samples(self) -> int:
         return len(self._t)
+
+    @property
+    def effective_objective(self) -> str:
+        """The objective the next training uses ("auto" resolved by the data per task)."""
+        if self.objective != "auto":
+            return self.objective
+        per_task = len(self._t) / max(len(set(self._groups)), 1)
+        return "rank" if per_task < AUTO_SWITCH else "log_regression"
 
     def fit(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
             groups: Sequence[str] | None = None) -> XGBModel:
@@ -151,8 +170,9 @@ class XGBModel:
         if len(y) < 2 or float(y.max() - y.min()) == 0.0:
             self.booster = None
             return
+        objective = self.effective_objective
         params: dict[str, Any] = {
-            "objective": OBJECTIVES[self.objective],
+            "objective": "rank:pairwise" if objective == "rank" else "reg:squarederror",
             "max_depth": self.max_depth,
             "eta": self.eta,
             "min_child_weight": 1,
@@ -163,13 +183,15 @@ class XGBModel:
             "seed": self.seed,
             "verbosity": 0,
         }
-        if self.objective == "rank":
+        if objective == "rank":
             # Queries must be contiguous: sort by group, keep the order inside each group.
             names = sorted(set(self._groups))
             qid_of = {g: i for i, g in enumerate(names)}
             qid = np.array([qid_of[g] for g in self._groups])
             order = np.argsort(qid, kind="stable")
             dtrain = xgb.DMatrix(self._x[order], label=y[order], qid=qid[order])
+        elif objective == "log_regression":
+            dtrain = xgb.DMatrix(self._x, label=np.log2(np.maximum(y, LOG_FLOOR)))
         else:
             dtrain = xgb.DMatrix(self._x, label=y)
         self.booster = xgb.train(params, dtrain, num_boost_round=self.num_rounds)
