@@ -46,6 +46,10 @@ def __getattr__(name: str):  # noqa: ANN202
         from autosched.search import tune as _tune
 
         return getattr(_tune, name)
+    if name in ("compile", "tune_graph", "extract_tasks", "load_graph"):
+        from autosched.graph import compiler as _compiler
+
+        return getattr(_compiler, name)
     raise AttributeError(f"module 'autosched' has no attribute {name!r}")
 
 

@@ -2,6 +2,9 @@
 
     autosched tune-op gemm --shape 1024 1024 1024 --target llvm --trials 64 --log tuning_logs/gemm.jsonl
     autosched best-op gemm --shape 1024 1024 1024 --log tuning_logs/gemm.jsonl   # prints the schedule
+    autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
+    autosched compile model.onnx --log tuning_logs/model.jsonl -o build/model
+    autosched run build/model          # or model.onnx; autosched bench model.onnx --log L
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--batch-size", type=int, default=16)
         p.add_argument("--seed", type=int, default=None)
         p.set_defaults(fn=fn)
+    from autosched.graph.cli_model import add_subcommands  # tune / compile / run / bench
+
+    add_subcommands(sub)
     args = parser.parse_args(argv)
     return args.fn(args)
 

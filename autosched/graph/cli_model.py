@@ -1,0 +1,191 @@
+"""The model subcommands of the ``autosched`` command line: tune, compile, run, bench.
+
+    autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
+    autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
+    autosched run build/model            # or model.onnx [--log L]; random inputs by default
+    autosched bench model.onnx --target llvm --log tuning_logs/model.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for item in items or []:
+        name, _, dims = item.rpartition("=")
+        if not name or not dims:
+            raise SystemExit(f"--shape {item!r}: expected name=1,3,224,224")
+        out[name] = tuple(int(d) for d in dims.replace("x", ",").split(","))
+    return out
+
+
+def _graph(args: argparse.Namespace) -> Any:
+    from autosched.graph.compiler import load_graph
+
+    return load_graph(args.model, _shapes(args.shape))
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f} ms" if math.isfinite(s) else "n/a"
+
+
+def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike) -> tuple[str, float]:
+    """Per task: trials, best latency, weight; and the estimated end-to-end latency (sum of
+    weight x best; inf while a task has no successful record)."""
+    from autosched.search.record import RecordLog
+
+    rl = RecordLog(log) if os.path.exists(log) else None
+    lines = [f"  {'task':34s} {'w':>3s} {'trials':>6s} {'best':>12s} {'w x best':>12s}"]
+    total = 0.0
+    for t, w in zip(tasks, weights):
+        recs = rl.records_for(t.workload_key, t.target) if rl else []
+        ok = [r.cost for r in recs if r.ok]
+        best = min(ok) if ok else math.inf
+        total += w * best
+        lines.append(f"  {t.name[:34]:34s} {w:3d} {len(recs):6d} {_ms(best):>12s} "
+                     f"{_ms(w * best):>12s}")
+    lines.append(f"  estimated end-to-end latency: {_ms(total)}")
+    return "\n".join(lines), total
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.graph.compiler import extract_tasks
+    from autosched.search.tune import TuneOptions, tune
+
+    graph = _graph(args)
+    tasks, weights = extract_tasks(graph, args.target)
+    log = args.log or f"tuning_logs/{Path(args.model).stem}-{tasks[0].target.kind}.jsonl"
+    print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {args.trials} trials, "
+          f"log {log}")
+    # rounds of the task scheduler; tune() resumes from the log, so each round only adds trials
+    per_round = max(args.batch_size * 4, args.trials // 8)
+    done = 0
+    from autosched.search.record import RecordLog
+
+    if os.path.exists(log):
+        keys = {t.workload_key for t in tasks}
+        done = sum(1 for r in RecordLog(log).load() if r.workload_key in keys)
+    while True:
+        goal = min(args.trials, done + per_round)
+        t0 = time.perf_counter()
+        tune(tasks, trials=goal, log=log, weights=weights,
+             options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
+        table, _ = task_table(tasks, weights, log)
+        print(f"trials {goal}/{args.trials} ({time.perf_counter() - t0:.0f} s this round)")
+        print(table, flush=True)
+        if goal >= args.trials or goal <= done:
+            break
+        done = goal
+    return 0
+
+
+def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(model with run/time, graph) from an .onnx file or a build dir."""
+    if os.path.isdir(args.model):
+        from autosched.graph.deploy import load
+
+        m = load(args.model)
+        return m, m.graph
+    from autosched.graph.compiler import compile
+
+    graph = _graph(args)
+    return compile(graph, target=args.target, log=args.log), graph
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from autosched.graph.compiler import compile
+    from autosched.graph.deploy import export
+
+    graph = _graph(args)
+    t0 = time.perf_counter()
+    model = compile(graph, target=args.target, log=args.log)
+    path = export(model, args.output)
+    print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; "
+          f"wrote {path.parent} (load with autosched.graph.deploy.load)")
+    return 0
+
+
+def _inputs(args: argparse.Namespace, graph: Any) -> dict[str, np.ndarray]:
+    from autosched.graph.executor import random_inputs
+
+    feeds = random_inputs(graph, seed=0)
+    for item in args.input or []:
+        name, _, path = item.partition("=")
+        if name not in feeds:
+            raise SystemExit(f"--input {name}: the model's inputs are {sorted(feeds)}")
+        feeds[name] = np.load(path)
+    return feeds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    model, graph = _compiled(args)
+    feeds = _inputs(args, graph)
+    outs = model.run(feeds)
+    for name, o in zip(graph.outputs, outs):
+        print(f"output {name}: {o.dtype}{list(o.shape)}  mean {float(np.mean(o)):.6g}")
+    print(f"latency {_ms(model.time(feeds))} (median)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    model, graph = _compiled(args)
+    feeds = _inputs(args, graph)
+    ours = model.run(feeds)
+    t_ours = model.time(feeds, repeat=args.repeat)
+    print(f"autosched ({args.target}): {_ms(t_ours)}")
+    if os.path.isdir(args.model):
+        return 0
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("onnxruntime is not installed: no comparison")
+        return 0
+    sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    ref = sess.run(None, feeds)
+    sess.run(None, feeds)
+    ts = []
+    deadline = time.perf_counter() + 0.5
+    while len(ts) < args.repeat or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        ts.append(time.perf_counter() - t0)
+    t_ort = float(np.median(ts))
+    err = max(float(np.max(np.abs(a - b) / (1e-4 + 1e-4 * np.abs(b)))) for a, b in zip(ours, ref))
+    print(f"onnxruntime (CPU):  {_ms(t_ort)}; speedup {t_ort / t_ours:.2f}x; outputs "
+          f"{'match' if err <= 1 else 'DIFFER'} (max |diff| / (1e-4 + 1e-4 |ref|) = {err:.3g})")
+    return 0
+
+
+def add_subcommands(sub: Any) -> None:
+    """Add tune / compile / run / bench to the ``autosched`` parser's subparsers."""
+    specs = (("tune", cmd_tune, "tune every task of an ONNX model"),
+             ("compile", cmd_compile, "compile an ONNX model into a build dir"),
+             ("run", cmd_run, "run an ONNX model or a build dir on random or given inputs"),
+             ("bench", cmd_bench, "latency of an ONNX model next to onnxruntime"))
+    for name, fn, helptext in specs:
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("model", help="model.onnx" + (" or a build dir" if name == "run" else ""))
+        p.add_argument("--target", default="llvm")
+        p.add_argument("--log", default=None, help="tuning log (JSON lines)")
+        p.add_argument("--shape", action="append", metavar="NAME=D0,D1,...",
+                       help="bind an input's shape (symbolic dims)")
+        if name == "tune":
+            p.add_argument("--trials", type=int, default=200)
+            p.add_argument("--batch-size", type=int, default=16)
+            p.add_argument("--seed", type=int, default=None)
+        if name == "compile":
+            p.add_argument("-o", "--output", required=True, help="build dir to write")
+        if name in ("run", "bench"):
+            p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+            p.add_argument("--repeat", type=int, default=10)
+        p.set_defaults(fn=fn)
+

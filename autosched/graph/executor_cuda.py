@@ -1,0 +1,126 @@
+"""Running a compiled graph on the GPU: every intermediate stays on the device.
+
+Device buffers come from the same static memory plan as on the CPU (``memory_plan``); constants
+are copied to the device once, when the model is built; a run copies the inputs in, launches
+every kernel back to back (no synchronisation between them) and copies the outputs out. Needs
+pycuda (imported on first use: ``import autosched`` works without it).
+
+Example::
+
+    model = aus.compile(graph, target="cuda")
+    (y,) = model.run({"x": x})                 # numpy in, numpy out
+    print(model.time({"x": x}) * 1e3, "ms")    # CUDA events around the kernels only
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import RuntimeError_
+from autosched.graph.executor import check_inputs, memory_plan, nbytes
+from autosched.graph.graph import Graph
+from autosched.targets.target import Target
+
+
+class CudaModel:
+    """Kernels over device buffers. ``run`` takes {input name: numpy array} and returns the
+    outputs (numpy) in graph output order."""
+
+    def __init__(self, graph: Graph, kernels: list[Any], target: Target,
+                 constants: dict[str, np.ndarray]):
+        from autosched.targets.cuda import runtime as rt
+
+        self.drv = drv = rt._driver()
+        rt._context()
+        self.graph = graph
+        self.kernels = kernels
+        self.target = target
+        self.constants = constants
+        steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
+        self.storage, self.peak_bytes = memory_plan(graph, steps, drv.mem_alloc)
+        self.device: dict[str, Any] = dict(self.storage)
+        for v in graph.inputs:
+            self.device[v.name] = drv.mem_alloc(nbytes(v))
+        used = {a for k in kernels for a in k.args}
+        self.constant_bytes = 0
+        for name, arr in constants.items():
+            if name in used and name not in self.device:
+                a = np.ascontiguousarray(arr)
+                buf = drv.mem_alloc(max(a.nbytes, 1))
+                drv.memcpy_htod(buf, a)
+                self.device[name] = buf
+                self.constant_bytes += a.nbytes
+        # launches prepared once: (function, grid, block, argument values, kernel name, task)
+        self._launches: list[tuple[Any, ...]] = []
+        self._keep: list[Any] = []
+        for k in kernels:
+            mod = k.module
+            args = tuple(self.device[a] for a in k.args)
+            env = mod._bind_shapes(args)
+            calls, _copy_back, keep = mod._prepare(mod._load(), args, env)
+            self._keep.append(keep)
+            self._launches += [(*c, k.task.name) for c in calls]
+
+    def _launch(self, sync_each: bool = False) -> None:
+        drv = self.drv
+        for fn, grid, block, values, name, task in self._launches:
+            try:
+                fn.prepared_call(grid, block, *values)
+                if sync_each:
+                    drv.Context.synchronize()
+            except drv.Error as exc:
+                raise RuntimeError_(f"task {task}: kernel {name} (grid {grid}, block {block}) "
+                                    f"failed: {exc}") from exc
+
+    def _copy_in(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        host = check_inputs(self.graph, inputs)
+        for name, a in host.items():
+            self.drv.memcpy_htod(self.device[name], a)
+        return host
+
+    def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        host = self._copy_in(inputs)
+        drv = self.drv
+        self._launch()
+        try:
+            drv.Context.synchronize()
+        except drv.Error:  # find the kernel that faulted
+            self._launch(sync_each=True)
+            raise
+        outs = []
+        for o in self.graph.outputs:
+            info = self.graph.values[o]
+            if o in host:
+                outs.append(host[o].copy())
+            elif o in self.constants and o not in self.storage:
+                outs.append(np.array(self.constants[o]))
+            else:
+                a = np.empty(info.shape, info.dtype)
+                drv.memcpy_dtoh(a, self.device[o])
+                outs.append(a)
+        return outs
+
+    def time(self, inputs: dict[str, Any], repeat: int = 20, warmup: int = 3) -> float:
+        """Median seconds of the kernels of one run (CUDA events; inputs copied in once)."""
+        self._copy_in(inputs)
+        drv = self.drv
+        for _ in range(warmup):
+            self._launch()
+        drv.Context.synchronize()
+        start, end = drv.Event(), drv.Event()
+        samples = []
+        for _ in range(repeat):
+            start.record()
+            self._launch()
+            end.record()
+            end.synchronize()
+            samples.append(start.time_till(end) / 1e3)
+        return statistics.median(samples)
+
+    def summary(self) -> str:
+        return (f"{len(self.kernels)} tasks, {len(self._launches)} CUDA kernels, "
+                f"{self.peak_bytes / 1e6:.1f} MB intermediates and "
+                f"{self.constant_bytes / 1e6:.1f} MB constants on the device")
