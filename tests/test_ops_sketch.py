@@ -102,10 +102,6 @@ def _graphs() -> dict:
 
 GRAPHS = _graphs()
 # the CPU reduce rule indexes stage.leaf past the fused data axes when it rfactors a reduction
-# with 3+ data axes (keepdims statistics); only that IndexError is tolerated, a wrong answer
-# still fails. Remove these marks when sketch.py is fixed.
-KNOWN = {"layer_norm", "global_avg_pool"}
-
 
 def _array(rng: np.random.Generator, t: te.Tensor) -> np.ndarray:
     if t.dtype.startswith("int"):
@@ -113,10 +109,7 @@ def _array(rng: np.random.Generator, t: te.Tensor) -> np.ndarray:
     return rng.standard_normal(tuple(t.shape)).astype(t.dtype)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(raises=IndexError, strict=False,
-                                            reason="sketch reduce rule: leaf index")) if n in KNOWN
-    else n for n in GRAPHS])
+@pytest.mark.parametrize("name", list(GRAPHS))
 def test_sampled_sketches(name: str, target: str) -> None:  # noqa: F811
     rng = np.random.default_rng()
     # schedule choices are seeded per graph so a failure replays; inputs are fresh

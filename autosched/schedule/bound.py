@@ -197,6 +197,6 @@ def _ceildiv(a: E.Expr, b: int) -> E.Expr:
 def _fold(items: list[E.Expr], op: str, bounds: dict) -> E.Expr:
     out = items[0]
     for it in items[1:]:
-        if not bool(it == out):
+        if not E.structural_equal(it, out):
             out = simplify(E.binary(op, out, it), bounds)
     return out

@@ -225,9 +225,9 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
         elif stage.op.axis:
             axes = list(stage.op.axis)
             stage.parallel(stage.fuse(*axes) if len(axes) > 1 else axes[0])
-        if rf is not None:
-            rf.compute_at(stage, stage.leaf[len(stage.op.axis) - 1] if stage.op.axis and not at
-                          else stage.leaf[0]) if stage.op.axis else None
+        data_loops = [iv for iv in stage.leaf if iv.kind == "data"]
+        if rf is not None and data_loops:
+            rf.compute_at(stage, data_loops[-1])  # the factored partials of one output at a time
 
     return Rule(name, tuple(knobs), apply, "reduce")
 

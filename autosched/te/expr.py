@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
+import numpy as np
+
 from autosched.errors import TEError
 from autosched.te import dtype as dt
 
@@ -202,7 +204,7 @@ class Expr(ExprOps, Node):
         return cast(dtype, self)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Const(Expr):
     value: int | float | bool
     type: str
@@ -212,7 +214,7 @@ class Const(Expr):
         return self.type
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Var(Expr):
     """A scalar variable: loop index, symbolic size, or reduction combiner operand."""
 
@@ -228,7 +230,7 @@ class Var(Expr):
         return self.type
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Binary(Expr):
     """Arithmetic: add sub mul div floordiv floormod truncdiv truncmod min max pow, and
     logical and / or on bools. ``div`` is true division (floats only); ``floordiv`` and
@@ -239,12 +241,19 @@ class Binary(Expr):
     a: Expr
     b: Expr
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "_dtype", self.a.dtype)  # no recursion down long chains
+
     @property
     def dtype(self) -> str:
-        return self.a.dtype
+        return self._dtype  # type: ignore[attr-defined]
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__({k: v for k, v in state.items() if k != "_dtype"})
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Compare(Expr):
     """eq ne lt le gt ge; the result is bool. ``bool(a == b)`` is structural equality."""
 
@@ -264,7 +273,7 @@ class Compare(Expr):
         return ExprOps.__bool__(self)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
     a: Expr
 
@@ -273,7 +282,7 @@ class Not(Expr):
         return "bool"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Select(Expr):
     """``cond ? true_value : false_value``. Only the taken branch is evaluated, so a branch may
     read out of bounds where the condition excludes it (padding relies on this)."""
@@ -287,7 +296,7 @@ class Select(Expr):
         return self.true_value.dtype
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Cast(Expr):
     type: str
     value: Expr
@@ -297,7 +306,7 @@ class Cast(Expr):
         return self.type
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Call(Expr):
     """A math intrinsic (exp, log, sqrt, ...) applied to its arguments."""
 
@@ -310,7 +319,7 @@ class Call(Expr):
         return self.type
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class TensorRead(Expr):
     """``tensor[indices]``: a read of a placeholder or of another compute's result."""
 
@@ -379,7 +388,7 @@ class CommReducer(Node):
     identity: Expr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Reduce(Expr):
     """A reduction of ``source`` over ``axis`` where ``condition`` holds. ``init`` (when given)
     replaces the identity as the starting value."""
@@ -407,7 +416,8 @@ def const(value: int | float | bool, dtype: str | None = None) -> Const:
     if dtype == "bool":
         return Const(bool(value), dtype)
     if dt.is_float(dtype):
-        return Const(float(value), dtype)
+        # rounded to the dtype, so every backend (and the float64 evaluator) sees one value
+        return Const(float(np.dtype(dtype).type(value)), dtype)
     if isinstance(value, float) and not value.is_integer():
         raise TEError(f"constant {value} does not fit integer dtype {dtype}")
     return Const(int(value), dtype)
