@@ -168,6 +168,19 @@ def test_strided_access_touches_more_cache_lines():
     assert unlog(col_l1) == pytest.approx(1024 * 1024, rel=1e-3)
 
 
+def test_fused_loop_strides_through_floordiv_and_floormod():
+    A = te.placeholder((30, 20), name="A")
+    C = te.compute((30, 20), lambda i, j: A[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    fo, fi = s[C].split(s[C].fuse(*s[C].op.axis), factor=16)
+    x = feats_of(s, [A, C])      # indices (fo * 16 + fi) // 20 and (fo * 16 + fi) % 20
+    b = buffer_slot(x, 0, "read")
+    assert unlog(value(x, f"buf{b}_stride_inner", 0)) == pytest.approx(1.0)
+    assert value(x, f"buf{b}_lane_contiguous", 0) == 1.0
+    assert unlog(value(x, f"buf{b}_unique_bytes", 0)) == pytest.approx(600 * 4, rel=1e-3)
+    assert 0.95 <= value(x, "guard_fraction", 0) <= 1.0   # 600 of 608 iterations pass
+
+
 def test_reuse_of_a_buffer_invariant_to_the_inner_loop():
     A, B, C = matmul()
     s = te.create_schedule(C.op)   # loops i, j, k
