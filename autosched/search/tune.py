@@ -140,13 +140,15 @@ def _make_model():  # noqa: ANN202
 
 
 def _train(model: Any, tuners: Sequence[TaskTuner]) -> None:
-    feats, ys = [], []
+    """Retrain on every task's records; each task is its own ranking group."""
+    feats, ys, groups = [], [], []
     for t in tuners:
         f, y = t.training_data()
         feats += f
         ys += y
+        groups += [t.task.workload_key] * len(f)
     if len(feats) >= 8:
-        model.fit(feats, ys)
+        model.fit(feats, ys, groups=groups)
 
 
 def tune(
