@@ -30,8 +30,9 @@ from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
 from autosched.graph.ops_math import onnx_dtype
 from autosched.te.tensor import Tensor
 
-# the newest default-domain opset whose semantics the converters follow
-MAX_OPSET = 21
+# the newest default-domain opset the installed onnx (1.23) defines; the supported ops keep
+# their semantics up to it (later versions only added types)
+MAX_OPSET = 28
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -258,8 +259,8 @@ def from_onnx(model: str | os.PathLike | Any,
 
 def _check_declared(vi: Any, info: ValueInfo, node: Node, where: str) -> None:
     """A shape or dtype the model declares for a value must agree with the inferred one."""
-    if vi is None:
-        return
+    if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type == 0:
+        return  # nothing declared
     dims, dtype = _value_type(vi, where)
     static = [d for d in dims if isinstance(d, int)]
     bad_rank = bool(dims) and len(dims) != len(info.shape)

@@ -85,15 +85,16 @@ def _identity(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[
     return [x if isinstance(x, np.ndarray) else ops.identity(x)]
 
 
-@register("Dropout")
+@register("Dropout", const_inputs=(1, 2))
 def _dropout(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x = ins[0]
     training = ins[2] if len(ins) > 2 else None
-    if node.attrs.get("is_test", 1) == 0 and ctx.opset < 7 or (
-            isinstance(training, np.ndarray) and bool(training)):
-        raise fail(node, "training mode is not supported (inference only)")
-    if isinstance(training, Tensor):
-        raise fail(node, "training_mode must be a constant")
+    ratio = float(np.asarray(ins[1]).reshape(())) if len(ins) > 1 and ins[1] is not None else (
+        float(node.attrs.get("ratio", 0.5)))
+    # before opset 7 is_test chose the mode; runtimes treat those models as inference too
+    training = isinstance(training, np.ndarray) and bool(training)
+    if training and ratio != 0.0:
+        raise fail(node, f"training mode with ratio {ratio} is not supported (inference only)")
     out = x if isinstance(x, np.ndarray) else ops.identity(x)
     mask = np.ones(tuple(int(d) for d in x.shape), dtype=bool)
     return [out, mask]
@@ -265,20 +266,23 @@ def _where(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
     return [ops.where(cond, ctx.const(a), ctx.const(b))]
 
 
+def cast_to(x: Value, to: str) -> Value:
+    if isinstance(x, np.ndarray):
+        return x.astype(to)
+    if x.dtype == to:
+        return ops.identity(x)
+    if x.dtype == "float64" and to == "float16":
+        # the LLVM backend crashes on a direct double -> half conversion; go through float32
+        return ops.cast(ops.cast(x, "float32"), to)
+    # float to int truncates toward zero in TE as in ONNX
+    return ops.cast(x, to)
+
+
 @register("Cast")
 def _cast(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    to = onnx_dtype(int(node.attrs["to"]))
-    x = ins[0]
-    if isinstance(x, np.ndarray):
-        return [x.astype(to)]
-    # float to int truncates toward zero in TE as in ONNX
-    return [ops.identity(x) if x.dtype == to else ops.cast(x, to)]
+    return [cast_to(ins[0], onnx_dtype(int(node.attrs["to"])))]
 
 
 @register("CastLike")
 def _cast_like(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    to = str(ins[1].dtype)
-    x = ins[0]
-    if isinstance(x, np.ndarray):
-        return [x.astype(to)]
-    return [ops.identity(x) if x.dtype == to else ops.cast(x, to)]
+    return [cast_to(ins[0], str(ins[1].dtype))]

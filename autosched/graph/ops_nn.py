@@ -105,9 +105,9 @@ def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
         for d in range(nd):
             total = (strides[d] * (sizes[d] - 1) + opad[d] + (k[d] - 1) * dil[d] + 1
                      - out_shape[d])
-            if total < 0:
-                raise fail(node, f"output_shape {out_shape} is larger than the full "
-                                 f"transposed convolution allows (input {x.shape}, kernel {k})")
+            if total < 0:  # a larger output than the full result: rows added at the end
+                opad[d] -= total
+                total = 0
             half = total // 2
             upper = auto != "SAME_LOWER"
             begins.append(half if upper else total - half)

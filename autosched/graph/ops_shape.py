@@ -318,7 +318,12 @@ def _reduce(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
         return [np.asarray(np_fn(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)]
     if any(s[a] == 0 for a in axes):
         raise fail(node, f"reducing an empty axis of {s} is not supported")
-    y = te_fn(_pre(node.op_type, ctx.const(x)), tuple(axes), keepdims=keep)
+    t = ctx.const(x)
+    if t.dtype == "bool" and node.op_type in ("ReduceMax", "ReduceMin"):
+        # any / all as max / min over 0 and 1
+        y = te_fn(ops.cast(t, "uint8"), tuple(axes), keepdims=keep)
+        return [ops.cast(y, "bool")]
+    y = te_fn(_pre(node.op_type, t), tuple(axes), keepdims=keep)
     return [_post(node.op_type, y)]
 
 
