@@ -205,17 +205,11 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
 
 
 def small_cnn(image: int = 32, batch: int = 1, classes: int = 10, seed: int = 0) -> Any:
-    """A small CNN (the demo's): conv-relu x2, max pool, conv-bn-relu, global pool, Gemm."""
-    b = _Builder(seed)
-    x = "input"
-    y = b.op("Relu", [b.conv(x, 3, 16, 3, bias=True)])
-    y = b.op("Relu", [b.conv(y, 16, 32, 3, bias=True)])
-    y = b.op("MaxPool", [y], kernel_shape=[2, 2], strides=[2, 2])
-    y = b.conv_bn(y, 32, 64, 3)
-    y = b.op("GlobalAveragePool", [y])
-    y = b.op("Flatten", [y], axis=1)
-    y = b.gemm(y, 64, classes)
-    return b.model((x, (batch, 3, image, image)), y, "small_cnn")
+    """The demo's small CNN (autosched.demo.small_cnn): conv-relu x2, max pool,
+    conv-bn-relu, global pool, Gemm."""
+    from autosched.demo import small_cnn as build
+
+    return build(image=image, batch=batch, classes=classes, seed=seed)
 
 
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer,
