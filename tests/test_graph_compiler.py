@@ -186,3 +186,24 @@ def test_cli_compile_and_run(tmp_path: object, capsys: pytest.CaptureFixture[str
     assert main(["bench", str(path), "--input", f"input={tmp_path / 'x.npy'}",
                  "--repeat", "2"]) == 0
     assert "outputs match" in capsys.readouterr().out
+
+
+def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import onnx
+
+    from autosched.cli import main
+
+    b = _Builder(0)
+    y = b.op("Relu", [b.conv("x", 3, 4, 3, bias=True)])
+    path = tmp_path / "tiny.onnx"
+    onnx.save(b.model(("x", (1, 3, 6, 5)), y, "tiny"), str(path))
+    log = tmp_path / "tiny.jsonl"
+    assert main(["tune", str(path), "--trials", "4", "--batch-size", "4", "--log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "1 tasks (1 kernels), 4 trials" in out and "conv_relu" in out
+    line = next(ln for ln in out.splitlines() if "estimated end-to-end latency" in ln)
+    assert line.endswith(" ms")  # the one task has a measured best
+    x = {"x": np.random.default_rng().standard_normal((1, 3, 6, 5)).astype(np.float32)}
+    (tuned,) = aus.compile(load_graph(path), "llvm", log=log).run(x)
+    np.testing.assert_allclose(tuned, ort_run(str(path), x)[0], rtol=1e-4, atol=1e-4)
