@@ -147,7 +147,8 @@ def test_intrinsics(name, dtype, kind, rng):
 
 CASTS = [("float32", "int32"), ("float64", "uint8"), ("int32", "float32"), ("uint8", "float64"),
          ("int64", "int8"), ("int8", "int64"), ("uint8", "int32"), ("int32", "uint16"),
-         ("float32", "float16"), ("float16", "float64"), ("bool", "float32"),
+         ("float32", "float16"), ("float16", "float64"), ("float64", "float16"),
+         ("bool", "float32"),
          ("float32", "bool"), ("int16", "bool"), ("bool", "int32"), ("uint32", "float32")]
 
 

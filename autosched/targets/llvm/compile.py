@@ -103,8 +103,9 @@ def assembly(compiled: Compiled, target: Target) -> str:
 
 @functools.cache
 def _load_runtime_libraries() -> None:
-    """libgomp (parallel loops) and libm (math calls) into the process for the JIT."""
-    for lib in ("gomp", "m"):
+    """libgomp (parallel loops), libm (math calls) and libgcc_s (helpers LLVM calls for
+    conversions the CPU lacks, e.g. __truncdfhf2 for float64 -> float16) for the JIT."""
+    for lib in ("gomp", "m", "gcc_s"):
         path = ctypes.util.find_library(lib)
         if path is None:
             raise CompileError(f"lib{lib} is not installed; the LLVM JIT needs it")
