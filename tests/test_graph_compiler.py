@@ -153,6 +153,10 @@ def test_memory_plan_reuses_buffers(cnn: tuple[object, object]) -> None:
     total = sum(a.nbytes for a in model.storage.values())
     distinct = {a.__array_interface__["data"][0] for a in model.storage.values()}
     assert model.peak_bytes < total and len(distinct) < len(model.storage)
+    # Flatten after the global pool is a view of the pool's output, not a copy kernel
+    assert [k.task.name for k in model.kernels][-2:] == ["globalaveragepool", "gemm"]
+    (flat,) = model.aliases
+    assert np.shares_memory(model.storage[flat], model.storage[model.aliases[flat]])
 
 
 def test_export_and_load_run_the_same(cnn: tuple[object, object], tmp_path: object) -> None:

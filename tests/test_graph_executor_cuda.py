@@ -95,6 +95,7 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     h = b.conv_bn(y, 8, 8, 3, act=None)
     y = b.op("Relu", [b.op("Add", [h, y])])
     y = b.op("GlobalAveragePool", [b.conv_bn(y, 8, 8, 3)])
+    y = b.op("Flatten", [y], axis=1)  # the output is a view of the pool's buffer
     proto = b.model(("x", (1, 3, 10, 9)), y, "fake_gpu")
     graph = load_graph(proto)
     cpu = aus.compile(graph, "llvm")
@@ -104,7 +105,8 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     monkeypatch.setattr(rt, "_context", lambda: None)
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]
-    model = CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants)
+    assert cpu.aliases
+    model = CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)
     uploads = drv.copies_in
     assert uploads == sum(1 for c in cpu.constants if any(c in k.args for k in kernels))
     x = {"x": rng.standard_normal((1, 3, 10, 9)).astype(np.float32)}

@@ -209,8 +209,15 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
     constants = dict(g.constants)
+    aliases: dict[str, str] = {}
+    written: set[str] = set()
     for k, grp in enumerate(plan(g)):
+        src = _view_of(g, grp, written, aliases)
+        if src is not None:  # a reshape of a kernel's output: a view of its buffer
+            aliases[grp.outputs[0]] = src
+            continue
         gt = group_task(g, grp, tgt, k)
+        written.update(grp.outputs)
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
@@ -225,8 +232,29 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     if tgt.kind == "cuda":
         from autosched.graph.executor_cuda import CudaModel
 
-        return CudaModel(g, kernels, tgt, constants)
-    return CompiledModel(g, kernels, tgt, constants)
+        return CudaModel(g, kernels, tgt, constants, aliases)
+    return CompiledModel(g, kernels, tgt, constants, aliases)
+
+
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+
+
+def _view_of(graph: Graph, group: Group, written: set[str], aliases: dict[str, str]
+             ) -> str | None:
+    """The value whose buffer ``group`` reads unchanged (row-major data, a new shape), when the
+    group is only reshapes of one value that an earlier kernel wrote; else None."""
+    if not group.nodes or any(n.op_type not in VIEW_OPS for n in group.nodes):
+        return None
+    runtime = [i for i in group.inputs if i not in graph.constants]
+    if len(runtime) != 1 or len(group.outputs) != 1:
+        return None
+    src = aliases.get(runtime[0], runtime[0])
+    if src not in written:
+        return None
+    a, b = graph.values[group.outputs[0]], graph.values[src]
+    if a.dtype != b.dtype or int(np.prod(a.shape)) != int(np.prod(b.shape)):
+        return None
+    return src
 
 
 def tasks_table(graph: Graph, target: str | Target = "llvm") -> Sequence[str]:

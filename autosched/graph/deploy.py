@@ -66,8 +66,9 @@ def export(model: Any, build_dir: str | os.PathLike) -> Path:
         "inputs": [[v.name, list(v.shape), v.dtype] for v in g.inputs],
         "outputs": list(g.outputs),
         "values": {n: [list(v.shape), v.dtype] for n, v in g.values.items()
-                   if any(n in c["args"] for c in calls) or n in g.outputs},
-        "constants": keys, "kernels": calls,
+                   if any(n in c["args"] for c in calls) or n in g.outputs
+                   or n in model.aliases},
+        "constants": keys, "kernels": calls, "aliases": dict(model.aliases),
     }
     path = out / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))
@@ -106,9 +107,12 @@ class DeployedModel:
             fn.restype = None
             self.kernels.append((c["task"], fn, c["args"], c["n_inputs"]))
         steps = [(a[:n], a[n:]) for _, _, a, n in self.kernels]
-        raw, self.peak_bytes = memory_plan(self.graph, steps, _aligned)
+        aliases = dict(m.get("aliases", {}))
+        raw, self.peak_bytes = memory_plan(self.graph, steps, _aligned, aliases)
         self.storage = {v: r[: nbytes(values[v])].view(values[v].dtype).reshape(values[v].shape)
                         for v, r in raw.items()}
+        for a, src in aliases.items():  # reshapes: views of a kernel's output
+            self.storage[a] = self.storage[src].reshape(values[a].shape)
 
     def _calls(self, inputs: dict[str, Any]) -> list[tuple[Any, list[int]]]:
         vals: dict[str, np.ndarray] = dict(self.constants)

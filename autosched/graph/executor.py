@@ -31,16 +31,20 @@ def nbytes(info: ValueInfo) -> int:
 
 
 def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]]],
-                alloc: Callable[[int], Any]) -> tuple[dict[str, Any], int]:
+                alloc: Callable[[int], Any], aliases: dict[str, str] | None = None
+                ) -> tuple[dict[str, Any], int]:
     """Buffers for the values each step writes, reused (same byte size) once the last step
     reading them has run. ``steps`` are (values read, values written); graph outputs are never
-    reused. Returns {value: raw buffer} and the bytes allocated."""
+    reused. ``aliases`` maps a value to the written value whose buffer it views (a reshape):
+    reading it keeps that buffer alive. Returns {written value: raw buffer} and the bytes
+    allocated."""
+    aliases = aliases or {}
     last_use: dict[str, int] = {}
     for k, (reads, writes) in enumerate(steps):
         for v in list(reads) + list(writes):
-            last_use[v] = k
+            last_use[aliases.get(v, v)] = k
     for o in graph.outputs:
-        last_use[o] = len(steps)
+        last_use[aliases.get(o, o)] = len(steps)
     free: dict[int, list[Any]] = {}
     raw_of: dict[str, Any] = {}
     storage: dict[str, Any] = {}
@@ -56,7 +60,7 @@ def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]
                 total += size
             raw_of[v] = (raw, size)
             storage[v] = raw
-        for v in set(reads) | set(writes):
+        for v in {aliases.get(v, v) for v in list(reads) + list(writes)}:
             if last_use.get(v) == k and v in raw_of:
                 raw, size = raw_of.pop(v)
                 free.setdefault(size, []).append(raw)
@@ -102,17 +106,22 @@ class CompiledModel:
     {input name: array} and returns the outputs in graph output order."""
 
     def __init__(self, graph: Graph, kernels: list[Any], target: Target,
-                 constants: dict[str, np.ndarray] | None = None):
+                 constants: dict[str, np.ndarray] | None = None,
+                 aliases: dict[str, str] | None = None):
         self.graph = graph
         self.kernels = kernels
         self.target = target
+        self.aliases = dict(aliases or {})  # reshapes: views of a kernel's output, no kernel
         self.constants = {k: np.ascontiguousarray(v)
                           for k, v in (constants if constants is not None
                                        else graph.constants).items()}
         steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
-        raw, self.peak_bytes = memory_plan(graph, steps, lambda n: np.empty(n, np.uint8))
+        raw, self.peak_bytes = memory_plan(graph, steps, lambda n: np.empty(n, np.uint8),
+                                           self.aliases)
         self.storage = {v: r[: nbytes(graph.values[v])].view(graph.values[v].dtype)
                         .reshape(graph.values[v].shape) for v, r in raw.items()}
+        for a, src in self.aliases.items():
+            self.storage[a] = self.storage[src].reshape(graph.values[a].shape)
 
     def _values(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         vals = dict(self.constants)
@@ -162,8 +171,8 @@ class CompiledModel:
         return out
 
     def summary(self) -> str:
-        lines = [f"{len(self.kernels)} kernels, {self.peak_bytes / 1e6:.1f} MB intermediate "
-                 "memory"]
+        lines = [f"{len(self.kernels)} kernels, {len(self.aliases)} reshapes as views, "
+                 f"{self.peak_bytes / 1e6:.1f} MB intermediate memory"]
         for k in self.kernels:
             lines.append(f"  {k.task.name}: {', '.join(k.args)}")
         return "\n".join(lines)

@@ -30,7 +30,7 @@ class CudaModel:
     outputs (numpy) in graph output order."""
 
     def __init__(self, graph: Graph, kernels: list[Any], target: Target,
-                 constants: dict[str, np.ndarray]):
+                 constants: dict[str, np.ndarray], aliases: dict[str, str] | None = None):
         from autosched.targets.cuda import runtime as rt
 
         self.drv = drv = rt._driver()
@@ -40,8 +40,11 @@ class CudaModel:
         self.target = target
         self.constants = constants
         steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
-        self.storage, self.peak_bytes = memory_plan(graph, steps, drv.mem_alloc)
+        self.aliases = dict(aliases or {})
+        self.storage, self.peak_bytes = memory_plan(graph, steps, drv.mem_alloc, self.aliases)
         self.device: dict[str, Any] = dict(self.storage)
+        for a, src in self.aliases.items():  # a reshape reads the same bytes
+            self.device[a] = self.storage[src]
         for v in graph.inputs:
             self.device[v.name] = drv.mem_alloc(nbytes(v))
         used = {a for k in kernels for a in k.args}
@@ -95,7 +98,7 @@ class CudaModel:
             info = self.graph.values[o]
             if o in host:
                 outs.append(host[o].copy())
-            elif o in self.constants and o not in self.storage:
+            elif o in self.constants and o not in self.device:
                 outs.append(np.array(self.constants[o]))
             else:
                 a = np.empty(info.shape, info.dtype)
