@@ -136,11 +136,27 @@ def plan(graph: Graph) -> list[Group]:
     return fuse(graph, runtime_values(graph))
 
 
+def kernel_groups(graph: Graph) -> tuple[list[tuple[int, Group]], dict[str, str]]:
+    """The fused groups of an optimized graph that need a kernel (numbered in plan order), and
+    the reshapes that run as views instead: {reshaped value: value whose buffer it views}."""
+    aliases: dict[str, str] = {}
+    written: set[str] = set()
+    out = []
+    for k, grp in enumerate(plan(graph)):
+        src = _view_of(graph, grp, written, aliases)
+        if src is not None:
+            aliases[grp.outputs[0]] = src
+            continue
+        written.update(grp.outputs)
+        out.append((k, grp))
+    return out, aliases
+
+
 def group_tasks(graph: Graph, target: str | Target = "llvm") -> list[GroupTask]:
-    """One GroupTask per fused group of the optimized graph, in execution order."""
+    """One GroupTask per kernel of the optimized graph, in execution order."""
     tgt = parse(target)
     g = prepare(graph)
-    return [group_task(g, grp, tgt, k) for k, grp in enumerate(plan(g))]
+    return [group_task(g, grp, tgt, k) for k, grp in kernel_groups(g)[0]]
 
 
 def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Task], list[int]]:
@@ -209,15 +225,9 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
     constants = dict(g.constants)
-    aliases: dict[str, str] = {}
-    written: set[str] = set()
-    for k, grp in enumerate(plan(g)):
-        src = _view_of(g, grp, written, aliases)
-        if src is not None:  # a reshape of a kernel's output: a view of its buffer
-            aliases[grp.outputs[0]] = src
-            continue
+    groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
+    for k, grp in groups:
         gt = group_task(g, grp, tgt, k)
-        written.update(grp.outputs)
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
