@@ -187,6 +187,8 @@ def _arg_names(fcompute: Callable[..., Any], ndim: int, name: str) -> list[str]:
     params = list(inspect.signature(fcompute).parameters.values())
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return [f"i{n}" for n in range(ndim)]
+    # parameters with defaults (lambda i, f=f: ...) are captured values, not indices
+    params = [p for p in params if p.default is p.empty and p.kind is not p.KEYWORD_ONLY]
     if len(params) != ndim:
         raise TEError(
             f"compute {name}: the function takes {len(params)} indices "
