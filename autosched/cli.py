@@ -46,6 +46,19 @@ def cmd_best_op(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from autosched.graph.inspect import inspect_model
+
+    shapes = {}
+    for item in args.shape or []:
+        name, _, dims = item.rpartition("=")
+        if not name or not dims:
+            raise SystemExit(f"--shape {item!r}: expected name=1,3,224,224")
+        shapes[name] = tuple(int(d) for d in dims.split(","))
+    print(inspect_model(args.model, shapes, target=args.target, tasks=not args.no_tasks))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="autosched", description="auto-scheduling tensor compiler")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -60,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--batch-size", type=int, default=16)
         p.add_argument("--seed", type=int, default=None)
         p.set_defaults(fn=fn)
+    p = sub.add_parser("inspect", help="operator counts, coverage, FLOPs and tasks of a model")
+    p.add_argument("model", help="model.onnx")
+    p.add_argument("--shape", action="append", metavar="NAME=D0,D1,...",
+                   help="bind an input's shape (symbolic dims)")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--no-tasks", action="store_true", help="skip task extraction")
+    p.set_defaults(fn=cmd_inspect)
     from autosched.graph.cli_model import add_subcommands  # tune / compile / run / bench
 
     add_subcommands(sub)

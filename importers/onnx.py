@@ -214,7 +214,11 @@ def from_onnx(model: str | os.PathLike | Any,
             if name == "":
                 ins.append(None)
             elif name in env:
-                ins.append(env[name])
+                v = env[name]
+                # a fresh placeholder per use: shapes are all the importer needs, and a chain
+                # of node computations would make deep models deep TE expressions
+                ins.append(te.placeholder(v.shape, dtype=v.dtype, name=_safe(name))
+                           if isinstance(v, Tensor) else v)
             else:
                 raise ModelImportError(
                     f"{where}: node {node.name!r} ({node.op_type}) reads input {k} {name!r}, "

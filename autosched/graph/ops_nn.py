@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from autosched import te
 from autosched.graph.graph import Node
 from autosched.graph.ops import ConvertContext, Value, fail, register
 from autosched.graph.ops_math import _operand
@@ -258,3 +259,30 @@ def _instance_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> 
     return [ops.instance_norm(x, ctx.const(ins[1]), ctx.const(ins[2]),
                               eps=float(node.attrs.get("epsilon", 1e-5)))]
 
+
+
+@register("LRN")
+def _lrn(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta."""
+    x = ctx.const(ins[0])
+    if x.ndim < 3:
+        raise fail(node, f"needs (N, C, spatial...) input, got {x.shape}")
+    size = int(node.attrs["size"])
+    alpha = float(node.attrs.get("alpha", 1e-4))
+    beta = float(node.attrs.get("beta", 0.75))
+    bias = float(node.attrs.get("bias", 1.0))
+    c = int(x.shape[1])
+    lo = (size - 1) // 2
+    sq = compute(x.shape, lambda *i: x[i] * x[i], name="T_lrn_square")
+    r = te.reduce_axis((0, size), "rc")
+    zero = te.const(0.0, x.dtype)
+
+    def window(*i: Any) -> Any:
+        ch = i[1] + r - lo
+        v = sq[(i[0], ch, *i[2:])]
+        return te.sum(I.if_then_else(I.all(ch >= 0, ch < c), v, zero), axis=r)
+
+    total = compute(x.shape, window, name="T_lrn_sum")
+    scale = alpha / size
+    return [compute(x.shape, lambda *i: x[i] / I.pow(total[i] * scale + bias, beta),
+                    name="T_lrn", tag=BROADCAST)]

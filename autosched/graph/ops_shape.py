@@ -50,6 +50,11 @@ def _copy(x: Tensor) -> Tensor:
     return ops.identity(x)
 
 
+def empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """An empty result: its (lack of) contents follow from the shape, so it is a constant."""
+    return np.zeros(shape, dtype=dtype)
+
+
 @register("Reshape", const_inputs=lambda opset: (1,) if opset >= 5 else ())
 def _reshape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x = ins[0]
@@ -79,7 +84,7 @@ def _reshape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[V
     if isinstance(x, np.ndarray):
         return [x.reshape(shape)]
     if 0 in shape:
-        raise fail(node, f"empty result shape {tuple(shape)} is not supported")
+        return [empty(tuple(shape), x.dtype)]
     return [ops.reshape(x, tuple(shape))]
 
 
@@ -172,11 +177,15 @@ def _split(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
     cuts = list(np.cumsum(sizes)[:-1])
     if isinstance(x, np.ndarray):
         return list(np.split(x, cuts, axis=ax))
-    if min(sizes) == 0:
-        raise fail(node, f"empty parts {sizes} are not supported")
     if len(sizes) == 1:
         return [_copy(x)]
-    return ops.split(x, [int(c) for c in cuts], ax)
+    outs: list[Value] = []
+    for lo, size in zip([0, *cuts], sizes):
+        if size == 0:
+            outs.append(empty(tuple(size if d == ax else v for d, v in enumerate(s)), x.dtype))
+        else:
+            outs.append(ops.strided_slice(x, [int(lo)], [int(lo) + size], [1], [ax]))
+    return outs
 
 
 @register("Slice", const_inputs=lambda opset: (1, 2, 3, 4) if opset >= 10 else ())
@@ -207,7 +216,7 @@ def _slice(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
         return [x[tuple(index)]]
     out_len = [len(range(*index[d].indices(n))) for d, n in enumerate(s)]
     if 0 in out_len:
-        raise fail(node, f"empty slice {out_len} of {s} is not supported")
+        return [empty(tuple(out_len), x.dtype)]
     return [ops.strided_slice(x, [index[a].start for a in axes], [index[a].stop for a in axes],
                               [index[a].step for a in axes], axes)]
 
@@ -302,6 +311,23 @@ def _post(op: str, y: Tensor) -> Tensor:
     return y
 
 
+def _empty_value(op: str, dtype: str) -> Any:
+    """What a reduction over no elements gives (its identity element)."""
+    if op in ("ReduceMax", "ReduceMin"):
+        high = op == "ReduceMin"
+        if dtype == "bool":
+            return high
+        if np.issubdtype(np.dtype(dtype), np.floating):
+            return np.inf if high else -np.inf
+        info = np.iinfo(dtype)
+        return info.max if high else info.min
+    if op in ("ReduceLogSum", "ReduceLogSumExp"):
+        return -np.inf
+    if op == "ReduceMean":
+        return np.nan
+    return 1 if op == "ReduceProd" else 0
+
+
 def _reduce(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     te_fn, np_fn, first = _REDUCE[node.op_type]
     x = ins[0]
@@ -317,7 +343,8 @@ def _reduce(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
                                                       "ReduceProd", "ReduceMean"):
         return [np.asarray(np_fn(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)]
     if any(s[a] == 0 for a in axes):
-        raise fail(node, f"reducing an empty axis of {s} is not supported")
+        out = tuple(1 if d in axes else v for d, v in enumerate(s) if keep or d not in axes)
+        return [np.full(out, _empty_value(node.op_type, str(x.dtype)), dtype=x.dtype)]
     t = ctx.const(x)
     if t.dtype == "bool" and node.op_type in ("ReduceMax", "ReduceMin"):
         # any / all as max / min over 0 and 1
