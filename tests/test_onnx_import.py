@@ -472,3 +472,33 @@ def test_unsupported_ops_listed_all(rng: np.random.Generator) -> None:
         assert f"'{name}'" in msg
     assert "'ok'" not in msg
     assert supported("Relu") and not supported("NonZero")
+
+
+# --- inspect ----------------------------------------------------------------------------------
+
+
+def test_inspect_report(tmp_path: Any, rng: np.random.Generator,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    from autosched.cli import main
+    from autosched.graph.inspect import flops_by_op, inspect, inspect_model
+
+    x = rand(rng, 1, 3, 6, 6)
+    m = model([node("Conv", ["x", "w"], ["c"]), node("Relu", ["c"], ["r"]),
+               node("Relu", ["r"])], {"x": x}, {"w": rand(rng, 4, 3, 3, 3)},
+              dims={"x": ["n", 3, 6, 6]})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    g = from_onnx(m, {"x": (1, 3, 6, 6)})
+    flops = flops_by_op(g)
+    # 4 x 4 x 4 outputs, 27 multiply-adds each
+    assert flops["Conv"] >= 2 * 64 * 27 and flops["Relu"] == 2 * 64
+    report = inspect_model(path, {"x": (1, 3, 6, 6)}, tasks=False)
+    assert "coverage: 3/3 nodes supported" in report
+    assert any(line.split()[:2] == ["Relu", "2"] for line in report.splitlines())
+    assert main(["inspect", str(path), "--shape", "x=1,3,6,6", "--no-tasks"]) == 0
+    assert "Conv" in capsys.readouterr().out
+    assert "tasks to tune (llvm)" in inspect(g)
+
+    bad = model([node("Relu", ["x"], ["r"]), node("NonZero", ["r"])], {"x": x})
+    report = inspect_model(bad)
+    assert "coverage: 1/2 nodes supported; unsupported: NonZero" in report
