@@ -58,26 +58,27 @@ def load(model: str | os.PathLike | Any) -> Any:
 
 
 def opset_of(proto: Any, where: str) -> int:
-    """The default-domain opset; any other domain (in the imports or on a node) is an error."""
+    """The default-domain opset. A node of any other domain is an error naming the domain
+    (an imported domain that no node uses is harmless: exporters add ai.onnx.ml freely)."""
     version = None
+    others = {}
     for imp in proto.opset_import:
         if imp.domain in DEFAULT_DOMAINS:
             version = int(imp.version)
         else:
+            others[imp.domain] = int(imp.version)
+    for node in proto.graph.node:
+        if node.domain not in DEFAULT_DOMAINS:
             raise ModelImportError(
-                f"{where}: operator set domain {imp.domain!r} (version {imp.version}) is not "
-                f"supported; only the default ai.onnx domain is")
+                f"{where}: node {node.name!r} ({node.op_type}) is in operator set domain "
+                f"{node.domain!r} (version {others.get(node.domain, '?')}); only the default "
+                "ai.onnx domain is supported")
     if version is None:
         raise ModelImportError(f"{where}: the model imports no ai.onnx opset")
     if not 1 <= version <= MAX_OPSET:
         raise ModelImportError(
             f"{where}: ai.onnx opset {version} is not supported (this importer knows opsets "
             f"1 to {MAX_OPSET})")
-    for node in proto.graph.node:
-        if node.domain not in DEFAULT_DOMAINS:
-            raise ModelImportError(
-                f"{where}: node {node.name!r} ({node.op_type}) is in domain {node.domain!r}; "
-                "only the default ai.onnx domain is supported")
     return version
 
 

@@ -427,10 +427,16 @@ def test_unknown_opset_and_domain(rng: np.random.Generator) -> None:
     m = model([node("Relu", ["x"])], {"x": x}, opset=99)
     with pytest.raises(ModelImportError, match=r"ai\.onnx opset 99 is not supported"):
         from_onnx(m)
-    m = model([node("Relu", ["x"])], {"x": x})
+    m = model([node("Relu", ["x"], ["r"]),
+               helper.make_node("Gelu", ["r"], ["y"], name="ms_gelu", domain="com.microsoft")],
+              {"x": x})
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    with pytest.raises(ModelImportError, match=r"domain 'com\.microsoft'"):
+    with pytest.raises(ModelImportError, match=r"node 'ms_gelu' \(Gelu\) is in operator set "
+                                               r"domain 'com\.microsoft' \(version 1\)"):
         from_onnx(m)
+    m = model([node("Relu", ["x"])], {"x": x})
+    m.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))  # imported, unused: fine
+    assert from_onnx(m).values["y"].shape == (2, 3)
 
 
 def test_missing_initializer(rng: np.random.Generator) -> None:
