@@ -45,9 +45,9 @@ EXCLUDED = {
     r"^test_(averagepool|maxpool|conv|convtranspose)_3d": "3-d spatial",
     # training-mode BatchNormalization and Dropout (random masks): inference only
     r"training_mode|^test_training_dropout(_default)?(_mask)?$": "training mode",
-    # MaxPool's Indices output, Pad mode wrap, Resize antialias / exclude_outside /
+    # MaxPool's Indices output, Resize antialias / exclude_outside /
     # tf_crop_and_resize / keep_aspect_ratio_policy / half_pixel_symmetric
-    r"maxpool_with_argmax|^test_wrap_pad|antialias|exclude_outside|tf_crop_and_resize|"
+    r"maxpool_with_argmax|antialias|exclude_outside|tf_crop_and_resize|"
     r"_not_larger|_not_smaller|half_pixel_symmetric": "unsupported attribute",
     # resize2d uses the floored output size in align_corners with scales; ONNX uses in * scale
     r"^test_resize_downsample_scales_(linear|cubic)_align_corners": "align_corners with scales",

@@ -386,8 +386,10 @@ def _pad(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value
     before, after = [0] * len(s), [0] * len(s)
     for k, a in enumerate(axes):
         before[a], after[a] = pads[k], pads[k + len(axes)]
-    if mode not in ("constant", "edge", "reflect"):
-        raise fail(node, f"mode {mode!r} is not supported (constant, edge, reflect)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise fail(node, f"mode {mode!r} is not supported (constant, edge, reflect, wrap)")
+    if mode == "wrap":
+        return [_wrap_pad(node, ctx.const(x), before, after)]
     if isinstance(x, np.ndarray) and mode == "constant" and min(pads, default=0) >= 0:
         return [np.pad(x, list(zip(before, after)), constant_values=value)]
     t = ctx.const(x)
@@ -400,6 +402,20 @@ def _pad(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value
     if not any(before) and not any(after):
         return [_copy(t)]
     return [ops.pad(t, before, after, value=value, mode=mode)]
+
+
+def _wrap_pad(node: Node, x: Tensor, before: list[int], after: list[int]) -> Tensor:
+    """Pad mode wrap: the input repeats periodically (numpy.pad mode="wrap")."""
+    s = shape_of(x)
+    if min(before + after) < 0:
+        raise fail(node, f"negative pads {before}/{after} with mode wrap are not supported")
+    shape = tuple(n + b + a for n, b, a in zip(s, before, after))
+
+    def body(*i: Any) -> Any:
+        return x[tuple(I.floormod(v - b, n) if b or a else v
+                       for v, n, b, a in zip(i, s, before, after))]
+
+    return compute(shape, body, name="T_pad_wrap", tag=BROADCAST)
 
 
 @register("Resize", const_inputs=(1, 2, 3))
