@@ -71,11 +71,14 @@ def small_cnn(image: int = 32, batch: int = 1, classes: int = 10, seed: int = 0)
     return model
 
 
-def _ort_time(model: Any, feeds: dict[str, np.ndarray]
+def _ort_time(model: Any, feeds: dict[str, np.ndarray], threads: int = 0
               ) -> tuple[list[np.ndarray], tuple[float, float]]:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads  # 0: onnxruntime's default (one per core)
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     ts = []
     deadline = time.perf_counter() + 0.5
@@ -119,6 +122,15 @@ def model_demo(trials: int, log: str | None, target: str) -> None:
     outs = after.run(feeds)
     np.testing.assert_allclose(outs[0], ref[0], rtol=1e-4, atol=1e-4)
     t_after = after.time(feeds), after.time(feeds, stat="min")
+    # one thread each too: on a loaded machine those numbers move least
+    saved = os.environ.get("AUTOSCHED_NUM_THREADS")
+    os.environ["AUTOSCHED_NUM_THREADS"] = "1"
+    t_after1 = after.time(feeds), after.time(feeds, stat="min")
+    if saved is None:
+        del os.environ["AUTOSCHED_NUM_THREADS"]
+    else:
+        os.environ["AUTOSCHED_NUM_THREADS"] = saved
+    _, t_ort1 = _ort_time(proto, feeds, threads=1)
     if tmp is not None:
         tmp.cleanup()
     print(f"\noutputs match onnxruntime (rtol 1e-4, atol 1e-4); tuning took {t_tune:.0f} s, "
@@ -129,7 +141,9 @@ def model_demo(trials: int, log: str | None, target: str) -> None:
     print(f"{'end-to-end latency (ms)':32}{'median':>10}{'fastest':>10}")
     for label, (med, best) in (("autosched, default schedules", t_before),
                                (f"autosched, tuned ({trials} trials)", t_after),
-                               ("onnxruntime", t_ort)):
+                               ("onnxruntime", t_ort),
+                               ("autosched, tuned, 1 thread", t_after1),
+                               ("onnxruntime, 1 thread", t_ort1)):
         print(f"{label:32}{med * 1e3:10.3f}{best * 1e3:10.3f}")
 
 
