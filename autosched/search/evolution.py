@@ -71,7 +71,9 @@ class EvolutionarySearch:
                    seeds: list[Candidate] = ()) -> list[Lowered]:  # type: ignore[assignment]
         """Up to ``n`` unmeasured candidates: the best predicted, plus eps-greedy random ones."""
         cfg = self.cfg
-        pop = self._valid([s for s in seeds if self.space.knows(s)]) + self._sample_valid(cfg.population)
+        # the untuned default joins the first population: a sane start before the model learns
+        starts = [s for s in seeds if self.space.knows(s)] + [self.space.default_candidate()]
+        pop = self._valid(starts) + self._sample_valid(cfg.population)
         best: dict[str, tuple[float, Lowered]] = {}
         for gen in range(cfg.generations + 1):
             if not pop:
