@@ -53,7 +53,8 @@ EXCLUDED = {
     # tf_crop_and_resize / keep_aspect_ratio_policy / half_pixel_symmetric
     r"maxpool_with_argmax|antialias|exclude_outside|tf_crop_and_resize|"
     r"_not_larger|_not_smaller|half_pixel_symmetric": "unsupported attribute",
-    # resize2d uses the floored output size in align_corners with scales; ONNX uses in * scale
+    # align_corners with scales: ONNX's reference divides by in * scale - 1, onnxruntime (and
+    # autosched, tested against it in test_onnx_import) by the floored output size - 1
     r"^test_resize_downsample_scales_(linear|cubic)_align_corners": "align_corners with scales",
     # fmod=0 on inf / nan / signed zeros: NaN where the reference gives inf or -0
     r"^test_mod_float_edge_cases": "float Mod edge cases",

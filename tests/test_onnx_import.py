@@ -344,6 +344,7 @@ RESIZE = [
     dict(mode="linear", coordinate_transformation_mode="align_corners", sizes=[1, 2, 8, 3]),
     dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel", sizes=[1, 2, 1, 9]),
     dict(mode="linear", coordinate_transformation_mode="asymmetric", scales=[1, 1, 0.5, 2]),
+    dict(mode="linear", coordinate_transformation_mode="align_corners", scales=[1, 1, 0.6, 1.5]),
 ]
 
 
