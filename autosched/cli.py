@@ -55,7 +55,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if not name or not dims:
             raise SystemExit(f"--shape {item!r}: expected name=1,3,224,224")
         shapes[name] = tuple(int(d) for d in dims.split(","))
-    print(inspect_model(args.model, shapes, target=args.target, tasks=not args.no_tasks))
+    from autosched.errors import ModelImportError
+
+    try:
+        print(inspect_model(args.model, shapes, target=args.target, tasks=not args.no_tasks))
+    except ModelImportError as e:
+        print(f"autosched inspect: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

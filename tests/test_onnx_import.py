@@ -505,6 +505,8 @@ def test_inspect_report(tmp_path: Any, rng: np.random.Generator,
     assert any(line.split()[:2] == ["Relu", "2"] for line in report.splitlines())
     assert main(["inspect", str(path), "--shape", "x=1,3,6,6", "--no-tasks"]) == 0
     assert "Conv" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--no-tasks"]) == 1  # the batch dim is unbound
+    assert "symbolic dim 0 'n'" in capsys.readouterr().err
     assert "tasks to tune (llvm)" in inspect(g)
 
     bad = model([node("Relu", ["x"], ["r"]), node("NonZero", ["r"])], {"x": x})
