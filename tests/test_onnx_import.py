@@ -212,12 +212,18 @@ POOLS = [
                          count_include_pad=1)),
     ("AveragePool", dict(kernel_shape=[2, 2], ceil_mode=1, strides=[2, 2])),
     ("AveragePool", dict(kernel_shape=[3, 2], auto_pad="SAME_LOWER")),
+    ("MaxPool", dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1],
+                     ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 2, 2], strides=[2, 2, 1], pads=[1, 0, 1, 1, 1, 0])),
+    ("AveragePool", dict(kernel_shape=[3, 2, 2], strides=[2, 2, 1], pads=[1, 0, 1, 1, 1, 0],
+                         count_include_pad=1)),
 ]
 
 
 @pytest.mark.parametrize("op,attrs", POOLS, ids=[f"{o}{n}" for n, (o, _) in enumerate(POOLS)])
 def test_pool(op: str, attrs: dict, rng: np.random.Generator) -> None:
-    x = rand(rng, 1, 2, 9) if len(attrs["kernel_shape"]) == 1 else rand(rng, 2, 3, 9, 8)
+    spatial = {1: (9,), 2: (9, 8), 3: (5, 6, 7)}[len(attrs["kernel_shape"])]
+    x = rand(rng, 2, 3, *spatial)
     check(model([node(op, ["x"], **attrs)], {"x": x}), {"x": x})
 
 

@@ -162,7 +162,9 @@ def _matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x = ctx.const(ins[0])
-    nd = _spatial(node, x)
+    nd = x.ndim - 2
+    if nd != 3:
+        _spatial(node, x)
     if len(node.outputs) > 1 and node.outputs[1]:
         raise fail(node, "the Indices output is not supported")
     k = _ints(node, "kernel_shape", [])
@@ -172,6 +174,8 @@ def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     dil = _ints(node, "dilations", [1] * nd)
     begins, ends = _pads(node, [int(v) for v in x.shape[2:]], k, strides, dil)
     ceil_mode = bool(node.attrs.get("ceil_mode", 0))
+    if nd == 3:
+        return [_pool3d(node, x, k, strides, dil, begins, ends, ceil_mode)]
     if nd == 1:
         x = _lift(x)
         k, strides, dil, begins, ends = [1, *k], [1, *strides], [1, *dil], [0, *begins], [0, *ends]
@@ -186,6 +190,46 @@ def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
 
 
 register("MaxPool", "AveragePool")(_pool)
+
+
+def _pool3d(node: Node, x: Tensor, k: list[int], strides: list[int], dil: list[int],
+            begins: list[int], ends: list[int], ceil_mode: bool) -> Tensor:
+    """3-d max / average pooling (NCDHW) with the 2-d pools' window geometry per dim."""
+    from autosched.te import dtype as dt
+    from autosched.te.ops.pool import _Window
+
+    op = node.op_type
+    sizes = [int(v) for v in x.shape[2:]]
+    wins = [_Window(n, *geo, ceil_mode, op) for n, geo in zip(sizes, zip(k, strides, dil, begins,
+                                                                      ends))]
+    rs = [te.reduce_axis((0, w.k), f"r{d}") for d, w in enumerate(wins)]
+    out_shape = (*x.shape[:2], *(w.out for w in wins))
+    is_max = op == "MaxPool"
+    if not is_max and not x.dtype.startswith("float"):
+        raise fail(node, f"needs a float input, got {x.dtype}")
+    fill = te.const(dt.min_value(x.dtype) if is_max else 0, x.dtype)
+
+    def window(*i: Any) -> Any:
+        rows = [w.row(i[2 + d], r) for d, (w, r) in enumerate(zip(wins, rs))]
+        conds = [c for w, row in zip(wins, rows) for c in w.guards(row)]
+        v = x[(i[0], i[1], *rows)]
+        v = I.if_then_else(I.all(*conds), v, fill) if conds else v
+        return (te.max if is_max else te.sum)(v, axis=rs)
+
+    total = compute(out_shape, window, name="pool3d_max" if is_max else "pool3d_sum")
+    if is_max:
+        return total
+    include = bool(node.attrs.get("count_include_pad", 0))
+
+    def mean(*i: Any) -> Any:
+        count: Any = 1
+        for d, w in enumerate(wins):
+            count = count * w.count(i[2 + d], include)
+        if isinstance(count, int):
+            return total[i] * (1.0 / count)
+        return total[i] / te.cast(x.dtype, count)
+
+    return compute(out_shape, mean, name="pool3d_avg", tag=BROADCAST)
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")
