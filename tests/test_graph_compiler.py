@@ -211,3 +211,30 @@ def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
     x = {"x": np.random.default_rng().standard_normal((1, 3, 6, 5)).astype(np.float32)}
     (tuned,) = aus.compile(load_graph(path), "llvm", log=log).run(x)
     np.testing.assert_allclose(tuned, ort_run(str(path), x)[0], rtol=1e-4, atol=1e-4)
+
+
+def _gelu_model(rng: np.random.Generator, extra_reader: bool) -> object:
+    b = _Builder(int(rng.integers(1 << 30)))
+    w = b.weight((6, 10), 6)
+    f = b.op("Add", [b.op("MatMul", ["x", w]), b.const(_f32(rng, 10), "b")])
+    e = b.op("Erf", [b.op("Div", [f, b.const(np.array(np.sqrt(2), np.float32), "c")])])
+    g = b.op("Mul", [b.op("Mul", [f, b.op("Add", [e, b.const(np.array(1, np.float32), "c")])]),
+                     b.const(np.array(0.5, np.float32), "c")])
+    if extra_reader:  # f also feeds a matmul: it must be written out, the region stays apart
+        g = b.op("Add", [g, b.op("MatMul", [f, b.weight((10, 10), 10)])])
+    return b.model(("x", (3, 7, 6)), g, "gelu")
+
+
+@pytest.mark.parametrize("extra_reader", [False, True])
+def test_converging_elementwise_region_fuses(extra_reader: bool,
+                                             rng: np.random.Generator) -> None:
+    m = _gelu_model(rng, extra_reader)
+    g = load_graph(m)
+    names = [grp.name for grp in plan(prepare(g))]
+    if extra_reader:
+        assert names == ["matmul_add", "div_erf_add_mul_mul", "matmul_add"]
+    else:  # the matmul, its bias and the whole Gelu (f is read twice) in one kernel
+        assert names == ["matmul_add_div_erf_add_mul_mul"]
+    x = {"x": _f32(rng, 3, 7, 6)}
+    (y,) = aus.compile(g, "llvm").run(x)
+    np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)

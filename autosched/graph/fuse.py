@@ -4,6 +4,8 @@ Each group is one task. A group starts at an anchor (a node that is not elementw
 its inputs: convolutions, matmuls, pooling, reductions, layout changes) and absorbs the
 elementwise and broadcast nodes that follow it, as long as the value it extends has no other
 reader and is not a graph output: conv + bias + activation + residual add become one kernel.
+A value read several times still extends when its readers converge in one elementwise node
+(Gelu written with Erf: the matmul, its bias and the whole Gelu are one kernel).
 Injective nodes (reshapes, transposes, slices, pads, concats, gathers) join a group made only of
 injective and elementwise nodes, so chains of layout changes become one copy kernel; they never
 join a group holding a reduction (its output would be re-read out of order, defeating the
@@ -57,9 +59,44 @@ class Group:
 
 
 def _can_extend(graph: Graph, value: str, group: Group | None, readers: dict[str, int],
-                outputs: set[str]) -> bool:
-    return (group is not None and value not in outputs and readers.get(value, 0) == 1
-            and value in graph.values)
+                outputs: set[str], diamonds: set[str]) -> bool:
+    return (group is not None and value not in outputs and value in graph.values
+            and (readers.get(value, 0) == 1 or value in diamonds))
+
+
+def _converging(graph: Graph, value: str, readers_of: dict[str, list[Node]],
+                order: dict[int, int], outputs: set[str], limit: int = 16) -> bool:
+    """Whether the readers of ``value`` form an elementwise region of its shape that ends in a
+    single node (a diamond such as Gelu's Erf form, x * (1 + erf(x / sqrt 2)) / 2): then the
+    whole region can join ``value``'s group without writing ``value`` out.
+
+    A topological sweep: the frontier holds the region's values that still have readers
+    outside it; the earliest is expanded (all its readers must be elementwise nodes of the same
+    shape) until one value is left: the region's only exit."""
+    shape = graph.values[value].shape
+    producer_pos = {value: -1}
+    frontier = {value}
+    region: set[int] = set()
+    while True:
+        if region and len(frontier) == 1:
+            return True
+        if len(region) >= limit:
+            return False
+        v = min(frontier, key=lambda x: producer_pos[x])
+        rs = readers_of.get(v, [])
+        if v in outputs or not rs:
+            return False
+        frontier.discard(v)
+        for r in rs:
+            if id(r) in region:
+                continue
+            outs = [o for o in r.outputs if o]
+            if (r.op_type not in ELEMENTWISE or len(outs) != 1
+                    or graph.values[outs[0]].shape != shape):
+                return False
+            region.add(id(r))
+            producer_pos[outs[0]] = order[id(r)]
+            frontier.add(outs[0])
 
 
 def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
@@ -70,6 +107,15 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
         for i in set(n.inputs):
             readers[i] = readers.get(i, 0) + 1
     outputs = set(graph.outputs)
+    readers_of: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for i in dict.fromkeys(n.inputs):
+            readers_of.setdefault(i, []).append(n)
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    # values read several times that may still be extended: their readers converge
+    diamonds = {v for v, rs in readers_of.items()
+                if len(rs) > 1 and v in graph.values and v in runtime
+                and _converging(graph, v, readers_of, order, outputs)}
     groups: list[Group] = []
     owner: dict[str, Group] = {}
     index: dict[int, int] = {}   # id(group) -> creation order
@@ -82,7 +128,7 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
             shape = graph.values[outs[0]].shape
             for i in node.inputs:
                 g = owner.get(i)
-                if not _can_extend(graph, i, g, readers, outputs):
+                if not _can_extend(graph, i, g, readers, outputs, diamonds):
                     continue
                 # creation order stays an execution order: no other input may come from a
                 # group created later (that group could read this one: a cycle)
