@@ -67,13 +67,17 @@ class ComputeOp(Operation):
     __hash__ = Operation.__hash__
     __eq__ = Operation.__eq__
 
+    def __post_init__(self) -> None:
+        # cached: reading a tensor asks its op's dtype, which would otherwise walk the DAG
+        object.__setattr__(self, "_dtype", self.body.dtype)
+
     @property
     def shape(self) -> tuple[Expr, ...]:
         return tuple(a.dom.extent for a in self.axis)
 
     @property
     def dtype(self) -> str:
-        return self.body.dtype
+        return self._dtype  # type: ignore[attr-defined]
 
     @property
     def input_tensors(self) -> list[Tensor]:
