@@ -9,17 +9,48 @@ from autosched.schedule import ir
 from autosched.te import expr as E
 
 
+def sub_stmts(s: ir.Stmt) -> Iterator[ir.Stmt]:
+    """The direct child statements of ``s``."""
+    if isinstance(s, ir.Seq):
+        yield from s.stmts
+    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
+        yield s.body
+    elif isinstance(s, ir.IfThenElse):
+        yield s.then_body
+        if s.else_body is not None:
+            yield s.else_body
+
+
 def walk(s: ir.Stmt) -> Iterator[ir.Stmt]:
     """Every statement of ``s``, parents before children."""
     yield s
-    for f in fields(s):  # type: ignore[arg-type]
-        v = getattr(s, f.name)
-        if isinstance(v, ir.Stmt):
-            yield from walk(v)
-        elif isinstance(v, tuple):
-            for c in v:
-                if isinstance(c, ir.Stmt):
-                    yield from walk(c)
+    for c in sub_stmts(s):
+        yield from walk(c)
+
+
+def stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
+    """The expressions held directly by ``s`` (not those of its child statements)."""
+    if isinstance(s, ir.Store):
+        yield from s.indices
+        yield s.value
+    elif isinstance(s, ir.For):
+        yield s.min
+        yield s.extent
+    elif isinstance(s, ir.IfThenElse):
+        yield s.cond
+    elif isinstance(s, ir.LetStmt):
+        yield s.value
+    elif isinstance(s, ir.Allocate):
+        yield from s.buffer.shape
+
+
+def all_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
+    """Every expression node under ``s``, sub-expressions included."""
+    from autosched.te.visit import post_order
+
+    for st in walk(s):
+        for e in stmt_exprs(st):
+            yield from post_order(e)
 
 
 def map_stmt(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr],

@@ -32,6 +32,7 @@ import numpy as np
 
 from autosched.errors import CompileError
 from autosched.schedule import ir
+from autosched.schedule.ir_visit import walk
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.visit import post_order
@@ -68,33 +69,8 @@ def is_gpu_thread(s: ir.Stmt) -> bool:
     return isinstance(s, ir.For) and s.kind == "thread" and not is_vthread(s)
 
 
-def walk(s: ir.Stmt) -> Iterator[ir.Stmt]:
-    """Every statement of ``s``, parents first."""
-    yield s
-    if isinstance(s, ir.Seq):
-        for c in s.stmts:
-            yield from walk(c)
-    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
-        yield from walk(s.body)
-    elif isinstance(s, ir.IfThenElse):
-        yield from walk(s.then_body)
-        if s.else_body is not None:
-            yield from walk(s.else_body)
 
 
-def _stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
-    if isinstance(s, ir.Store):
-        yield from s.indices
-        yield s.value
-    elif isinstance(s, ir.For):
-        yield s.min
-        yield s.extent
-    elif isinstance(s, ir.IfThenElse):
-        yield s.cond
-    elif isinstance(s, ir.LetStmt):
-        yield s.value
-    elif isinstance(s, ir.Allocate):
-        yield from s.buffer.shape
 
 
 @dataclass(frozen=True)

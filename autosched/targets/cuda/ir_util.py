@@ -8,50 +8,9 @@ import math
 from collections.abc import Callable, Iterator
 
 from autosched.schedule import ir
+from autosched.schedule.ir_visit import all_exprs, walk
 from autosched.te import expr as E
 from autosched.te.visit import post_order, substitute
-
-
-def sub_stmts(s: ir.Stmt) -> Iterator[ir.Stmt]:
-    """The direct child statements of ``s``."""
-    if isinstance(s, ir.Seq):
-        yield from s.stmts
-    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
-        yield s.body
-    elif isinstance(s, ir.IfThenElse):
-        yield s.then_body
-        if s.else_body is not None:
-            yield s.else_body
-
-
-def walk(s: ir.Stmt) -> Iterator[ir.Stmt]:
-    """Every statement under ``s`` (``s`` first, pre-order)."""
-    yield s
-    for c in sub_stmts(s):
-        yield from walk(c)
-
-
-def stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
-    """The expressions held directly by ``s`` (not those of its children)."""
-    if isinstance(s, ir.Store):
-        yield from s.indices
-        yield s.value
-    elif isinstance(s, ir.For):
-        yield s.min
-        yield s.extent
-    elif isinstance(s, ir.IfThenElse):
-        yield s.cond
-    elif isinstance(s, ir.LetStmt):
-        yield s.value
-    elif isinstance(s, ir.Allocate):
-        yield from s.buffer.shape
-
-
-def all_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
-    """Every expression node under ``s``, sub-expressions included."""
-    for st in walk(s):
-        for e in stmt_exprs(st):
-            yield from post_order(e)
 
 
 def loads(s: ir.Stmt | E.Expr) -> Iterator[ir.Load]:

@@ -19,16 +19,12 @@ import llvmlite.ir as ir
 
 from autosched.errors import CompileError
 from autosched.schedule import ir as lir
+from autosched.schedule.ir_visit import all_exprs, stmt_exprs, sub_stmts
+from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
-from autosched.targets.llvm.walk import (
-    all_exprs,
-    all_stmts,
-    inline_lets_on,
-    stmt_exprs,
-    sub_stmts,
-)
+from autosched.targets.llvm.walk import inline_lets_on
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal

@@ -3,52 +3,14 @@ expression rewriting inside statements)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from autosched.schedule import ir
+from autosched.schedule.ir_visit import all_exprs
+from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.visit import post_order, substitute
-
-
-def stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
-    """The expressions directly held by ``s`` (not those of nested statements)."""
-    if isinstance(s, ir.Store):
-        yield from s.indices
-        yield s.value
-    elif isinstance(s, ir.For):
-        yield s.min
-        yield s.extent
-    elif isinstance(s, ir.IfThenElse):
-        yield s.cond
-    elif isinstance(s, ir.LetStmt):
-        yield s.value
-    elif isinstance(s, ir.Allocate):
-        yield from s.buffer.shape
-
-
-def sub_stmts(s: ir.Stmt) -> Iterator[ir.Stmt]:
-    if isinstance(s, ir.Seq):
-        yield from s.stmts
-    elif isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
-        yield s.body
-    elif isinstance(s, ir.IfThenElse):
-        yield s.then_body
-        if s.else_body is not None:
-            yield s.else_body
-
-
-def all_stmts(s: ir.Stmt) -> Iterator[ir.Stmt]:
-    yield s
-    for c in sub_stmts(s):
-        yield from all_stmts(c)
-
-
-def all_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
-    """Every expression node under ``s``, sub-expressions included."""
-    for st in all_stmts(s):
-        for e in stmt_exprs(st):
-            yield from post_order(e)
 
 
 def used_var_uids(s: ir.Stmt) -> set[int]:
