@@ -19,7 +19,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest tests
 	# every operator and schedule test on the cuda target: NVRTC compiles each kernel (no GPU
 	# needed), the reference evaluator runs the bound IR with CUDA semantics
-	AUTOSCHED_CUDA_EMULATE=1 PYTHONPATH=benchmarks $(BIN)/python -m pytest -q -p gpu_run_plugin \
+	AUTOSCHED_CUDA_EMULATE=1 PYTHONPATH=benchmarks $(BIN)/python -m pytest -p gpu_run_plugin \
 		tests/test_ops_*.py tests/test_schedule.py -k cuda
 
 lint: $(BIN)/.installed
