@@ -32,7 +32,7 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
                 options=TuneOptions(batch_size=args.batch_size, seed=args.seed))[task.name]
     if math.isfinite(best):
         print(f"{task.name}: best {best * 1e3:.3f} ms, {task.flop_count / best / 1e9:.1f} GFLOPS; log {log}")
-        print(best_schedule(task, log).to_python())
+        print(best_schedule(task, log).to_python() or "# the default schedule (no steps) was fastest")
         return 0
     print(f"{task.name}: no candidate ran successfully; see {log}", file=sys.stderr)
     return 1

@@ -91,7 +91,11 @@ def test_tune_records_resume_and_build_best(tmp_path, rng):
     c = np.full((48, 40), np.nan, "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, **tolerance("float32"))
-    text = aus.best_schedule(task, log).to_python()
+    best_rec = min(ok, key=lambda r: r.cost)
+    assert json.loads(aus.best_schedule(task, log).to_json())["steps"] == best_rec.steps
+    assert any(r.extra.get("sketch") == "default" and r.steps == [] for r in recs2)  # measured once
+    tiled = next(r for r in ok if r.steps)
+    text = task.schedule(tiled.schedule_steps()).to_python()
     assert "s.cache_write" in text or "compute_at" in text
 
 
@@ -169,5 +173,6 @@ def test_cli_tune_op(tmp_path):
          "--trials", "4", "--batch-size", "4", "--log", str(log)],
         env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "GFLOPS" in out.stdout and "s[" in out.stdout
+    assert "GFLOPS" in out.stdout
+    assert "s[" in out.stdout or "the default schedule (no steps) was fastest" in out.stdout
     assert len([json.loads(x) for x in log.read_text().splitlines()]) == 4

@@ -93,6 +93,17 @@ class TaskTuner:
             ys.append(best / r.cost if r.ok and math.isfinite(best) else 0.0)
         return feats, ys
 
+    def _plain(self) -> Lowered | None:
+        from autosched.errors import LowerError, ScheduleError
+        from autosched.search.record import ir_hash
+
+        sch = self.task.schedule()
+        try:
+            func = self.task.lower(sch)
+        except (ScheduleError, LowerError):
+            return None
+        return Lowered(None, sch, func, ir_hash(func))  # type: ignore[arg-type]
+
     def _relower(self, r: MeasureRecord) -> Lowered | None:
         cand = r.extra.get("candidate")
         if cand:
@@ -103,12 +114,15 @@ class TaskTuner:
 
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
         batch = self.search.next_batch(n, model, self.measured, self.seeds())
+        if not self.records:
+            # the plain default schedule is measured once, so tuning never ends worse than it
+            plain = self._plain()
+            if plain is not None and plain.ir_hash not in {b.ir_hash for b in batch}:
+                batch = [plain] + batch[: max(n - 1, 0)]
         if not batch:
             return []
         results = measurer.measure(self.task, [b.schedule for b in batch])
-        recs = records_from(self.task, [b.schedule for b in batch], results,
-                            [{"candidate": b.candidate.as_dict(), "sketch": self.space.sketches[b.candidate.sketch].describe()}
-                             for b in batch])
+        recs = records_from(self.task, [b.schedule for b in batch], results, [_extra(self.space, b) for b in batch])
         recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
         self.log.append(recs)
         self.records.extend(recs)
@@ -118,6 +132,12 @@ class TaskTuner:
                 self.best_cost = r.cost
         self.history.append(self.best_cost)
         return recs
+
+
+def _extra(space: SearchSpace, b: Lowered) -> dict[str, Any]:
+    if b.candidate is None:
+        return {"sketch": "default"}
+    return {"candidate": b.candidate.as_dict(), "sketch": space.sketches[b.candidate.sketch].describe()}
 
 
 def _with_hash(r: MeasureRecord, h: str) -> MeasureRecord:
