@@ -127,6 +127,17 @@ def _inline_rule(name: str) -> Rule:
     return Rule(name, (), apply, "inline")
 
 
+def tile_pair(sch: Schedule, name: str, fused_into: str | None) -> tuple[Stage, Stage]:
+    """(consumer, producer) of a tiled reduction: the fused elementwise output and the
+    reduction itself in local scope, or the reduction and its cache_write "local" copy."""
+    if fused_into is None:
+        consumer = sch.stage(name)
+        return consumer, sch[sch.cache_write(consumer.op.output(), "local")]
+    producer = sch.stage(name)
+    producer.set_scope("local")
+    return sch.stage(fused_into), producer
+
+
 def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
     """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write."""
     st = sch0.stage(name)
@@ -146,12 +157,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
-        if fused_into is None:
-            consumer = sch.stage(name)
-            producer = sch[sch.cache_write(consumer.op.output(), "local")]
-        else:
-            consumer, producer = sch.stage(fused_into), sch.stage(name)
-            producer.set_scope("local")
+        consumer, producer = tile_pair(sch, name, fused_into)
         tiles = [p[k.name] for k in data]
         outer, mid, inner = [], [], []
         for ax, (f1, f2, f3) in zip(consumer.op.axis, tiles):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob
-from autosched.search.sketch import Params, Rule, _static_extent
+from autosched.search.sketch import Params, Rule, _static_extent, tile_pair
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp
 from autosched.te.tensor import thread_axis as _thread
@@ -53,12 +53,7 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
-        if fused_into is None:
-            consumer = sch.stage(name)
-            producer = sch[sch.cache_write(consumer.op.output(), "local")]
-        else:
-            consumer, producer = sch.stage(fused_into), sch.stage(name)
-            producer.set_scope("local")
+        consumer, producer = tile_pair(sch, name, fused_into)
         tiles = [p[k.name] for k in data]
         threads = 1
         for t, _, _ in tiles:
