@@ -84,7 +84,7 @@ class Bounds:
         lows: list[list[E.Expr]] = [[] for _ in range(ndim)]
         highs: list[list[E.Expr]] = [[] for _ in range(ndim)]
         unknown = [False] * ndim
-        readers = [c for c in self.sch.stages if c.name in self.bodies and self._reads(c, st)]
+        readers = [c for c in self.sch.stages if c.name in self.bodies and self.reads(c, st)]
         if not readers:
             raise ScheduleError(f"{st.name} is computed at {target.name}.{axis_name} but nothing reads it")
         for c in readers:
@@ -98,7 +98,7 @@ class Bounds:
                 ranging = ranging + [v for v in self.thread_vars if v not in ranging]
             ranges = {v: (E.const(0, v.dtype), self.var_extent[v] - 1) for v in ranging}
             cvalue = self.stage_bounds[c.name].full_value(c)
-            for read in self._reads(c, st):
+            for read in self.reads(c, st):
                 for d, idx in enumerate(read.indices):
                     box = interval(substitute(idx, cvalue), ranges, self.var_bounds)
                     if box is None:
@@ -117,9 +117,13 @@ class Bounds:
             region.append(full[d] if ext is None else (lo, E.const(ext, lo.dtype)))
         return region
 
-    def _reads(self, consumer: Stage, producer: Stage) -> list[E.TensorRead]:
+    def reads(self, consumer: Stage, producer: Stage) -> list[E.TensorRead]:
+        """The reads of ``producer`` in ``consumer``'s body (none for unscheduled stages)."""
         uids = producer.uids
-        return [n for n in post_order(self.bodies[consumer.name])
+        body = self.bodies.get(consumer.name)
+        if body is None:
+            return []
+        return [n for n in post_order(body)
                 if isinstance(n, E.TensorRead) and n.tensor.op.uid in uids]
 
     def _inner_vars(self, c: Stage, target: Stage, x: E.IterVar, producer: Stage) -> list[E.Var] | None:

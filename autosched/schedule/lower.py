@@ -112,7 +112,7 @@ def build_loops(ctx: LowerContext) -> None:
     allocs: list[ir.Buffer] = []
     for st in sch.stages:
         if st.is_placeholder:
-            if st.name not in ctx.buffers and any(_reads_stage(ctx, c, st) for c in sch.stages):
+            if st.name not in ctx.buffers and any(bounds.reads(c, st) for c in sch.stages):
                 raise LowerError(f"lower: placeholder {st.name} is read but is not in args")
             continue
         if st.name not in ctx.bodies or st.attach[0] != "root":
@@ -126,15 +126,6 @@ def build_loops(ctx: LowerContext) -> None:
     ctx.body = body
 
 
-def _reads_stage(ctx: LowerContext, c: Stage, p: Stage) -> bool:
-    body = ctx.bodies.get(c.name)
-    if body is None:
-        return False
-    from autosched.te.visit import post_order
-
-    return any(isinstance(n, E.TensorRead) and n.tensor.op.uid in p.uids for n in post_order(body))
-
-
 class _NestBuilder:
     def __init__(self, ctx: LowerContext):
         self.ctx = ctx
@@ -145,10 +136,6 @@ class _NestBuilder:
         for st in self.sch.stages:
             if st.attach[0] == "at" and st.name in ctx.bodies:
                 self.attached.setdefault((st.attach[1], st.attach[2]), []).append(st)
-
-    @property
-    def var_bounds(self) -> dict:
-        return self.bounds.var_bounds  # type: ignore[union-attr]
 
     def buffer(self, st: Stage) -> ir.Buffer:
         b = self.bounds[st.name]  # type: ignore[index]

@@ -16,7 +16,7 @@ from autosched.schedule import steps as S
 from autosched.te import expr as E
 from autosched.te.dag import topo_ops
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
-from autosched.te.visit import substitute, tensors_read
+from autosched.te.visit import tensors_read
 
 PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
 SCOPES = ("global", "shared", "local")
@@ -620,4 +620,4 @@ def create_schedule(ops: Any) -> Schedule:
     return Schedule(outs)
 
 
-__all__ = ["Schedule", "Stage", "SplitRel", "FuseRel", "create_schedule", "substitute"]
+__all__ = ["Schedule", "Stage", "SplitRel", "FuseRel", "create_schedule"]
