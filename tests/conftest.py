@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    """Fresh random inputs every run (seed printed on failure by pytest's -p randomly if used)."""
-    return np.random.default_rng()
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """Fresh random inputs every run. The seed is printed (pytest shows it with a failure) and
+    ``AUTOSCHED_TEST_SEED`` replays it."""
+    seed = int(os.environ.get("AUTOSCHED_TEST_SEED") or np.random.SeedSequence().entropy % 2**63)
+    print(f"{request.node.nodeid}: AUTOSCHED_TEST_SEED={seed}")
+    return np.random.default_rng(seed)

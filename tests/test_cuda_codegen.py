@@ -179,7 +179,8 @@ def test_unbound_scalar_runs_in_one_thread(rng: np.random.Generator) -> None:
     a = rng.standard_normal(30).astype("float32")
     c = np.zeros(1, "float32")
     evaluate(mod.func, a, c)
-    np.testing.assert_allclose(c, [a.sum()], rtol=1e-5)
+    # a signed sum may cancel: the error bound scales with the sum of magnitudes
+    np.testing.assert_allclose(c, [a.sum()], rtol=1e-5, atol=1e-6 * np.abs(a).sum())
 
 
 def test_vector_loads_need_alignment() -> None:
