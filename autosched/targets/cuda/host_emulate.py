@@ -1,0 +1,357 @@
+"""Run the CUDA C of a CudaModule on the CPU: g++ compiles the generated text itself, so a machine
+without a GPU checks the numbers of the code the GPU would run (not only of its loop IR).
+
+The source is compiled as C++20 after a prelude of shims (host_prelude.py); the threads of a block
+run as fibers on one OS thread, blocks one after another. The default, checked build wraps every
+buffer: out-of-bounds accesses, misaligned vector accesses, races (between threads with no barrier
+in between, or between blocks) and threads that disagree on ``__syncthreads`` are errors that
+name the kernel, block, thread, buffer and element. Every argument is copied into a buffer with
+guard zones (as runtime.py copies to the device), checked after each kernel; workspace, shared and
+local memory start as NaN. Shared libraries are cached by a hash of their text
+(``$AUTOSCHED_CACHE_DIR/cuda-host`` or ``~/.cache/autosched/cuda-host``).
+
+Example::
+
+    mod = aus.build(s, [A, B, C], target="cuda -arch=sm_90")   # NVRTC, no GPU needed
+    run = run_on_host(mod, a, b, c)       # c written in place; HostEmulationError on a bug
+    run.warnings                          # e.g. reads of shared memory no thread wrote
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import CompileError, RuntimeError_
+from autosched.schedule import ir
+from autosched.targets.cuda import ir_util as U
+from autosched.targets.cuda.codegen import CudaSource, KernelInfo
+from autosched.targets.cuda.dtypes import C_TYPES
+from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
+
+FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
+         # CUDA wraps signed overflow and has no strict-aliasing rule for float4 punning
+         "-fwrapv", "-fno-strict-aliasing", "-ffp-contract=off", "-w")
+GUARD = 1024  # bytes of sentinel on each side of every buffer
+SENTINEL = 0xA5
+ORDERS = {"forward": 0, "reverse": 1}  # or "shuffle:<seed>": a fresh order every interval
+
+
+class HostEmulationError(RuntimeError_):
+    """The CUDA C misbehaved on the host: the message names the kernel and what went wrong."""
+
+    def __init__(self, msg: str, kind: str, kernel: str) -> None:
+        super().__init__(msg)
+        self.kind = kind
+        self.kernel = kernel
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """What a run noticed that is not an error (counts and the first occurrence of each)."""
+
+    warnings: tuple[str, ...]
+
+
+def gxx() -> str | None:
+    """The host C++ compiler (``$CXX`` or g++), or None when there is none."""
+    return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = "forward",
+                time_limit: float = 60.0) -> HostRun:
+    """Run every kernel of ``mod`` (a CudaModule) on the CPU with numpy ``args`` (one per
+    parameter); the arrays it writes are updated in place, as ``mod(*args)`` would on a GPU."""
+    env = mod._bind_shapes(args)
+    for buf, a in zip(mod.func.params, args):
+        if not isinstance(a, np.ndarray):
+            raise RuntimeError_(f"run_on_host takes numpy arrays; {buf.name} is "
+                                f"{type(a).__name__}")
+    program = _program(mod.source, checked)
+    lib = _library(program.text)
+    mem: dict[ir.Buffer, _DeviceBuffer] = {}
+    for buf, a in zip(mod.func.params, args):
+        mem[buf] = _DeviceBuffer(buf.name, a.nbytes)
+        mem[buf].array(a.shape, a.dtype)[...] = a
+    for buf in mod.source.workspace:
+        shape = tuple(U.eval_int(d, env) for d in buf.shape)
+        mem[buf] = _DeviceBuffer(buf.name, int(np.prod(shape)) * buf.itemsize)
+        _fill_garbage(mem[buf].array(shape, np.dtype(buf.dtype)))
+    code = _order_code(order)
+    warnings: list[str] = []
+    with _LOCK:
+        for info, kernel in zip(mod.source.kernels, program.kernels):
+            grid = [U.eval_int(e, env) for e in info.grid]
+            block = [U.eval_int(e, env) for e in info.block]
+            if 0 in grid or 0 in block:
+                continue
+            _launch(lib, info, kernel, mem, env, grid + block, code, time_limit)
+            for b in mem.values():
+                b.check_guards(info.name)
+            warnings += _warnings(lib, info.name)
+    for buf, a in zip(mod.func.params, args):
+        if buf in mod.source.written:
+            a[...] = mem[buf].array(a.shape, a.dtype)
+    return HostRun(tuple(warnings))
+
+
+# -- rewriting the CUDA C --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Param:
+    ctype: str
+    name: str
+    const: bool
+    pointer: bool
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    name: str
+    bounds: int  # __launch_bounds__, 0 when absent
+    params: tuple[_Param, ...]
+
+
+@dataclass(frozen=True)
+class _Program:
+    text: str
+    kernels: tuple[_Kernel, ...]
+
+
+_TYPE = "|".join(re.escape(t) for t in sorted(set(C_TYPES.values()), key=len, reverse=True))
+_SIGNATURE = re.compile(
+    r'^extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)\((.*)\) \{$')
+_POINTER = re.compile(rf"^(const )?({_TYPE})\* __restrict__ (\w+)$")
+_SCALAR = re.compile(rf"^({_TYPE}) (\w+)$")
+_SHARED = re.compile(rf"^(\s*)__shared__ __align__\((\d+)\) ({_TYPE}) (\w+)\[(\d+)\];$")
+_LOCAL = re.compile(rf"^(\s*)({_TYPE}) (\w+)\[(\d+)\];$")
+
+
+def _program(source: CudaSource, checked: bool) -> _Program:
+    """The C++ translation unit: prelude, the kernels (checked: with wrapped buffers), and one
+    ``as_launch_<kernel>`` entry point per kernel."""
+    lines, kernels = [], []
+    for line in source.code.splitlines():
+        if line.startswith("#include <cuda_fp16.h>"):
+            line = "// cuda_fp16.h: half is _Float16 on the host"
+        m = _SIGNATURE.match(line)
+        if m:
+            kernel = _parse_signature(m)
+            kernels.append(kernel)
+            if checked:
+                params = ", ".join(f"as_emu::Global<{p.ctype}> {p.name}" if p.pointer
+                                   else f"{p.ctype} {p.name}" for p in kernel.params)
+                line = f"static void {kernel.name}({params}) {{"
+        elif checked:
+            line = _checked_declaration(line)
+        lines.append(line)
+    if [k.name for k in kernels] != [k.name for k in source.kernels]:
+        raise CompileError(
+            f"host emulation found kernels {[k.name for k in kernels]} in the CUDA C, the "
+            f"module has {[k.name for k in source.kernels]} (did codegen's signature format "
+            "change? see _SIGNATURE in host_emulate.py)")
+    for kernel, info in zip(kernels, source.kernels):
+        if sum(p.pointer for p in kernel.params) != len(info.buffers):
+            raise CompileError(f"host emulation: kernel {kernel.name} has "
+                               f"{len(kernel.params)} parameters, expected {len(info.buffers)} "
+                               f"buffers and {len(info.scalars)} scalars")
+    body = "\n".join(lines)
+    if checked and "__shared__" in body:
+        bad = next(ln for ln in lines if "__shared__" in ln)
+        raise CompileError(f"host emulation cannot check the shared declaration {bad.strip()!r}")
+    launchers = "\n".join(_launcher(k, checked) for k in kernels)
+    text = PRELUDE + '#line 1 "kernel.cu"\n' + body + "\n" + launchers + "\n"
+    return _Program(text, tuple(kernels))
+
+
+def _parse_signature(m: re.Match[str]) -> _Kernel:
+    params = []
+    for text in m.group(3).split(", ") if m.group(3) else []:
+        p, s = _POINTER.match(text), _SCALAR.match(text)
+        if p:
+            params.append(_Param(p.group(2), p.group(3), bool(p.group(1)), True))
+        elif s:
+            params.append(_Param(s.group(1), s.group(2), False, False))
+        else:
+            raise CompileError(f"host emulation cannot parse parameter {text!r} of kernel "
+                               f"{m.group(2)}")
+    return _Kernel(m.group(2), int(m.group(1) or 0), tuple(params))
+
+
+def _checked_declaration(line: str) -> str:
+    m = _SHARED.match(line)
+    if m:
+        indent, align, ctype, name, n = m.groups()
+        if int(align) > 16:
+            raise CompileError(f"host emulation: shared {name} asks for {align}-byte alignment")
+        return f'{indent}static as_emu::Shared<{ctype}, {n}> {name}{{"{name}"}};'
+    m = _LOCAL.match(line)
+    if m:
+        indent, ctype, name, n = m.groups()
+        return f'{indent}as_emu::Local<{ctype}, {n}> {name}("{name}");'
+    return line
+
+
+def _launcher(k: _Kernel, checked: bool) -> str:
+    out = [f"AS_API int as_launch_{k.name}(void* const* p, const long long* n, "
+           "const long long* s, const long long* launch, int order, double limit) {"]
+    values, nb, ns = [], 0, 0
+    for prm in k.params:
+        if not prm.pointer:
+            values.append(f"({prm.ctype})s[{ns}]")
+            ns += 1
+            continue
+        if not checked:
+            const = "const " if prm.const else ""
+            values.append(f"({const}{prm.ctype}*)p[{nb}]")
+        else:
+            shadow = "nullptr"
+            if not prm.const:  # written: record who writes and reads each element
+                out.append(f"  as_emu::ShadowBuf sh{nb}(n[{nb}]);")
+                shadow = f"sh{nb}.p"
+            values.append(f'as_emu::Global<{prm.ctype}>{{{{"{prm.name}", p[{nb}], n[{nb}], '
+                          f"{shadow}, as_emu::GLOBAL}}}}")
+        nb += 1
+    out.append(f"  auto body = [&]() {{ {k.name}({', '.join(values)}); }};")
+    out.append(f'  return as_emu::launch("{k.name}", {k.bounds}, launch, order, limit, body);')
+    out.append("}")
+    return "\n".join(out)
+
+
+# -- compiling and loading -------------------------------------------------------------------
+
+_LOCK = threading.Lock()  # a library's fiber scheduler and shared arrays are process globals
+_LOADED: dict[str, ctypes.CDLL] = {}
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "autosched")
+    return Path(root) / "cuda-host"
+
+
+@functools.cache
+def _compiler() -> tuple[str, str]:
+    cxx = gxx()
+    if cxx is None:
+        raise CompileError("running CUDA C on the host needs a C++ compiler (g++, or $CXX); "
+                           "none was found on PATH")
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    return cxx, version.splitlines()[0] if version else "unknown"
+
+
+def _library(text: str) -> ctypes.CDLL:
+    cxx, version = _compiler()
+    key = hashlib.sha256("\0".join([text, version, *FLAGS]).encode()).hexdigest()[:32]
+    if key in _LOADED:
+        return _LOADED[key]
+    folder = _cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    so = folder / f"{key}.so"
+    if not so.exists():
+        src = folder / f"{key}.cpp"
+        src.write_text(text)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
+        os.close(fd)
+        proc = subprocess.run([cxx, *FLAGS, str(src), "-o", tmp], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            os.unlink(tmp)
+            raise CompileError(f"{cxx} could not compile the host emulation of the CUDA C "
+                               f"(source kept at {src}):\n{proc.stderr[:4000]}")
+        os.replace(tmp, so)
+    lib = ctypes.CDLL(str(so))
+    lib.as_error.restype = ctypes.c_char_p
+    lib.as_warning.restype = ctypes.c_char_p
+    lib.as_warning.argtypes = [ctypes.c_int]
+    lib.as_warning_count.restype = ctypes.c_longlong
+    lib.as_warning_count.argtypes = [ctypes.c_int]
+    _LOADED[key] = lib
+    return lib
+
+
+# -- memory and launches ---------------------------------------------------------------------
+
+class _DeviceBuffer:
+    """Host memory standing for a device allocation: 256-byte aligned (as cudaMalloc), with
+    sentinel guard zones on both sides."""
+
+    def __init__(self, name: str, nbytes: int) -> None:
+        self.name = name
+        self.nbytes = nbytes
+        self.raw = np.full(nbytes + 2 * GUARD + 256, SENTINEL, dtype=np.uint8)
+        self.start = GUARD + (-(self.raw.ctypes.data + GUARD)) % 256
+
+    @property
+    def ptr(self) -> int:
+        return self.raw.ctypes.data + self.start
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return self.raw[self.start:self.start + self.nbytes].view(dtype).reshape(shape)
+
+    def check_guards(self, kernel: str) -> None:
+        before = np.flatnonzero(self.raw[:self.start] != SENTINEL)
+        after = np.flatnonzero(self.raw[self.start + self.nbytes:] != SENTINEL)
+        if before.size or after.size:
+            where = (f"{int(before[0]) - self.start} bytes before its start" if before.size
+                     else f"byte {self.nbytes + int(after[0])} of {self.nbytes}")
+            raise HostEmulationError(
+                f"kernel {kernel} wrote outside buffer {self.name}: {where} changed "
+                "(an out-of-bounds store)", ERROR_NAMES[1], kernel)
+
+
+def _fill_garbage(a: np.ndarray) -> None:
+    if a.dtype.kind == "f":
+        a[...] = np.nan
+    elif a.dtype.kind == "b":
+        a[...] = True
+    else:
+        a.view(np.uint8)[...] = 0xFF
+
+
+def _order_code(order: str) -> int:
+    if order in ORDERS:
+        return ORDERS[order]
+    if order.startswith("shuffle:"):
+        return 2 + int(order.split(":", 1)[1])
+    raise ValueError(f"order must be forward, reverse or shuffle:<seed>, got {order!r}")
+
+
+def _launch(lib: ctypes.CDLL, info: KernelInfo, kernel: _Kernel,
+            mem: dict[ir.Buffer, _DeviceBuffer], env: dict[int, int], launch: list[int],
+            order: int, limit: float) -> None:
+    ptrs = (ctypes.c_void_p * max(len(info.buffers), 1))(*[mem[b].ptr for b in info.buffers])
+    sizes = (ctypes.c_longlong * max(len(info.buffers), 1))(
+        *[mem[b].nbytes // b.itemsize for b in info.buffers])
+    scalars = (ctypes.c_longlong * max(len(info.scalars), 1))(*[env[v.uid] for v in info.scalars])
+    dims = (ctypes.c_longlong * 6)(*launch)
+    fn = getattr(lib, f"as_launch_{kernel.name}")
+    fn.restype = ctypes.c_int
+    code = fn(ptrs, sizes, scalars, dims, ctypes.c_int(order), ctypes.c_double(limit))
+    if code:
+        msg = lib.as_error().decode(errors="replace")
+        raise HostEmulationError(
+            f"{ERROR_NAMES.get(code, f'error {code}')} (grid {tuple(launch[:3])}, block "
+            f"{tuple(launch[3:])}): {msg}", ERROR_NAMES.get(code, str(code)), info.name)
+
+
+def _warnings(lib: ctypes.CDLL, kernel: str) -> list[str]:
+    out = []
+    for kind in (0, 1):
+        n = lib.as_warning_count(kind)
+        if n:
+            first = lib.as_warning(kind).decode(errors="replace")
+            out.append(f"{n} time(s), first: {first}")
+    return out

@@ -1,0 +1,487 @@
+"""The C++20 text that lets g++ compile the CUDA C of codegen.py for the host (host_emulate.py).
+
+CUDA keywords become nothing (``__global__``), host spellings (``__align__`` -> ``alignas``) or
+small shims (``rsqrtf``, ``__expf``, ``half`` as ``_Float16``). The threads of a block are fibers
+run by one OS thread: each runs until it reaches ``__syncthreads()`` or ends, then the next one
+runs; the barrier opens when every thread waits at it. Blocks run one after another, so a
+function-static array is the block's shared memory. Deterministic, and a few nanoseconds per
+switch, where an OS thread per CUDA thread needs a kernel round trip per barrier and thread.
+
+In the checked build (``CHECKED``) buffers are wrapped: every global, shared and local access is
+bounds-checked, vector accesses are checked for alignment, and a shadow word per element of each
+written global and each shared buffer records who last wrote and read it in which barrier
+interval, so that races between the threads of a block (no barrier between a write and another
+thread's access) and between blocks (one block writes what another reads or writes) are errors.
+Shared and local memory start as NaN (integers: all bits set), as garbage would on the GPU.
+
+The first error is kept (code and message, with kernel, block, thread, buffer and element); the
+launch stops at the next barrier and the launcher returns the code.
+"""
+
+from __future__ import annotations
+
+# error codes of a launch, shared with host_emulate.py
+ERROR_NAMES = {
+    1: "out-of-bounds access",
+    2: "data race",
+    3: "divergent __syncthreads",
+    4: "misaligned vector access",
+    5: "time limit exceeded",
+    6: "bad launch",
+}
+
+PRELUDE = r"""
+// autosched: CUDA C on the host (see autosched/targets/cuda/host_prelude.py)
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <bit>
+#include <type_traits>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static
+#define __syncthreads() as_emu::syncthreads(__LINE__)
+#define AS_API extern "C" __attribute__((visibility("default")))
+
+struct uint3 { unsigned x, y, z; };
+// read by the kernels; set by the fiber scheduler before it resumes a thread
+uint3 threadIdx, blockIdx, blockDim, gridDim;
+constexpr int warpSize = 32;
+
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+
+typedef _Float16 half;
+inline half __float2half(float x) { return (half)x; }
+inline float __half2float(half x) { return (float)x; }
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
+inline double __longlong_as_double(long long x) { return std::bit_cast<double>(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+extern "C" void as_switch(void** save_sp, void* load_sp);
+// Save the callee-saved registers and the float control words on this stack, store the stack
+// pointer in *save_sp, continue on load_sp (the System V x86-64 convention).
+asm(R"(
+  .text
+  .p2align 4
+  .globl as_switch
+  .hidden as_switch
+  .type as_switch,@function
+as_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size as_switch, .-as_switch
+)");
+
+namespace as_emu {
+
+enum { RUNNING, AT_BARRIER, DONE };
+struct Fiber { void* sp; int state; int line; };
+
+constexpr size_t STACK = 1 << 20;  // bytes per thread; pages are committed only when touched
+constexpr size_t PAGE = 4096;
+
+Fiber* fibers;
+int nthreads;
+int cur;  // the running thread (linear id)
+void* sched_sp;
+void (*body)(void*);
+void* body_ctx;
+const char* kernel;
+uint32_t block_serial;  // 1, 2, ... for every block run (in every launch)
+uint32_t phase;         // one per barrier interval of every block: unique in the process
+int err_code;
+char err_msg[2048];
+long long n_uninit, n_dup;
+char uninit_msg[512], dup_msg[512];
+
+void where(char* out, size_t n, int t) {
+  int x = t % (int)blockDim.x, y = (t / (int)blockDim.x) % (int)blockDim.y;
+  int z = t / ((int)blockDim.x * (int)blockDim.y);
+  snprintf(out, n, "kernel %s block (%u, %u, %u) thread (%d, %d, %d)", kernel, blockIdx.x,
+           blockIdx.y, blockIdx.z, x, y, z);
+}
+
+__attribute__((format(printf, 2, 3), noinline)) void fail(int code, const char* fmt, ...) {
+  if (err_code) return;  // the first error is the one to fix
+  err_code = code;
+  char at[256];
+  where(at, sizeof at, cur);
+  int k = snprintf(err_msg, sizeof err_msg, "%s: ", at);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err_msg + k, sizeof err_msg - k, fmt, ap);
+  va_end(ap);
+}
+
+__attribute__((noinline)) void warn(long long* count, char* msg, const char* what,
+                                    const char* buf, long long i) {
+  if ((*count)++) return;
+  char at[256];
+  where(at, sizeof at, cur);
+  snprintf(msg, 512, "%s: %s %s[%lld]", at, what, buf, i);
+}
+
+void syncthreads(int line) {
+  fibers[cur].state = AT_BARRIER;
+  fibers[cur].line = line;
+  as_switch(&fibers[cur].sp, sched_sp);
+}
+
+void fiber_main() {
+  body(body_ctx);
+  fibers[cur].state = DONE;
+  as_switch(&fibers[cur].sp, sched_sp);
+  __builtin_trap();  // a finished thread is never resumed
+}
+
+void start_fiber(char* stacks, int i, uint64_t csr) {
+  uint64_t* sp = (uint64_t*)(stacks + (i + 1) * STACK);
+  *--sp = 0;                        // return address of fiber_main (never used)
+  *--sp = (uint64_t)&fiber_main;    // where as_switch "returns" to
+  for (int r = 0; r < 6; ++r) *--sp = 0;
+  *--sp = csr;
+  fibers[i].sp = sp;
+  fibers[i].state = RUNNING;
+}
+
+double now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// order: 0 threads in id order each round, 1 reversed, 2+ a fresh shuffle each round (seed)
+int run(const char* name, long long bounds, const long long* launch, int order, double limit,
+        void (*fn)(void*), void* ctx) {
+  kernel = name;
+  err_code = 0;
+  err_msg[0] = uninit_msg[0] = dup_msg[0] = 0;
+  n_uninit = n_dup = 0;
+  gridDim = {(unsigned)launch[0], (unsigned)launch[1], (unsigned)launch[2]};
+  blockDim = {(unsigned)launch[3], (unsigned)launch[4], (unsigned)launch[5]};
+  long long total = launch[3] * launch[4] * launch[5];
+  cur = 0;
+  if (total < 1 || total > 1024 || (bounds > 0 && total > bounds)) {
+    fail(6, "block (%lld, %lld, %lld) has %lld threads; the limit is %lld", launch[3],
+         launch[4], launch[5], total, bounds > 0 ? bounds : 1024LL);
+    return err_code;
+  }
+  nthreads = (int)total;
+  char* stacks = (char*)mmap(nullptr, STACK * nthreads, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks == MAP_FAILED) {
+    fail(6, "cannot map %d thread stacks", nthreads);
+    return err_code;
+  }
+  for (int i = 0; i < nthreads; ++i) mprotect(stacks + i * STACK, PAGE, PROT_NONE);
+  Fiber* fs = (Fiber*)calloc(nthreads, sizeof(Fiber));
+  int* perm = (int*)malloc(sizeof(int) * nthreads);
+  fibers = fs;
+  body = fn;
+  body_ctx = ctx;
+  uint32_t mx;
+  uint16_t cw;
+  asm volatile("stmxcsr %0" : "=m"(mx));
+  asm volatile("fnstcw %0" : "=m"(cw));
+  uint64_t csr = mx | ((uint64_t)cw << 32);
+  uint64_t rnd = 0x9E3779B97F4A7C15ULL * (uint64_t)(order + 1);
+  double t0 = now();
+  for (long long b = 0; b < launch[0] * launch[1] * launch[2] && !err_code; ++b) {
+    blockIdx = {(unsigned)(b % launch[0]), (unsigned)(b / launch[0] % launch[1]),
+                (unsigned)(b / (launch[0] * launch[1]))};
+    ++block_serial;
+    ++phase;
+    for (int i = 0; i < nthreads; ++i) start_fiber(stacks, i, csr);
+    for (;;) {
+      for (int i = 0; i < nthreads; ++i) perm[i] = order == 1 ? nthreads - 1 - i : i;
+      if (order >= 2) {
+        for (int i = nthreads - 1; i > 0; --i) {
+          rnd ^= rnd << 13; rnd ^= rnd >> 7; rnd ^= rnd << 17;
+          int j = (int)(rnd % (uint64_t)(i + 1));
+          int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+        }
+      }
+      for (int k = 0; k < nthreads && !err_code; ++k) {
+        int i = perm[k];
+        if (fs[i].state != RUNNING) continue;
+        cur = i;
+        threadIdx = {(unsigned)(i % launch[3]), (unsigned)(i / launch[3] % launch[4]),
+                     (unsigned)(i / (launch[3] * launch[4]))};
+        as_switch(&sched_sp, fs[i].sp);
+      }
+      if (err_code) break;
+      int done = -1, waiting = -1;
+      for (int i = 0; i < nthreads; ++i) {
+        if (fs[i].state == DONE && done < 0) done = i;
+        if (fs[i].state == AT_BARRIER) {
+          if (waiting >= 0 && fs[i].line != fs[waiting].line) {
+            cur = i;
+            fail(3, "waits at the __syncthreads of line %d while thread %d waits at the one of "
+                 "line %d", fs[i].line, waiting, fs[waiting].line);
+            break;
+          }
+          if (waiting < 0) waiting = i;
+        }
+      }
+      if (err_code || waiting < 0) break;  // an error, or every thread is done
+      if (done >= 0) {
+        cur = waiting;
+        fail(3, "waits at the __syncthreads of line %d, which thread %d (linear id) never "
+             "reaches: it finished the kernel (on the GPU: a hang or undefined behaviour)",
+             fs[waiting].line, done);
+        break;
+      }
+      ++phase;
+      for (int i = 0; i < nthreads; ++i) fs[i].state = RUNNING;
+      if (now() - t0 > limit) {
+        fail(5, "the launch ran longer than %.1f s on the host", limit);
+        break;
+      }
+    }
+  }
+  munmap(stacks, STACK * nthreads);
+  free(fs);
+  free(perm);
+  fibers = nullptr;
+  return err_code;
+}
+
+template <class F> void call(void* f) { (*(F*)f)(); }
+
+template <class F>
+int launch(const char* name, long long bounds, const long long* sizes, int order, double limit,
+           F& f) {
+  return run(name, bounds, sizes, order, limit, &call<F>, &f);
+}
+
+// -- checked memory (used only by the checked build) -------------------------------------------
+
+constexpr uint32_t MULTI = 0xffffffffu;
+struct Shadow { uint32_t wb, wt, wp, rb, rt, rp; };  // writer / reader: block, thread + 1, phase
+enum { GLOBAL, SHARED };
+struct Mem { const char* name; void* data; long long n; Shadow* sh; int kind; };
+alignas(64) char scratch[64];  // where an access out of bounds goes instead
+
+const char* who(uint32_t t) {
+  static char buf[64];
+  if (t == MULTI) return "another thread";
+  snprintf(buf, sizeof buf, "thread %u (linear id)", t - 1);
+  return buf;
+}
+
+void on_read(const Mem* m, Shadow& s, long long i) {
+  uint32_t b = block_serial, t = (uint32_t)cur + 1, p = phase;
+  if (m->kind == SHARED && s.wb == 0) {
+    warn(&n_uninit, uninit_msg, "reads shared memory no thread of the block wrote:", m->name, i);
+  } else if (m->kind == GLOBAL && s.wb && s.wb != b) {
+    fail(2, "reads %s[%lld], which another block wrote in this launch (blocks are unordered)",
+         m->name, i);
+  } else if (s.wp == p && s.wt != t) {
+    fail(2, "reads %s[%lld], which %s wrote with no __syncthreads in between", m->name, i,
+         who(s.wt));
+  }
+  s.rb = s.rb == 0 || s.rb == b ? b : MULTI;
+  if (s.rp != p) {
+    s.rp = p;
+    s.rt = t;
+  } else if (s.rt != t) {
+    s.rt = MULTI;
+  }
+}
+
+void on_write(const Mem* m, Shadow& s, long long i, const void* old, const void* val,
+              size_t size) {
+  uint32_t b = block_serial, t = (uint32_t)cur + 1, p = phase;
+  if (m->kind == GLOBAL && s.wb && s.wb != b) {
+    if (val && memcmp(old, val, size) == 0)
+      warn(&n_dup, dup_msg, "writes the value another block wrote to", m->name, i);
+    else
+      fail(2, "writes %s[%lld], which another block also wrote (with a different value) in "
+           "this launch", m->name, i);
+  } else if (m->kind == GLOBAL && s.rb && s.rb != b) {
+    fail(2, "writes %s[%lld], which another block read in this launch", m->name, i);
+  } else if (s.wp == p && s.wt != t) {
+    fail(2, "writes %s[%lld], which %s also wrote with no __syncthreads in between", m->name, i,
+         who(s.wt));
+  } else if (s.rp == p && s.rt != t) {
+    fail(2, "writes %s[%lld], which %s read with no __syncthreads in between", m->name, i,
+         who(s.rt));
+  }
+  s.wb = b;
+  s.wt = t;
+  s.wp = p;
+}
+
+// the address of elements [i, i + lanes) of m, or of scratch when that is out of bounds
+__attribute__((noinline)) void* out_of_bounds(const Mem* m, long long i, int lanes, bool write) {
+  if (lanes == 1)
+    fail(1, "%s %s[%lld] out of bounds (%s has %lld elements)", write ? "writes" : "reads",
+         m->name, i, m->name, m->n);
+  else
+    fail(1, "%s %s[%lld .. %lld] (a %d-lane vector) out of bounds (%s has %lld elements)",
+         write ? "writes" : "reads", m->name, i, i + lanes - 1, lanes, m->name, m->n);
+  return scratch;
+}
+
+template <class T>
+inline T* access(const Mem* m, long long i, int lanes, bool write, const T* val) {
+  if (i < 0 || i + lanes > m->n) return (T*)out_of_bounds(m, i, lanes, write);
+  T* p = (T*)m->data + i;
+  if (m->sh) {
+    for (int l = 0; l < lanes; ++l) {
+      if (write)
+        on_write(m, m->sh[i + l], i + l, p + l, val ? val + l : nullptr, sizeof(T));
+      else
+        on_read(m, m->sh[i + l], i + l);
+    }
+  }
+  return p;
+}
+
+template <class T> void garbage(T* p, long long n) {
+  if constexpr (std::is_same_v<T, bool>) {
+    for (long long i = 0; i < n; ++i) p[i] = true;
+  } else {
+    memset((void*)p, 0xff, sizeof(T) * n);  // NaN for floats, -1 / max for integers
+  }
+}
+
+template <class T> struct Addr;
+
+// an element of a checked buffer: reading converts it to T, assigning writes it
+template <class T> struct Ref {
+  const Mem* m;
+  long long i;
+  operator T() const { return *access<T>(m, i, 1, false, nullptr); }
+  Ref& operator=(T v) {
+    *access<T>(m, i, 1, true, &v) = v;
+    return *this;
+  }
+  Ref& operator=(const Ref& o) { return *this = (T)o; }
+  Addr<T> operator&() const { return {m, i}; }
+};
+
+// &buffer[i], cast by codegen to a float2 / float4 pointer for a vector access
+template <class T> struct Addr {
+  const Mem* m;
+  long long i;
+  template <class P> operator P*() const {
+    constexpr int lanes = sizeof(P) / sizeof(T);
+    constexpr bool write = !std::is_const_v<P>;
+    T* p = (T*)m->data + i;
+    if ((uintptr_t)p % alignof(P) && i >= 0 && i + lanes <= m->n)
+      fail(4, "%s %s[%lld] as a %d-lane vector, which is not %zu-byte aligned (on the GPU: "
+           "misaligned address)", write ? "writes" : "reads", m->name, i, lanes, alignof(P));
+    return (P*)access<T>(m, i, lanes, write, nullptr);
+  }
+};
+
+template <class T> struct Global {
+  Mem m;
+  Ref<T> operator[](long long i) const { return {&m, i}; }
+};
+
+template <class T, long long N> struct Shared {
+  const char* name;
+  uint32_t stamp;
+  Mem m;
+  alignas(16) T data[N];
+  Shadow sh[N];
+  // a block's shared memory starts as garbage, with no writer
+  Ref<T> operator[](long long i) {
+    if (stamp != block_serial) {
+      stamp = block_serial;
+      m = {name, data, N, sh, SHARED};
+      garbage(data, N);
+      memset(sh, 0, sizeof sh);
+    }
+    return {&m, i};
+  }
+};
+
+template <class T, long long N> struct Local {
+  const char* name;
+  T data[N];
+  explicit Local(const char* nm) : name(nm) { garbage(data, N); }
+  T& operator[](long long i) {
+    if (i < 0 || i >= N) {
+      fail(1, "%s local %s[%lld] out of bounds (%lld elements)", "accesses", name, i, N);
+      return *(T*)scratch;
+    }
+    return data[i];
+  }
+};
+
+struct ShadowBuf {
+  Shadow* p;
+  explicit ShadowBuf(long long n) : p((Shadow*)calloc(n > 0 ? n : 1, sizeof(Shadow))) {}
+  ~ShadowBuf() { free(p); }
+};
+
+}  // namespace as_emu
+
+AS_API const char* as_error() { return as_emu::err_msg; }
+AS_API long long as_warning_count(int kind) {
+  return kind == 0 ? as_emu::n_uninit : as_emu::n_dup;
+}
+AS_API const char* as_warning(int kind) {
+  return kind == 0 ? as_emu::uninit_msg : as_emu::dup_msg;
+}
+"""
