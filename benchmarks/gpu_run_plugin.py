@@ -2,15 +2,22 @@
 
     PYTHONPATH=benchmarks pytest -p gpu_run_plugin tests/test_ops_*.py tests/test_schedule.py
 
-adds "cuda" to the backends of tests/backends.py (on a GPU machine: real runs). With
-AUTOSCHED_CUDA_EMULATE=1 the "cuda" module is still generated and compiled with NVRTC, but
-called through the reference evaluator on the bound loop IR, so a machine without a GPU checks
-that every operator's CUDA compiles and that its GPU schedule computes the right numbers.
+adds "cuda" to the backends of tests/backends.py (on a GPU machine: real runs). Without a GPU,
+AUTOSCHED_CUDA_EMULATE picks what the "cuda" module (still generated and compiled with NVRTC)
+runs instead:
+
+    AUTOSCHED_CUDA_EMULATE=1     the generated CUDA C itself, compiled with g++ and run on the
+                                 CPU with checked buffers (autosched/targets/cuda/host_emulate.py)
+    AUTOSCHED_CUDA_EMULATE=ir    the reference evaluator on the bound loop IR (mod.func)
+
+so a machine without a GPU checks that every operator's CUDA compiles and computes the right
+numbers. Without g++, "1" falls back to "ir" (and says so once).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import tests.backends as backends
@@ -18,9 +25,17 @@ import tests.backends as backends
 if "cuda" not in backends.CPU_TARGETS:
     backends.CPU_TARGETS.append("cuda")
 
-if os.environ.get("AUTOSCHED_CUDA_EMULATE") == "1":
+_MODE = os.environ.get("AUTOSCHED_CUDA_EMULATE", "")
+
+if _MODE in ("1", "ir"):
     import autosched.targets.cuda as cuda_pkg
     from autosched.schedule.evaluate import evaluate
+    from autosched.targets.cuda.host_emulate import gxx, run_on_host
+
+    if _MODE == "1" and gxx() is None:
+        print("gpu_run_plugin: no g++ on PATH; running the loop IR instead of the CUDA C",
+              file=sys.stderr)
+        _MODE = "ir"
 
     _real = cuda_pkg.build_module
 
@@ -29,8 +44,11 @@ if os.environ.get("AUTOSCHED_CUDA_EMULATE") == "1":
             self.mod = mod
 
         def __call__(self, *arrays: Any) -> None:
-            self.mod._bind_shapes(arrays)  # the GPU module's own argument checks
-            evaluate(self.mod.func, *arrays)
+            if _MODE == "ir":
+                self.mod._bind_shapes(arrays)  # the GPU module's own argument checks
+                evaluate(self.mod.func, *arrays)
+            else:
+                run_on_host(self.mod, *arrays)
 
     def _emulated_build(func: Any, target: Any) -> Any:
         return _Emulated(_real(func, target))
