@@ -94,6 +94,11 @@ def test_tune_records_resume_and_build_best(tmp_path, rng):
     best_rec = min(ok, key=lambda r: r.cost)
     assert json.loads(aus.best_schedule(task, log).to_json())["steps"] == best_rec.steps
     assert any(r.extra.get("sketch") == "default" and r.steps == [] for r in recs2)  # measured once
+    # the sketch's untuned default candidate is measured in the first round too
+    from autosched.search.space import SearchSpace
+
+    default = SearchSpace(task).default_candidate().as_dict()
+    assert any(r.extra.get("candidate") == default for r in recs2[:8])
     tiled = next(r for r in ok if r.steps)
     text = task.schedule(tiled.schedule_steps()).to_python()
     assert "s.cache_write" in text or "compute_at" in text

@@ -139,3 +139,17 @@ def test_bad_expressions():
         bool(A[0, 0] > 1.0)
     with pytest.raises(TEError, match="unknown thread tag 'threadIdx.w'"):
         te.thread_axis("threadIdx.w")
+
+
+def test_flop_count_counts_float_arithmetic_only() -> None:
+    # a padded conv: the index arithmetic of the window and the padding select are not FLOPs
+    from autosched.te import ops
+    from autosched.te.flops import flop_count
+
+    x = te.placeholder((1, 8, 10, 12), name="x")
+    w = te.placeholder((16, 8, 3, 3), name="w")
+    y = ops.conv2d_nchw(x, w, stride=1, padding=1)
+    dag = te.ComputeDAG([y])
+    assert flop_count(dag.ops) == 2 * 16 * 8 * 9 * 10 * 12
+    r = ops.relu(y)
+    assert flop_count(te.ComputeDAG([r]).ops) == 2 * 16 * 8 * 9 * 10 * 12 + 16 * 10 * 12

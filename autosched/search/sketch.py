@@ -19,6 +19,7 @@ Each rule declares knobs (knobs.py); a Sketch applies its rules with one value p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ Params = dict[str, Any]
 
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_LENGTHS = (1, 4, 8, 16, 32, 64)
+PARALLEL_TASKS = 16  # outer parallel tasks an untuned default aims for (a few per core)
 
 
 # -- DAG analysis ---------------------------------------------------------------------------
@@ -127,6 +129,27 @@ def _inline_rule(name: str) -> Rule:
     return Rule(name, (), apply, "inline")
 
 
+def has_condition(op: ComputeOp) -> bool:
+    """The body branches on its indices (padding, a border): inlined into a tiled reduction it
+    puts a select into the innermost loop, which keeps that loop from vectorizing cleanly."""
+    return any(isinstance(n, E.Select) for n in post_order(op.body))
+
+
+def _pad_rule(name: str, sch0: Schedule) -> Rule:
+    """A conditional stage read by a tiled reduction: inlined, or computed on its own first
+    (parallel and vectorized like an injective stage) so the reduction reads plain memory."""
+    root = _injective_rule(name, sch0)
+    knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=0), *root.knobs)
+
+    def apply(sch: Schedule, p: Params) -> None:
+        if p[f"{name}.inline"]:
+            sch.stage(name).compute_inline()
+        else:
+            root.apply(sch, p)
+
+    return Rule(name, knobs, apply, "pad")
+
+
 def tile_pair(sch: Schedule, name: str, fused_into: str | None) -> tuple[Stage, Stage]:
     """(consumer, producer) of a tiled reduction: the fused elementwise output and the
     reduction itself in local scope, or the reduction and its cache_write "local" copy."""
@@ -152,7 +175,9 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
         ChoiceKnob(f"{pre}at", (0, 1), default_index=1),
-        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1))),
+        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)),
+                   default_index=_parallel_depth([k.extent // math.prod(k.default())
+                                                  for k in data])),
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=2),
     ]
 
@@ -197,6 +222,17 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
             producer.pragma(d1[0], "unroll_explicit", True)
 
     return Rule(name, tuple(knobs), apply, "tile")
+
+
+def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:
+    """Index of the fewest outer loops (fused) that make at least ``tasks`` parallel tasks,
+    so an untuned default keeps every core busy (a batch axis of 1 alone would not)."""
+    total = 1
+    for depth, ext in enumerate(outer_extents):
+        total *= max(ext, 1)
+        if total >= tasks:
+            return depth
+    return max(len(outer_extents) - 1, 0)
 
 
 def _vector_choices(extent: int) -> tuple[int, ...]:
@@ -245,9 +281,13 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
     pre = f"{name}."
     n = len(op.axis)
     last = _static_extent(op.axis[-1]) if n else 1
+    vectors = _vector_choices(last)
+    vec = vectors[min(3, len(vectors) - 1)]
+    outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vec)]
     knobs: list[Knob] = [
-        ChoiceKnob(f"{pre}vector", _vector_choices(last), default_index=3),
-        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,)),
+        ChoiceKnob(f"{pre}vector", vectors, default_index=3),
+        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,),
+                   default_index=_parallel_depth(outer) if n else 0),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -301,8 +341,13 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
     else:
         tile, reduce, injective = _tile_rule, _reduce_rule, _injective_rule
     info = DagInfo(sch0)
-    rules: list[Rule] = [_inline_rule(n) for n in
-                         (st.name for st in info.compute) if n in info.inlined]
+    tiled = {st.name for st in info.compute if st.name not in info.inlined and has_reuse(st.op)}
+    rules: list[Rule] = []
+    for st in info.compute:
+        if st.name not in info.inlined:
+            continue
+        pad = not gpu and has_condition(st.op) and _read_only_by(sch0, info, st.name, tiled)
+        rules.append(_pad_rule(st.name, sch0) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []
     for st in reversed(info.compute):  # consumers first
@@ -324,6 +369,13 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
         else:
             later.append(injective(name, sch0))
     return [Sketch(tuple(rules + later))]
+
+
+def _read_only_by(sch: Schedule, info: DagInfo, name: str, readers: set[str]) -> bool:
+    """Every stage that reads ``name`` directly is one of ``readers`` (none is inlined)."""
+    direct = [st.name for st in info.compute
+              if any(q.name == name for q in sch.reads_of(st))]
+    return bool(direct) and all(r in readers for r in direct)
 
 
 def _outer_match(sch: Schedule, producer: str, reader: str) -> bool:

@@ -115,10 +115,12 @@ class TaskTuner:
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
         batch = self.search.next_batch(n, model, self.measured, self.seeds())
         if not self.records:
-            # the plain default schedule is measured once, so tuning never ends worse than it
-            plain = self._plain()
-            if plain is not None and plain.ir_hash not in {b.ir_hash for b in batch}:
-                batch = [plain] + batch[: max(n - 1, 0)]
+            # the untuned defaults (the sketch's default candidate, and the plain schedule) are
+            # measured in the first round, so tuning never ends worse than compiling untuned
+            first = list({d.ir_hash: d for d in (self._plain(), self.search.concrete(
+                self.space.default_candidate())) if d is not None}.values())[::-1]
+            hashes = {d.ir_hash for d in first}
+            batch = first + [b for b in batch if b.ir_hash not in hashes][: max(n - len(first), 0)]
         if not batch:
             return []
         results = measurer.measure(self.task, [b.schedule for b in batch])

@@ -12,11 +12,12 @@ def _extent(iv: E.IterVar) -> int:
 
 
 def _count(e: E.Expr) -> int:
+    """Floating-point arithmetic of one evaluation. Index arithmetic (integers), comparisons
+    and selects (padding: data movement) are not counted, as FLOP counts conventionally go."""
     n = 0
     for node in post_order(e):
-        if isinstance(node, (E.Binary, E.Call)) and node.dtype != "bool":
-            n += 1
-        elif isinstance(node, E.Select):
+        if isinstance(node, (E.Binary, E.Call)) and node.dtype.startswith(
+                ("float", "bfloat")):
             n += 1
     return n
 
