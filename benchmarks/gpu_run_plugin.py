@@ -11,7 +11,7 @@ runs instead:
     AUTOSCHED_CUDA_EMULATE=ir    the reference evaluator on the bound loop IR (mod.func)
 
 so a machine without a GPU checks that every operator's CUDA compiles and computes the right
-numbers. Without g++, "1" falls back to "ir" (and says so once).
+numbers. Without g++ (or off x86-64), "1" falls back to "ir" (and says so once).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ _MODE = os.environ.get("AUTOSCHED_CUDA_EMULATE", "")
 if _MODE in ("1", "ir"):
     import autosched.targets.cuda as cuda_pkg
     from autosched.schedule.evaluate import evaluate
-    from autosched.targets.cuda.host_emulate import gxx, run_on_host
+    from autosched.targets.cuda.host_emulate import run_on_host, unavailable
 
-    if _MODE == "1" and gxx() is None:
-        print("gpu_run_plugin: no g++ on PATH; running the loop IR instead of the CUDA C",
+    if _MODE == "1" and unavailable() is not None:
+        print(f"gpu_run_plugin: {unavailable()}; running the loop IR instead of the CUDA C",
               file=sys.stderr)
         _MODE = "ir"
 

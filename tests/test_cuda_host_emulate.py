@@ -13,14 +13,14 @@ import autosched as aus
 from autosched import te
 from autosched.search.space import SearchSpace
 from autosched.search.workloads import make
-from autosched.targets.cuda.host_emulate import HostEmulationError, gxx, run_on_host
+from autosched.targets.cuda.host_emulate import HostEmulationError, run_on_host, unavailable
 from autosched.targets.cuda.runtime import CudaModule
 from autosched.te import expr as E
 from tests.test_cuda_cases import needs_nvrtc
 from tests.test_search_gpu import FAILING, _lowered
 
 pytestmark = [needs_nvrtc,
-              pytest.mark.skipif(gxx() is None, reason="no g++ on PATH to compile CUDA C with")]
+              pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
 
 TARGET = "cuda -arch=sm_90"
 

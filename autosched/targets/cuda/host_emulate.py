@@ -7,7 +7,14 @@ buffer: out-of-bounds accesses, misaligned vector accesses, races (between threa
 in between, or between blocks) and threads that disagree on ``__syncthreads`` are errors that
 name the kernel, block, thread, buffer and element. Every argument is copied into a buffer with
 guard zones (as runtime.py copies to the device), checked after each kernel; workspace, shared and
-local memory start as NaN. Shared libraries are cached by a hash of their text
+local memory start as NaN.
+
+What it cannot see: the threads of a block run one at a time between barriers (one legal
+interleaving; races are found by the shadow records, not by interleaving), barriers are told
+apart by source line, there are no warp primitives (codegen emits none), and NVRTC's own
+compilation of the text is not exercised. x86-64 only (the fiber switch is assembly).
+
+Shared libraries are cached by a hash of their text
 (``$AUTOSCHED_CACHE_DIR/cuda-host`` or ``~/.cache/autosched/cuda-host``).
 
 Example::
@@ -23,6 +30,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -68,6 +76,16 @@ class HostRun:
 def gxx() -> str | None:
     """The host C++ compiler (``$CXX`` or g++), or None when there is none."""
     return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def unavailable() -> str | None:
+    """Why CUDA C cannot run on this host (None when it can): the fiber switch is x86-64
+    assembly, and g++ must be there."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"host emulation of CUDA C needs an x86-64 CPU, this is {platform.machine()}"
+    if gxx() is None:
+        return "host emulation of CUDA C needs g++ (or $CXX) on PATH; none was found"
+    return None
 
 
 def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = "forward",
@@ -244,10 +262,11 @@ def _cache_dir() -> Path:
 
 @functools.cache
 def _compiler() -> tuple[str, str]:
+    reason = unavailable()
+    if reason is not None:
+        raise CompileError(reason)
     cxx = gxx()
-    if cxx is None:
-        raise CompileError("running CUDA C on the host needs a C++ compiler (g++, or $CXX); "
-                           "none was found on PATH")
+    assert cxx is not None
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     return cxx, version.splitlines()[0] if version else "unknown"
 
