@@ -181,3 +181,18 @@ def test_cli_tune_op(tmp_path):
     assert "GFLOPS" in out.stdout
     assert "s[" in out.stdout or "the default schedule (no steps) was fastest" in out.stdout
     assert len([json.loads(x) for x in log.read_text().splitlines()]) == 4
+
+
+def test_register_tile_default_follows_reuse_and_strides() -> None:
+    from autosched.search.sketch import register_tile
+    from autosched.search.workloads import make
+
+    def tile(name: str, shape: list[int]) -> list[int]:
+        return register_tile(make(name, shape)[-1].op, lanes=16)
+
+    assert tile("gemm", [256, 256, 256]) == [4, 64]            # rows x a 64-wide panel
+    assert tile("conv2d", [1, 64, 56, 56, 64, 3, 3, 1, 1]) == [1, 4, 1, 56]
+    assert tile("conv2d", [1, 32, 7, 7, 32, 3, 3, 1, 1]) == [1, 2, 7, 7]
+    # a stride-2 read along the vector is a gather: the tile leans on the channels instead
+    strided = tile("conv2d", [1, 16, 28, 28, 32, 3, 3, 2, 1])
+    assert strided[1] >= 8

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosched.schedule.schedule import Schedule, Stage
-from autosched.search.knobs import ChoiceKnob, Knob, TileKnob
+from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, PlaceholderOp
 from autosched.te.visit import post_order
@@ -161,16 +161,92 @@ def tile_pair(sch: Schedule, name: str, fused_into: str | None) -> tuple[Stage, 
     return sch.stage(fused_into), producer
 
 
-def _tile_rule(name: str, fused_into: str | None, sch0: Schedule) -> Rule:
+def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
+    """The untuned innermost tile length of each data axis: the register tile of accumulators
+    (at most ``budget`` vectors of ``lanes``, the last axis vectorized) that does the most
+    useful multiply-adds per vector or broadcast load, counted from which axes each read of
+    the body depends on. A 3x3 convolution over 56 columns gets 4 channels x 56 columns; one
+    over 7 columns, 2 channels x 7 rows x 7 columns; a matmul 4 rows x 64 columns."""
+    ext = [_static_extent(a) for a in op.axis]
+    n = len(ext)
+    if n == 0:
+        return []
+    uids = [a.var.uid for a in op.axis]
+    deps, strided = [], []
+    for r in _reads(op):
+        used = {v.uid for i in r.indices for v in post_order(i) if isinstance(v, E.Var)}
+        deps.append([d for d in range(n) if uids[d] in used])
+        strided.append(uids[n - 1] in used and _stride(r, uids[n - 1]) != 1)
+    # only the innermost few non-trivial axes are worth a register tile
+    free = [d for d in range(n - 1) if ext[d] > 1][-3:]
+    best: tuple[tuple[float, int, int], list[int]] = ((-1.0, 0, 0), [1] * n)
+
+    def visit(i: int, tile: list[int], acc: int) -> None:
+        nonlocal best
+        if i < len(free):
+            d = free[i]
+            for t in divisors(ext[d]):
+                if acc * t <= budget:
+                    tile[d] = t
+                    visit(i + 1, tile, acc * t)
+            tile[d] = 1
+            return
+        vec = -(-tile[n - 1] // lanes)
+        loads = 0
+        for ds, gather in zip(deps, strided):
+            m = 1
+            for d in ds:  # a strided read along the vector is one scalar load per lane
+                m *= (tile[d] if gather else vec) if d == n - 1 else tile[d]
+            loads += m
+        useful = acc / vec * tile[n - 1] / lanes
+        key = (useful / max(loads, 1), acc, tile[n - 1])
+        if key > best[0]:
+            best = (key, list(tile))
+
+    for last in divisors(ext[n - 1]):
+        vec = -(-last // lanes)
+        if last <= 4 * lanes and vec <= budget:
+            tile = [1] * n
+            tile[n - 1] = last
+            visit(0, tile, vec)
+    return best[1]
+
+
+def _stride(read: E.TensorRead, uid: int) -> int | None:
+    """How far the flat element read moves when the axis ``uid`` steps by one (None when it
+    cannot be told statically)."""
+    from autosched.schedule.evaluate import eval_int
+
+    shape = [d.value if isinstance(d, E.Const) else d for d in read.tensor.shape]
+    if not all(isinstance(d, int) for d in shape):
+        return None
+    env = {v.uid: 0 for i in read.indices for v in post_order(i) if isinstance(v, E.Var)}
+
+    def flat(at: int) -> int:
+        env[uid] = at
+        out = 0
+        for i, d in zip(read.indices, shape):
+            out = out * d + eval_int(i, env)
+        return out
+
+    try:
+        return flat(1) - flat(0)
+    except Exception:  # an index the integer evaluator cannot fold (a call, a load)
+        return None
+
+
+def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8) -> Rule:
     """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write."""
     st = sch0.stage(name)
     op = st.op
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
     n = len(op.axis)
-    # untuned default: 4 x 16 register tiles, 8 x 4 of them per parallel task, k by 8
+    # untuned default: the register tile above, 8 (4 on the last axis) of them per parallel
+    # task along each axis, k by 8
+    reg = register_tile(op, lanes)
     data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
-                     prefer=(4, 1, 16) if d == n - 1 else (8, 1, 4)) for d, a in enumerate(op.axis)]
+                     prefer=(4 if d == n - 1 else 8, 1, reg[d])) for d, a in enumerate(op.axis)]
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
@@ -339,7 +415,9 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
         reduce = lambda n, reader, s: G.gpu_reduce_rule(n, s)  # noqa: E731
         injective = G.gpu_injective_rule
     else:
-        tile, reduce, injective = _tile_rule, _reduce_rule, _injective_rule
+        lanes = max(getattr(target, "vector_bits", 256) // 32, 1)
+        tile = lambda n, into, s: _tile_rule(n, into, s, lanes)  # noqa: E731
+        reduce, injective = _reduce_rule, _injective_rule
     info = DagInfo(sch0)
     tiled = {st.name for st in info.compute if st.name not in info.inlined and has_reuse(st.op)}
     rules: list[Rule] = []
