@@ -18,7 +18,8 @@ test: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 	# every operator and schedule test on the cuda target: NVRTC compiles each kernel (no GPU
-	# needed), the reference evaluator runs the bound IR with CUDA semantics
+	# needed), g++ runs the generated CUDA C on the host (AUTOSCHED_CUDA_EMULATE=ir: the
+	# reference evaluator on the bound IR instead)
 	AUTOSCHED_CUDA_EMULATE=1 PYTHONPATH=benchmarks $(BIN)/python -m pytest -p gpu_run_plugin \
 		tests/test_ops_*.py tests/test_schedule.py -k cuda
 
