@@ -357,11 +357,10 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
     pre = f"{name}."
     n = len(op.axis)
     last = _static_extent(op.axis[-1]) if n else 1
-    vectors = _vector_choices(last)
-    vec = vectors[min(3, len(vectors) - 1)]
-    outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vec)]
+    vector = ChoiceKnob(f"{pre}vector", _vector_choices(last), default_index=3)
+    outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
     knobs: list[Knob] = [
-        ChoiceKnob(f"{pre}vector", vectors, default_index=3),
+        vector,
         ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,),
                    default_index=_parallel_depth(outer) if n else 0),
     ]

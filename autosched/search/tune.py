@@ -117,8 +117,10 @@ class TaskTuner:
         if not self.records:
             # the untuned defaults (the sketch's default candidate, and the plain schedule) are
             # measured in the first round, so tuning never ends worse than compiling untuned
-            first = list({d.ir_hash: d for d in (self._plain(), self.search.concrete(
-                self.space.default_candidate())) if d is not None}.values())[::-1]
+            first: list[Lowered] = []
+            for d in (self.search.concrete(self.space.default_candidate()), self._plain()):
+                if d is not None and all(d.ir_hash != f.ir_hash for f in first):
+                    first.append(d)
             hashes = {d.ir_hash for d in first}
             batch = first + [b for b in batch if b.ir_hash not in hashes][: max(n - len(first), 0)]
         if not batch:

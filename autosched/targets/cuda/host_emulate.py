@@ -37,7 +37,6 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,6 +47,8 @@ from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
+from autosched.targets.cuda.nvrtc import cache_dir
+from autosched.targets.cuda.runtime import _nbytes
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
          # CUDA wraps signed overflow and has no strict-aliasing rule for float4 punning
@@ -105,7 +106,7 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
         mem[buf].array(a.shape, a.dtype)[...] = a
     for buf in mod.source.workspace:
         shape = tuple(U.eval_int(d, env) for d in buf.shape)
-        mem[buf] = _DeviceBuffer(buf.name, int(np.prod(shape)) * buf.itemsize)
+        mem[buf] = _DeviceBuffer(buf.name, _nbytes(buf, env))
         _fill_garbage(mem[buf].array(shape, np.dtype(buf.dtype)))
     code = _order_code(order)
     warnings: list[str] = []
@@ -254,12 +255,6 @@ _LOCK = threading.Lock()  # a library's fiber scheduler and shared arrays are pr
 _LOADED: dict[str, ctypes.CDLL] = {}
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "autosched")
-    return Path(root) / "cuda-host"
-
-
 @functools.cache
 def _compiler() -> tuple[str, str]:
     reason = unavailable()
@@ -276,7 +271,7 @@ def _library(text: str) -> ctypes.CDLL:
     key = hashlib.sha256("\0".join([text, version, *FLAGS]).encode()).hexdigest()[:32]
     if key in _LOADED:
         return _LOADED[key]
-    folder = _cache_dir()
+    folder = cache_dir("cuda-host")
     folder.mkdir(parents=True, exist_ok=True)
     so = folder / f"{key}.so"
     if not so.exists():

@@ -105,11 +105,13 @@ def _arch_number(arch: str) -> int:
     return int(digits)
 
 
-def _cache_dir() -> Path:
+def cache_dir(kind: str = "cuda") -> Path:
+    """Where built CUDA artifacts of ``kind`` are kept: ``$AUTOSCHED_CACHE_DIR/<kind>`` or
+    ``~/.cache/autosched/<kind>``."""
     root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "autosched"
     )
-    return Path(root) / "cuda"
+    return Path(root) / kind
 
 
 _MEMORY: dict[str, CompiledBinary] = {}
@@ -192,7 +194,7 @@ def _compile(source: str, opts: list[str], target_arch: str, version: tuple[int,
 
 def _read_cache(key: str, target_arch: str, version: tuple[int, int]) -> CompiledBinary | None:
     kind = "cubin" if target_arch.startswith("sm_") else "ptx"
-    path = _cache_dir() / f"{key}.{kind}"
+    path = cache_dir() / f"{key}.{kind}"
     try:
         return CompiledBinary(kind, path.read_bytes(), target_arch, "", version)
     except OSError:
@@ -200,7 +202,7 @@ def _read_cache(key: str, target_arch: str, version: tuple[int, int]) -> Compile
 
 
 def _write_cache(key: str, binary: CompiledBinary) -> None:
-    folder = _cache_dir()
+    folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
