@@ -41,8 +41,8 @@ def stats(c: np.ndarray, ref: np.ndarray) -> str:
             f"first={tuple(idx[0])} last={tuple(idx[-1])}")
 
 
-def direct_runs(rng: np.random.Generator) -> None:
-    for n in (256, 1024, 4096):
+def direct_runs(rng: np.random.Generator, sizes: tuple[int, ...]) -> None:
+    for n in sizes:
         a = rng.uniform(-1, 1, (n, n)).astype("float32")
         b = rng.uniform(-1, 1, (n, n)).astype("float32")
         ref = a.astype(np.float64) @ b
@@ -86,5 +86,7 @@ def tuning_runs() -> None:
 
 
 if __name__ == "__main__":
-    direct_runs(np.random.default_rng(0))
-    tuning_runs()
+    only_direct = sys.argv[1:] == ["direct"]
+    direct_runs(np.random.default_rng(0), (256, 1024) if only_direct else (256, 1024, 4096))
+    if not only_direct:
+        tuning_runs()

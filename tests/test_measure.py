@@ -208,3 +208,24 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
     with Measurer("cuda -arch=sm_90", strict=True) as m:
         with pytest.raises(MeasureError, match="cannot check candidates of C: .*(pycuda|GPU)"):
             m.measure(_matmul(8, 8, 8, target="cuda -arch=sm_90"), [[]])
+
+
+def test_candidates_lowered_in_workers_match_local_lowering(measurer: Measurer) -> None:
+    from autosched.cost_model.features import extract_features
+    from autosched.search.space import SearchSpace
+    from autosched.search.workloads import make
+
+    tensors = make("conv2d", [1, 4, 9, 9, 8, 3, 3, 1, 1])
+    task = Task(lambda: tensors, target="llvm")
+    space = SearchSpace(task)
+    rng = np.random.default_rng(3)
+    cands = [space.sample(rng) for _ in range(12)]
+    got = measurer.lower_candidates(task, cands)
+    assert sorted(got) == list(range(12))
+    for i, c in enumerate(cands):
+        low = space.lower(c)
+        assert (low is None) == (got[i] is None), i
+        if low is not None:
+            h, feats = got[i]
+            assert h == low.ir_hash, i
+            np.testing.assert_array_equal(feats, extract_features(low.func, task.target))

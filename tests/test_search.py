@@ -171,6 +171,21 @@ def test_task_scheduler_prefers_the_task_with_most_to_gain():
     assert sched2.next_task() is fast  # weight (occurrences in a model) matters
 
 
+def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
+    # a model tuned in several calls (a resumed job) must not give every call's first trials
+    # to the first tasks again: tasks with records have had their warm-up
+    tasks = [_task("softmax", [4, 8 * (i + 1)], "llvm") for i in range(3)]
+    log = tmp_path / "three.jsonl"
+    opts = aus.TuneOptions(batch_size=4, seed=0, verbose=False, population=8, generations=1)
+    for trials in (4, 8, 12):
+        aus.tune(tasks, trials=trials, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    counts = [len(RecordLog(log).records_for(t.workload_key, t.target)) for t in tasks]
+    assert counts == [4, 4, 4]
+    resumed, new = _FakeTuner(1e9, 1.0), _FakeTuner(1e9, 1.0)
+    resumed.records = ["a record"]
+    assert TaskScheduler([resumed, new]).next_task() is new
+
+
 def test_cli_tune_op(tmp_path):
     log = tmp_path / "cli.jsonl"
     out = subprocess.run(

@@ -66,25 +66,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
     log = args.log or f"tuning_logs/{Path(args.model).stem}-{tasks[0].target.kind}.jsonl"
     print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {args.trials} trials, "
           f"log {log}")
-    # rounds of the task scheduler; tune() resumes from the log, so each round only adds trials
-    per_round = max(args.batch_size * 4, args.trials // 8)
-    done = 0
-    from autosched.search.record import RecordLog
+    # one tune() call (one task scheduler, one set of workers); a table every ~1/8 of the budget
+    every = max(args.batch_size * 4, args.trials // 8)
+    start, last = time.perf_counter(), 0
 
-    if os.path.exists(log):
-        keys = {t.workload_key for t in tasks}
-        done = sum(1 for r in RecordLog(log).load() if r.workload_key in keys)
-    while True:
-        goal = min(args.trials, done + per_round)
-        t0 = time.perf_counter()
-        tune(tasks, trials=goal, log=log, weights=weights,
-             options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
+    def report(done: int) -> None:
+        nonlocal last
+        if done // every == last // every and done < args.trials:
+            return
         table, _ = task_table(tasks, weights, log)
-        print(f"trials {goal}/{args.trials} ({time.perf_counter() - t0:.0f} s this round)")
+        print(f"trials {done}/{args.trials} ({time.perf_counter() - start:.0f} s)")
         print(table, flush=True)
-        if goal >= args.trials or goal <= done:
-            break
-        done = goal
+        last = done
+
+    tune(tasks, trials=args.trials, log=log, weights=weights, on_round=report,
+         options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     return 0
 
 

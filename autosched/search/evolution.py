@@ -8,6 +8,7 @@ the model keeps seeing unexplored parts of the space.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +19,12 @@ from autosched.search.space import Candidate, Lowered, SearchSpace
 
 class Model(Protocol):
     def predict(self, features: list[np.ndarray]) -> np.ndarray: ...
+
+
+# lowers candidates elsewhere (the Measurer's workers): for each index it managed, the IR hash and
+# features, or None for an illegal candidate; indices it leaves out are lowered here
+Lowerer = Callable[[Sequence[Candidate]], dict[int, "tuple[str, np.ndarray] | None"]]
+REMOTE_MIN = 8  # fewer new candidates than this are lowered here: a round trip costs more
 
 
 @dataclass
@@ -31,27 +38,44 @@ class EvolutionConfig:
 
 class EvolutionarySearch:
     def __init__(self, space: SearchSpace, featurize, rng: np.random.Generator,  # noqa: ANN001
-                 config: EvolutionConfig | None = None):
+                 config: EvolutionConfig | None = None, lowerer: Lowerer | None = None):
         self.space = space
         self.featurize = featurize
         self.rng = rng
         self.cfg = config or EvolutionConfig()
+        self.lowerer = lowerer
         self._cache: dict[Candidate, Lowered | None] = {}
 
     def concrete(self, c: Candidate) -> Lowered | None:
-        if c not in self._cache:
-            low = self.space.lower(c)
-            if low is not None:
-                low.features = self.featurize(low.func)
-            self._cache[c] = low
-            if len(self._cache) > 20000:
-                self._cache.pop(next(iter(self._cache)))
-        return self._cache[c]
+        return self.concrete_many([c])[0]
+
+    def concrete_many(self, cands: Sequence[Candidate]) -> list[Lowered | None]:
+        """Each candidate lowered with its features (None when illegal), cached. New ones go to
+        the lowerer when there is one and enough of them; those lowered remotely carry no
+        schedule or function (``schedule_of`` rebuilds the schedule)."""
+        got = {c: self._cache[c] for c in cands if c in self._cache}
+        todo = list(dict.fromkeys(c for c in cands if c not in got))
+        if self.lowerer is not None and len(todo) >= REMOTE_MIN:
+            for i, r in self.lowerer(todo).items():
+                got[todo[i]] = None if r is None else Lowered(todo[i], None, None, r[0], r[1])
+        for c in todo:
+            if c not in got:
+                low = self.space.lower(c)
+                if low is not None:
+                    low.features = self.featurize(low.func)
+                got[c] = low
+        for c in todo:
+            self._cache[c] = got[c]
+        while len(self._cache) > 20000:
+            self._cache.pop(next(iter(self._cache)))
+        return [got[c] for c in cands]
+
+    def schedule_of(self, low: Lowered):  # noqa: ANN201
+        return low.schedule if low.schedule is not None else self.space.schedule(low.candidate)
 
     def _valid(self, cands: list[Candidate]) -> list[Lowered]:
         out, seen = [], set()
-        for c in cands:
-            low = self.concrete(c)
+        for low in self.concrete_many(cands):
             if low is not None and low.ir_hash not in seen:
                 seen.add(low.ir_hash)
                 out.append(low)
@@ -59,13 +83,12 @@ class EvolutionarySearch:
 
     def _sample_valid(self, n: int) -> list[Lowered]:
         out: list[Lowered] = []
-        for _ in range(n * 4):
+        for _ in range(4):  # draws in batches, up to 4n in all
             if len(out) >= n:
                 break
-            low = self.concrete(self.space.sample(self.rng))
-            if low is not None:
-                out.append(low)
-        return out
+            draws = [self.space.sample(self.rng) for _ in range(n - len(out))]
+            out += [low for low in self.concrete_many(draws) if low is not None]
+        return out[:n]
 
     def next_batch(self, n: int, model: Model, measured: set[str],
                    seeds: list[Candidate] = ()) -> list[Lowered]:  # type: ignore[assignment]

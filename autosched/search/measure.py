@@ -295,6 +295,47 @@ class Measurer:
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
+    def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
+        """Search candidates (``space.Candidate``) of ``task`` lowered in the build workers, in
+        one chunk per worker: {index: (ir_hash, features) or None when illegal}. A chunk whose
+        worker fails or takes over ``build_timeout`` is left out (the caller lowers it)."""
+        if not candidates:
+            return {}
+        self._set_kind(task.target.kind)
+        token = self._token(task)
+        dicts = [c.as_dict() for c in candidates]
+        slots = range(min(self.build_workers, len(dicts)))
+        chunks = {slot: list(range(slot, len(dicts), len(slots))) for slot in slots}
+        for slot in slots:
+            self._builder(slot)
+        out: dict[int, Any] = {}
+        sent: list[int] = []
+        for slot in slots:
+            w = self._builder(slot)
+            try:
+                w.wait_ready(STARTUP_TIMEOUT)
+                if token not in w.tokens:
+                    w.send(("task", token, self._task_bytes(token)))
+                    w.tokens.add(token)
+                w.send(("lower", token, [dicts[i] for i in chunks[slot]], {"strict": False}))
+                sent.append(slot)
+            except (_Died, _TimedOut):
+                w.kill()
+                self._builders[slot] = None
+        deadline = time.monotonic() + self.build_timeout
+        for slot in sent:
+            w = self._builders[slot]
+            assert w is not None
+            try:
+                msg = w.recv(max(0.0, deadline - time.monotonic()))
+            except (_Died, _TimedOut):
+                w.kill()
+                self._builders[slot] = None
+                continue
+            if msg[0] == "lowered":
+                out.update(zip(chunks[slot], msg[1]))
+        return out
+
     def close(self) -> None:
         """Stop every worker process."""
         for w in [*self._builders, self._runner]:

@@ -10,6 +10,7 @@ Messages (tuples) and replies:
     ("task", token, task_pickle)                        no reply
     ("state", token, inputs, reference_outputs)         no reply
     ("build", token, step_dicts, opts)    -> ("built", ir_hash, build_s, artifact)
+    ("lower", token, candidate_dicts, opts) -> ("lowered", [(ir_hash, features) or None, ...])
     ("reference", token, inputs, opts)    -> ("ref", outputs)
     ("run", token, artifact, opts)        -> ("beat",)* then ("ran", costs)
     any request may instead answer          ("error", code_name, msg, ir_hash, build_s, restart)
@@ -56,6 +57,7 @@ class _TaskState:
         self.inputs: list[np.ndarray | None] | None = None  # by argument position; None = output
         self.reference: list[np.ndarray] | None = None     # outputs of the default schedule
         self.device_inputs: dict[int, Any] = {}            # cuda: inputs uploaded once
+        self.space: Any = None                             # its SearchSpace, made on first use
 
 
 def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None]:
@@ -188,6 +190,22 @@ class Server:
             self.conn.send(reply)
             if reply[0] == "error" and reply[5]:
                 return  # e.g. a CUDA context poisoned by a faulting kernel: start afresh
+
+    # -- lower (for the search: the cost model's features of many candidates) --------------
+    def _lower(self, token: int, cand_dicts: list[dict], opts: dict) -> tuple:
+        from autosched.cost_model.features import extract_features
+        from autosched.search.space import Candidate, SearchSpace
+
+        st = self.tasks[token]
+        if st.space is None:
+            st.space = SearchSpace(st.task)
+        out: list[tuple[str, np.ndarray] | None] = []
+        for d in cand_dicts:
+            c = Candidate.from_dict(d)
+            low = st.space.lower(c) if st.space.knows(c) else None
+            out.append(None if low is None else
+                       (low.ir_hash, extract_features(low.func, st.task.target)))
+        return ("lowered", out)
 
     # -- build ----------------------------------------------------------------------------
     def _build(self, token: int, step_dicts: list[dict], opts: dict) -> tuple:

@@ -32,11 +32,12 @@ class Candidate:
 
 @dataclass
 class Lowered:
-    """A candidate made concrete: its schedule, lowered function and IR hash."""
+    """A candidate made concrete: its schedule, lowered function and IR hash (schedule and
+    function are None when it was lowered in another process: only hash and features came back)."""
 
     candidate: Candidate
-    schedule: Schedule
-    func: PrimFunc
+    schedule: Schedule | None
+    func: PrimFunc | None
     ir_hash: str
     features: np.ndarray | None = field(default=None, repr=False)
 

@@ -23,7 +23,9 @@ class TaskScheduler:
         self.weights = list(weights) if weights is not None else [1.0] * len(self.tuners)
         if len(self.weights) != len(self.tuners):
             raise ValueError(f"{len(self.weights)} weights for {len(self.tuners)} tasks")
-        self.rounds = [0] * len(self.tuners)
+        # a task resumed from a log has had its warm-up: a scheduler made again (a resumed
+        # job) warms up only the tasks nothing was measured for yet
+        self.rounds = [1 if getattr(t, "records", None) else 0 for t in self.tuners]
         self.dead: set[int] = set()
 
     def next_task(self) -> Any:

@@ -13,7 +13,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ def _featurizer(target: Any):  # noqa: ANN202
 class TaskTuner:
     """The state of one task's search: its space, what the log already measured, the best."""
 
-    def __init__(self, task: Task, log: RecordLog, rng: np.random.Generator, opts: TuneOptions):
+    def __init__(self, task: Task, log: RecordLog, rng: np.random.Generator, opts: TuneOptions,
+                 lowerer: Any = None):
         from autosched.search.evolution import EvolutionConfig
 
         self.task = task
@@ -62,7 +63,7 @@ class TaskTuner:
         self.space = SearchSpace(task)
         self.search = EvolutionarySearch(
             self.space, _featurizer(task.target), rng,
-            EvolutionConfig(population=opts.population, generations=opts.generations))
+            EvolutionConfig(population=opts.population, generations=opts.generations), lowerer)
         self.target_key = fingerprint_key(target_fingerprint(task.target))
         self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target)
         self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
@@ -85,8 +86,12 @@ class TaskTuner:
         """Features and normalised throughputs (best = 1) of this task's measured records."""
         feats, ys = [], []
         best = self.best_cost
-        for r in self.records:
-            low = self._relower(r)
+        cands = [Candidate.from_dict(r.extra["candidate"]) if r.extra.get("candidate") else None
+                 for r in self.records]
+        known = [c for c in cands if c is not None and self.space.knows(c)]
+        lowered = dict(zip(known, self.search.concrete_many(known)))
+        for r, c in zip(self.records, cands):
+            low = lowered.get(c) if c is not None else None
             if low is None or low.features is None:
                 continue
             feats.append(low.features)
@@ -104,14 +109,6 @@ class TaskTuner:
             return None
         return Lowered(None, sch, func, ir_hash(func))  # type: ignore[arg-type]
 
-    def _relower(self, r: MeasureRecord) -> Lowered | None:
-        cand = r.extra.get("candidate")
-        if cand:
-            c = Candidate.from_dict(cand)
-            if self.space.knows(c):
-                return self.search.concrete(c)
-        return None
-
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
         batch = self.search.next_batch(n, model, self.measured, self.seeds())
         if not self.records:
@@ -125,8 +122,9 @@ class TaskTuner:
             batch = first + [b for b in batch if b.ir_hash not in hashes][: max(n - len(first), 0)]
         if not batch:
             return []
-        results = measurer.measure(self.task, [b.schedule for b in batch])
-        recs = records_from(self.task, [b.schedule for b in batch], results, [_extra(self.space, b) for b in batch])
+        schedules = [self.search.schedule_of(b) for b in batch]
+        results = measurer.measure(self.task, schedules)
+        recs = records_from(self.task, schedules, results, [_extra(self.space, b) for b in batch])
         recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
         self.log.append(recs)
         self.records.extend(recs)
@@ -157,6 +155,12 @@ def _default_log(tasks: Sequence[Task]) -> Path:
     return RecordLog.default_path(f"{name}-{tasks[0].target.kind}")
 
 
+def _lowerer(measurer: Any, task: Task) -> Any:
+    """Candidates of ``task`` lowered in the measurer's build workers, when it has them."""
+    lower = getattr(measurer, "lower_candidates", None)
+    return None if lower is None else (lambda cands: lower(task, cands))
+
+
 def _make_model():  # noqa: ANN202
     from autosched.cost_model.xgb_model import XGBModel
 
@@ -184,24 +188,26 @@ def tune(
     options: TuneOptions | None = None,
     measurer: Any = None,
     model: Any = None,
+    on_round: Callable[[int], None] | None = None,
     **measure_kwargs: Any,
 ) -> dict[str, float]:
     """Tune ``tasks`` for ``trials`` measurements in all (counting those already in ``log``:
     rerunning the same command resumes and measures nothing twice). Returns the best seconds
-    per task name. Several tasks share the trials through the gradient task scheduler."""
+    per task name. Several tasks share the trials through the gradient task scheduler;
+    ``on_round(trials_done)`` is called after each round (e.g. to print a per-task table)."""
     task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
     opts = options or TuneOptions()
     opts.measure.update(measure_kwargs)
     record_log = RecordLog(log if log is not None else _default_log(task_list))
     rng = np.random.default_rng(opts.seed)
-    tuners = [TaskTuner(t, record_log, rng, opts) for t in task_list]
-    if model is None:
-        model = _make_model()
-    _train(model, tuners)
     if measurer is None:
         from autosched.search.measure import Measurer
 
         measurer = Measurer(task_list[0].target, **opts.measure)
+    tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t)) for t in task_list]
+    if model is None:
+        model = _make_model()
+    _train(model, tuners)
     from autosched.search.task_scheduler import TaskScheduler
 
     sched = TaskScheduler(tuners, weights)
@@ -231,6 +237,8 @@ def tune(
             if bar is not None:
                 bar.update(len(recs))
                 bar.set_postfix_str(_status(tuners, time.perf_counter() - t0))
+            if on_round is not None:
+                on_round(done)
     finally:
         if bar is not None:
             bar.close()

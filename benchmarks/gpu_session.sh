@@ -1,0 +1,27 @@
+#!/bin/bash
+# One device batch: install the wheels, then run the steps named on the command line, each
+# under its own time limit, logging to $OUT/<step>.log. Usage on the device machine:
+#   bash benchmarks/gpu_session.sh diagnose tests
+set -u
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
+export AUTOSCHED_CACHE_DIR=/tmp/aus-cache
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+step() {  # name limit command...
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n 25 "$OUT/$name.log"
+}
+for s in "$@"; do
+    case $s in
+        diagnose) step diagnose 300 python3 benchmarks/gpu_diagnose.py ;;
+        sanitize) command -v compute-sanitizer && step sanitize 200 compute-sanitizer \
+                      --tool memcheck python3 benchmarks/gpu_diagnose.py direct ;;
+        tests) step tests 300 python3 -m pytest -q -x -m gpu tests -rfE -p no:cacheprovider ;;
+        tune) step tune 560 python3 benchmarks/tune_gpu.py ;;
+        e2e) step e2e 400 python3 benchmarks/e2e_gpu.py ;;
+        *) echo "unknown step $s" ;;
+    esac
+done
