@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device batch: install the wheels, then run the steps named on the command line, each
 # under its own time limit, logging to $OUT/<step>.log. Usage on the device machine:
-#   bash benchmarks/gpu_session.sh diagnose tests
+#   bash benchmarks/gpu_session.sh diagnose tests model:resnet18:400
 set -u
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
@@ -22,6 +22,14 @@ for s in "$@"; do
         tests) step tests 300 python3 -m pytest -q -x -m gpu tests -rfE -p no:cacheprovider ;;
         tune) step tune 560 python3 benchmarks/tune_gpu.py ;;
         e2e) step e2e 400 python3 benchmarks/e2e_gpu.py ;;
+        model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
+            IFS=: read -r _ name secs <<< "$s"
+            onnx=$(python3 -c "from benchmarks import models; print(models.save('$name'))")
+            step "tune-$name" "$secs" python3 -m autosched.cli tune "$onnx" --target cuda \
+                --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
+            step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
+                --log "$OUT/$name-cuda.jsonl" ;;
+        tune256) step tune256 590 python3 benchmarks/tune_gpu.py --trials 256 ${WL:+--workloads $WL} ;;
         *) echo "unknown step $s" ;;
     esac
 done
