@@ -29,6 +29,11 @@ for s in "$@"; do
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "$OUT/$name-cuda.jsonl" ;;
+        cputests) step cputests 300 python3 -m pytest -q -x tests/test_ops_sketch.py \
+                      tests/test_graph_compiler.py tests/test_search.py tests/test_models.py \
+                      -rfE -p no:cacheprovider ;;
+        convlayout) step convlayout 120 python3 benchmarks/cpu_conv_layout.py ;;
+        e2e0) step e2e0 200 python3 benchmarks/e2e_gpu.py --no-compile ;;
         tune256) step tune256 590 python3 benchmarks/tune_gpu.py --trials 256 ${WL:+--workloads $WL} ;;
         *) echo "unknown step $s" ;;
     esac

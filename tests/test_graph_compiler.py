@@ -11,6 +11,7 @@ import autosched as aus
 from autosched.errors import ModelImportError
 from autosched.graph import Graph, Node, ValueInfo
 from autosched.graph.compiler import extract_tasks, load_graph, plan, prepare
+from autosched.graph.graph import KERNEL_LAYOUT
 from autosched.graph.passes import eliminate_dead, fold_batch_norm, fold_constants
 from benchmarks.models import _Builder, ort_run, small_cnn
 
@@ -39,6 +40,20 @@ def test_batch_norm_folds_into_conv(second_reader: bool, rng: np.random.Generato
     (y,) = aus.compile(g, "llvm").run(x)
     (ref,) = ort_run(m, x)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> None:
+    m = _conv_bn_model(rng, second_reader=False)
+    g = load_graph(m)
+    cpu, gpu = prepare(g, "llvm"), prepare(g, "cuda")
+    (conv,) = [n for n in cpu.nodes if n.op_type == "Conv"]
+    (orig,) = [n for n in gpu.nodes if n.op_type == "Conv"]
+    assert conv.attrs[KERNEL_LAYOUT] == "IHWO" and KERNEL_LAYOUT not in orig.attrs
+    np.testing.assert_array_equal(cpu.constants[conv.inputs[1]],
+                                  gpu.constants[orig.inputs[1]].transpose(1, 2, 3, 0))
+    x = {"x": _f32(rng, 1, 3, 7, 6)}
+    (y,) = aus.compile(g, "llvm").run(x)
+    np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
 
 
 def _graph(nodes: list[Node], inputs: list[ValueInfo], outputs: list[str],

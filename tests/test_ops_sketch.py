@@ -26,6 +26,16 @@ def _graphs() -> dict:
         x, w = P((1, 4, 9, 10), name="x"), P((6, 4, 3, 3), name="w")
         return [x, w], ops.relu(ops.conv2d_nchw(x, w, 1, 1))
 
+    def conv_bias_relu() -> tuple:  # the consumer is fused through the inlined bias add
+        x, w, b = P((1, 4, 9, 10), name="x"), P((6, 4, 3, 3), name="w"), P((6,), name="b")
+        y = ops.conv2d_nchw(x, w, 1, 1)
+        return [x, w, b], ops.relu(ops.add(y, ops.reshape(b, (1, 6, 1, 1))))
+
+    def conv_packed() -> tuple:  # channels-last sums, stored NCHW by a permuted fused consumer
+        x, w, r = P((1, 4, 9, 10), name="x"), P((4, 3, 3, 6), name="w"), P((1, 6, 5, 5), name="r")
+        y = ops.conv2d_nchw(x, w, 2, 1, kernel_layout="IHWO")
+        return [x, w, r], ops.relu(ops.add(y, r))
+
     def group_conv() -> tuple:
         x, w = P((1, 6, 9, 10), name="x"), P((6, 2, 3, 3), name="w")
         return [x, w], ops.conv2d_nchw(x, w, 2, (1, 0, 0, 1), 1, 3)
@@ -94,8 +104,8 @@ def _graphs() -> dict:
         x = P((3, 4, 5), dtype="int32", name="x")
         return [x], ops.argmax(x, axis=1)
 
-    return {f.__name__: f for f in (conv, group_conv, depthwise, conv_transpose, conv_nhwc,
-                                    dense, batch_matmul, softmax, layer_norm, max_pool,
+    return {f.__name__: f for f in (conv, conv_bias_relu, conv_packed, group_conv, depthwise,
+                                    conv_transpose, conv_nhwc, dense, batch_matmul, softmax, layer_norm, max_pool,
                                     avg_pool, global_avg_pool, resize, mean_exp,
                                     transpose_reshape, take, where_broadcast, argmax)}
 

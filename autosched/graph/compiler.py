@@ -125,11 +125,13 @@ def runtime_values(graph: Graph) -> set[str]:
     return out
 
 
-def prepare(graph: Graph) -> Graph:
-    """The graph after the passes (constant folding, batch-norm folding, dead nodes)."""
-    from autosched.graph.passes import optimize
+def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
+    """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
+    target, conv weights packed output channels last)."""
+    from autosched.graph.passes import optimize, pack_conv_weights
 
-    return optimize(graph)
+    g = optimize(graph)
+    return pack_conv_weights(g) if target is not None and parse(target).kind != "cuda" else g
 
 
 def plan(graph: Graph) -> list[Group]:
@@ -155,7 +157,7 @@ def kernel_groups(graph: Graph) -> tuple[list[tuple[int, Group]], dict[str, str]
 def group_tasks(graph: Graph, target: str | Target = "llvm") -> list[GroupTask]:
     """One GroupTask per kernel of the optimized graph, in execution order."""
     tgt = parse(target)
-    g = prepare(graph)
+    g = prepare(graph, tgt)
     return [group_task(g, grp, tgt, k) for k, grp in kernel_groups(g)[0]]
 
 
@@ -219,7 +221,7 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     from autosched.search.record import RecordLog
 
     tgt = parse(target)
-    g = prepare(graph)
+    g = prepare(graph, tgt)
     kernels: list[Kernel] = []
     built: dict[str, Any] = {}
     records = RecordLog(log) if log is not None and os.path.exists(log) else None

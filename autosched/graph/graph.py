@@ -15,6 +15,10 @@ from typing import Any
 
 import numpy as np
 
+# A Conv node attribute the graph passes add (never an ONNX one): "IHWO" when the pass
+# autosched.graph.passes.pack_conv_weights stored its constant weight output channels last.
+KERNEL_LAYOUT = "autosched.kernel_layout"
+
 
 @dataclass(frozen=True)
 class ValueInfo:

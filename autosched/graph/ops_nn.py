@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from autosched import te
-from autosched.graph.graph import Node
+from autosched.graph.graph import KERNEL_LAYOUT, Node
 from autosched.graph.ops import ConvertContext, Value, fail, register
 from autosched.graph.ops_math import _operand
 from autosched.te import intrin as I
@@ -71,7 +71,8 @@ def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     nd = _spatial(node, x)
     if w.ndim != x.ndim:
         raise fail(node, f"weight {w.shape} must have the rank of the input {x.shape}")
-    k = [int(v) for v in w.shape[2:]]
+    layout = node.attrs.get(KERNEL_LAYOUT, "OIHW")  # IHWO: from passes.pack_conv_weights
+    k = [int(v) for v in (w.shape[2:] if layout == "OIHW" else w.shape[1:-1])]
     ks = _ints(node, "kernel_shape", k)
     if ks != k:
         raise fail(node, f"kernel_shape {ks} disagrees with the weight {w.shape}")
@@ -82,7 +83,8 @@ def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
         x, w = _lift(x), _lift(w)
         strides, dil, begins, ends = [1, *strides], [1, *dil], [0, *begins], [0, *ends]
     y = ops.conv2d_nchw(x, w, stride=tuple(strides), padding=(*begins, *ends),
-                        dilation=tuple(dil), groups=int(node.attrs.get("group", 1)))
+                        dilation=tuple(dil), groups=int(node.attrs.get("group", 1)),
+                        kernel_layout=layout)
     if len(ins) > 2 and ins[2] is not None:
         y = _channel_bias(y, ctx.const(ins[2]))
     return [ops.squeeze(y, 2) if nd == 1 else y]

@@ -1,5 +1,6 @@
 """Graph passes run before fusion: constant folding, batch-norm folding into convolutions,
-Identity / Dropout removal and dead-node elimination.
+Identity / Dropout removal and dead-node elimination; for CPU targets, conv weights packed
+output channels last.
 
 Each pass returns a new Graph (the input is left as it was).
 
@@ -16,7 +17,7 @@ import copy
 
 import numpy as np
 
-from autosched.graph.graph import Graph, Node, ValueInfo
+from autosched.graph.graph import KERNEL_LAYOUT, Graph, Node, ValueInfo
 
 
 def _copy(g: Graph) -> Graph:
@@ -158,3 +159,28 @@ def eliminate_dead(graph: Graph) -> Graph:
 def optimize(graph: Graph) -> Graph:
     """Every pass: constant folding, Identity removal, batch-norm folding, dead nodes."""
     return eliminate_dead(fold_batch_norm(remove_identities(fold_constants(graph))))
+
+
+def pack_conv_weights(graph: Graph) -> Graph:
+    """Each 2-d, ungrouped Conv with a constant weight reads it transposed once to (C, KH, KW,
+    O) (attribute KERNEL_LAYOUT "IHWO"), so its sums can run channels-last with the output
+    channels as the contiguous vector axis. Run after fold_batch_norm, which scales OIHW
+    weights."""
+    g = _copy(graph)
+    packed: dict[str, str] = {}
+    for n in g.nodes:
+        if (n.op_type != "Conv" or int(n.attrs.get("group", 1)) != 1 or KERNEL_LAYOUT in n.attrs
+                or len(n.inputs) < 2 or n.inputs[1] not in g.constants):
+            continue
+        w = g.constants[n.inputs[1]]
+        if w.ndim != 4:
+            continue
+        name = packed.get(n.inputs[1])
+        if name is None:
+            name = packed[n.inputs[1]] = f"{n.inputs[1]}.ihwo"
+            arr = np.ascontiguousarray(w.transpose(1, 2, 3, 0))
+            g.constants[name] = arr
+            g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
+        n.inputs = [n.inputs[0], name, *n.inputs[2:]]
+        n.attrs = {**n.attrs, KERNEL_LAYOUT: "IHWO"}
+    return eliminate_dead(g)

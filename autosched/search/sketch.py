@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autosched.schedule.schedule import Schedule, Stage
@@ -84,8 +84,19 @@ class DagInfo:
                     out.append(q.name)
         return out
 
-    def elementwise_reader(self, name: str) -> str | None:
-        """The single output that reads ``name`` at exactly its own indices, if there is one."""
+    def elementwise_reader(self, name: str, permuted: bool = False) -> str | None:
+        """The single output that reads ``name`` at exactly its own indices, if there is one;
+        with ``permuted``, also one that reads it at a permutation of them (a convolution
+        computed channels-last and stored NCHW)."""
+        found = self.reader_map(name)
+        if found is None:
+            return None
+        reader, order = found
+        return reader if permuted or order == tuple(range(len(order))) else None
+
+    def reader_map(self, name: str) -> tuple[str, tuple[int, ...]] | None:
+        """(reader, order) when the single output reader of ``name`` reads it, everywhere, at
+        its own axes in some order: ``order[p]`` is the reader axis used as index ``p``."""
         readers = self.readers[name]
         if len(readers) != 1 or readers[0] not in self.outputs:
             return None
@@ -95,17 +106,25 @@ class DagInfo:
             return None
         from autosched.schedule.lower import LowerContext, expand_inline
 
-        ctx = LowerContext(self.sch, [], "probe")
+        probe = Schedule(self.sch.outputs)  # read through the stages the sketch inlines
+        for s in self.inlined:
+            probe.stage(s).compute_inline()
+        ctx = LowerContext(probe, [], "probe")
         expand_inline(ctx)
-        ok = False
+        t = probe.stage(name)
+        axis_of = {a.var.uid: j for j, a in enumerate(e.op.axis)}
+        order: tuple[int, ...] | None = None
         for n in post_order(ctx.bodies[e.name]):
             if isinstance(n, E.TensorRead) and n.tensor.op.uid in t.uids:
-                same = all(isinstance(i, E.Var) and i.uid == a.var.uid
-                           for i, a in zip(n.indices, e.op.axis))
-                if not same:
+                js = tuple(axis_of.get(i.uid, -1) if isinstance(i, E.Var) else -1
+                           for i in n.indices)
+                if -1 in js or len(set(js)) != len(js) or (order is not None and js != order):
                     return None
-                ok = True
-        return e.name if ok else None
+                order = js
+        if order is None or any(_static_extent(e.op.axis[j]) != _static_extent(a)
+                                for j, a in zip(order, t.op.axis)):
+            return None
+        return e.name, order
 
 
 # -- rules ------------------------------------------------------------------------------------
@@ -242,11 +261,14 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
     n = len(op.axis)
+    found = DagInfo(sch0).reader_map(name) if fused_into is not None else None
+    order = found[1] if found is not None else tuple(range(n))
     # untuned default: the register tile above, 8 (4 on the last axis) of them per parallel
-    # task along each axis, k by 8
+    # task along each axis (fewer where that leaves under PARALLEL_TASKS tasks), k by 8
     reg = register_tile(op, lanes)
     data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
                      prefer=(4 if d == n - 1 else 8, 1, reg[d])) for d, a in enumerate(op.axis)]
+    data = _spread(data)
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
@@ -261,21 +283,23 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         consumer, producer = tile_pair(sch, name, fused_into)
         tiles = [p[k.name] for k in data]
         outer, mid, inner = [], [], []
-        for ax, (f1, f2, f3) in zip(consumer.op.axis, tiles):
-            a, rest = consumer.split(ax, factor=f1 * f2 * f3)
+        for j, (f1, f2, f3) in zip(order, tiles):  # the reader's axis tiled like ours
+            a, rest = consumer.split(consumer.op.axis[j], factor=f1 * f2 * f3)
             b, c = consumer.split(rest, factor=f2 * f3)
             outer.append(a)
             mid.append(b)
             inner.append(c)
-        consumer.reorder(*outer, *mid, *inner)
+        # the tile loops in our axis order, the element loops in the reader's (its stores)
+        back = [order.index(j) for j in range(n)]
+        consumer.reorder(*outer, *mid, *(inner[q] for q in back))
         depth = p[f"{pre}parallel"]
         par = consumer.fuse(*outer[:depth]) if depth > 1 else outer[0]
         consumer.parallel(par)
         at_outer = par if depth == len(outer) else outer[-1]
         producer.compute_at(consumer, mid[-1] if p[f"{pre}at"] else at_outer)
-        last = tiles[-1][1] * tiles[-1][2]
+        last = tiles[back[-1]][1] * tiles[back[-1]][2]
         if 1 < last <= 64:
-            consumer.vectorize(inner[-1])
+            consumer.vectorize(inner[back[-1]])
         d1, d2, d3 = [], [], []
         for ax, (_, f2, f3) in zip(producer.op.axis, tiles):
             x1, rest = producer.split(ax, factor=f2 * f3)
@@ -298,6 +322,19 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
             producer.pragma(d1[0], "unroll_explicit", True)
 
     return Rule(name, tuple(knobs), apply, "tile")
+
+
+def _spread(data: list[TileKnob], tasks: int = PARALLEL_TASKS) -> list[TileKnob]:
+    """The untuned tiles with fewer register tiles per parallel task (the axis with the most
+    first) until the outer loops make ``tasks`` tasks, where the extents allow it."""
+    data = list(data)
+    while math.prod(k.extent // math.prod(k.default()) for k in data) < tasks:
+        k = max(data, key=lambda k: k.default()[0])
+        per_task = k.default()[0]
+        if per_task <= 1:
+            break
+        data[data.index(k)] = replace(k, prefer=(per_task // 2, *k.prefer[1:]))
+    return data
 
 
 def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:
@@ -434,7 +471,7 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
         op = st.op
         assert isinstance(op, ComputeOp)
         if has_reuse(op):
-            into = info.elementwise_reader(name)
+            into = info.elementwise_reader(name, permuted=not gpu)
             if into is not None:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]

@@ -3,6 +3,8 @@
 Vector operands use the vector form of an LLVM intrinsic (LLVM lowers it, scalarising where the
 CPU has no instruction); libm functions have no vector form, so each lane is called in turn.
 float16 goes through the float32 libm function (numpy computes float16 math the same way).
+float32 exp on vectors (softmax, sigmoid) is computed inline (``vector_exp``): LLVM would
+scalarise it into one libm call per lane.
 """
 
 from __future__ import annotations
@@ -61,6 +63,51 @@ def _libm(gen: ExprGen, name: str, x: ir.Value, dtype: str) -> ir.Value:
     return b.call(_function(gen.module, sym, ir.FunctionType(ty, [ty])), [x])
 
 
+# exp(x) = 2^n * exp(r), n = rint(x / ln 2), r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 split in
+# a part exact in float32 and the rest); exp(r) = 1 + r + r^2 p(r), p the minimax polynomial of
+# Cephes' expf (about 1 ulp). 2^n is applied in two halves so that n in [-150, 128] (denormal
+# results, and the top of the range) stays exact.
+_EXP_HI = 88.72283905206835         # ln(FLT_MAX): above it, inf
+_EXP_LO = -104.0                    # below ln(smallest denormal): 0
+_LOG2E = 1.4426950408889634
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)
+
+
+def vector_exp(gen: ExprGen, x: ir.Value) -> ir.Value:
+    """exp of a float32 vector, inline: NaN stays NaN, over ln(FLT_MAX) is inf."""
+    b = gen.b
+    lanes = T.lanes_of(x)
+
+    def c(v: float) -> ir.Value:
+        return gen.splat(gen.const(v, "float32"), lanes)
+
+    def ci(v: int) -> ir.Value:
+        return gen.splat(gen.const(v, "int32"), lanes)
+
+    xc = b.select(b.fcmp_ordered(">", x, c(_EXP_HI)), c(_EXP_HI), x)
+    xc = b.select(b.fcmp_ordered("<", xc, c(_EXP_LO)), c(_EXP_LO), xc)
+    n = llvm_intrinsic(gen, "llvm.rint", [b.fmul(xc, c(_LOG2E))], "float32")
+    r = b.fsub(b.fsub(xc, b.fmul(n, c(_LN2_HI))), b.fmul(n, c(_LN2_LO)))
+    p = c(_EXP_POLY[0])
+    for k in _EXP_POLY[1:]:
+        p = b.fadd(b.fmul(p, r), c(k))
+    y = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), c(1.0))
+    ni = b.fptosi(n, T.of("int32", lanes))
+    half = b.ashr(ni, ci(1))
+    for k in (half, b.sub(ni, half)):  # 2^k from its exponent bits, k in [-75, 64]
+        y = b.fmul(y, b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), x.type))
+    y = b.select(b.fcmp_ordered(">", x, c(_EXP_HI)), c(float("inf")), y)
+    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+
+
+def _exp(gen: ExprGen, x: ir.Value, dtype: str) -> ir.Value:
+    if dtype == "float32" and T.lanes_of(x) > 1:
+        return vector_exp(gen, x)
+    return llvm_intrinsic(gen, "llvm.exp", [x], dtype)
+
+
 def emit_call(gen: ExprGen, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
     b = gen.b
     if name == "abs" and not dt.is_float(dtype):
@@ -73,6 +120,8 @@ def emit_call(gen: ExprGen, name: str, args: list[ir.Value], dtype: str) -> ir.V
         raise CompileError(f"intrinsic {name} needs a float operand, got {dtype}")
     x = args[0]
     one = gen.splat(gen.const(1.0, dtype), T.lanes_of(x))
+    if name == "exp":
+        return _exp(gen, x, dtype)
     if name in LLVM_UNARY:
         return llvm_intrinsic(gen, LLVM_UNARY[name], [x], dtype)
     if name in LIBM_UNARY:
@@ -80,7 +129,7 @@ def emit_call(gen: ExprGen, name: str, args: list[ir.Value], dtype: str) -> ir.V
     if name == "rsqrt":
         return b.fdiv(one, llvm_intrinsic(gen, "llvm.sqrt", [x], dtype))
     if name == "sigmoid":
-        e = llvm_intrinsic(gen, "llvm.exp", [b.fneg(x)], dtype)
+        e = _exp(gen, b.fneg(x), dtype)
         return b.fdiv(one, b.fadd(one, e))
     raise CompileError(f"the LLVM backend has no intrinsic {name!r} (args {len(args)})")
 

@@ -90,20 +90,29 @@ def _attrs(strides: Any, pads: Any, dil: Any, groups: int) -> dict[str, Any]:
 
 def conv2d_nchw(
     data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-    groups: int = 1, out_dtype: str | None = None,
+    groups: int = 1, out_dtype: str | None = None, kernel_layout: str = "OIHW",
 ) -> Tensor:
     """out[n, f, y, x] = sum_{c, ky, kx} pad(data)[n, g*Cg + c, y*sh + ky*dh, x*sw + kx*dw]
     * kernel[f, c, ky, kx] with data (N, C, H, W), kernel (O, C / groups, KH, KW), g the group
     of output channel f. Compute ``conv2d_nchw`` (tag ``conv2d_nchw``;
-    ``group_conv2d_nchw`` / ``depthwise_conv2d_nchw`` when grouped)."""
+    ``group_conv2d_nchw`` / ``depthwise_conv2d_nchw`` when grouped).
+
+    ``kernel_layout="IHWO"`` takes the kernel as (C / groups, KH, KW, O), output channels
+    last (a constant kernel transposed once, ahead of time): the sums are then computed
+    channels-last in a stage ``conv2d_nhwc_acc`` (N, OH, OW, O), whose channel axis is the
+    contiguous one a CPU vectorizes even when the rows are 7 wide or strided, and
+    ``conv2d_nchw`` stores them NCHW."""
     op = "conv2d_nchw"
+    if kernel_layout not in ("OIHW", "IHWO"):
+        raise TEError(f"{op}: kernel_layout must be OIHW or IHWO, got {kernel_layout!r}")
     args.tensor(data, op, "data")
     args.tensor(kernel, op, "kernel")
     args.ndim_is(data, 4, op, "data (N, C, H, W)")
-    args.ndim_is(kernel, 4, op, "kernel (O, I, KH, KW)")
+    args.ndim_is(kernel, 4, op, f"kernel ({', '.join(kernel_layout)})")
     n, c, h, w = args.static_shape(data, op)
-    o, ci, kh, kw = args.static_shape(kernel, op)
-    _groups(groups, c, o, ci, op, f"data {data.shape}, kernel {kernel.shape}")
+    dims = dict(zip(kernel_layout, args.static_shape(kernel, op)))
+    o, ci, kh, kw = dims["O"], dims["I"], dims["H"], dims["W"]
+    _groups(groups, c, o, ci, op, f"data {data.shape}, kernel {kernel.shape} ({kernel_layout})")
     out_dt = _out_dtype(data, kernel, out_dtype, op)
     strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
     padded = data if not any(pads) else pad(
@@ -115,11 +124,17 @@ def conv2d_nchw(
         ch = _channel(f, rc, groups, per_group, ci)
         v = padded[b, ch, _scaled(y, strides[0]) + _scaled(ry, dil[0]),
                    _scaled(x, strides[1]) + _scaled(rx, dil[1])]
-        return R.sum(_as(v, out_dt) * _as(kernel[f, rc, ry, rx], out_dt), axis=[rc, ry, rx])
+        k = kernel[f, rc, ry, rx] if kernel_layout == "OIHW" else kernel[rc, ry, rx, f]
+        return R.sum(_as(v, out_dt) * _as(k, out_dt), axis=[rc, ry, rx])
 
     tag = op if groups == 1 else "depthwise_conv2d_nchw" if ci == 1 else "group_conv2d_nchw"
-    return compute((n, o, oh, ow), body, name="conv2d_nchw", tag=tag,
-                   attrs=_attrs(strides, pads, dil, groups))
+    attrs = _attrs(strides, pads, dil, groups)
+    if kernel_layout == "OIHW":
+        return compute((n, o, oh, ow), body, name="conv2d_nchw", tag=tag, attrs=attrs)
+    acc = compute((n, oh, ow, o), lambda b, y, x, f: body(b, f, y, x), name="conv2d_nhwc_acc",
+                  tag=tag, attrs=attrs)
+    return compute((n, o, oh, ow), lambda b, f, y, x: acc[b, y, x, f], name="conv2d_nchw",
+                   tag="injective", attrs={**attrs, "kernel_layout": kernel_layout})
 
 
 def conv2d_nhwc(
