@@ -161,11 +161,19 @@ def optimize(graph: Graph) -> Graph:
     return eliminate_dead(fold_batch_norm(remove_identities(fold_constants(graph))))
 
 
+def _packing_pays(node: Node, w: np.ndarray) -> bool:
+    """Channels-last sums pay where a row is a poor vector: strided convolutions (the row
+    reads are gathers), 1x1 kernels and few input channels (the stem). Measured with the
+    untuned defaults of benchmarks/cpu_conv_layout.py; stride-1 3x3 convolutions keep OIHW."""
+    strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
+    return max(strides) > 1 or tuple(w.shape[2:]) == (1, 1) or w.shape[1] < 16
+
+
 def pack_conv_weights(graph: Graph) -> Graph:
-    """Each 2-d, ungrouped Conv with a constant weight reads it transposed once to (C, KH, KW,
-    O) (attribute KERNEL_LAYOUT "IHWO"), so its sums can run channels-last with the output
-    channels as the contiguous vector axis. Run after fold_batch_norm, which scales OIHW
-    weights."""
+    """Each 2-d, ungrouped Conv with a constant weight where _packing_pays reads it transposed
+    once to (C, KH, KW, O) (attribute KERNEL_LAYOUT "IHWO"), so its sums run channels-last
+    with the output channels as the contiguous vector axis. Run after fold_batch_norm, which
+    scales OIHW weights."""
     g = _copy(graph)
     packed: dict[str, str] = {}
     for n in g.nodes:
@@ -173,7 +181,7 @@ def pack_conv_weights(graph: Graph) -> Graph:
                 or len(n.inputs) < 2 or n.inputs[1] not in g.constants):
             continue
         w = g.constants[n.inputs[1]]
-        if w.ndim != 4:
+        if w.ndim != 4 or not _packing_pays(n, w):
             continue
         name = packed.get(n.inputs[1])
         if name is None:

@@ -232,7 +232,9 @@ class Measurer:
         m.close()                                # or use it as a context manager
 
     ``target`` (optional) pins the target: measuring a task for another target raises. ``number``
-    None chooses calls per repeat so a repeat lasts ``min_repeat_ms``. ``run_timeout`` bounds
+    None chooses calls per repeat so a repeat lasts ``min_repeat_ms`` (3 x 40 ms by default:
+    a robust median for about what MetaSchedule's runner spends per candidate: 3 calls, at
+    least 100 ms in one repeat). ``run_timeout`` bounds
     one call (the check, the warm-up) or one repeat; ``reference_timeout`` the default
     schedule's build and run. ``worker_env`` adds to the workers' environment (defaults:
     OMP_WAIT_POLICY=passive, OPENBLAS_NUM_THREADS=1). ``seed`` fixes the random inputs.
@@ -240,7 +242,7 @@ class Measurer:
 
     def __init__(self, target: str | Target | None = None, *, build_workers: int | None = None,
                  build_timeout: float = 60.0, run_timeout: float = 10.0, repeat: int = 3,
-                 number: int | None = None, min_repeat_ms: float = 100.0, check: bool = True,
+                 number: int | None = None, min_repeat_ms: float = 40.0, check: bool = True,
                  flush_cache: bool = True, strict: bool = False,
                  reference_timeout: float = 300.0, worker_env: Mapping[str, str] | None = None,
                  seed: int | None = None):
