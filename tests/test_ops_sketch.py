@@ -105,8 +105,8 @@ def _graphs() -> dict:
         return [x], ops.argmax(x, axis=1)
 
     return {f.__name__: f for f in (conv, conv_bias_relu, conv_packed, group_conv, depthwise,
-                                    conv_transpose, conv_nhwc, dense, batch_matmul, softmax, layer_norm, max_pool,
-                                    avg_pool, global_avg_pool, resize, mean_exp,
+                                    conv_transpose, conv_nhwc, dense, batch_matmul, softmax,
+                                    layer_norm, max_pool, avg_pool, global_avg_pool, resize, mean_exp,
                                     transpose_reshape, take, where_broadcast, argmax)}
 
 

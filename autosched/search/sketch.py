@@ -84,15 +84,15 @@ class DagInfo:
                     out.append(q.name)
         return out
 
-    def elementwise_reader(self, name: str, permuted: bool = False) -> str | None:
-        """The single output that reads ``name`` at exactly its own indices, if there is one;
-        with ``permuted``, also one that reads it at a permutation of them (a convolution
-        computed channels-last and stored NCHW)."""
+    def fused_reader(self, name: str, permuted: bool = False
+                     ) -> tuple[str, tuple[int, ...]] | None:
+        """reader_map's (reader, order) when the reader reads ``name`` at exactly its own
+        indices; with ``permuted``, also at a permutation of them (a convolution computed
+        channels-last and stored NCHW)."""
         found = self.reader_map(name)
-        if found is None:
+        if found is None or (not permuted and found[1] != tuple(range(len(found[1])))):
             return None
-        reader, order = found
-        return reader if permuted or order == tuple(range(len(order))) else None
+        return found
 
     def reader_map(self, name: str) -> tuple[str, tuple[int, ...]] | None:
         """(reader, order) when the single output reader of ``name`` reads it, everywhere, at
@@ -254,15 +254,16 @@ def _stride(read: E.TensorRead, uid: int) -> int | None:
         return None
 
 
-def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8) -> Rule:
-    """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write."""
+def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8,
+               order: tuple[int, ...] | None = None) -> Rule:
+    """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write;
+    ``order`` is DagInfo.reader_map's for a consumer that reads it permuted."""
     st = sch0.stage(name)
     op = st.op
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
     n = len(op.axis)
-    found = DagInfo(sch0).reader_map(name) if fused_into is not None else None
-    order = found[1] if found is not None else tuple(range(n))
+    order = order or tuple(range(n))
     # untuned default: the register tile above, 8 (4 on the last axis) of them per parallel
     # task along each axis (fewer where that leaves under PARALLEL_TASKS tasks), k by 8
     reg = register_tile(op, lanes)
@@ -447,12 +448,12 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
         from autosched.search import sketch_gpu as G
 
         max_threads = target.max_threads_per_block
-        tile = lambda n, into, s: G.gpu_tile_rule(n, into, s, max_threads)  # noqa: E731
+        tile = lambda n, into, s, order: G.gpu_tile_rule(n, into, s, max_threads)  # noqa: E731
         reduce = lambda n, reader, s: G.gpu_reduce_rule(n, s)  # noqa: E731
         injective = G.gpu_injective_rule
     else:
         lanes = max(getattr(target, "vector_bits", 256) // 32, 1)
-        tile = lambda n, into, s: _tile_rule(n, into, s, lanes)  # noqa: E731
+        tile = lambda n, into, s, order: _tile_rule(n, into, s, lanes, order)  # noqa: E731
         reduce, injective = _reduce_rule, _injective_rule
     info = DagInfo(sch0)
     tiled = {st.name for st in info.compute if st.name not in info.inlined and has_reuse(st.op)}
@@ -471,11 +472,11 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
         op = st.op
         assert isinstance(op, ComputeOp)
         if has_reuse(op):
-            into = info.elementwise_reader(name, permuted=not gpu)
+            into, order = info.fused_reader(name, permuted=not gpu) or (None, None)
             if into is not None:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]
-            later.append(tile(name, into, sch0))
+            later.append(tile(name, into, sch0, order))
         elif op.reduce_axis:
             readers = info.readers[name]
             reader = readers[0] if len(readers) == 1 and _outer_match(sch0, name, readers[0]) else None

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from autosched.targets.llvm.exprs import ExprGen
 
 LLVM_UNARY = {
-    "exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
+    "log": "llvm.log", "sqrt": "llvm.sqrt", "floor": "llvm.floor",
     "ceil": "llvm.ceil", "round": "llvm.roundeven", "sin": "llvm.sin", "cos": "llvm.cos",
     "log2": "llvm.log2", "exp2": "llvm.exp2", "abs": "llvm.fabs",
 }
@@ -86,7 +86,8 @@ def vector_exp(gen: ExprGen, x: ir.Value) -> ir.Value:
     def ci(v: int) -> ir.Value:
         return gen.splat(gen.const(v, "int32"), lanes)
 
-    xc = b.select(b.fcmp_ordered(">", x, c(_EXP_HI)), c(_EXP_HI), x)
+    over = b.fcmp_ordered(">", x, c(_EXP_HI))
+    xc = b.select(over, c(_EXP_HI), x)
     xc = b.select(b.fcmp_ordered("<", xc, c(_EXP_LO)), c(_EXP_LO), xc)
     n = llvm_intrinsic(gen, "llvm.rint", [b.fmul(xc, c(_LOG2E))], "float32")
     r = b.fsub(b.fsub(xc, b.fmul(n, c(_LN2_HI))), b.fmul(n, c(_LN2_LO)))
@@ -98,7 +99,7 @@ def vector_exp(gen: ExprGen, x: ir.Value) -> ir.Value:
     half = b.ashr(ni, ci(1))
     for k in (half, b.sub(ni, half)):  # 2^k from its exponent bits, k in [-75, 64]
         y = b.fmul(y, b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), x.type))
-    y = b.select(b.fcmp_ordered(">", x, c(_EXP_HI)), c(float("inf")), y)
+    y = b.select(over, c(float("inf")), y)
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 
