@@ -211,3 +211,40 @@ def test_register_tile_default_follows_reuse_and_strides() -> None:
     # a stride-2 read along the vector is a gather: the tile leans on the channels instead
     strided = tile("conv2d", [1, 16, 28, 28, 32, 3, 3, 2, 1])
     assert strided[1] >= 8
+
+
+class _ScoreByCost:
+    """A trained model that prefers fewer loop iterations; counts the candidates it scored."""
+
+    trained = True
+
+    def __init__(self):
+        self.scored = 0
+
+    def predict(self, feats):  # noqa: ANN001, ANN201
+        self.scored += len(feats)
+        return np.array([-float(f[:, 0].sum()) for f in feats])
+
+
+def test_cold_round_samples_and_a_trained_round_evolves():
+    from autosched.cost_model.features import extract_features
+    from autosched.cost_model.random_model import RandomModel
+    from autosched.search.evolution import EvolutionarySearch, EvolutionConfig
+
+    task = _task("gemm", [32, 48, 40], "llvm")
+    space = SearchSpace(task)
+    cfg = EvolutionConfig(population=24, generations=2, elite=4)
+    search = EvolutionarySearch(space, lambda f: extract_features(f, task.target),
+                                np.random.default_rng(0), cfg)
+    cold = search.next_batch(6, RandomModel(0), set())
+    hashes = [c.ir_hash for c in cold]
+    assert len(cold) == 6 and len(set(hashes)) == 6
+    # a cold round lowers its starts and at most 2n samples per draw, not population x
+    # generations (4 draws at most when samples collide)
+    assert len(search._cache) <= 1 + 4 * 2 * 6
+    again = search.next_batch(6, RandomModel(1), set(hashes))
+    assert not set(hashes) & {c.ir_hash for c in again}  # measured candidates never return
+    model = _ScoreByCost()
+    warm = search.next_batch(6, model, set(hashes))
+    assert len(warm) == 6 and not set(hashes) & {c.ir_hash for c in warm}
+    assert model.scored >= cfg.population * (cfg.generations + 1)  # it evolved under the model

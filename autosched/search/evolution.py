@@ -96,6 +96,10 @@ class EvolutionarySearch:
         cfg = self.cfg
         # the untuned default joins the first population: a sane start before the model learns
         starts = [s for s in seeds if self.space.knows(s)] + [self.space.default_candidate()]
+        if not getattr(model, "trained", True):
+            # a model that has seen nothing scores at random: evolving under it only costs
+            # lowerings, so a cold round measures the starts and plain random samples
+            return self._cold_batch(n, starts, measured)
         pop = self._valid(starts) + self._sample_valid(cfg.population)
         best: dict[str, tuple[float, Lowered]] = {}
         for gen in range(cfg.generations + 1):
@@ -124,6 +128,15 @@ class EvolutionarySearch:
             if p.ir_hash not in taken:
                 chosen.append(p)
                 taken.add(p.ir_hash)
+        return chosen
+
+    def _cold_batch(self, n: int, starts: list[Candidate], measured: set[str]) -> list[Lowered]:
+        chosen: list[Lowered] = []
+        taken: set[str] = set()
+        for low in self._valid(starts) + self._sample_valid(2 * n):
+            if len(chosen) < n and low.ir_hash not in measured and low.ir_hash not in taken:
+                chosen.append(low)
+                taken.add(low.ir_hash)
         return chosen
 
     def _next_generation(self, pop: list[Lowered], scores: np.ndarray) -> list[Lowered]:
