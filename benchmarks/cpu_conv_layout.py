@@ -1,14 +1,16 @@
-"""The ResNet-18 convolutions on the CPU with their untuned default schedules, kernel OIHW
-(sums NCHW, the row is the vector) next to IHWO (sums channels-last, output channels the
-vector; what the graph compiler uses for CPU targets), each followed by ReLU, checked against
-each other. Prints a table.
+"""The ResNet-18 convolutions on the CPU, kernel OIHW (sums NCHW, the row is the vector) next
+to IHWO (sums channels-last, output channels the vector), each followed by ReLU, checked
+against each other: with their untuned default schedules, or with ``--trials N`` each tuned
+for N trials from a fresh log (what decides ``graph.passes._packing_pays``). Prints a table.
 
-    .venv/bin/python benchmarks/cpu_conv_layout.py [C,HW,K,STRIDE,KSIZE ...]
+    .venv/bin/python benchmarks/cpu_conv_layout.py [--trials N] [C,HW,K,STRIDE,KSIZE ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +35,23 @@ def conv_task(c: int, hw: int, k: int, stride: int, ks: int, layout: str) -> aus
     return aus.Task(lambda: [x, w, y], target="llvm", name=f"conv_{layout}")
 
 
+def schedule_of(task: aus.Task, trials: int, work: Path):  # noqa: ANN201
+    if not trials:
+        return SearchSpace(task).default_schedule()
+    log = work / f"{task.name}.jsonl"
+    log.unlink(missing_ok=True)
+    aus.tune(task, trials=trials, log=log, options=aus.TuneOptions(seed=0, verbose=False))
+    return aus.best_schedule(task, log)
+
+
 def main(argv: list[str]) -> int:
-    layers = [tuple(int(v) for v in a.split(",")) for a in argv] or LAYERS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=0, help="tune each layout (0: defaults)")
+    ap.add_argument("layers", nargs="*", help="C,HW,K,STRIDE,KSIZE (default: ResNet-18's)")
+    args = ap.parse_args(argv)
+    layers = [tuple(int(v) for v in a.split(",")) for a in args.layers] or LAYERS
+    work = Path(tempfile.mkdtemp(prefix="conv_layout_"))
+    print("schedules: " + (f"tuned for {args.trials} trials" if args.trials else "defaults"))
     rng = np.random.default_rng(0)
     print("| C | HW | K | stride | k | OIHW ms | IHWO ms | OIHW GFLOPS | IHWO GFLOPS |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -44,7 +61,7 @@ def main(argv: list[str]) -> int:
         ms, gf, outs = {}, {}, {}
         for layout in ("OIHW", "IHWO"):
             task = conv_task(c, hw, k, stride, ks, layout)
-            mod = task.build(SearchSpace(task).default_schedule())
+            mod = task.build(schedule_of(task, args.trials, work))
             wv = w if layout == "OIHW" else np.ascontiguousarray(w.transpose(1, 2, 3, 0))
             out = np.empty(tuple(task.outputs[0].shape), "float32")
             mod(x, wv, out)
