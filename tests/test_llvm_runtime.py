@@ -36,6 +36,34 @@ def test_parallel_runs_on_several_threads(rng, monkeypatch):
     assert mod.threads_ran - before == 3
 
 
+def test_process_with_spinning_openmp_threads_exits_cleanly():
+    # llvmlite dlcloses its libraries at exit; libgomp's workers still spin with the active
+    # wait policy, so without autosched pinning libgomp the exiting process segfaulted
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent("""
+        import numpy as np
+        from tests.test_llvm_runtime import _par_kernel
+        mod = _par_kernel(64, 33)
+        a = np.random.default_rng(1).uniform(-1, 1, (64, 33)).astype("float32")
+        c = np.empty_like(a)
+        mod.num_threads = 2
+        mod(a, c)
+        expect = a * 2 + np.arange(64, dtype="float32")[:, None]
+        assert np.allclose(c, expect) and mod.threads_ran > 0
+        print("ran")
+    """)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, OMP_WAIT_POLICY="active", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=root)
+    assert out.returncode == 0 and "ran" in out.stdout, (out.returncode, out.stderr[-2000:])
+
+
 def test_thread_count_from_the_environment(rng, monkeypatch):
     mod = _par_kernel(5, 3, inner="vectorized")
     a = rand(rng, (5, 3), "float32")

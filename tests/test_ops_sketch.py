@@ -131,6 +131,8 @@ def test_sampled_sketches(name: str, target: str) -> None:  # noqa: F811
     for _ in range(3):
         sketch = sketches[int(knob_rng.integers(len(sketches)))]
         params = {k.name: k.sample(knob_rng) for k in sketch.knobs}
+        while sketch.violation(params):  # as SearchSpace.sample: redraw illegal register tiles
+            params = {k.name: k.sample(knob_rng) for k in sketch.knobs}
         sch = sketch.apply(create_schedule(out.op), params)
         got = np.full(tuple(out.shape), np.nan if out.dtype.startswith("float") else 77,
                       out.dtype)

@@ -248,3 +248,37 @@ def test_cold_round_samples_and_a_trained_round_evolves():
     warm = search.next_batch(6, model, set(hashes))
     assert len(warm) == 6 and not set(hashes) & {c.ir_hash for c in warm}
     assert model.scored >= cfg.population * (cfg.generations + 1)  # it evolved under the model
+
+
+def test_register_tiles_fit_the_register_file():
+    from autosched.search.sketch import accumulator_registers
+    from autosched.search.space import Candidate
+    from autosched.targets.target import parse
+
+    assert parse("llvm -mcpu=haswell -mattr=+avx2,+fma").vector_registers == 16
+    assert parse("llvm -mcpu=skylake-avx512 -mattr=+avx512f,+avx2,+fma").vector_registers == 32
+    assert parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").vector_registers == 32
+    tensors = make("conv2d", [1, 32, 14, 14, 64, 3, 3, 1, 1])
+    task = aus.Task(lambda: tensors, target="llvm -mcpu=haswell -mattr=+avx2,+fma")
+    space = SearchSpace(task)
+    tiles = [k.name for k in space.sketches[0].knobs if ".tile." in k.name]
+    rng = np.random.default_rng(0)
+
+    def acc(c: Candidate) -> int:
+        p = dict(c.params)
+        return accumulator_registers([p[t][2] for t in tiles], lanes=8)
+
+    samples = [space.sample(rng) for _ in range(40)]
+    assert all(acc(c) <= 16 for c in samples)
+    assert all(acc(space.mutate(c, rng)) <= 16 for c in samples)
+    assert acc(space.default_candidate()) <= 12  # operands keep a few registers
+    # a tile of 4 channels x 14 columns (2 vectors each) x 2 rows needs 16 registers: legal;
+    # with 4 rows it needs 32 and is refused with the reason
+    p = dict(space.default_candidate().params)
+    f, y, x = tiles[1:]
+    ok = Candidate(0, tuple({**p, f: (16, 1, 4), y: (7, 1, 2), x: (1, 1, 14)}.items()))
+    big = Candidate(0, tuple({**p, f: (16, 1, 4), y: (7, 1, 4), x: (1, 1, 14)}.items()))
+    assert acc(ok) == 16 and space.lower(ok) is not None
+    assert acc(big) == 32 and space.lower(big) is None
+    with pytest.raises(aus.errors.ScheduleError, match="32 accumulator registers"):
+        space.schedule(big)

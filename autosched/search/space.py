@@ -14,6 +14,8 @@ from autosched.search.record import ir_hash
 from autosched.search.sketch import Sketch, generate_sketches
 from autosched.search.task import Task
 
+RETRIES = 32  # redraws of a sample or mutation that a sketch rules out statically
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -66,9 +68,15 @@ class SearchSpace:
         self.sketches: list[Sketch] = generate_sketches(task.schedule(), task.target)
 
     def sample(self, rng: np.random.Generator) -> Candidate:
+        """A random candidate; draws that a sketch rules out statically (a register tile
+        larger than the register file) are redrawn, up to RETRIES times."""
         idx = int(rng.integers(len(self.sketches)))
-        knobs = self.sketches[idx].knobs
-        return Candidate(idx, tuple((k.name, k.sample(rng)) for k in knobs))
+        sketch = self.sketches[idx]
+        for _ in range(RETRIES):
+            params = tuple((k.name, k.sample(rng)) for k in sketch.knobs)
+            if sketch.violation(dict(params)) is None:
+                break
+        return Candidate(idx, params)
 
     def default_candidate(self) -> Candidate:
         """The untuned default: each knob's preferred value (reasonable, not tuned)."""
@@ -91,10 +99,14 @@ class SearchSpace:
         knobs = self.sketches[c.sketch].knobs
         if not knobs:
             return c
-        params = dict(c.params)
-        for _ in range(1 + int(rng.random() < 0.3)):
-            k = knobs[int(rng.integers(len(knobs)))]
-            params[k.name] = k.mutate(rng, params[k.name])
+        sketch = self.sketches[c.sketch]
+        for _ in range(RETRIES):
+            params = dict(c.params)
+            for _ in range(1 + int(rng.random() < 0.3)):
+                k = knobs[int(rng.integers(len(knobs)))]
+                params[k.name] = k.mutate(rng, params[k.name])
+            if sketch.violation(params) is None:
+                break
         return Candidate(c.sketch, tuple((k.name, params[k.name]) for k in knobs))
 
     def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate:

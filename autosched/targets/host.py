@@ -48,6 +48,14 @@ def _vector_bits(triple: str, cpu: str, features: str) -> int:
     return 128  # NEON, RVV at minimum length, armv7 NEON
 
 
+def _vector_registers(triple: str, features: str) -> int:
+    if triple.startswith(("x86_64", "i686")):
+        return 32 if "+avx512f" in features else 16
+    if triple.startswith(("aarch64", "arm64", "riscv")):
+        return 32
+    return 16
+
+
 def cpu_target_fields(opts: dict[str, str]) -> dict:
     triple = opts.get("mtriple", "")
     host = not triple or triple == host_triple()
@@ -66,6 +74,7 @@ def cpu_target_fields(opts: dict[str, str]) -> dict:
         "features": features,
         "num_cores": cores,
         "vector_bits": _vector_bits(triple, cpu, features),
+        "vector_registers": _vector_registers(triple, features),
     }
 
 

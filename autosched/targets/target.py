@@ -29,6 +29,7 @@ class Target:
     features: str = ""
     num_cores: int = 1
     vector_bits: int = 128
+    vector_registers: int = 16  # architectural SIMD registers (register tiles must fit them)
     # GPU
     arch: str = ""
     max_threads_per_block: int = 1024

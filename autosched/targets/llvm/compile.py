@@ -101,14 +101,22 @@ def assembly(compiled: Compiled, target: Target) -> str:
     return target_machine(target).emit_assembly(llvm.parse_assembly(compiled.optimized_ir))
 
 
+_PINNED: list[ctypes.CDLL] = []
+
+
 @functools.cache
 def _load_runtime_libraries() -> None:
     """libgomp (parallel loops), libm (math calls) and libgcc_s (helpers LLVM calls for
-    conversions the CPU lacks, e.g. __truncdfhf2 for float64 -> float16) for the JIT."""
+    conversions the CPU lacks, e.g. __truncdfhf2 for float64 -> float16) for the JIT.
+
+    Each is also opened once through ctypes and never closed: llvmlite dlcloses its
+    "permanent" libraries at interpreter exit, and an OpenMP worker still spinning in libgomp
+    (OMP_WAIT_POLICY=active) would then run unmapped code and crash the exiting process."""
     for lib in ("gomp", "m", "gcc_s"):
         path = ctypes.util.find_library(lib)
         if path is None:
             raise CompileError(f"lib{lib} is not installed; the LLVM JIT needs it")
+        _PINNED.append(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
         llvm.load_library_permanently(path)
 
 
