@@ -6,8 +6,9 @@
   the buffers it uses as noalias pointers (so outlining loses no alias information) and the
   scalars it uses (outer loop variables, lets, symbolic sizes) by value;
 * ``NAME__parK(void *data)``: what every thread of the team runs; it unpacks the captured values
-  from ``data`` and runs its static share of the iterations, ``ceil(n / threads)`` of them,
-  chosen by ``omp_get_thread_num()`` / ``omp_get_num_threads()``;
+  from ``data`` and takes chunks of ``ceil(n / (CHUNKS_PER_THREAD * threads))`` iterations
+  from a counter in ``data`` (an atomic add each) until none is left, so a thread whose core
+  is slow does less;
 * at the loop's place: the captured values packed into a stack struct and
   ``GOMP_parallel(NAME__parK, &data, NAME__num_threads, 0)``.
 
@@ -28,6 +29,11 @@ from autosched.targets.llvm.walk import used_buffers, used_var_uids
 
 if TYPE_CHECKING:
     from autosched.targets.llvm.codegen import FuncGen, ModuleState
+
+
+# each thread takes its iterations in about this many chunks from a shared counter, so a core
+# that falls behind (a busy sibling, a descheduled vCPU) leaves its rest to the others
+CHUNKS_PER_THREAD = 4
 
 
 def _globals(state: ModuleState) -> tuple[ir.GlobalVariable, ir.GlobalVariable]:
@@ -82,9 +88,9 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     sub.loop(begin, count, iteration)
     sub.finish()
 
-    # NAME__parK: unpack, pick the static chunk, run it
+    # NAME__parK: unpack, then take chunks from the shared counter until none is left
     captured = [gen.ptrs[u] for u in buf_uids] + [gen.env[u] for u in var_uids] + [lo, extent]
-    struct_ty = ir.LiteralStructType([v.type for v in captured])
+    struct_ty = ir.LiteralStructType([v.type for v in captured] + [idx_ty])  # + the counter
     team_fn = ir.Function(state.module, ir.FunctionType(T.VOID, [T.I8P]), base)
     team_fn.linkage = "internal"
     team_fn.attributes.add("nounwind")
@@ -94,20 +100,31 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     vals = [b.load(b.gep(data, [zero, ir.Constant(T.I32, j)], inbounds=True))
             for j in range(len(captured))]
     t_lo, t_ext = vals[-2], vals[-1]
-    tid = _to(b, b.call(state.function("omp_get_thread_num", T.I32, []), []), idx_ty)
     nt = _to(b, b.call(state.function("omp_get_num_threads", T.I32, []), []), idx_ty)
     b.atomic_rmw("add", threads_ran, ir.Constant(T.I32, 1), "monotonic")
     one = ir.Constant(idx_ty, 1)
-    chunk = b.sdiv(b.sub(b.add(t_ext, nt), one), nt)
-    first = b.mul(tid, chunk)
+    per_thread = ir.Constant(idx_ty, CHUNKS_PER_THREAD)
+    slices = b.mul(nt, per_thread)
+    chunk = b.sdiv(b.sub(b.add(t_ext, slices), one), slices)
+    counter = b.gep(data, [zero, ir.Constant(T.I32, len(captured))], inbounds=True)
+    grab = team_fn.append_basic_block("grab")
+    run = team_fn.append_basic_block("run")
+    done = team_fn.append_basic_block("done")
+    b.branch(grab)
+    b.position_at_end(grab)
+    first = b.atomic_rmw("add", counter, chunk, "monotonic")
+    b.cbranch(b.icmp_signed("<", first, t_ext), run, done)
+    b.position_at_end(run)
     last = b.add(first, chunk)
     last = b.select(b.icmp_signed("<", last, t_ext), last, t_ext)
     b.call(body_fn, vals[:-2] + [b.add(t_lo, first), b.sub(last, first)])
+    b.branch(grab)
+    b.position_at_end(done)
     b.ret_void()
 
     # at the loop's place: pack and fork
     slot = gen.allocas.alloca(struct_ty, name=base + ".data")
-    for j, v in enumerate(captured):
+    for j, v in enumerate([*captured, ir.Constant(idx_ty, 0)]):
         gen.b.store(v, gen.b.gep(slot, [zero, ir.Constant(T.I32, j)], inbounds=True))
     fork_ty = [team_fn.type, T.I8P, T.I32, T.I32]
     fork = state.function("GOMP_parallel", T.VOID, fork_ty)
