@@ -160,6 +160,35 @@ def test_misaligned_arrays_are_copied_and_written_back(rng):
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 
+def test_bound_call_sees_new_contents_and_thread_count(rng, monkeypatch):
+    mod = _par_kernel()
+    a = rand(rng, (37, 29), "float32")
+    out = garbage((37, 29), "float32")
+    call = mod.bind(a, out)
+    call()
+    np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)
+    a[:] = rand(rng, (37, 29), "float32")  # same arrays, new contents
+    monkeypatch.setenv("AUTOSCHED_NUM_THREADS", "2")
+    before = mod.threads_ran
+    call()
+    np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)
+    assert mod.threads_ran - before == 2
+    with pytest.raises(RuntimeError_, match="takes 2 arrays"):
+        mod.bind(a)  # checked once, at bind time
+
+
+def test_bound_call_with_misaligned_arrays_copies_each_time(rng):
+    mod = _add_kernel()
+    a = np.empty(25, "float32")[1:].reshape(4, 6)
+    c = np.empty(25, "float32")[1:].reshape(4, 6)
+    b = rand(rng, (4, 6), "int32")
+    call = mod.bind(a, b, c)
+    for _ in range(2):
+        a[:] = rand(rng, (4, 6), "float32")
+        call()
+        np.testing.assert_allclose(c, a + b, rtol=1e-6)
+
+
 def test_symbolic_size_mismatch_between_params(rng):
     n = E.Var("n")
     A, C = buf("A", (n,)), buf("C", (n,))
