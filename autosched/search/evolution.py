@@ -115,29 +115,12 @@ class EvolutionarySearch:
         ranked = [p for _, p in sorted(best.values(), key=lambda t: -t[0])]
         n_rand = int(round(n * cfg.eps_greedy))
         chosen = ranked[: max(n - n_rand, 0)]
-        taken = {p.ir_hash for p in chosen}
-        for low in self._sample_valid(n_rand * 3 + 3):
-            if len(chosen) >= n:
-                break
-            if low.ir_hash not in measured and low.ir_hash not in taken:
-                chosen.append(low)
-                taken.add(low.ir_hash)
-        for p in ranked[max(n - n_rand, 0):]:  # top up if random draws were all seen
-            if len(chosen) >= n:
-                break
-            if p.ir_hash not in taken:
-                chosen.append(p)
-                taken.add(p.ir_hash)
+        _take(chosen, self._sample_valid(n_rand * 3 + 3), n, measured)
+        _take(chosen, ranked[max(n - n_rand, 0):], n, measured)  # if random draws were all seen
         return chosen
 
     def _cold_batch(self, n: int, starts: list[Candidate], measured: set[str]) -> list[Lowered]:
-        chosen: list[Lowered] = []
-        taken: set[str] = set()
-        for low in self._valid(starts) + self._sample_valid(2 * n):
-            if len(chosen) < n and low.ir_hash not in measured and low.ir_hash not in taken:
-                chosen.append(low)
-                taken.add(low.ir_hash)
-        return chosen
+        return _take([], self._valid(starts) + self._sample_valid(2 * n), n, measured)
 
     def _next_generation(self, pop: list[Lowered], scores: np.ndarray) -> list[Lowered]:
         cfg = self.cfg
@@ -156,3 +139,17 @@ class EvolutionarySearch:
                 b = pop[int(self.rng.choice(len(pop), p=weights))].candidate
                 children.append(self.space.crossover(a, b, self.rng))
         return elite + self._valid(children)
+
+
+def _take(chosen: list[Lowered], more: Sequence[Lowered], n: int,
+          measured: set[str]) -> list[Lowered]:
+    """``chosen`` extended in place, up to ``n``, by those of ``more`` neither measured nor
+    already chosen (by IR hash)."""
+    taken = {p.ir_hash for p in chosen}
+    for low in more:
+        if len(chosen) >= n:
+            break
+        if low.ir_hash not in measured and low.ir_hash not in taken:
+            chosen.append(low)
+            taken.add(low.ir_hash)
+    return chosen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +73,8 @@ class SearchSpace:
         larger than the register file) are redrawn, up to RETRIES times."""
         idx = int(rng.integers(len(self.sketches)))
         sketch = self.sketches[idx]
-        for _ in range(RETRIES):
-            params = tuple((k.name, k.sample(rng)) for k in sketch.knobs)
-            if sketch.violation(dict(params)) is None:
-                break
-        return Candidate(idx, params)
+        params = _legal(sketch, lambda: {k.name: k.sample(rng) for k in sketch.knobs})
+        return Candidate(idx, tuple(params.items()))
 
     def default_candidate(self) -> Candidate:
         """The untuned default: each knob's preferred value (reasonable, not tuned)."""
@@ -96,17 +94,19 @@ class SearchSpace:
         return self.task.schedule()
 
     def mutate(self, c: Candidate, rng: np.random.Generator) -> Candidate:
-        knobs = self.sketches[c.sketch].knobs
+        sketch = self.sketches[c.sketch]
+        knobs = sketch.knobs
         if not knobs:
             return c
-        sketch = self.sketches[c.sketch]
-        for _ in range(RETRIES):
+
+        def draw() -> dict[str, Any]:
             params = dict(c.params)
             for _ in range(1 + int(rng.random() < 0.3)):
                 k = knobs[int(rng.integers(len(knobs)))]
                 params[k.name] = k.mutate(rng, params[k.name])
-            if sketch.violation(params) is None:
-                break
+            return params
+
+        params = _legal(sketch, draw)
         return Candidate(c.sketch, tuple((k.name, params[k.name]) for k in knobs))
 
     def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate:
@@ -141,3 +141,13 @@ class SearchSpace:
         if not 0 <= c.sketch < len(self.sketches):
             return False
         return [k.name for k in self.sketches[c.sketch].knobs] == [k for k, _ in c.params]
+
+
+def _legal(sketch: Sketch, draw: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Knob values from ``draw``, redrawn while the sketch rules them out statically (up to
+    RETRIES draws; the last one is kept, and its schedule is then refused when applied)."""
+    for _ in range(RETRIES):
+        params = draw()
+        if sketch.violation(params) is None:
+            break
+    return params
