@@ -127,11 +127,14 @@ def runtime_values(graph: Graph) -> set[str]:
 
 def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
-    target, conv weights packed output channels last)."""
-    from autosched.graph.passes import optimize, pack_conv_weights
+    target, stride-1 3x3 convolutions split into Winograd steps and the other conv weights
+    packed output channels last)."""
+    from autosched.graph.passes import optimize, pack_conv_weights, winograd_convs
 
     g = optimize(graph)
-    return pack_conv_weights(g) if target is not None and parse(target).kind != "cuda" else g
+    if target is None or parse(target).kind == "cuda":
+        return g
+    return pack_conv_weights(winograd_convs(g))
 
 
 def plan(graph: Graph) -> list[Group]:

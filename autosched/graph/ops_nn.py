@@ -90,6 +90,26 @@ def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     return [ops.squeeze(y, 2) if nd == 1 else y]
 
 
+@register("WinogradInput")
+def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """passes.winograd_convs' first step (attributes m, pads as ONNX orders them)."""
+    pads = [int(v) for v in node.attrs["pads"]]
+    return [ops.winograd_input(ctx.const(ins[0]), ctx.const(ins[1]), int(node.attrs["m"]),
+                               (pads[0], pads[1], pads[2], pads[3]))]
+
+
+@register("WinogradOutput")
+def _winograd_output(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """passes.winograd_convs' last step: inputs the product, A^T and the optional bias;
+    attributes m and the Conv's output shape."""
+    prod, at = ctx.const(ins[0]), ctx.const(ins[1])
+    m = int(node.attrs["m"])
+    y = ops.winograd_output(prod, at, m, tuple(int(d) for d in node.attrs["shape"]))
+    if len(ins) > 2 and ins[2] is not None:
+        y = _channel_bias(y, ctx.const(ins[2]))
+    return [y]
+
+
 @register("ConvTranspose")
 def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x, w = ctx.const(ins[0]), ctx.const(ins[1])

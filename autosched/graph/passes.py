@@ -1,6 +1,6 @@
 """Graph passes run before fusion: constant folding, batch-norm folding into convolutions,
-Identity / Dropout removal and dead-node elimination; for CPU targets, conv weights packed
-output channels last.
+Identity / Dropout removal and dead-node elimination; for CPU targets, stride-1 3x3
+convolutions split into Winograd steps and the other conv weights packed output channels last.
 
 Each pass returns a new Graph (the input is left as it was).
 
@@ -191,4 +191,71 @@ def pack_conv_weights(graph: Graph) -> Graph:
             g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
         n.inputs = [n.inputs[0], name, *n.inputs[2:]]
         n.attrs = {**n.attrs, KERNEL_LAYOUT: "IHWO"}
+    return eliminate_dead(g)
+
+
+WINOGRAD_MIN_SIZE = 14  # smallest output rows / columns a Winograd convolution takes
+
+
+def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
+    """The Winograd tile size m for a Conv node (None: keep it direct). Stride-1, dilation-1,
+    ungrouped 3x3 convolutions with at least 16 input and output channels and outputs of at
+    least WINOGRAD_MIN_SIZE rows and columns: F(4x4, 3x3), a quarter of the multiplies. At
+    7 x 7 the transformed weights (36 / 9 times the kernel) are read for 4 tiles only and
+    the direct convolution wins."""
+    ones = [1, 1]
+    if (w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or w.dtype != np.float32
+            or int(node.attrs.get("group", 1)) != 1
+            or [int(v) for v in node.attrs.get("strides", ones)] != ones
+            or [int(v) for v in node.attrs.get("dilations", ones)] != ones
+            or min(w.shape[:2]) < 16 or len(out_shape) != 4
+            or min(out_shape[2:]) < WINOGRAD_MIN_SIZE):
+        return None
+    return 4
+
+
+def winograd_convs(graph: Graph) -> Graph:
+    """Each Conv that winograd_tile takes becomes three nodes (autosched.te.ops.winograd):
+    WinogradInput (the input tiles times B^T, B), MatMul of the transformed weights
+    (alpha^2, K, C), computed here once, with those tiles, and WinogradOutput (times A^T, A,
+    plus the bias), which keeps the Conv's name and output so activation and residual still
+    fuse into it. Run after fold_batch_norm, before pack_conv_weights."""
+    from autosched.graph.ops_nn import _pads
+    from autosched.te.ops.winograd import winograd_matrices, winograd_weight
+
+    g = _copy(graph)
+    nodes: list[Node] = []
+    for n in g.nodes:
+        out = n.outputs[0] if n.outputs else ""
+        w = g.constants.get(n.inputs[1]) if n.op_type == "Conv" and len(n.inputs) > 1 else None
+        m = (winograd_tile(n, w, g.values[out].shape)
+             if w is not None and KERNEL_LAYOUT not in n.attrs and out in g.values else None)
+        if m is None:
+            nodes.append(n)
+            continue
+        x = n.inputs[0]
+        begins, ends = _pads(n, list(g.values[x].shape[2:]), [3, 3], [1, 1], [1, 1])
+        at, _, bt = winograd_matrices(m)
+        names = {"u": f"{n.inputs[1]}.winograd{m}", "at": f"winograd{m}.at",
+                 "bt": f"winograd{m}.bt"}
+        for key, arr in (("u", winograd_weight(w, m)), ("at", at.astype(w.dtype)),
+                         ("bt", bt.astype(w.dtype))):
+            if names[key] not in g.constants:
+                g.constants[names[key]] = arr
+                g.values[names[key]] = ValueInfo(names[key], arr.shape, str(arr.dtype))
+        alpha2, k, c = g.constants[names["u"]].shape
+        nb, _, oh, ow = g.values[out].shape
+        tiles = nb * -(-oh // m) * -(-ow // m)
+        v, prod = f"{out}.winograd_tiles", f"{out}.winograd_product"
+        g.values[v] = ValueInfo(v, (alpha2, c, tiles), str(w.dtype))
+        g.values[prod] = ValueInfo(prod, (alpha2, k, tiles), str(w.dtype))
+        bias = [n.inputs[2]] if len(n.inputs) > 2 and n.inputs[2] else []
+        nodes += [
+            Node(f"{n.name}.winograd_input", "WinogradInput", [x, names["bt"]], [v],
+                 {"m": m, "pads": [*begins, *ends]}),
+            Node(f"{n.name}.winograd_matmul", "MatMul", [names["u"], v], [prod]),
+            Node(n.name, "WinogradOutput", [prod, names["at"], *bias], [out],
+                 {"m": m, "shape": [nb, k, oh, ow]}),
+        ]
+    g.nodes = nodes
     return eliminate_dead(g)

@@ -110,6 +110,12 @@ from autosched.te.ops.transform import (
     take,
     transpose,
 )
+from autosched.te.ops.winograd import (
+    winograd_input,
+    winograd_matrices,
+    winograd_output,
+    winograd_weight,
+)
 
 neg = negative
 
@@ -127,6 +133,7 @@ __all__ = [
     "relu", "reshape", "resize2d", "round", "rsqrt", "selu", "sigmoid", "sign", "sin",
     "softmax", "softplus", "softsign", "split", "sqrt", "square", "squeeze", "strided_slice",
     "sub", "subtract", "sum", "tags", "take", "tanh", "transpose", "unary", "where",
+    "winograd_input", "winograd_matrices", "winograd_output", "winograd_weight",
 ]
 
 sub = subtract
