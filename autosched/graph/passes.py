@@ -194,24 +194,23 @@ def pack_conv_weights(graph: Graph) -> Graph:
     return eliminate_dead(g)
 
 
-WINOGRAD_MIN_SIZE = 14  # smallest output rows / columns a Winograd convolution takes
+# Output rows / columns from which a convolution takes F(4x4, 3x3), and F(2x2, 3x3).
+WINOGRAD_TILES = ((14, 4), (7, 2))
 
 
 def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
     """The Winograd tile size m for a Conv node (None: keep it direct). Stride-1, dilation-1,
-    ungrouped 3x3 convolutions with at least 16 input and output channels and outputs of at
-    least WINOGRAD_MIN_SIZE rows and columns: F(4x4, 3x3), a quarter of the multiplies. At
-    7 x 7 the transformed weights (36 / 9 times the kernel) are read for 4 tiles only and
-    the direct convolution wins."""
+    ungrouped float32 3x3 convolutions with at least 16 input and output channels: F(4x4,
+    3x3) (a quarter of the multiplies) from 14 x 14 outputs, F(2x2, 3x3) (4 / 9 of them) at
+    7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use."""
     ones = [1, 1]
     if (w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or w.dtype != np.float32
             or int(node.attrs.get("group", 1)) != 1
             or [int(v) for v in node.attrs.get("strides", ones)] != ones
             or [int(v) for v in node.attrs.get("dilations", ones)] != ones
-            or min(w.shape[:2]) < 16 or len(out_shape) != 4
-            or min(out_shape[2:]) < WINOGRAD_MIN_SIZE):
+            or min(w.shape[:2]) < 16 or len(out_shape) != 4):
         return None
-    return 4
+    return next((m for size, m in WINOGRAD_TILES if min(out_shape[2:]) >= size), None)
 
 
 def winograd_convs(graph: Graph) -> Graph:
