@@ -129,12 +129,12 @@ class FuncGen(ExprGen):
                 return False
             if max((self.lanes(i) for i in st.indices), default=1) == 1:
                 return False
-            if not self.is_contiguous(st.indices):
+            if not self.is_contiguous(st.buffer, st.indices):
                 return False
             for e in stmt_exprs(st):
                 for n in post_order(e):
                     if isinstance(n, lir.Load) and self.lanes(n) > 1 and (
-                            n.dtype == "bool" or not self.is_contiguous(n.indices)):
+                            n.dtype == "bool" or not self.is_contiguous(n.buffer, n.indices)):
                         return False
                     if isinstance(n, E.Select) and self.lanes(n.cond) > 1 and (
                             may_trap(n.true_value) or may_trap(n.false_value)):
@@ -202,7 +202,7 @@ class FuncGen(ExprGen):
                 self._Store(s)
             return
         value = self.to_memory(self.splat(self.expr(s.value), self.vec.lanes), buf.dtype)
-        if self.is_contiguous(s.indices):
+        if self.is_contiguous(buf, s.indices):
             if self.mask is not None:
                 ptr = self.vector_ptr(buf, s.indices, masked=True)
                 return self.masked_store(value, ptr, self.mask, align)

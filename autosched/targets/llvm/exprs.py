@@ -16,6 +16,7 @@ import llvmlite.ir as ir
 
 from autosched.errors import CompileError
 from autosched.schedule import ir as lir
+from autosched.schedule.arith import simplify
 from autosched.targets.llvm import intrinsics
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.walk import depends_on, linear_coeff
@@ -192,11 +193,20 @@ class ExprGen:
             off = self.b.add(off, i, flags=["nsw"])
         return off
 
-    def is_contiguous(self, indices: tuple[E.Expr, ...]) -> bool:
-        """In the vectorized loop, the access moves by one element per lane."""
+    def is_contiguous(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> bool:
+        """In the vectorized loop, the access moves by one element per lane: the last index
+        does, or (when some index is not affine in the lane: a reshape's floordiv / floormod)
+        the row-major offset does once simplified, e.g. ``A[p // 14, p % 14]``."""
         assert self.vec is not None
         coeffs = [linear_coeff(i, self.vec.uid) for i in indices]
-        return bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1])
+        if bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1]):
+            return True
+        if None not in coeffs or len(indices) != len(buf.shape):
+            return False
+        off = indices[0]
+        for dim, idx in zip(buf.shape[1:], indices[1:]):
+            off = off * dim + idx
+        return linear_coeff(simplify(off), self.vec.uid) == 1
 
     def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
                     inbounds: bool = True) -> ir.Value:
@@ -249,7 +259,7 @@ class ExprGen:
         if n == 1:
             return self.from_memory(self.b.load(self.element_ptr(e.buffer, e.indices),
                                                 align=align), e.dtype)
-        if self.is_contiguous(e.indices):
+        if self.is_contiguous(e.buffer, e.indices):
             ptr = self.vector_ptr(e.buffer, e.indices, masked=self.mask is not None)
             if self.mask is not None:
                 zero = ir.Constant(ptr.type.pointee, None)
@@ -419,7 +429,7 @@ class ExprGen:
         assert self.vec is not None
         load = e.true_value
         if not (isinstance(load, lir.Load) and load.dtype != "bool" and not may_trap(e.false_value)
-                and self.lanes(load) > 1 and self.is_contiguous(load.indices)
+                and self.lanes(load) > 1 and self.is_contiguous(load.buffer, load.indices)
                 and not any(may_trap(i) for i in load.indices)):
             return None
         mask = self.expr(e.cond)
