@@ -95,7 +95,7 @@ def winograd_input(data: Tensor, bt: Tensor, m: int, padding: Any = 1) -> Tensor
     """V[e * alpha + n, c, p] = sum_{i, j} bt[e, i] bt[n, j] pad(data)[b, c, ty m + i, tx m + j]
     for data (N, C, H, W) and tile p = (b, ty, tx); the stride-1 3x3 convolution's output is
     (H + pad_h - 2) x (W + pad_w - 2), cut into TH x TW tiles of m x m. Stages
-    ``winograd_rows`` (alpha, alpha, C, N, TH, TW) and ``winograd_input`` (alpha^2, C, P)."""
+    ``winograd_rows`` (alpha, N, C, TH, Wp) and ``winograd_input`` (alpha^2, C, P)."""
     op = "winograd_input"
     args.tensor(data, op, "data")
     args.ndim_is(data, 4, op, "data (N, C, H, W)")
@@ -112,12 +112,9 @@ def winograd_input(data: Tensor, bt: Tensor, m: int, padding: Any = 1) -> Tensor
     padded = pad(data, (0, 0, pads[0], pads[1]), (0, 0, hp - h - pads[0], wp - w - pads[1]),
                  name="winograd_pad")
     ri = reduce_axis((0, alpha), "ri")
-    # rows[e, j, c, b, ty, tx]: tile (b, ty, tx)'s column j times B^T's row e. The tiles are
-    # its last axes, as in V, so that V's reads are contiguous in p (the gather of the
-    # overlapping tiles happens here, as strided reads of the padded input)
-    rows = compute((alpha, alpha, c, n, th, tw),
-                   lambda e, j, ch, b, ty, tx: R.sum(
-                       bt[e, ri] * padded[b, ch, ty * m + ri, tx * m + j], axis=[ri]),
+    rows = compute((alpha, n, c, th, wp),
+                   lambda e, b, ch, ty, xx: R.sum(bt[e, ri] * padded[b, ch, ty * m + ri, xx],
+                                                  axis=[ri]),
                    name="winograd_rows", tag="winograd")
     rj = reduce_axis((0, alpha), "rj")
     per_image = th * tw
@@ -126,7 +123,7 @@ def winograd_input(data: Tensor, bt: Tensor, m: int, padding: Any = 1) -> Tensor
         e, nu = I.floordiv(t, alpha), I.floormod(t, alpha)
         b, q = I.floordiv(p, per_image), I.floormod(p, per_image)
         ty, tx = I.floordiv(q, tw), I.floormod(q, tw)
-        return R.sum(bt[nu, rj] * rows[e, rj, ch, b, ty, tx], axis=[rj])
+        return R.sum(bt[nu, rj] * rows[e, b, ch, ty, tx * m + rj], axis=[rj])
 
     return compute((alpha * alpha, c, n * per_image), body, name="winograd_input",
                    tag="winograd", attrs={"m": m, "out_hw": (oh, ow)})
