@@ -193,6 +193,28 @@ def test_casts(src, dst, kind, rng):
     np.testing.assert_array_equal(out, a.astype(dst))
 
 
+def test_reshape_indices_load_as_one_vector(rng):
+    """A[p // 7, p % 7] moves by one element per lane (its row-major offset is p): one vector
+    load, not a per-lane gather; a stride-2 read (A[2p // 7, 2p % 7]) still gathers."""
+    A, C, D = buf("A", (4, 7)), buf("C", (16,)), buf("D", (8,))
+    po, pi = E.Var("po"), E.Var("pi")
+    p = po * 8 + pi
+    body = ir.Seq((
+        loop(po, 2, loop(pi, 8, ir.Store(C, (p,), ir.Load(A, (intrin.floordiv(p, 7), intrin.floormod(p, 7)))
+                                         + 1.0), "vectorized")),
+        loop(pi, 8, ir.Store(D, (pi,), ir.Load(A, (intrin.floordiv(pi * 2, 7),
+                                                   intrin.floormod(pi * 2, 7)))), "vectorized"),
+    ))
+    mod = build(body, [A, C, D])
+    text = mod.get_llvm_ir(optimized=False)
+    assert text.count("load <8 x float>") == 1
+    a = rand(rng, (4, 7), "float32")
+    c, d = garbage((16,), "float32"), garbage((8,), "float32")
+    mod(a, c, d)
+    np.testing.assert_allclose(c, a.reshape(-1)[:16] + 1, rtol=1e-6)
+    np.testing.assert_array_equal(d, a.reshape(-1)[0:16:2])
+
+
 def test_vectorized_emits_vector_types(rng):
     n = 64
     A, B, C = buf("A", (4, n)), buf("B", (n,)), buf("C", (4, n))
