@@ -163,6 +163,17 @@ def test_executor_rejects_bad_inputs(cnn: tuple[object, object]) -> None:
         model.run({"input": good.astype(np.float64)})
 
 
+def test_kernel_times_follow_execution_order(cnn: tuple[object, object],
+                                             rng: np.random.Generator) -> None:
+    _, model = cnn
+    x = {"input": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    times = model.kernel_times(x, repeat=3)
+    assert [n for n, _ in times] == [k.task.name for k in model.kernels]
+    assert all(t > 0 for _, t in times)
+    (y,) = model.run(x)   # timing left the model usable
+    assert np.isfinite(y).all()
+
+
 def test_memory_plan_reuses_buffers(cnn: tuple[object, object]) -> None:
     _, model = cnn
     total = sum(a.nbytes for a in model.storage.values())
