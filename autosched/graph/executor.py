@@ -136,6 +136,11 @@ class CompiledModel:
         vals.update(self.storage)
         return vals
 
+    def _calls(self, inputs: dict[str, Any]) -> list[Callable[[], None]]:
+        """Every kernel bound to these inputs and the planned buffers, in execution order."""
+        vals = self._values(inputs)
+        return [_bind(k.module, [vals[v] for v in k.args]) for k in self.kernels]
+
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         vals = self._values(inputs)
         if self._bound is None:  # kernels on planned buffers and constants only: bound once
@@ -153,8 +158,7 @@ class CompiledModel:
              stat: str = "median") -> float:
         """Seconds of one run (after a warm-up), inputs bound once: the median (or, with
         ``stat="min"``, the fastest) of at least ``repeat`` runs lasting ``min_s`` in all."""
-        vals = self._values(inputs)
-        calls = [_bind(k.module, [vals[v] for v in k.args]) for k in self.kernels]
+        calls = self._calls(inputs)
 
         def once() -> None:
             for call in calls:
@@ -173,8 +177,7 @@ class CompiledModel:
         """(task name, median seconds) per kernel in execution order, each timed in place
         while the whole model runs ``repeat`` times (after a warm-up): caches and DRAM traffic
         as in a real run, so the times add up to about ``time()``."""
-        vals = self._values(inputs)
-        calls = [_bind(k.module, [vals[v] for v in k.args]) for k in self.kernels]
+        calls = self._calls(inputs)
         for call in calls:
             call()
         runs = []

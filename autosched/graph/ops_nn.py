@@ -93,9 +93,8 @@ def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
 @register("WinogradInput")
 def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """passes.winograd_convs' first step (attributes m, pads as ONNX orders them)."""
-    pads = [int(v) for v in node.attrs["pads"]]
-    return [ops.winograd_input(ctx.const(ins[0]), ctx.const(ins[1]), int(node.attrs["m"]),
-                               (pads[0], pads[1], pads[2], pads[3]))]
+    pads = tuple(int(v) for v in node.attrs["pads"])
+    return [ops.winograd_input(ctx.const(ins[0]), ctx.const(ins[1]), int(node.attrs["m"]), pads)]
 
 
 @register("WinogradOutput")
