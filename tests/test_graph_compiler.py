@@ -56,6 +56,26 @@ def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> 
     np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_cpu_gemm_weights_are_stored_k_by_n(trans_b: int, rng: np.random.Generator) -> None:
+    w = _f32(rng, 11, 6) if trans_b else _f32(rng, 6, 11)
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=trans_b, alpha=0.5)]
+    inits = [helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.ravel())
+             for k, v in (("w", w), ("c", _f32(rng, 11)))]
+    m = helper.make_model(helper.make_graph(
+        nodes, "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 11])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    g = load_graph(m)
+    (gemm,) = prepare(g, "llvm").nodes
+    (orig,) = prepare(g, "cuda").nodes
+    assert int(gemm.attrs.get("transB", 0)) == 0 and int(orig.attrs.get("transB", 0)) == trans_b
+    assert prepare(g, "llvm").constants[gemm.inputs[1]].shape == (6, 11)
+    x = {"x": _f32(rng, 3, 6)}
+    (y,) = aus.compile(g, "llvm").run(x)
+    np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
+
+
 def _graph(nodes: list[Node], inputs: list[ValueInfo], outputs: list[str],
            constants: dict[str, np.ndarray]) -> Graph:
     """A Graph with every value's info taken from an import of the same nodes."""

@@ -193,3 +193,11 @@ def test_errors(build, words: list[str]) -> None:  # noqa: ANN001
         build()
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+@pytest.mark.parametrize("rows,want", [(112, 114), (56, 60), (28, 30), (14, 15), (7, 7),
+                                       (5, 5), (1, 1), (12, 12)])
+def test_accumulator_rows_add_factors_of_three(rows: int, want: int) -> None:
+    from autosched.te.ops.conv import accumulator_rows
+
+    assert accumulator_rows(rows) == want

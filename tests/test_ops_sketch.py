@@ -36,6 +36,10 @@ def _graphs() -> dict:
         y = ops.conv2d_nchw(x, w, 2, 1, kernel_layout="IHWO")
         return [x, w, r], ops.relu(ops.add(y, r))
 
+    def conv_packed_rows() -> tuple:  # 14 output rows summed as 15 (register tiles of 3 or 5)
+        x, w = P((1, 5, 14, 6), name="x"), P((5, 3, 3, 8), name="w")
+        return [x, w], ops.relu(ops.conv2d_nchw(x, w, 1, 1, kernel_layout="IHWO"))
+
     def group_conv() -> tuple:
         x, w = P((1, 6, 9, 10), name="x"), P((6, 2, 3, 3), name="w")
         return [x, w], ops.conv2d_nchw(x, w, 2, (1, 0, 0, 1), 1, 3)
@@ -104,7 +108,7 @@ def _graphs() -> dict:
         x = P((3, 4, 5), dtype="int32", name="x")
         return [x], ops.argmax(x, axis=1)
 
-    return {f.__name__: f for f in (conv, conv_bias_relu, conv_packed, group_conv, depthwise,
+    return {f.__name__: f for f in (conv, conv_bias_relu, conv_packed, conv_packed_rows, group_conv, depthwise,
                                     conv_transpose, conv_nhwc, dense, batch_matmul, softmax,
                                     layer_norm, max_pool, avg_pool, global_avg_pool, resize, mean_exp,
                                     transpose_reshape, take, where_broadcast, argmax)}
@@ -139,3 +143,48 @@ def test_sampled_sketches(name: str, target: str) -> None:  # noqa: F811
         aus.build(sch, [*inputs, out], target=target)(*[values[t] for t in inputs], got)
         check(got, want, out.dtype, **({"rtol": 1e-4, "atol": 1e-4}
                                         if out.dtype.startswith("float") else {}))
+
+
+@pytest.mark.parametrize("name", ["max_pool", "avg_pool", "mean_exp"])
+def test_window_reductions_vectorize_their_data_axis(name: str) -> None:
+    """Pooling windows reduce inside the data loops on the CPU: every vector length and
+    parallel depth builds and agrees with the interpreter, the window loops sit outside the
+    vector lanes."""
+    rng = np.random.default_rng()
+    inputs, out = GRAPHS[name]()
+    values = {t: _array(rng, t) for t in inputs}
+    (want,) = evaluate(out, values)
+    (sketch,) = generate_sketches(create_schedule(out.op), parse("llvm"))
+    (rule,) = [r for r in sketch.rules if r.kind == "window"]
+    vector, parallel, _ = rule.knobs
+    for vec in vector.options:
+        for depth in parallel.options:
+            params = {k.name: k.default() for k in sketch.knobs}
+            params.update({vector.name: vec, parallel.name: depth})
+            sch = sketch.apply(create_schedule(out.op), params)
+            leaf = sch.stage(rule.stage).leaf
+            if vec > 1:
+                assert leaf[-1].kind == "data" and leaf[-2].kind == "reduce", leaf
+            got = np.full(tuple(out.shape), np.nan, out.dtype)
+            aus.build(sch, [*inputs, out], target="llvm")(*[values[t] for t in inputs], got)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_overhanging_row_tiles_store_only_the_output() -> None:
+    """A channels-last convolution sums rows past its output (accumulator_rows) so that
+    tiles of 3 rows exist; every row tile of the padded extent stores only the real rows."""
+    rng = np.random.default_rng()
+    inputs, out = GRAPHS["conv_packed_rows"]()
+    values = {t: _array(rng, t) for t in inputs}
+    (want,) = evaluate(out, values)
+    (sketch,) = generate_sketches(create_schedule(out.op), parse("llvm"))
+    (rule,) = [r for r in sketch.rules if r.kind == "tile"]
+    rows = next(k for k in rule.knobs if k.name.endswith("tile.y"))
+    assert rows.extent == 15
+    for tile in [(5, 1, 3), (1, 3, 5), (3, 5, 1)]:
+        params = {k.name: k.default() for k in sketch.knobs}
+        params[rows.name] = tile
+        sch = sketch.apply(create_schedule(out.op), params)
+        got = np.full(tuple(out.shape), np.nan, out.dtype)
+        aus.build(sch, [*inputs, out], target="llvm")(*[values[t] for t in inputs], got)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

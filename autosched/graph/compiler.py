@@ -127,14 +127,19 @@ def runtime_values(graph: Graph) -> set[str]:
 
 def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
-    target, stride-1 3x3 convolutions split into Winograd steps and the other conv weights
-    packed output channels last)."""
-    from autosched.graph.passes import optimize, pack_conv_weights, winograd_convs
+    target, stride-1 3x3 convolutions split into Winograd steps, the other conv weights
+    packed output channels last and Gemm weights (K, N))."""
+    from autosched.graph.passes import (
+        optimize,
+        pack_conv_weights,
+        pack_gemm_weights,
+        winograd_convs,
+    )
 
     g = optimize(graph)
     if target is None or parse(target).kind == "cuda":
         return g
-    return pack_conv_weights(winograd_convs(g))
+    return pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
 
 
 def plan(graph: Graph) -> list[Group]:

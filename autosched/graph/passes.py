@@ -194,6 +194,27 @@ def pack_conv_weights(graph: Graph) -> Graph:
     return eliminate_dead(g)
 
 
+def pack_gemm_weights(graph: Graph) -> Graph:
+    """Each Gemm whose B is a constant read transposed (transB=1: an (N, K) weight, as
+    torch's Linear exports it) reads it stored (K, N) instead, so the N axis that the CPU
+    tile vectorizes is contiguous (a row of B^T is a gather across the lanes)."""
+    g = _copy(graph)
+    packed: dict[str, str] = {}
+    for n in g.nodes:
+        if (n.op_type != "Gemm" or not int(n.attrs.get("transB", 0)) or len(n.inputs) < 2
+                or n.inputs[1] not in g.constants or g.constants[n.inputs[1]].ndim != 2):
+            continue
+        name = packed.get(n.inputs[1])
+        if name is None:
+            name = packed[n.inputs[1]] = f"{n.inputs[1]}.kn"
+            arr = np.ascontiguousarray(g.constants[n.inputs[1]].T)
+            g.constants[name] = arr
+            g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
+        n.inputs = [n.inputs[0], name, *n.inputs[2:]]
+        n.attrs = {**n.attrs, "transB": 0}
+    return eliminate_dead(g)
+
+
 # Output rows / columns from which a convolution takes F(4x4, 3x3), and F(2x2, 3x3).
 WINOGRAD_TILES = ((14, 4), (7, 2))
 

@@ -8,7 +8,9 @@ Rules, applied from the outputs back to the inputs (as Ansor does):
               levels (S S), the producer is computed at the consumer's tile and loops as
               R S R S inside it. The consumer is an elementwise output that reads the producer
               elementwise (fused: bias, activation, residual) or else a cache_write copy.
-* reduce      a reduction without reuse (softmax's max / sum, norms, pooling): outer data loops
+* window      (CPU) a reduction over a small window (pooling): the data loops parallel and
+              vectorized like an elementwise stage, the window's loops inside them
+* reduce      a reduction without reuse (softmax's max / sum, norms): outer data loops
               parallel; optionally rfactor the reduction so its inner part vectorizes; optionally
               computed at its consumer's outer loop
 * injective   the rest (elementwise outputs): outer axes fused and parallel, the last axis split
@@ -122,7 +124,9 @@ class DagInfo:
                 if -1 in js or len(set(js)) != len(js) or (order is not None and js != order):
                     return None
                 order = js
-        if order is None or any(_static_extent(e.op.axis[j]) != _static_extent(a)
+        # the reader may read a leading part of an axis (a convolution computing rows past
+        # its output, so that register tiles of 3 or 6 rows exist): its tiles then overhang
+        if order is None or any(_static_extent(e.op.axis[j]) > _static_extent(a)
                                 for j, a in zip(order, t.op.axis)):
             return None
         return e.name, order
@@ -158,7 +162,8 @@ def has_condition(op: ComputeOp) -> bool:
 
 
 def _pad_rule(name: str, sch0: Schedule) -> Rule:
-    """A conditional stage read by a tiled reduction: inlined, or computed on its own first
+    """A conditional stage (padding) or a layout copy (tag ``layout``) read by a tiled
+    reduction: inlined, or computed on its own first
     (parallel and vectorized like an injective stage) so the reduction reads plain memory."""
     root = _injective_rule(name, sch0)
     knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=0), *root.knobs)
@@ -414,6 +419,58 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
     return Rule(name, tuple(knobs), apply, "reduce")
 
 
+WINDOW_MAX = 64  # reduce extents up to this (a pooling window) reduce inside the data loops
+
+
+def is_window(op: ComputeOp) -> bool:
+    """A reduction over a small window per output element (max / average pooling, a reduce
+    over a short axis) whose last data axis is long enough to be the vector."""
+    window = math.prod(_static_extent(r) for r in op.reduce_axis)
+    return bool(op.reduce_axis and op.axis) and window <= WINDOW_MAX and \
+        _static_extent(op.axis[-1]) >= 4
+
+
+def _window_rule(name: str, sch0: Schedule) -> Rule:
+    """A small-window reduction as an elementwise loop nest: outer data axes fused and
+    parallel, the window's loops inside them, the last data axis split and vectorized
+    innermost (each lane one output, its sum or max kept in a register)."""
+    st = sch0.stage(name)
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    pre = f"{name}."
+    n = len(op.axis)
+    last = _static_extent(op.axis[-1])
+    vector = ChoiceKnob(f"{pre}vector", _vector_choices(last),
+                        default_index=min(2, len(_vector_choices(last)) - 1))
+    outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
+    knobs: list[Knob] = [
+        vector,
+        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)), default_index=_parallel_depth(outer)),
+        ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=1),
+    ]
+
+    def apply(sch: Schedule, p: Params) -> None:
+        stage = sch.stage(name)
+        axes = list(stage.op.axis)
+        vec = p[f"{pre}vector"]
+        lo, lanes = axes[-1], []
+        if vec > 1:
+            lo, li = stage.split(axes[-1], factor=vec)
+            lanes = [li]
+        outer = axes[:-1] + [lo]
+        stage.reorder(*outer, *stage.op.reduce_axis, *lanes)
+        if lanes:
+            stage.vectorize(lanes[0])
+        depth = min(p[f"{pre}parallel"], len(outer))
+        par = stage.fuse(*outer[:depth]) if depth > 1 else outer[0]
+        stage.parallel(par)
+        if p[f"{pre}unroll"]:
+            stage.pragma(par, "auto_unroll_max_step", p[f"{pre}unroll"])
+            stage.pragma(par, "unroll_explicit", True)
+
+    return Rule(name, tuple(knobs), apply, "window")
+
+
 def _injective_rule(name: str, sch0: Schedule) -> Rule:
     st = sch0.stage(name)
     op = st.op
@@ -496,7 +553,8 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
     for st in info.compute:
         if st.name not in info.inlined:
             continue
-        pad = not gpu and has_condition(st.op) and _read_only_by(sch0, info, st.name, tiled)
+        copies = has_condition(st.op) or "layout" in st.op.tag.split(",")
+        pad = not gpu and copies and _read_only_by(sch0, info, st.name, tiled)
         rules.append(_pad_rule(st.name, sch0) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []
@@ -512,6 +570,8 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]
             later.append(tile(name, into, sch0, order))
+        elif not gpu and is_window(op):
+            later.append(_window_rule(name, sch0))
         elif op.reduce_axis:
             readers = info.readers[name]
             reader = readers[0] if len(readers) == 1 and _outer_match(sch0, name, readers[0]) else None
