@@ -148,8 +148,9 @@ def test_corrupt_line_is_skipped_when_resuming(tmp_path):
 
 
 class _FakeTuner:
-    def __init__(self, flops: float, cost: float):
-        self.task = type("T", (), {"flop_count": flops})()
+    def __init__(self, flops: float, cost: float, family: str = "conv"):
+        op = type("Op", (), {"name": family, "reduce_axis": ["k"]})()
+        self.task = type("T", (), {"flop_count": flops, "dag": type("D", (), {"ops": [op]})()})()
         self.best_cost = cost
         self.history = [cost]
         self.trials = 0
@@ -169,6 +170,19 @@ def test_task_scheduler_prefers_the_task_with_most_to_gain():
     sched2.update(slow)
     fast.history = [0.02, 0.01]
     assert sched2.next_task() is fast  # weight (occurrences in a model) matters
+
+
+def test_task_scheduler_compares_rates_within_a_family():
+    # a task alone in its family has no faster sibling to promise a forward gain; a slow
+    # conv beside a fast conv does (a Winograd transform's flop rate says nothing of a conv's)
+    alone = _FakeTuner(1e9, 1.0, family="winograd_input")
+    slow = _FakeTuner(1e9, 0.5)
+    fast = _FakeTuner(1e9, 0.01)
+    sched = TaskScheduler([alone, slow, fast])
+    for t in (alone, slow, fast):
+        sched.update(t)
+    assert sched.next_task() is slow
+    assert sched.gradient(0) < sched.gradient(1)
 
 
 def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
