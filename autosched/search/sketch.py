@@ -162,8 +162,7 @@ def has_condition(op: ComputeOp) -> bool:
 
 
 def _pad_rule(name: str, sch0: Schedule) -> Rule:
-    """A conditional stage (padding) or a layout copy (tag ``layout``) read by a tiled
-    reduction: inlined, or computed on its own first
+    """A conditional stage read by a tiled reduction: inlined, or computed on its own first
     (parallel and vectorized like an injective stage) so the reduction reads plain memory."""
     root = _injective_rule(name, sch0)
     knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=0), *root.knobs)
@@ -553,8 +552,7 @@ def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
     for st in info.compute:
         if st.name not in info.inlined:
             continue
-        copies = has_condition(st.op) or "layout" in st.op.tag.split(",")
-        pad = not gpu and copies and _read_only_by(sch0, info, st.name, tiled)
+        pad = not gpu and has_condition(st.op) and _read_only_by(sch0, info, st.name, tiled)
         rules.append(_pad_rule(st.name, sch0) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []
