@@ -185,6 +185,26 @@ def test_task_scheduler_compares_rates_within_a_family():
     assert sched.gradient(0) < sched.gradient(1)
 
 
+def test_task_scheduler_revisits_the_task_holding_most_latency_per_trial():
+    # the best-rate task of a family has no forward gain and a flat history, so the gradient
+    # alone never returns to it however long it runs; every REVISIT-th pick does
+    from autosched.search.task_scheduler import REVISIT
+
+    stem = _FakeTuner(1e9, 0.01)              # the family's best rate, flat: gradient 0
+    stem.trials = 64
+    rest = [_FakeTuner(1e9, 0.1) for _ in range(3)]  # 10x slower: the gradient's choice
+    for r in rest:
+        r.trials = 500
+        r.history = [0.2, 0.15, 0.1]
+    sched = TaskScheduler([stem, *rest], weights=[4.0, 1.0, 1.0, 1.0])
+    for t in (stem, *rest):
+        sched.update(t)
+    picks = [sched.next_task() for _ in range(2 * REVISIT)]
+    assert picks.count(stem) == 2
+    assert picks[REVISIT - 1] is stem and picks[2 * REVISIT - 1] is stem
+    assert all(p is not stem for i, p in enumerate(picks) if (i + 1) % REVISIT)
+
+
 def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
     # a model tuned in several calls (a resumed job) must not give every call's first trials
     # to the first tasks again: tasks with records have had their warm-up
