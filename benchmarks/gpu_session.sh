@@ -29,6 +29,11 @@ for s in "$@"; do
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "$OUT/$name-cuda.jsonl" ;;
+        replay:*)  # replay:<name>: time <name> with its bundled H200 log (benchmarks/results)
+            name=${s#replay:}
+            zcat "benchmarks/results/${name}_cuda_h200.jsonl.gz" > "/tmp/${name}-cuda.jsonl"
+            step "replay-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
+                --log "/tmp/${name}-cuda.jsonl" ;;
         cputests) step cputests 300 python3 -m pytest -q -x tests/test_ops_sketch.py \
                       tests/test_graph_compiler.py tests/test_search.py tests/test_models.py \
                       -rfE -p no:cacheprovider ;;
