@@ -62,7 +62,7 @@ class TaskScheduler:
         t = self.tuners[i]
         if not math.isfinite(t.best_cost):
             return 0.0  # nothing works yet: the gradient keeps trying it
-        return self.weights[i] * t.best_cost / max(getattr(t, "trials", 0), 1)
+        return self.weights[i] * t.best_cost / max(t.trials, 1)
 
     def update(self, tuner: Any) -> None:
         self.rounds[self.tuners.index(tuner)] += 1
