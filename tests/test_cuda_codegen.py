@@ -3,6 +3,8 @@ source that comes out, compile errors, the compile cache, and the errors for mis
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -373,3 +375,19 @@ def test_accumulation_by_many_threads_is_refused() -> None:
     only_one = ir.For(t, E.const(0), E.const(64), "thread",
                       ir.IfThenElse(E.compare("eq", t, 0), race), "threadIdx.x")
     assert "race(" in _build(ir.PrimFunc("race", (A, C), only_one)).get_source()
+
+
+def test_uncached_compile_leaves_interpreter_constants_intact(tmp_path) -> None:  # noqa: ANN001
+    """NVRTC writes its (empty, one-byte) log into the buffer it is handed; handing it the
+    shared ``b" "`` object turned every later ``b" "`` of the process into ``b"\\x00"``."""
+    kernel = f'extern "C" __global__ void k(float* a) {{ a[0] = {np.random.rand()}f; }}'
+    code = (
+        "from autosched.targets.cuda.nvrtc import compile_cuda\n"
+        f"compile_cuda({kernel!r}, 'sm_90')\n"
+        "one = bytes([32])\n"
+        "print(b' ' == b'\\x20', b' ' * 1 == one, ' '.join(['a', 'b']))\n"
+    )
+    env = {**os.environ, "AUTOSCHED_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True)
+    assert out.stdout.split() == ["True", "True", "a", "b"]

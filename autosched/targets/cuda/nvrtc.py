@@ -162,11 +162,7 @@ def _compile(source: str, opts: list[str], target_arch: str, version: tuple[int,
     try:
         encoded = [o.encode() for o in opts]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        _check(err, "nvrtcGetProgramLogSize")
-        raw = b" " * size
-        _check(nvrtc.nvrtcGetProgramLog(prog, raw), "nvrtcGetProgramLog")
-        log = raw.rstrip(b"\0 ").decode(errors="replace")
+        log = _output(nvrtc, prog, "ProgramLog").rstrip(b"\0 ").decode(errors="replace")
         if int(status) != 0:
             numbered = "\n".join(f"{n + 1:4d}  {line}" for n, line in
                                  enumerate(source.splitlines()))
@@ -178,18 +174,24 @@ def _compile(source: str, opts: list[str], target_arch: str, version: tuple[int,
             exc.source = source  # type: ignore[attr-defined]
             raise exc
         if target_arch.startswith("sm_"):
-            err, size = nvrtc.nvrtcGetCUBINSize(prog)
-            _check(err, "nvrtcGetCUBINSize")
-            data = b" " * size
-            _check(nvrtc.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
-            return CompiledBinary("cubin", bytes(data), target_arch, log, version)
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        _check(err, "nvrtcGetPTXSize")
-        data = b" " * size
-        _check(nvrtc.nvrtcGetPTX(prog, data), "nvrtcGetPTX")
-        return CompiledBinary("ptx", bytes(data), target_arch, log, version)
+            return CompiledBinary("cubin", _output(nvrtc, prog, "CUBIN"), target_arch, log,
+                                  version)
+        return CompiledBinary("ptx", _output(nvrtc, prog, "PTX"), target_arch, log, version)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _output(nvrtc, prog, what: str) -> bytes:  # noqa: ANN001
+    """One of the program's outputs (``ProgramLog``, ``CUBIN``, ``PTX``), copied out of NVRTC.
+
+    NVRTC writes into the buffer it is given, so the buffer must be a fresh mutable one: an
+    immutable ``bytes`` such as ``b" " * 1`` is CPython's shared one-byte object, and
+    overwriting it corrupts every later use of that literal in the process."""
+    err, size = getattr(nvrtc, f"nvrtcGet{what}Size")(prog)
+    _check(err, f"nvrtcGet{what}Size")
+    buffer = bytearray(size)
+    _check(getattr(nvrtc, f"nvrtcGet{what}")(prog, buffer), f"nvrtcGet{what}")
+    return bytes(buffer)
 
 
 def _read_cache(key: str, target_arch: str, version: tuple[int, int]) -> CompiledBinary | None:
