@@ -2,7 +2,7 @@
 
 Every PrimFunc becomes one exported function::
 
-    void NAME(T0 *restrict p0, T1 *restrict p1, ..., int64_t s0, int64_t s1, ...);
+    int32_t NAME(T0 *restrict p0, T1 *restrict p1, ..., int64_t s0, int64_t s1, ...);
 
 * ``p0, p1, ...`` are the parameter buffers in ``PrimFunc.params`` order, each a pointer to
   row-major, contiguous elements (``bool`` is one byte). They must not overlap where one is
@@ -11,6 +11,9 @@ Every PrimFunc becomes one exported function::
   order of first appearance (params left to right, dims left to right).
 * ``NAME`` is the PrimFunc's name, except that ``main`` becomes ``autosched_main`` (so that a C
   driver can have its own ``main``).
+* The result is 0, or the STATUS_* bits of what failed (a buffer the kernel allocates could not
+  be, an index read from a tensor was out of range). The outputs are then not valid; the kernel
+  never touches memory it has no right to.
 * Kernels with parallel loops also export ``int32_t NAME__num_threads`` (0, the default in a
   shared library, lets libgomp choose: OMP_NUM_THREADS or the core count) and link libgomp.
 """
@@ -25,6 +28,21 @@ from autosched.te.visit import post_order
 
 PARAM_ALIGN = 16  # numpy aligns data to 16 bytes; runtime.py copies an array that is not
 ALLOC_ALIGN = 64  # buffers the kernel allocates itself: one cache line, one AVX-512 vector
+
+STATUS_ALLOC = 1  # an allocation failed: out of memory, or its byte count overflowed int64
+STATUS_INDEX = 2  # an index loaded from a tensor (Gather) was out of range
+STATUS_MESSAGES = {
+    STATUS_ALLOC: "could not allocate an intermediate buffer (out of memory, or its size "
+                  "overflows int64)",
+    STATUS_INDEX: "an index read from the indices tensor is out of range",
+}
+
+
+def status_message(status: int) -> str:
+    """What the failure bits of a kernel's result mean, in words."""
+    known = [m for bit, m in STATUS_MESSAGES.items() if status & bit]
+    unknown = status & ~sum(STATUS_MESSAGES)
+    return "; ".join(known + ([f"unknown status bits {unknown:#x}"] if unknown else []))
 
 
 @dataclass(frozen=True)
@@ -42,12 +60,12 @@ class Signature:
         return f"{self.symbol}__threads_ran"
 
     def c_declaration(self) -> str:
-        """The prototype a C caller uses, e.g. ``void mm(float *restrict A, ...);``."""
+        """The prototype a C caller uses, e.g. ``int32_t mm(float *restrict A, ...);``."""
         from autosched.targets.llvm.c_types import c_type
 
         args = [f"{c_type(b.dtype)} *restrict {b.name}" for b in self.params]
         args += [f"int64_t {v.name}" for v in self.sym_vars]
-        return f"void {self.symbol}({', '.join(args)});"
+        return f"int32_t {self.symbol}({', '.join(args)});"
 
 
 def signature(func: PrimFunc) -> Signature:

@@ -22,7 +22,13 @@ from autosched.schedule import ir as lir
 from autosched.schedule.ir_visit import all_exprs, stmt_exprs, sub_stmts
 from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.targets.llvm import types as T
-from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
+from autosched.targets.llvm.abi import (
+    ALLOC_ALIGN,
+    PARAM_ALIGN,
+    STATUS_ALLOC,
+    Signature,
+    signature,
+)
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
 from autosched.targets.llvm.walk import inline_lets_on
 from autosched.te import dtype as dt
@@ -34,6 +40,7 @@ MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a
 MAX_LANES = 64  # the longest vector emitted as one LLVM vector
 MAX_UNROLL_PIECES = 8  # a vectorized loop of more native-width pieces becomes a loop over them
 STACK_BYTES = {"local": 64 * 1024, "shared": 32 * 1024, "global": 32 * 1024}
+MAX_BYTES = 2**63 - 1 - ALLOC_ALIGN  # an allocation's byte count, rounded up, must fit in int64
 
 _REDUCE = {  # op -> (integer reduction, float reduction)
     "add": ("llvm.vector.reduce.add", "llvm.vector.reduce.fadd"),
@@ -73,10 +80,22 @@ class FuncGen(ExprGen):
         self.allocas = ir.IRBuilder(self.entry)
         self.in_parallel = in_parallel
         self.auto_unroll: tuple[int, bool] = (0, True)  # (max step, explicit) of a pragma
+        # the i32 that failures are or-ed into (abi.py's STATUS_* bits): the kernel's own slot,
+        # or in an outlined parallel body a pointer to the kernel's slot
+        self.status: ir.Value | None = None
 
     def finish(self) -> None:
         self.allocas.branch(self.start)
-        self.b.ret_void()
+        if isinstance(self.fn.function_type.return_type, ir.VoidType):
+            self.b.ret_void()  # an outlined parallel body: the kernel returns the status
+        else:
+            assert self.status is not None
+            self.b.ret(self.b.load(self.status, align=4))
+
+    def fail(self, code: int) -> None:
+        """Record a failure for the caller; the kernel goes on (its results are void)."""
+        assert self.status is not None
+        self.b.atomic_rmw("or", self.status, ir.Constant(T.I32, code), "monotonic")
 
     # --- statements --------------------------------------------------------------------------
 
@@ -413,18 +432,46 @@ class FuncGen(ExprGen):
             self.stmt(s.body)
             self.ptrs.pop(buf.uid)
             return
-        nbytes = ir.Constant(T.I64, buf.itemsize)
-        for d in buf.shape:
-            nbytes = self.b.mul(nbytes, self.index(d))
-        # aligned_alloc wants a multiple of the alignment
-        mask = ir.Constant(T.I64, ALLOC_ALIGN - 1)
-        nbytes = self.b.and_(self.b.add(nbytes, mask), self.b.not_(mask))
+        if count is not None and count * buf.itemsize > MAX_BYTES:
+            shape = ", ".join(str(d) for d in buf.shape)
+            raise CompileError(f"buffer {buf.name} of shape ({shape}) and dtype {buf.dtype} "
+                               f"needs {count * buf.itemsize} bytes, more than int64 can count")
+        nbytes, too_big = self._alloc_bytes(buf)
+        fail_bb, try_bb, body_bb, end_bb = (self.new_block(f"alloc.{x}")
+                                            for x in ("fail", "try", "body", "end"))
+        self.b.cbranch(too_big, fail_bb, try_bb)
+        self.b.position_at_end(try_bb)
         alloc = self.state.function("aligned_alloc", T.I8P, [T.I64, T.I64])
         raw = self.b.call(alloc, [ir.Constant(T.I64, ALLOC_ALIGN), nbytes])
+        self.b.cbranch(self.b.icmp_unsigned("==", raw, ir.Constant(T.I8P, None)), fail_bb,
+                       body_bb)
+        self.b.position_at_end(fail_bb)  # out of memory: report it, skip what needs the buffer
+        self.fail(STATUS_ALLOC)
+        self.b.branch(end_bb)
+        self.b.position_at_end(body_bb)
         self.ptrs[buf.uid] = self.b.bitcast(raw, elem.as_pointer())
         self.stmt(s.body)
         self.ptrs.pop(buf.uid)
         self.b.call(self.state.function("free", T.VOID, [T.I8P]), [raw])
+        self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def _alloc_bytes(self, buf: lir.Buffer) -> tuple[ir.Value, ir.Value]:
+        """The byte count of ``buf``, rounded up to a multiple of the alignment (aligned_alloc
+        wants one), and an i1 that holds when a dim is negative or the count overflows."""
+        mul = self.state.function("llvm.smul.with.overflow.i64",
+                                  ir.LiteralStructType([T.I64, T.I1]), [T.I64, T.I64])
+        nbytes: ir.Value = ir.Constant(T.I64, buf.itemsize)
+        bad: ir.Value = ir.Constant(T.I1, 0)
+        for d in buf.shape:
+            n = self.index(d)
+            bad = self.b.or_(bad, self.b.icmp_signed("<", n, ir.Constant(T.I64, 0)))
+            prod = self.b.call(mul, [nbytes, n])
+            nbytes = self.b.extract_value(prod, 0)
+            bad = self.b.or_(bad, self.b.extract_value(prod, 1))
+        bad = self.b.or_(bad, self.b.icmp_signed(">", nbytes, ir.Constant(T.I64, MAX_BYTES)))
+        mask = ir.Constant(T.I64, ALLOC_ALIGN - 1)
+        return self.b.and_(self.b.add(nbytes, mask), self.b.not_(mask)), bad
 
 
 def _trip_count(s: lir.Stmt) -> float:
@@ -452,9 +499,11 @@ def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
         module.data_layout = data_layout
     state = ModuleState(module, sig, vector_bits)
     arg_types = [T.memory(b.dtype).as_pointer() for b in sig.params] + [T.I64] * len(sig.sym_vars)
-    fn = ir.Function(module, ir.FunctionType(T.VOID, arg_types), sig.symbol)
+    fn = ir.Function(module, ir.FunctionType(T.I32, arg_types), sig.symbol)
     fn.attributes.add("nounwind")
     gen = FuncGen(state, fn)
+    gen.status = gen.allocas.alloca(T.I32, name="status")
+    gen.allocas.store(ir.Constant(T.I32, 0), gen.status, align=4)
     for buf, arg in zip(sig.params, fn.args):
         arg.name = buf.name
         arg.add_attribute("noalias")

@@ -2,9 +2,10 @@
 
 ``for i in range(lo, lo + n): body  # parallel`` becomes three pieces:
 
-* ``NAME__parK_body(p..., x..., begin, count)``: the loop over ``[begin, begin + count)``, taking
-  the buffers it uses as noalias pointers (so outlining loses no alias information) and the
-  scalars it uses (outer loop variables, lets, symbolic sizes) by value;
+* ``NAME__parK_body(status, p..., x..., begin, count)``: the loop over ``[begin, begin + count)``,
+  taking the kernel's status slot (failures are or-ed into it atomically), the buffers it uses
+  as noalias pointers (so outlining loses no alias information) and the scalars it uses (outer
+  loop variables, lets, symbolic sizes) by value;
 * ``NAME__parK(void *data)``: what every thread of the team runs; it unpacks the captured values
   from ``data`` and takes chunks of ``ceil(n / (CHUNKS_PER_THREAD * threads))`` iterations
   from a counter in ``data`` (an atomic add each) until none is left, so a thread whose core
@@ -67,12 +68,13 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     base = f"{state.sig.symbol}__par{k}"
     ptr_types = [gen.ptrs[u].type for u in buf_uids]
     var_types = [gen.env[u].type for u in var_uids]
+    status_ty = T.I32.as_pointer()
     body_fn = ir.Function(state.module, ir.FunctionType(
-        T.VOID, ptr_types + var_types + [idx_ty, idx_ty]), base + "_body")
+        T.VOID, [status_ty] + ptr_types + var_types + [idx_ty, idx_ty]), base + "_body")
     body_fn.linkage = "internal"
     body_fn.attributes.add("nounwind")
     sub = FuncGen(state, body_fn, in_parallel=True)
-    args = list(body_fn.args)
+    sub.status, *args = body_fn.args
     for uid, arg in zip(buf_uids, args):
         arg.add_attribute("noalias")
         arg.attributes.align = PARAM_ALIGN if uid in param_uids else ALLOC_ALIGN
@@ -89,7 +91,9 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     sub.finish()
 
     # NAME__parK: unpack, then take chunks from the shared counter until none is left
-    captured = [gen.ptrs[u] for u in buf_uids] + [gen.env[u] for u in var_uids] + [lo, extent]
+    assert gen.status is not None
+    captured = ([gen.status] + [gen.ptrs[u] for u in buf_uids] + [gen.env[u] for u in var_uids]
+                + [lo, extent])
     struct_ty = ir.LiteralStructType([v.type for v in captured] + [idx_ty])  # + the counter
     team_fn = ir.Function(state.module, ir.FunctionType(T.VOID, [T.I8P]), base)
     team_fn.linkage = "internal"

@@ -26,7 +26,7 @@ import numpy as np
 from autosched.errors import CompileError, RuntimeError_
 from autosched.schedule.ir import Buffer
 from autosched.targets.llvm import compile as cc
-from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
+from autosched.targets.llvm.abi import PARAM_ALIGN, Signature, status_message
 from autosched.targets.target import Target
 from autosched.te.expr import Const, Var
 
@@ -145,7 +145,7 @@ class HostModule(CPUModule):
         self._engine = cc.JitEngine(compiled, target)
         addr = self._engine.function_address(sig.symbol)
         argtypes = [ctypes.c_void_p] * len(sig.params) + [_CTYPES_INT64] * len(sig.sym_vars)
-        self._cfunc = ctypes.CFUNCTYPE(None, *argtypes)(addr)
+        self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
         self._threads = self._ran = None
         if uses_threads:
             self._threads = ctypes.c_int32.from_address(
@@ -196,9 +196,14 @@ class HostModule(CPUModule):
             self._threads.value = n
         return args, copies
 
+    def check_status(self, status: int) -> None:
+        """Raise for a kernel result that is not 0 (abi.py's STATUS_* bits)."""
+        if status:
+            raise RuntimeError_(f"{self.entry_name}: {status_message(status)}")
+
     def __call__(self, *arrays: Any) -> None:
         args, copies = self._prepare(arrays)
-        self._cfunc(*args)
+        self.check_status(self._cfunc(*args))
         for aligned, orig in copies:
             np.copyto(orig, aligned)
 
@@ -211,13 +216,14 @@ class HostModule(CPUModule):
         args, copies = self._prepare(arrays)
         if copies:
             return lambda: self(*arrays)
-        fn, threads = self._cfunc, self._threads
-        if threads is None:
-            return lambda: fn(*args)
+        fn, threads, check = self._cfunc, self._threads, self.check_status
 
         def call() -> None:
-            threads.value = self.num_threads or num_threads_setting(self.target)
-            fn(*args)
+            if threads is not None:
+                threads.value = self.num_threads or num_threads_setting(self.target)
+            status = fn(*args)
+            if status:
+                check(status)
 
         return call
 
@@ -228,7 +234,7 @@ class HostModule(CPUModule):
         args, copies = self._prepare(arrays)
         fn = self._cfunc
         for _ in range(max(warmup, 0)):
-            fn(*args)
+            self.check_status(fn(*args))
         if min_repeat_ms > 0:
             while True:
                 t0 = time.perf_counter()
@@ -241,13 +247,15 @@ class HostModule(CPUModule):
                 number = max(number * 2, int(number * grow * 1.1) + 1)
         flush = np.empty(32 << 20, dtype=np.uint8) if flush_cache else None
         out = []
+        status = 0
         for _ in range(repeat):
             if flush is not None:
                 flush += 1
             t0 = time.perf_counter()
             for _ in range(number):
-                fn(*args)
+                status |= fn(*args)
             out.append((time.perf_counter() - t0) / number)
+        self.check_status(status)
         for aligned, orig in copies:
             np.copyto(orig, aligned)
         return TimingResult(tuple(out))

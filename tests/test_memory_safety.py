@@ -1,0 +1,72 @@
+"""Hostile sizes never reach memory: byte counts that overflow int64 are compile errors when
+static, allocations the kernel makes are checked at run time (a status, never a segfault)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import autosched as aus
+from autosched.errors import CompileError, RuntimeError_
+from autosched.graph.compiler import load_graph
+from autosched.schedule import ir
+from autosched.te import expr as E
+from tests.test_llvm_helpers import buf, build, garbage, loop, rand
+
+
+def _conv_model(pad: int, stride: int) -> object:
+    """A Conv with hostile pads / strides and no declared output shape (about 1 KB)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3],
+                           np.random.default_rng().uniform(-1, 1, 108).astype("float32"))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[pad] * 4, strides=[stride] * 2,
+                            name="conv0")
+    graph = helper.make_graph([node], "hostile_conv", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_conv_whose_padded_input_cannot_be_allocated_reports_it(rng):
+    """pads 1e5: the padded input needs 480 GB; the run raises instead of writing through the
+    null pointer aligned_alloc returned (it segfaulted)."""
+    model = aus.compile(load_graph(_conv_model(100_000, 200_000)), target="llvm")
+    x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+    with pytest.raises(RuntimeError_, match="could not allocate"):
+        model.run({"x": x})
+
+
+def test_conv_whose_padded_input_overflows_int64_is_a_compile_error():
+    """pads 2147483640: the padded input's byte count wrapped to 0 and the model returned
+    garbage; now the build names the buffer and its shape."""
+    with pytest.raises(CompileError, match=r"pad_temp of shape \(1, 3, 4294967288"):
+        aus.compile(load_graph(_conv_model(2147483640, 4294967295)), target="llvm")
+
+
+def _cube_kernel(kind: str):
+    """C[i] = sum over a heap buffer T of shape (n, n, n) filled from A: its byte count is
+    known only at run time."""
+    n = E.Var("n", "int64")
+    A, C = buf("A", (n,)), buf("C", (n,))
+    T = buf("T", (n, n, n))
+    i, j, k, r = (E.Var(v, "int64") for v in "ijkr")
+    fill = loop(j, n, loop(k, n, loop(r, n, ir.Store(T, (j, k, r), ir.Load(A, (r,))))))
+    zero = ir.Store(C, (i,), E.const(0.0, "float32"))
+    acc = loop(j, n, loop(k, n, loop(r, n, ir.Store(
+        C, (i,), ir.Load(C, (i,)) + ir.Load(T, (j, k, r)) * ir.Load(A, (i,))))))
+    body = ir.Allocate(T, ir.seq(fill, zero, acc))
+    return build(loop(i, n, body, kind), [A, C], name=f"cube_{kind}")
+
+
+@pytest.mark.parametrize("kind", ["serial", "parallel"])
+def test_runtime_allocation_size_is_checked(kind, rng):
+    mod = _cube_kernel(kind)
+    n = 7
+    a = rand(rng, (n,), "float32")
+    out = garbage((n,), "float32")
+    mod(a, out)
+    np.testing.assert_allclose(out, a * a.sum() * n * n, rtol=1e-4)
+    big = 2**21 + 1  # n**3 * 4 bytes overflows int64
+    a = rand(rng, (big,), "float32")
+    with pytest.raises(RuntimeError_, match="cube_.*could not allocate"):
+        mod(a, np.empty(big, "float32"))
