@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import traceback
+
+from autosched.errors import AutoschedError
+from autosched.graph.cli_model import ArgumentError
 
 
 def _op_task(args: argparse.Namespace):  # noqa: ANN202
@@ -47,26 +51,18 @@ def cmd_best_op(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from autosched.graph.cli_model import parse_shapes
     from autosched.graph.inspect import inspect_model
 
-    shapes = {}
-    for item in args.shape or []:
-        name, _, dims = item.rpartition("=")
-        if not name or not dims:
-            raise SystemExit(f"--shape {item!r}: expected name=1,3,224,224")
-        shapes[name] = tuple(int(d) for d in dims.split(","))
-    from autosched.errors import ModelImportError
-
-    try:
-        print(inspect_model(args.model, shapes, target=args.target, tasks=not args.no_tasks))
-    except ModelImportError as e:
-        print(f"autosched inspect: {e}", file=sys.stderr)
-        return 1
+    shapes = parse_shapes(args.shape)
+    print(inspect_model(args.model, shapes, target=args.target, tasks=not args.no_tasks))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autosched", description="auto-scheduling tensor compiler")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, helptext in (("tune-op", cmd_tune_op, "tune a named operator at given shapes"),
                                ("best-op", cmd_best_op, "print the best recorded schedule")):
@@ -89,8 +85,51 @@ def main(argv: list[str] | None = None) -> int:
     from autosched.graph.cli_model import add_subcommands  # tune / compile / run / bench
 
     add_subcommands(sub)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+    for p in sub.choices.values():  # --debug also after the subcommand
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="on an error, print the traceback too")
+    return parser
+
+
+# Errors a user can cause and fix (a bad model, path, log, build dir or argument): one line on
+# stderr and exit status 2. Anything else is a bug in autosched and keeps its traceback.
+USER_ERRORS = (AutoschedError, OSError)
+HINTS = {
+    FileNotFoundError: "check the path",
+    IsADirectoryError: "give a file, not a directory",
+    NotADirectoryError: "check the path",
+    PermissionError: "check the file's permissions",
+}
+
+
+def error_line(command: str, exc: BaseException, subject: str = "") -> str:
+    """``exc`` as the one line ``autosched COMMAND`` prints: what went wrong, where (the file
+    the message names, else ``subject``: the model or build dir), and how to fix it when the
+    message does not say."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        what = f"{where}{exc.strerror}"
+    else:
+        what = str(exc).strip() or type(exc).__name__
+        if subject and subject not in what and not isinstance(exc, ArgumentError):
+            what = f"{subject}: {what}"
+    lines = what.splitlines()
+    more = f" ({len(lines) - 1} more lines with --debug)" if len(lines) > 1 else ""
+    hint = next((h for t, h in HINTS.items() if isinstance(exc, t)), "")
+    hint = f"; {hint}" if hint else ""
+    return f"autosched {command}: {type(exc).__name__}: {lines[0]}{hint}{more}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except USER_ERRORS as exc:
+        if args.debug:
+            traceback.print_exc()
+        subject = str(getattr(args, "model", ""))
+        print(error_line(args.command, exc, subject), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

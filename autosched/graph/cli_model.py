@@ -17,21 +17,30 @@ from typing import Any
 
 import numpy as np
 
+from autosched.errors import AutoschedError
 
-def _shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+
+class ArgumentError(AutoschedError):
+    """A command-line argument is malformed; the message names it and its expected form."""
+
+
+def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}
     for item in items or []:
         name, _, dims = item.rpartition("=")
-        if not name or not dims:
-            raise SystemExit(f"--shape {item!r}: expected name=1,3,224,224")
-        out[name] = tuple(int(d) for d in dims.replace("x", ",").split(","))
+        parts = dims.replace("x", ",").split(",")
+        if not name or not all(p.strip().isdigit() for p in parts):
+            raise ArgumentError(f"--shape {item!r}: expected NAME=D0,D1,... with dims that are "
+                                "integers >= 0, e.g. input=1,3,224,224")
+        out[name] = tuple(int(p) for p in parts)
     return out
 
 
 def _graph(args: argparse.Namespace) -> Any:
     from autosched.graph.compiler import load_graph
 
-    return load_graph(args.model, _shapes(args.shape))
+    return load_graph(args.model, parse_shapes(args.shape))
 
 
 def _ms(s: float) -> str:
@@ -116,10 +125,24 @@ def _inputs(args: argparse.Namespace, graph: Any) -> dict[str, np.ndarray]:
     feeds = random_inputs(graph, seed=0)
     for item in args.input or []:
         name, _, path = item.partition("=")
-        if name not in feeds:
-            raise SystemExit(f"--input {name}: the model's inputs are {sorted(feeds)}")
-        feeds[name] = np.load(path)
+        if name not in feeds or not path:
+            raise ArgumentError(f"--input {item!r}: expected NAME=FILE.npy with NAME one of "
+                                f"the model's inputs {sorted(feeds)}")
+        feeds[name] = _load_npy(path, f"--input {name}")
     return feeds
+
+
+def _load_npy(path: str, what: str) -> np.ndarray:
+    """An array from a .npy file; never unpickles (a .npy of objects is refused)."""
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as exc:
+        raise ArgumentError(f"{what}: {path} is not a .npy file of numbers ({type(exc).__name__}"
+                            "); write the array with numpy.save") from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        a.close()
+        raise ArgumentError(f"{what}: {path} is an .npz archive; give one array as .npy")
+    return a
 
 
 def cmd_run(args: argparse.Namespace) -> int:

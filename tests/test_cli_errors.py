@@ -1,0 +1,115 @@
+"""Every error a user can cause prints one line on stderr and exits 2; ``--debug`` adds the
+traceback. Bugs (any other exception) keep their traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autosched import errors
+from autosched.cli import main
+
+
+def _model(path: Path, op: str, dtypes: tuple[int, ...] = (1,)) -> Path:
+    """A one-node ONNX model: ``op`` on inputs x0, x1, ... (ONNX dtype codes) into y."""
+    import onnx
+    from onnx import helper
+
+    ins = [helper.make_tensor_value_info(f"x{i}", t, [2, 3]) for i, t in enumerate(dtypes)]
+    y = helper.make_tensor_value_info("y", dtypes[0], [2, 3])
+    node = helper.make_node(op, [v.name for v in ins], ["y"])
+    onnx.save(helper.make_model(helper.make_graph([node], "m", ins, [y])), str(path))
+    return path
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+@pytest.mark.parametrize("command", [["run"], ["compile", "-o", "build"], ["tune", "--trials", "1"],
+                                     ["bench"], ["inspect"]])
+def test_model_import_error_is_one_line(tmp_path: Path, command: list[str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = _model(tmp_path / "mixed.onnx", "Add", (1, 7))  # float32 + int64: not importable
+    argv = [command[0], str(path), *command[1:]]
+    _one_line_error(capsys, argv, f"autosched {command[0]}: ModelImportError", "Add")
+
+
+def test_missing_and_corrupt_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "missing.onnx")
+    _one_line_error(capsys, ["run", missing], "missing.onnx", "does not exist")
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(np.random.default_rng().bytes(64))
+    _one_line_error(capsys, ["compile", str(corrupt), "-o", str(tmp_path / "b")], "corrupt.onnx")
+    _one_line_error(capsys, ["run", str(tmp_path)], str(tmp_path), "manifest.json")
+
+
+def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(_model(tmp_path / "relu.onnx", "Relu"))
+    _one_line_error(capsys, ["run", path, "--shape", "x0=2,a"], "--shape 'x0=2,a'", "NAME=D0")
+    _one_line_error(capsys, ["inspect", path, "--shape", "2,3"], "--shape '2,3'")
+    _one_line_error(capsys, ["run", path, "--input", "nope=x.npy"], "--input", "['x0']")
+    _one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'absent.npy'}"],
+                    "absent.npy", "check the path")
+    pickled = tmp_path / "objects.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    _one_line_error(capsys, ["run", path, "--input", f"x0={pickled}"], "objects.npy",
+                    "numpy.save")
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, np.random.default_rng().standard_normal((3, 2)).astype(np.float32))
+    _one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")
+    _one_line_error(capsys, ["tune-op", "nosuchop", "--shape", "4"], "TEError", "gemm")
+
+
+@pytest.mark.parametrize("kind", [errors.TEError, errors.ScheduleError, errors.LowerError,
+                                  errors.CompileError, errors.RuntimeError_,
+                                  errors.MeasureError, errors.ModelImportError])
+def test_every_error_type_is_one_line(kind: type[Exception], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import autosched.graph.inspect as inspect
+
+    def fail(*args: object, **kwargs: object) -> str:
+        raise kind("stage C: split factor 0 for axis i\nsecond line of detail")
+
+    monkeypatch.setattr(inspect, "inspect_model", fail)
+    path = str(_model(tmp_path / "relu.onnx", "Relu"))
+    err = _one_line_error(capsys, ["inspect", path], f"{kind.__name__}: {path}: stage C",
+                          "1 more lines with --debug")
+    assert "second line" not in err
+    assert main(["inspect", path, "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "second line of detail" in err
+
+
+def test_a_bug_keeps_its_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autosched.graph.inspect as inspect
+
+    def bug(*args: object, **kwargs: object) -> str:
+        raise KeyError("internal")
+
+    monkeypatch.setattr(inspect, "inspect_model", bug)
+    with pytest.raises(KeyError):
+        main(["inspect", str(_model(tmp_path / "relu.onnx", "Relu"))])
+
+
+def test_command_line_smoke(tmp_path: Path) -> None:
+    """The installed entry point as a user runs it: one line, status 2, and --debug."""
+    path = str(_model(tmp_path / "mixed.onnx", "Add", (1, 7)))
+    cmd = [sys.executable, "-c", "import sys; from autosched.cli import main; sys.exit(main())"]
+    proc = subprocess.run([*cmd, "run", path], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("autosched run: ModelImportError")
+    proc = subprocess.run([*cmd, "--debug", "run", path], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
