@@ -2,7 +2,9 @@
 
 Intermediates share byte buffers once their last reader has run (``memory_plan``); constants
 are bound once; ``run`` checks the inputs (names, shapes, dtypes) and returns fresh output
-arrays.
+arrays. Runs are thread-safe: each call borrows an arena (its own planned buffers, with the
+kernels bound to them) from a pool that grows to the number of calls in flight, so a server
+can share one model between threads.
 
 Example::
 
@@ -14,20 +16,42 @@ Example::
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autosched.errors import ModelImportError
+from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.graph import Graph, ValueInfo
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
 
+MAX_BYTES = 2**62  # more than any machine has; beyond it sizes would overflow int64 arithmetic
+
 
 def nbytes(info: ValueInfo) -> int:
-    return max(int(np.prod(info.shape, dtype=np.int64)) * dt.nbytes(info.dtype), 1)
+    """The bytes of a value (at least 1), checked: a count that overflows is an error naming
+    the value, not a wrapped number."""
+    n = dt.nbytes(info.dtype)
+    for d in info.shape:
+        n *= int(d)
+    if n > MAX_BYTES or min(info.shape, default=0) < 0:
+        raise ModelImportError(f"value {info.name} ({info.dtype}{list(info.shape)}) would need "
+                               f"{n} bytes, more than int64 sizes can address")
+    return max(n, 1)
+
+
+def allocate(info: ValueInfo, size: int, alloc: Callable[[int], Any]) -> Any:
+    """``alloc(size)`` for ``info``, an allocation failure as one line naming the value."""
+    try:
+        return alloc(size)
+    except MemoryError:
+        raise RuntimeError_(f"out of memory allocating {size} bytes for value {info.name} "
+                            f"({info.dtype}{list(info.shape)})") from None
 
 
 def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]]],
@@ -56,7 +80,7 @@ def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]
             if pool:
                 raw = pool.pop()
             else:
-                raw = alloc(size)
+                raw = allocate(graph.values[v], size, alloc)
                 total += size
             raw_of[v] = (raw, size)
             storage[v] = raw
@@ -79,7 +103,7 @@ def check_inputs(graph: Graph, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         if v.name not in inputs:
             raise ModelImportError(f"missing input {v.name} ({v.dtype}{list(v.shape)}); the "
                                    f"model takes {names}")
-        a = np.ascontiguousarray(inputs[v.name])
+        a = np.asarray(inputs[v.name], order="C")  # ascontiguousarray makes 0-d arrays 1-d
         if tuple(a.shape) != tuple(v.shape) or str(a.dtype) != v.dtype:
             raise ModelImportError(f"input {v.name} must be {v.dtype}{list(v.shape)}, got "
                                    f"{a.dtype}{list(a.shape)}")
@@ -107,9 +131,24 @@ def _bind(module: Any, args: list[np.ndarray]) -> Callable[[], None]:
     return bind(*args) if bind is not None else (lambda: module(*args))
 
 
+@dataclass
+class _Arena:
+    """One set of planned buffers and the kernels bound to them (those that read no input)."""
+
+    storage: dict[str, np.ndarray]
+    bound: list[Callable[[], None] | None] | None = None
+
+
+def _where(kernel: Any) -> str:
+    nodes = [n.name or n.op_type for n in kernel.group.nodes]
+    more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+    return f"task {kernel.task.name} (node {', '.join(nodes[:3])}{more})"
+
+
 class CompiledModel:
     """Kernels in order over a static memory plan, on numpy arrays. ``run`` takes
-    {input name: array} and returns the outputs in graph output order."""
+    {input name: array} and returns the outputs in graph output order; it may be called from
+    several threads at once."""
 
     def __init__(self, graph: Graph, kernels: list[Any], target: Target,
                  constants: dict[str, np.ndarray] | None = None,
@@ -118,48 +157,76 @@ class CompiledModel:
         self.kernels = kernels
         self.target = target
         self.aliases = dict(aliases or {})  # reshapes: views of a kernel's output, no kernel
-        self.constants = {k: np.ascontiguousarray(v)
+        self.constants = {k: np.asarray(v, order="C")
                           for k, v in (constants if constants is not None
                                        else graph.constants).items()}
-        steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
-        raw, self.peak_bytes = memory_plan(graph, steps, lambda n: np.empty(n, np.uint8),
-                                           self.aliases)
-        self.storage = {v: r[: nbytes(graph.values[v])].view(graph.values[v].dtype)
-                        .reshape(graph.values[v].shape) for v, r in raw.items()}
-        for a, src in self.aliases.items():
-            self.storage[a] = self.storage[src].reshape(graph.values[a].shape)
-        self._bound: list[Callable[[], None] | None] | None = None
+        self._steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
+        self._inputs = {v.name for v in graph.inputs}
+        self._lock = threading.Lock()
+        first = self._new_arena()
+        self.storage = first.storage  # the first arena's buffers (what summary describes)
+        self._free = [first]
 
-    def _values(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _new_arena(self) -> _Arena:
+        raw, self.peak_bytes = memory_plan(self.graph, self._steps,
+                                           lambda n: np.empty(n, np.uint8), self.aliases)
+        values = self.graph.values
+        storage = {v: r[: nbytes(values[v])].view(values[v].dtype).reshape(values[v].shape)
+                   for v, r in raw.items()}
+        for a, src in self.aliases.items():
+            storage[a] = storage[src].reshape(values[a].shape)
+        return _Arena(storage)
+
+    @contextmanager
+    def _arena(self) -> Iterator[_Arena]:
+        """An arena no other call is using, for the duration of one call."""
+        with self._lock:
+            arena = self._free.pop() if self._free else None
+        if arena is None:
+            arena = self._new_arena()
+        try:
+            yield arena
+        finally:
+            with self._lock:
+                self._free.append(arena)
+
+    def _values(self, inputs: dict[str, Any], arena: _Arena) -> dict[str, np.ndarray]:
         vals = dict(self.constants)
         vals.update(check_inputs(self.graph, inputs))
-        vals.update(self.storage)
+        vals.update(arena.storage)
         return vals
 
-    def _calls(self, inputs: dict[str, Any]) -> list[Callable[[], None]]:
-        """Every kernel bound to these inputs and the planned buffers, in execution order."""
-        vals = self._values(inputs)
+    def _calls(self, inputs: dict[str, Any], arena: _Arena) -> list[Callable[[], None]]:
+        """Every kernel bound to these inputs and the arena's buffers, in execution order."""
+        vals = self._values(inputs, arena)
         return [_bind(k.module, [vals[v] for v in k.args]) for k in self.kernels]
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
-        vals = self._values(inputs)
-        if self._bound is None:  # kernels on planned buffers and constants only: bound once
-            inputs_ = {v.name for v in self.graph.inputs}
-            self._bound = [_bind(k.module, [vals[v] for v in k.args])
-                           if not inputs_.intersection(k.args) else None for k in self.kernels]
-        for kern, call in zip(self.kernels, self._bound):
-            if call is not None:
-                call()
-            else:
-                kern.module(*(vals[v] for v in kern.args))
-        return [np.array(vals[o]) for o in self.graph.outputs]
+        with self._arena() as arena:
+            vals = self._values(inputs, arena)
+            if arena.bound is None:  # kernels on planned buffers and constants only: bound once
+                arena.bound = [_bind(k.module, [vals[v] for v in k.args])
+                               if not self._inputs.intersection(k.args) else None
+                               for k in self.kernels]
+            for kern, call in zip(self.kernels, arena.bound):
+                try:
+                    if call is not None:
+                        call()
+                    else:
+                        kern.module(*(vals[v] for v in kern.args))
+                except RuntimeError_ as exc:  # a kernel's failure status: say which node
+                    raise RuntimeError_(f"{_where(kern)}: {exc}") from None
+            return [np.array(vals[o]) for o in self.graph.outputs]
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5,
              stat: str = "median") -> float:
         """Seconds of one run (after a warm-up), inputs bound once: the median (or, with
         ``stat="min"``, the fastest) of at least ``repeat`` runs lasting ``min_s`` in all."""
-        calls = self._calls(inputs)
+        with self._arena() as arena:
+            return self._time(self._calls(inputs, arena), repeat, min_s, stat)
 
+    @staticmethod
+    def _time(calls: list[Callable[[], None]], repeat: int, min_s: float, stat: str) -> float:
         def once() -> None:
             for call in calls:
                 call()
@@ -177,7 +244,11 @@ class CompiledModel:
         """(task name, median seconds) per kernel in execution order, each timed in place
         while the whole model runs ``repeat`` times (after a warm-up): caches and DRAM traffic
         as in a real run, so the times add up to about ``time()``."""
-        calls = self._calls(inputs)
+        with self._arena() as arena:
+            return self._kernel_times(self._calls(inputs, arena), repeat)
+
+    def _kernel_times(self, calls: list[Callable[[], None]], repeat: int
+                      ) -> list[tuple[str, float]]:
         for call in calls:
             call()
         runs = []

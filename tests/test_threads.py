@@ -1,0 +1,80 @@
+"""One compiled model shared by threads: every call gets its own intermediate buffers, and its
+outputs are fresh arrays. Each output is checked against a single-threaded run on the same
+input (bit for bit: a kernel computes the same way on every call).
+
+The soak version (10,000 calls from 8 threads) runs with AUTOSCHED_SLOW=1."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched.graph.compiler import load_graph
+from benchmarks.models import ort_run, small_cnn
+
+SLOW = os.environ.get("AUTOSCHED_SLOW") == "1"
+
+
+@pytest.fixture(scope="module")
+def cnn() -> tuple[object, object]:
+    onnx_model = small_cnn(image=12, seed=3)
+    return onnx_model, aus.compile(load_graph(onnx_model), target="llvm")
+
+
+def _hammer(model: object, inputs: list[dict[str, np.ndarray]], want: list[list[np.ndarray]],
+            threads: int, calls: int, seed: int) -> list[str]:
+    """``calls`` runs spread over ``threads`` threads, each on a random one of ``inputs``;
+    the descriptions of the outputs that differ from ``want``."""
+    errors: list[str] = []
+    start = threading.Barrier(threads)
+
+    def worker(t: int) -> None:
+        rng = np.random.default_rng([seed, t])
+        start.wait()
+        for c in range(calls // threads + (t < calls % threads)):
+            k = int(rng.integers(len(inputs)))
+            try:
+                got = model.run(inputs[k])
+            except Exception as exc:  # noqa: BLE001  reported with the call that raised
+                errors.append(f"thread {t} call {c}: {type(exc).__name__}: {exc}")
+                continue
+            if len(got) != len(want[k]) or not all(
+                    np.array_equal(g, w) for g, w in zip(got, want[k])):
+                errors.append(f"thread {t} call {c}: input {k} gave another output")
+            for g in got:  # the caller owns its outputs: scribbling on them harms no one
+                g.fill(np.nan)
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    return errors
+
+
+def _check(cnn: tuple[object, object], rng: np.random.Generator, threads: int,
+           calls: int) -> None:
+    onnx_model, model = cnn
+    name = model.graph.inputs[0].name
+    shape = model.graph.inputs[0].shape
+    inputs = [{name: rng.uniform(-1, 1, shape).astype("float32")} for _ in range(12)]
+    want = [model.run(x) for x in inputs]
+    np.testing.assert_allclose(want[0][0], ort_run(onnx_model, inputs[0])[0], rtol=1e-4,
+                               atol=1e-5)
+    assert len({w[0].tobytes() for w in want}) == len(inputs)  # the inputs are told apart
+    errors = _hammer(model, inputs, want, threads, calls, int(rng.integers(2**32)))
+    assert not errors, f"{len(errors)} of {calls} calls went wrong, e.g. {errors[:3]}"
+
+
+def test_eight_threads_share_one_model(cnn, rng):
+    _check(cnn, rng, threads=8, calls=800)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SLOW, reason="soak test: set AUTOSCHED_SLOW=1")
+def test_soak_ten_thousand_calls_from_eight_threads(cnn, rng):
+    _check(cnn, rng, threads=8, calls=10_000)
