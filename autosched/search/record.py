@@ -24,13 +24,14 @@ import os
 import statistics
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
 from autosched.schedule.ir import PrimFunc
 from autosched.schedule.steps import Step, step_from_dict
+from autosched.search.error_codes import ErrorCode
 from autosched.targets.target import Target, parse
 
 if TYPE_CHECKING:
@@ -193,9 +194,18 @@ class MeasureRecord:
         # allow_nan=False: a NaN cost would make a line other JSON readers reject
         return json.dumps(d, separators=(",", ":"), allow_nan=False)
 
+    @property
+    def transient(self) -> bool:
+        """Whether the measurement was cut short from outside (the worker was killed by a
+        signal it did not raise, or stopped): it says nothing of the candidate, so a resumed
+        job does not count it as measured."""
+        return self.error_code in TRANSIENT_ERRORS
+
     @staticmethod
     def from_json(d: dict[str, Any], source: str = "") -> MeasureRecord:
-        """Parse one decoded line; ValueError naming the problem when it is not a record."""
+        """Parse one decoded line; ValueError naming the problem when it is not a record (the
+        values are checked too: a log is data from outside, and one bad line must not crash a
+        resume or be chosen as the best)."""
         if not isinstance(d, dict):
             raise ValueError(f"a record must be a JSON object, got {type(d).__name__}")
         missing = [k for k in ("version", "workload_key", "target", "steps", "costs",
@@ -204,20 +214,101 @@ class MeasureRecord:
             raise ValueError(f"record lacks {', '.join(missing)}")
         if not isinstance(d["steps"], list) or not all(isinstance(s, dict) for s in d["steps"]):
             raise ValueError("record steps must be a list of objects")
-        if not isinstance(d["costs"], list) or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) for c in d["costs"]):
-            raise ValueError(f"record costs must be a list of numbers, got {d['costs']!r}")
+        for s in d["steps"]:
+            _check_step(s)
+        if not isinstance(d["costs"], list):
+            raise ValueError(f"record costs must be a list of numbers, got {_short(d['costs'])}")
+        costs = [_number(c, "record costs") for c in d["costs"]]
+        if any(c <= 0 for c in costs):
+            raise ValueError(f"record costs must be positive seconds, got {_short(d['costs'])}")
         if not isinstance(d["target"], dict):
             raise ValueError("record target must be a fingerprint object")
+        if d["error_code"] not in KNOWN_ERRORS:
+            raise ValueError(f"unknown error code {_short(d['error_code'])}")
+        extra = d.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise ValueError(f"record extra must be an object, got {_short(extra)}")
+        if "candidate" in extra:
+            _check_candidate(extra["candidate"])
         return MeasureRecord(
             workload_key=str(d["workload_key"]), task_name=str(d.get("task_name", "")),
-            target=d["target"], steps=d["steps"], costs=[float(c) for c in d["costs"]],
-            error_code=str(d["error_code"]), error_msg=str(d.get("error_msg", "")),
-            timestamp=float(d.get("timestamp", 0.0)), build_time=float(d.get("build_time", 0.0)),
+            target=d["target"], steps=d["steps"], costs=costs,
+            error_code=d["error_code"], error_msg=str(d.get("error_msg", "")),
+            timestamp=_number(d.get("timestamp", 0.0), "timestamp"),
+            build_time=_number(d.get("build_time", 0.0), "build_time"),
             autosched_version=str(d.get("autosched_version", "")),
-            ir_hash=str(d.get("ir_hash", "")), extra=dict(d.get("extra") or {}),
+            ir_hash=str(d.get("ir_hash", "")), extra=dict(extra),
             version=int(d["version"]), source=source,
         )
+
+
+# -- checking the values of a decoded line -------------------------------------------------
+
+# Error codes a record may carry: the measurer's, and the transient one (the worker was killed
+# from outside, so the candidate is measured again when the job resumes).
+TRANSIENT_ERRORS = frozenset({"WORKER_KILLED"})
+KNOWN_ERRORS = frozenset(ErrorCode.__members__) | TRANSIENT_ERRORS
+MAX_INT = 2**31  # step values and knob values are tile sizes, unroll steps, axis counts
+_SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(value: Any, what: str) -> float:
+    """A finite float from a JSON number (ValueError for strings, booleans, overflow, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what}: expected a finite number, got {_short(value)}")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise ValueError(f"{what}: {_short(value)} is out of range") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{what}: expected a finite number, got {_short(value)}")
+    return out
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a step field's value has the type its annotation names (``int | None``,
+    ``tuple[str, ...]``); ints must be non-negative and below MAX_INT."""
+    if annotation.startswith("tuple[") and annotation.endswith(", ...]"):
+        inner = annotation[len("tuple["):-len(", ...]")]
+        return isinstance(value, tuple) and all(_fits(v, inner) for v in value)
+    for name in (a.strip() for a in annotation.split("|")):
+        kind = _SCALARS[name]
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return 0 <= value < MAX_INT
+        if kind is not int and isinstance(value, kind):
+            return True
+    return False
+
+
+def _check_step(d: dict[str, Any]) -> None:
+    try:
+        step = step_from_dict(d)
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None
+    for f in fields(step):
+        value = getattr(step, f.name)
+        if not _fits(value, str(f.type)):
+            raise ValueError(f"step {d.get('kind')} field {f.name} must be {f.type}, got "
+                             f"{_short(value)}")
+
+
+def _check_candidate(c: Any) -> None:
+    """extra.candidate: {"sketch": index, "params": {knob name: int, str or list of ints}}."""
+    if not isinstance(c, dict) or not isinstance(c.get("params"), dict):
+        raise ValueError(f"extra.candidate must have a params object, got {_short(c)}")
+    sketch = c.get("sketch")
+    if isinstance(sketch, bool) or not isinstance(sketch, int) or not 0 <= sketch < MAX_INT:
+        raise ValueError(f"extra.candidate.sketch must be a sketch index, got {_short(sketch)}")
+    for name, value in c["params"].items():
+        if not (_fits(value, "int | str") or isinstance(value, list) and all(
+                _fits(v, "int") for v in value)):
+            raise ValueError(f"extra.candidate knob {name} must be an int, a string or a list "
+                             f"of ints, got {_short(value)}")
 
 
 def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
@@ -318,7 +409,7 @@ class RecordLog:
                     other_versions.append((n, d.get("version")))
                     continue
                 out.append(MeasureRecord.from_json(d, source=where))
-            except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
                 what = ("truncated last line" if torn_tail and n == len(lines)
                         else "corrupt line")
                 warnings.warn(f"{self.path} line {n}: skipping {what} ({exc})", stacklevel=3)

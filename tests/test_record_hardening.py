@@ -1,0 +1,151 @@
+"""Hostile log lines and failing log writes: one valid-JSON line never crashes loading, best
+selection or a resume, and is never chosen as the best; a write that fails stops the job with
+one clear error and leaves no torn record."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autosched.schedule.steps import STEP_TYPES
+from autosched.search import record as record_mod
+from autosched.search.record import MeasureRecord, RecordLog, records_from
+from autosched.search.space import SearchSpace
+from autosched.search.task import Task
+from autosched.search.tune import TaskTuner, TuneOptions, best_schedule
+from autosched.search.workloads import make
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    tensors = make("gemm", [24, 20, 12])
+    return Task(lambda: tensors, target="llvm", name="gemm_hard")
+
+
+def _good_lines(task: Task, rng: np.random.Generator, n: int = 6) -> list[dict[str, Any]]:
+    """Records of sampled candidates with random positive costs (no measuring needed)."""
+    space = SearchSpace(task)
+    cands = [space.sample(rng) for _ in range(n)]
+    scheds = [space.schedule(c) for c in cands]
+
+    class _Res:  # what records_from reads of a MeasureResult
+        def __init__(self, cost: float, h: str):
+            from autosched.search.error_codes import ErrorCode
+
+            self.costs, self.error_code, self.error_msg = [cost] * 3, ErrorCode.NO_ERROR, ""
+            self.timestamp, self.build_time, self.ir_hash = 1.0, 0.1, h
+
+    res = [_Res(float(c), f"{i:032x}") for i, c in enumerate(rng.uniform(1e-4, 1e-3, n))]
+    extras = [{"candidate": c.as_dict()} for c in cands]
+    return [json.loads(r.to_json_line()) for r in records_from(task, scheds, res, extras)]
+
+
+def _split_step(d: dict[str, Any]) -> dict[str, Any]:
+    return next(s for s in d["steps"] if s["kind"] == "split" and s["factor"] is not None)
+
+
+def _set_factor(value: Any):  # noqa: ANN202
+    return lambda d: _split_step(d).__setitem__("factor", value)
+
+
+def _drop_params(d: dict[str, Any]) -> None:
+    del d["extra"]["candidate"]["params"]
+
+
+# Each case turns a copy of a good record (made the fastest by a tiny cost) into a bad line.
+CASES: dict[str, Any] = {
+    "cost 1e400 (inf)": lambda d: d.__setitem__("costs", ["INF"]),
+    "cost a 400-digit integer": lambda d: d.__setitem__("costs", ["BIG"]),
+    "cost 0": lambda d: d.__setitem__("costs", [0]),
+    "cost -1": lambda d: d.__setitem__("costs", [-1e-9, -1e-9]),
+    "cost NaN": lambda d: d.__setitem__("costs", [float("nan")]),
+    "cost a string": lambda d: d.__setitem__("costs", ["1e-9"]),
+    "candidate without params": _drop_params,
+    "candidate sketch a string": lambda d: d["extra"]["candidate"].__setitem__("sketch", "0"),
+    "candidate knob a dict": lambda d: d["extra"]["candidate"]["params"].__setitem__(
+        next(iter(d["extra"]["candidate"]["params"])), {"x": 1}),
+    "extra a list": lambda d: d.__setitem__("extra", [1, 2]),
+    "split factor a string": _set_factor("8"),
+    "split factor a list": _set_factor([8]),
+    "split factor a float": _set_factor(2.5),
+    "split factor 2**40": _set_factor(2**40),
+    "unknown error code": lambda d: d.__setitem__("error_code", "FAST"),
+    "timestamp a 400-digit integer": lambda d: d.__setitem__("timestamp", "BIG"),
+}
+
+
+def _bad_line(good: dict[str, Any], case: str) -> str:
+    d = json.loads(json.dumps(good))
+    d["costs"], d["ir_hash"] = [1e-9] * 3, "f" * 32
+    CASES[case](d)
+    # json.dumps cannot write these literals; a hand-edited or hostile log can
+    return json.dumps(d).replace('"INF"', "1e400").replace('"BIG"', "1" + "0" * 400)
+
+
+def _load_warned(log: RecordLog) -> tuple[list[MeasureRecord], list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recs = log.load()
+    return recs, [str(w.message) for w in caught]
+
+
+def _check_skipped(task: Task, path: Path, good: list[dict[str, Any]], bad_line_no: int) -> None:
+    """The bad line is skipped with a warning naming it; best, best_schedule and a resumed
+    tuner's seeds and training data work on the good records."""
+    log = RecordLog(path)
+    recs, msgs = _load_warned(log)
+    assert [r.ir_hash for r in recs] == [d["ir_hash"] for d in good]
+    assert any(f"line {bad_line_no}: skipping corrupt line" in m for m in msgs), msgs
+    fastest = min(good, key=lambda d: d["costs"][0])
+    (top,) = log.best(task.workload_key, task.target)
+    assert top.ir_hash == fastest["ir_hash"] and math.isfinite(top.cost) and top.cost > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sch = best_schedule(task, path)
+        tuner = TaskTuner(task, log, np.random.default_rng(0), TuneOptions(verbose=False))
+    assert [s.to_dict() for s in sch.steps] == fastest["steps"]
+    assert tuner.trials == len(good) and tuner.best_cost == top.cost
+    feats, ys = tuner.training_data()
+    assert len(feats) == len(good) and all(0 < y <= 1 for y in ys)
+    assert len(tuner.seeds()) == len(good)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_line_is_skipped_never_best(task: Task, tmp_path: Path,
+                                          rng: np.random.Generator, case: str) -> None:
+    good = _good_lines(task, rng)
+    lines = [json.dumps(d) for d in good]
+    at = int(rng.integers(0, len(lines) + 1))
+    lines.insert(at, _bad_line(good[0], case))
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    _check_skipped(task, path, good, at + 1)
+
+
+def test_a_deeply_nested_line_is_skipped(task: Task, tmp_path: Path,
+                                         rng: np.random.Generator) -> None:
+    good = _good_lines(task, rng)
+    nested = "[" * 100_000 + "]" * 100_000
+    deep = {**good[1], "ir_hash": "f" * 32, "costs": [1e-9],
+            "extra": {**good[1]["extra"], "x": "DEEP"}}
+    deep_extra = json.dumps(deep).replace('"DEEP"', "[" * 5000 + "]" * 5000)
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join([nested, *(json.dumps(d) for d in good), deep_extra]) + "\n")
+    _check_skipped(task, path, good, 1)
+    _, msgs = _load_warned(RecordLog(path))
+    assert any(f"line {len(good) + 2}: skipping" in m for m in msgs), msgs
+
+
+def test_every_step_field_type_is_checked() -> None:
+    # _fits knows each annotation the step classes use; a new one must be taught to it
+    for cls in STEP_TYPES.values():
+        for f in fields(cls):
+            for alt in str(f.type).removeprefix("tuple[").removesuffix(", ...]").split("|"):
+                assert alt.strip() in record_mod._SCALARS, (cls.__name__, f.name, f.type)
