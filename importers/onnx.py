@@ -37,10 +37,12 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def load(model: str | os.PathLike | Any) -> Any:
-    """A ModelProto from a path (or the proto itself), checked to parse."""
+    """A ModelProto from a path (or the proto itself), checked to parse, with its external data
+    read from the model's own directory (onnx's loader refuses locations outside it)."""
     import onnx
 
     if isinstance(model, onnx.ModelProto):
+        _check_no_external_data(model, "ONNX model")
         return model
     path = os.fspath(model)
     if not os.path.exists(path):
@@ -54,7 +56,37 @@ def load(model: str | os.PathLike | Any) -> Any:
         raise ModelImportError(f"ONNX file {path!r} is truncated or corrupt: {e}") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelImportError(f"ONNX file {path!r} holds no graph (truncated or not ONNX)")
+    _load_external_data(proto, os.path.dirname(os.path.abspath(path)), f"ONNX file {path!r}")
     return proto
+
+
+def _external_tensors(proto: Any) -> list[Any]:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t for t in _get_all_tensors(proto) if uses_external_data(t)]
+
+
+def _load_external_data(proto: Any, base_dir: str, where: str) -> None:
+    """Tensors stored in external files, read relative to ``base_dir``. onnx checks each
+    location: no absolute paths, no ``..``, no symlinks out of the directory."""
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for t in _external_tensors(proto):
+        try:
+            load_external_data_for_tensor(t, base_dir)
+        except Exception as e:  # onnx raises ValidationError, OSError and others
+            raise ModelImportError(f"{where}: external data of tensor {t.name!r} cannot be "
+                                   f"read: {str(e).splitlines()[0]}") from None
+
+
+def _check_no_external_data(proto: Any, where: str) -> None:
+    """A ModelProto does not know its directory: external data must be loaded already."""
+    for t in _external_tensors(proto):
+        location = {e.key: e.value for e in t.external_data}.get("location", "?")
+        raise ModelImportError(
+            f"{where}: tensor {t.name!r} keeps its data in the external file {location!r}; "
+            "pass the model's path (or onnx.load(path)) so it is read from the model's "
+            "directory")
 
 
 def opset_of(proto: Any, where: str) -> int:
@@ -107,7 +139,8 @@ def attribute(a: Any) -> Any:
 
 
 def _value_type(vi: Any, where: str) -> tuple[list[Any], str]:
-    """Dims (int, or the symbolic name, or None) and dtype of a ValueInfoProto."""
+    """Dims (int, or the symbolic name, or None) and dtype of a ValueInfoProto. A dim value
+    that is not positive is symbolic: exporters write -1 or 0 for a dynamic batch."""
     t = vi.type
     if not t.HasField("tensor_type"):
         raise ModelImportError(f"{where}: value {vi.name!r} is not a tensor")
@@ -119,8 +152,10 @@ def _value_type(vi: Any, where: str) -> tuple[list[Any], str]:
         return [], dtype
     dims: list[Any] = []
     for d in t.tensor_type.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value > 0:
             dims.append(int(d.dim_value))
+        elif d.HasField("dim_value"):
+            dims.append(d.dim_param or f"dim_value {d.dim_value}")
         else:
             dims.append(d.dim_param or None)
     return dims, dtype
@@ -149,6 +184,39 @@ def _bind(name: str, dims: list[Any], given: tuple[int, ...] | None,
     return tuple(out)
 
 
+def _check_ssa(g: Any, where: str) -> None:
+    """Every value is defined once (by a graph input, an initializer or one node output) before
+    any node reads it: onnx.checker's rules. Two writers of one name, an output shadowing an
+    input or initializer, a read before the definition (a cycle, or nodes out of order) would
+    otherwise import and compute something else."""
+    inits = [i.name for i in g.initializer]
+    # an initializer may also be listed as a graph input (older exporters): one definition
+    sources = [("initializer", inits), ("graph input", [i.name for i in g.input
+                                                        if i.name not in set(inits)])]
+    defined: dict[str, str] = {}
+    for kind, names in sources:
+        for name in names:
+            if name in defined:
+                raise ModelImportError(f"{where}: value {name!r} is defined twice: by {kind} "
+                                       f"{name!r} and by {defined[name]}")
+            defined[name] = f"{kind} {name!r}"
+    writers = {o: f"node {n.name!r} ({n.op_type})" for n in reversed(g.node) for o in n.output}
+    for n in g.node:
+        here = f"node {n.name!r} ({n.op_type})"
+        for name in n.input:
+            if name and name not in defined and name in writers:
+                raise ModelImportError(
+                    f"{where}: {here} reads {name!r} before {writers[name]} defines it (nodes "
+                    "must be in topological order; a cycle?)")
+        for name in n.output:
+            if name and name in defined:
+                raise ModelImportError(f"{where}: {here} writes {name!r}, which "
+                                       f"{defined[name]} already defines (values are assigned "
+                                       "once)")
+            if name:
+                defined[name] = here
+
+
 def from_onnx(model: str | os.PathLike | Any,
               shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
     """Import an ONNX model (path or ModelProto) as a Graph with static shapes everywhere.
@@ -164,6 +232,7 @@ def from_onnx(model: str | os.PathLike | Any,
     opset = opset_of(proto, where)
     g = proto.graph
     shapes = dict(shapes or {})
+    _check_ssa(g, where)
 
     constants: dict[str, np.ndarray] = {}
     for init in g.initializer:

@@ -284,18 +284,7 @@ def tasks_table(graph: Graph, target: str | Target = "llvm") -> Sequence[str]:
 
 
 def load_graph(model: Any, shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
-    """An ONNX model (path or ModelProto) as a Graph, through importers.onnx.from_onnx.
-
-    The importer chains every node's TE computation into one DAG and TE computes dtypes
-    recursively through it, so deep models (MobileNetV2) need more than Python's default
-    recursion limit: it is raised while importing."""
-    import sys
-
+    """An ONNX model (path or ModelProto) as a Graph, through importers.onnx.from_onnx."""
     from importers.onnx import from_onnx
 
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 50_000))
-    try:
-        return from_onnx(model, shapes=shapes)
-    finally:
-        sys.setrecursionlimit(old)
+    return from_onnx(model, shapes=shapes)

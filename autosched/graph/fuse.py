@@ -10,6 +10,8 @@ Injective nodes (reshapes, transposes, slices, pads, concats, gathers) join a gr
 injective and elementwise nodes, so chains of layout changes become one copy kernel; they never
 join a group holding a reduction (its output would be re-read out of order, defeating the
 reduction's schedule).
+A group holds at most MAX_GROUP_NODES nodes: inlined, a group is one expression as deep as its
+chain, and lowering, simplification and code generation walk expressions recursively.
 
 Example::
 
@@ -39,6 +41,11 @@ INJECTIVE = {
     "Concat", "Gather", "Split", "DepthToSpace", "SpaceToDepth", "Resize",
 }
 
+# Nodes per group: a chain of 800 elementwise nodes made one 800-stage kernel whose lowering
+# recursed past Python's limit; 32 keeps every real fusion (conv + bias + activation +
+# residual, a decomposed Gelu or LayerNorm) whole.
+MAX_GROUP_NODES = 32
+
 
 @dataclass
 class Group:
@@ -60,8 +67,8 @@ class Group:
 
 def _can_extend(graph: Graph, value: str, group: Group | None, readers: dict[str, int],
                 outputs: set[str], diamonds: set[str]) -> bool:
-    return (group is not None and value not in outputs and value in graph.values
-            and (readers.get(value, 0) == 1 or value in diamonds))
+    return (group is not None and len(group.nodes) < MAX_GROUP_NODES and value not in outputs
+            and value in graph.values and (readers.get(value, 0) == 1 or value in diamonds))
 
 
 def _converging(graph: Graph, value: str, readers_of: dict[str, list[Node]],
