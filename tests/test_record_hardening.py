@@ -4,8 +4,10 @@ one clear error and leaves no torn record."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import warnings
 from dataclasses import fields
 from pathlib import Path
@@ -19,7 +21,7 @@ from autosched.search import record as record_mod
 from autosched.search.record import MeasureRecord, RecordLog, records_from
 from autosched.search.space import SearchSpace
 from autosched.search.task import Task
-from autosched.search.tune import TaskTuner, TuneOptions, best_schedule
+from autosched.search.tune import TaskTuner, TuneOptions, best_schedule, tune
 from autosched.search.workloads import make
 
 
@@ -149,3 +151,104 @@ def test_every_step_field_type_is_checked() -> None:
         for f in fields(cls):
             for alt in str(f.type).removeprefix("tuple[").removesuffix(", ...]").split("|"):
                 assert alt.strip() in record_mod._SCALARS, (cls.__name__, f.name, f.type)
+
+
+# -- failing writes ---------------------------------------------------------------------------
+
+
+def _records(task: Task, rng: np.random.Generator, n: int) -> list[MeasureRecord]:
+    return [MeasureRecord.from_json(d) for d in _good_lines(task, rng, n)]
+
+
+def _fake_disk(monkeypatch: pytest.MonkeyPatch, budget: int | None, chunk: int) -> None:
+    """os.write that writes at most ``chunk`` bytes a call, and raises ENOSPC once ``budget``
+    bytes (None: unlimited) were written: a full disk reached mid-record."""
+    real_write = os.write
+    left = [budget]
+
+    def write(fd: int, data: bytes) -> int:
+        if left[0] == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = min(len(data), chunk, left[0] if left[0] is not None else len(data))
+        if left[0] is not None:
+            left[0] -= n
+        return real_write(fd, bytes(data[:n]))
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def test_short_writes_are_completed(task: Task, tmp_path: Path, rng: np.random.Generator,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    recs = _records(task, rng, 3)
+    log = RecordLog(tmp_path / "log.jsonl")
+    _fake_disk(monkeypatch, None, chunk=int(rng.integers(5, 40)))
+    log.append(recs)
+    monkeypatch.undo()
+    back, msgs = _load_warned(log)
+    assert back == recs and msgs == []
+
+
+def test_a_full_disk_stops_with_one_clear_error_and_nothing_torn(
+        task: Task, tmp_path: Path, rng: np.random.Generator,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first, batch = _records(task, rng, 1), _records(task, rng, 3)
+    log = RecordLog(tmp_path / "log.jsonl")
+    log.append(first)
+    line = len(batch[0].to_json_line()) + 1
+    # the disk fills in the middle of the batch's second record
+    _fake_disk(monkeypatch, line + int(rng.integers(1, line - 1)), chunk=1 << 20)
+    with pytest.raises(OSError) as info:
+        log.append(batch)
+    monkeypatch.undo()
+    exc = info.value
+    assert exc.errno == errno.ENOSPC and exc.filename == str(log.path)
+    assert "1 of 3 records written, none torn" in str(exc)
+    from autosched.cli import error_line
+
+    text = error_line("tune-op", exc)
+    assert "\n" not in text and str(log.path) in text and "No space left" in text
+    back, msgs = _load_warned(log)
+    assert back == first + batch[:1] and msgs == []
+    assert log.path.read_bytes().endswith(b"\n")
+
+
+class _NoMeasurer:
+    """A tuning job must not reach measuring: the log check comes first."""
+
+    def measure(self, task: Task, candidates: Any) -> list:
+        raise AssertionError("measured before checking the log")
+
+
+def test_an_unwritable_log_fails_before_measuring(task: Task, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ro.jsonl"
+    path.write_text("")
+    path.chmod(0o444)
+    if os.geteuid() == 0:  # root writes read-only files: refuse writes as the kernel would
+        real_open = os.open
+
+        def open_(p: Any, flags: int, *args: Any) -> int:
+            if os.fspath(p) == str(path) and flags & (os.O_WRONLY | os.O_RDWR):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(p))
+            return real_open(p, flags, *args)
+
+        monkeypatch.setattr(os, "open", open_)
+    with pytest.raises(PermissionError, match="nothing was measured") as info:
+        tune(task, trials=4, log=path, measurer=_NoMeasurer(), model=object(),
+             options=TuneOptions(verbose=False))
+    assert info.value.filename == str(path)
+    with pytest.raises(IsADirectoryError, match="nothing was measured"):
+        tune(task, trials=4, log=tmp_path, measurer=_NoMeasurer(), model=object(),
+             options=TuneOptions(verbose=False))
+
+
+def test_a_full_device_fails_before_measuring(task: Task, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    class _Full:
+        f_bavail, f_frsize = 3, os.statvfs(tmp_path).f_frsize
+
+    monkeypatch.setattr(os, "fstatvfs", lambda fd: _Full())
+    with pytest.raises(OSError, match="free; nothing was measured") as info:
+        tune(task, trials=4, log=tmp_path / "l.jsonl", measurer=_NoMeasurer(), model=object(),
+             options=TuneOptions(verbose=False))
+    assert info.value.errno == errno.ENOSPC

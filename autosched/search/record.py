@@ -16,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 RECORD_VERSION = 1
 DEFAULT_LOG_DIR = "tuning_logs"
 MAX_ERROR_MSG = 2000
+MIN_FREE_BYTES = 1 << 20  # a job refuses to start when its log's device has less free
 
 
 # -- target fingerprints ---------------------------------------------------------------------
@@ -361,7 +364,8 @@ class RecordLog:
         return Path(DEFAULT_LOG_DIR) / f"{name}.jsonl"
 
     def append(self, records: Iterable[MeasureRecord]) -> None:
-        """Append each record as one line, flushed and fsynced before the next."""
+        """Append each record as one line, flushed and fsynced before the next. A write that
+        fails (a full disk) leaves no torn line and raises OSError naming the log."""
         records = list(records)
         if not records:
             return
@@ -370,13 +374,49 @@ class RecordLog:
         try:
             if _ends_without_newline(fd):
                 # a torn last line from a killed job: end it so our first record stays whole
-                os.write(fd, b"\n")
-            for rec in records:
-                # one write per line: O_APPEND keeps concurrent writers' lines whole
-                os.write(fd, (rec.to_json_line() + "\n").encode())
+                self._write_whole(fd, b"\n", f"0 of {len(records)} records written")
+            for n, rec in enumerate(records):
+                self._write_whole(fd, (rec.to_json_line() + "\n").encode(),
+                                  f"{n} of {len(records)} records written")
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+    def _write_whole(self, fd: int, data: bytes, progress: str) -> None:
+        """Write ``data`` to the end of the log, looping over short writes; on an error cut
+        the part written back off, so no reader ever sees a torn record."""
+        start = os.fstat(fd).st_size
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(fd, data[done:])
+                if n <= 0:  # no progress and no error: treat as a full device
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                done += n
+        except OSError as exc:
+            # O_APPEND: our bytes are the file's tail unless another writer appended since
+            if done and os.fstat(fd).st_size == start + done:
+                with contextlib.suppress(OSError):  # the error below says what matters
+                    os.ftruncate(fd, start)
+            raise type(exc)(exc.errno, f"cannot append to the tuning log ({exc.strerror}); "
+                            f"{progress}, none torn", str(self.path)) from None
+
+    def check_writable(self) -> None:
+        """OSError naming the log when records cannot be appended to it (no permission, a
+        directory, a full disk): a tuning job calls this before it measures anything."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise type(exc)(exc.errno, f"the tuning log cannot be written ({exc.strerror}); "
+                            "nothing was measured", str(self.path)) from None
+        try:
+            st = os.fstatvfs(fd)
+        finally:
+            os.close(fd)
+        if st.f_bavail * st.f_frsize < MIN_FREE_BYTES:
+            raise OSError(errno.ENOSPC, f"the tuning log's device has under "
+                          f"{MIN_FREE_BYTES >> 20} MiB free; nothing was measured", str(self.path))
 
     def load(self) -> list[MeasureRecord]:
         """Every record of this version in the file, in order. Torn, corrupt and other-version

@@ -199,6 +199,7 @@ def tune(
     opts = options or TuneOptions()
     opts.measure.update(measure_kwargs)
     record_log = RecordLog(log if log is not None else _default_log(task_list))
+    record_log.check_writable()  # before any measurement: an unwritable log would lose them
     rng = np.random.default_rng(opts.seed)
     if measurer is None:
         from autosched.search.measure import Measurer
