@@ -1,0 +1,100 @@
+"""Converters of indexing and selection ops: GatherND, ScatterElements (and opset 9's
+Scatter), ScatterND, OneHot, Trilu, CumSum, DepthToSpace, SpaceToDepth, TopK.
+
+Inputs that fix an output shape (OneHot's depth, TopK's K) or a loop structure (CumSum's axis,
+Trilu's k) must be constants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from autosched.graph.graph import Node
+from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.te.expr import const
+from autosched.te.ops import scatter
+from autosched.te.ops.sort import topk
+from autosched.te.tensor import Tensor
+
+
+def scalar_input(node: Node, ins: list[Value | None], pos: int, default: int) -> int:
+    """An optional constant integer input (a one-element array), or ``default``."""
+    v = ins[pos] if len(ins) > pos else None
+    if v is None:
+        return default
+    arr = np.asarray(v)
+    if arr.size != 1:
+        raise fail(node, f"input {pos} must hold one value, got shape {arr.shape}")
+    return int(arr.reshape(()))
+
+
+@register("GatherND")
+def _gather_nd(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.gather_nd(ctx.const(ins[0]), ctx.const(ins[1]),
+                              int(node.attrs.get("batch_dims", 0)))]
+
+
+@register("ScatterElements", "Scatter")
+def _scatter_elements(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.scatter_elements(ctx.const(ins[0]), ctx.const(ins[1]), ctx.const(ins[2]),
+                                     int(node.attrs.get("axis", 0)),
+                                     str(node.attrs.get("reduction", "none")))]
+
+
+@register("ScatterND")
+def _scatter_nd(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.scatter_nd(ctx.const(ins[0]), ctx.const(ins[1]), ctx.const(ins[2]),
+                               str(node.attrs.get("reduction", "none")))]
+
+
+@register("OneHot", const_inputs=(1,))
+def _one_hot(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    depth = float(np.asarray(ins[1]).reshape(-1)[0])  # any number type, floats truncate
+    values = ins[2]
+    if isinstance(values, np.ndarray):
+        if values.size != 2:
+            raise fail(node, f"values must hold [off, on], got shape {values.shape}")
+        flat = values.reshape(-1)
+        dtype = str(values.dtype)
+        off: Any = const(flat[0].item(), dtype)
+        on: Any = const(flat[1].item(), dtype)
+    else:
+        off, on = values[0], values[1]
+    return [scatter.one_hot(ctx.const(ins[0]), int(depth), off, on,
+                            int(node.attrs.get("axis", -1)))]
+
+
+@register("Trilu", const_inputs=(1,))
+def _trilu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.trilu(ctx.const(ins[0]), scalar_input(node, ins, 1, 0),
+                          bool(node.attrs.get("upper", 1)))]
+
+
+@register("CumSum", const_inputs=(1,))
+def _cumsum(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.cumsum(ctx.const(ins[0]), scalar_input(node, ins, 1, 0),
+                           bool(node.attrs.get("exclusive", 0)),
+                           bool(node.attrs.get("reverse", 0)))]
+
+
+@register("DepthToSpace")
+def _depth_to_space(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.depth_to_space(ctx.const(ins[0]), int(node.attrs["blocksize"]),
+                                   str(node.attrs.get("mode", "DCR")))]
+
+
+@register("SpaceToDepth")
+def _space_to_depth(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    return [scatter.space_to_depth(ctx.const(ins[0]), int(node.attrs["blocksize"]),
+                                   str(node.attrs.get("mode", "DCR")))]
+
+
+@register("TopK", const_inputs=lambda opset: (1,) if opset >= 10 else ())
+def _topk(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    k = int(node.attrs["k"]) if ctx.opset < 10 else scalar_input(node, ins, 1, -1)
+    x = ins[0]
+    x_t: Tensor = ctx.const(x)
+    values, indices = topk(x_t, k, int(node.attrs.get("axis", -1)),
+                           bool(node.attrs.get("largest", 1)))
+    return [values, indices]
