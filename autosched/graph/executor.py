@@ -45,6 +45,12 @@ def nbytes(info: ValueInfo) -> int:
     return max(n, 1)
 
 
+def view(raw: np.ndarray, info: ValueInfo) -> np.ndarray:
+    """The planned bytes ``raw`` as the array of ``info`` (a zero-size value: no bytes)."""
+    size = dt.nbytes(info.dtype) * int(np.prod(info.shape, dtype=np.int64))
+    return raw[:size].view(info.dtype).reshape(info.shape)
+
+
 def allocate(info: ValueInfo, size: int, alloc: Callable[[int], Any]) -> Any:
     """``alloc(size)`` for ``info``, an allocation failure as one line naming the value."""
     try:
@@ -171,8 +177,7 @@ class CompiledModel:
         raw, self.peak_bytes = memory_plan(self.graph, self._steps,
                                            lambda n: np.empty(n, np.uint8), self.aliases)
         values = self.graph.values
-        storage = {v: r[: nbytes(values[v])].view(values[v].dtype).reshape(values[v].shape)
-                   for v, r in raw.items()}
+        storage = {v: view(r, values[v]) for v, r in raw.items()}
         for a, src in self.aliases.items():
             storage[a] = storage[src].reshape(values[a].shape)
         return _Arena(storage)

@@ -1,0 +1,72 @@
+"""Values at the edges of what the CPU executor takes: 0-d inputs, zero-size dims (compared with
+onnxruntime), and sizes too large to allocate or even count (one-line errors naming the value)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import autosched as aus
+from autosched.errors import ModelImportError, RuntimeError_
+from autosched.graph.compiler import load_graph
+from benchmarks.models import ort_run
+
+
+def _model(nodes: list, inputs: dict[str, list[int]], outputs: list[str]) -> object:
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    graph = helper.make_graph(nodes, "edge", ins, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _compare(model: object, inputs: dict[str, np.ndarray]) -> None:
+    graph = load_graph(model, shapes={k: v.shape for k, v in inputs.items()})
+    got = aus.compile(graph, target="llvm").run(inputs)
+    want = ort_run(model, inputs)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_scalar_inputs_stay_0d(rng):
+    """np.ascontiguousarray made every 0-d input 1-d, so no scalar input could be passed."""
+    nodes = [helper.make_node("Mul", ["s", "v"], ["y"]), helper.make_node("Neg", ["s"], ["z"])]
+    model = _model(nodes, {"s": [], "v": [7]}, ["y", "z"])
+    s = np.array(rng.uniform(-2, 2), "float32")
+    _compare(model, {"s": s, "v": rng.uniform(-1, 1, 7).astype("float32")})
+    compiled = aus.compile(load_graph(model), target="llvm")
+    (_, z) = compiled.run({"s": np.float32(s), "v": np.ones(7, "float32")})  # a numpy scalar
+    assert z.shape == () and z == -s
+
+
+@pytest.mark.parametrize("case", ["relu", "softmax", "broadcast_add", "reduce_max_kept_axis"])
+def test_zero_size_dims_run_like_onnxruntime(case, rng):
+    nodes, shapes = {
+        "relu": ([helper.make_node("Relu", ["a"], ["y"])], {"a": [0, 4]}),
+        "softmax": ([helper.make_node("Softmax", ["a"], ["y"])], {"a": [0, 5]}),
+        "broadcast_add": ([helper.make_node("Add", ["a", "b"], ["y"])], {"a": [3, 0],
+                                                                          "b": [1, 0]}),
+        "reduce_max_kept_axis": ([helper.make_node("ReduceMax", ["a"], ["y"], axes=[0],
+                                                   keepdims=0)], {"a": [3, 0, 2]}),
+    }[case]
+    inputs = {n: rng.uniform(-1, 1, s).astype("float32") for n, s in shapes.items()}
+    _compare(_model(nodes, shapes, ["y"]), inputs)
+
+
+def _chain(shape: list[int]) -> object:
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Exp", ["t"], ["y"])]
+    return _model(nodes, {"x": shape}, ["y"])
+
+
+def test_byte_count_that_overflows_int64_names_the_value():
+    with pytest.raises(ModelImportError, match=r"value \w+ \(float32\[1099511627776, 1099511627776"
+                                               r"\]\) would need \d+ bytes"):
+        aus.compile(load_graph(_chain([1 << 40, 1 << 40])), target="llvm")
+
+
+def test_shape_too_large_to_allocate_names_the_value():
+    """2**58 bytes: more than any address space, so no overcommit setting lets it through."""
+    with pytest.raises(RuntimeError_, match=rf"out of memory allocating {2**58} bytes for "
+                                            r"value \w+ \(float32\[268435456, 268435456\]\)"):
+        aus.compile(load_graph(_chain([1 << 28, 1 << 28])), target="llvm")
