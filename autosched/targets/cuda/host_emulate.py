@@ -15,7 +15,8 @@ apart by source line, there are no warp primitives (codegen emits none), and NVR
 compilation of the text is not exercised. x86-64 only (the fiber switch is assembly).
 
 Shared libraries are cached by a hash of their text
-(``$AUTOSCHED_CACHE_DIR/cuda-host`` or ``~/.cache/autosched/cuda-host``).
+(``$AUTOSCHED_CACHE_DIR/cuda-host`` or ``~/.cache/autosched/cuda-host``) and loaded only after
+the checks of autosched/cache.py (owner, mode, SHA-256); a refused one is compiled again.
 
 Example::
 
@@ -37,17 +38,18 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
 from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
-from autosched.targets.cuda.nvrtc import cache_dir
 from autosched.targets.cuda.runtime import _nbytes
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
@@ -271,21 +273,8 @@ def _library(text: str) -> ctypes.CDLL:
     key = hashlib.sha256("\0".join([text, version, *FLAGS]).encode()).hexdigest()[:32]
     if key in _LOADED:
         return _LOADED[key]
-    folder = cache_dir("cuda-host")
-    folder.mkdir(parents=True, exist_ok=True)
-    so = folder / f"{key}.so"
-    if not so.exists():
-        src = folder / f"{key}.cpp"
-        src.write_text(text)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
-        os.close(fd)
-        proc = subprocess.run([cxx, *FLAGS, str(src), "-o", tmp], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            os.unlink(tmp)
-            raise CompileError(f"{cxx} could not compile the host emulation of the CUDA C "
-                               f"(source kept at {src}):\n{proc.stderr[:4000]}")
-        os.replace(tmp, so)
+    cache = DiskCache("cuda-host")
+    so = cache.verified(f"{key}.so") or _compile_library(cache, key, text, cxx)
     lib = ctypes.CDLL(str(so))
     lib.as_error.restype = ctypes.c_char_p
     lib.as_warning.restype = ctypes.c_char_p
@@ -294,6 +283,20 @@ def _library(text: str) -> ctypes.CDLL:
     lib.as_warning_count.argtypes = [ctypes.c_int]
     _LOADED[key] = lib
     return lib
+
+
+def _compile_library(cache: DiskCache, key: str, text: str, cxx: str) -> Path:
+    """Compile ``text`` with g++ into the cache as ``<key>.so`` (its hash recorded)."""
+    src = cache.folder / f"{key}.cpp"
+    src.write_text(text)
+    fd, tmp = tempfile.mkstemp(dir=cache.folder, suffix=".so.tmp")
+    os.close(fd)
+    proc = subprocess.run([cxx, *FLAGS, str(src), "-o", tmp], capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise CompileError(f"{cxx} could not compile the host emulation of the CUDA C "
+                           f"(source kept at {src}):\n{proc.stderr[:4000]}")
+    return cache.adopt(Path(tmp), f"{key}.so")
 
 
 # -- memory and launches ---------------------------------------------------------------------

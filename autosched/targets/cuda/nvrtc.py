@@ -7,7 +7,8 @@ cannot generate machine code for the requested arch (it then targets the newest 
 knows below it).
 
 Results are cached in memory and on disk (``$AUTOSCHED_CACHE_DIR/cuda`` or
-``~/.cache/autosched/cuda``), keyed by a hash of source, options, NVRTC version and arch.
+``~/.cache/autosched/cuda``), keyed by a hash of source, options, NVRTC version and arch; a
+cached file is used only after the checks of autosched/cache.py (owner, mode, SHA-256).
 
 Example::
 
@@ -20,10 +21,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
+from autosched.cache import DiskCache
 from autosched.errors import CompileError
 
 INSTALL_HINT = "pip install autosched[cuda]  (or: pip install cuda-bindings nvidia-cuda-nvrtc)"
@@ -103,15 +103,6 @@ def _arch_number(arch: str) -> int:
     if not arch.startswith(("sm_", "compute_")) or not digits:
         raise CompileError(f"cuda arch {arch!r} must look like sm_90")
     return int(digits)
-
-
-def cache_dir(kind: str = "cuda") -> Path:
-    """Where built CUDA artifacts of ``kind`` are kept: ``$AUTOSCHED_CACHE_DIR/<kind>`` or
-    ``~/.cache/autosched/<kind>``."""
-    root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "autosched"
-    )
-    return Path(root) / kind
 
 
 _MEMORY: dict[str, CompiledBinary] = {}
@@ -196,20 +187,9 @@ def _output(nvrtc, prog, what: str) -> bytes:  # noqa: ANN001
 
 def _read_cache(key: str, target_arch: str, version: tuple[int, int]) -> CompiledBinary | None:
     kind = "cubin" if target_arch.startswith("sm_") else "ptx"
-    path = cache_dir() / f"{key}.{kind}"
-    try:
-        return CompiledBinary(kind, path.read_bytes(), target_arch, "", version)
-    except OSError:
-        return None
+    data = DiskCache("cuda").read(f"{key}.{kind}")
+    return None if data is None else CompiledBinary(kind, data, target_arch, "", version)
 
 
 def _write_cache(key: str, binary: CompiledBinary) -> None:
-    folder = cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(binary.data)
-        os.replace(tmp, folder / f"{key}.{binary.kind}")
-    except OSError:  # a read-only home or full disk only costs a recompile next time
-        pass
+    DiskCache("cuda").write(f"{key}.{binary.kind}", binary.data)
