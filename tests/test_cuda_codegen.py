@@ -62,12 +62,12 @@ def test_hand_built_tiled_matmul(rng: np.random.Generator) -> None:
     func = _hand_matmul(21, 19, 30)
     mod = _build(func)
     src = mod.get_source()
-    assert "__shared__ __align__(16) float AS[64];" in src
+    assert "__shared__ __align__(16) float v_AS[64];" in src
     assert src.count("__syncthreads();") == 2
-    assert "float acc[1];" in src and "#pragma unroll" in src
-    assert "hand_mm(const float* __restrict__ A, const float* __restrict__ B, " \
-           "float* __restrict__ C)" in src
-    assert mod.kernel_names == ("hand_mm",) and mod.source.kernels[0].shared_bytes == 512
+    assert "float v_acc[1];" in src and "#pragma unroll" in src
+    assert "k_hand_mm(const float* __restrict__ v_A, const float* __restrict__ v_B, " \
+           "float* __restrict__ v_C)" in src
+    assert mod.kernel_names == ("k_hand_mm",) and mod.source.kernels[0].shared_bytes == 512
     a, b = rng.standard_normal((21, 30)).astype("float32"), rng.standard_normal((30, 19)).astype(
         "float32")
     c = np.full((21, 19), np.nan, "float32")
@@ -103,7 +103,7 @@ def test_several_nests_make_several_kernels() -> None:
     B = te.compute((10, 12), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((12, 10), lambda j, i: B[i, j] * 2.0, name="C")
     mod = aus.build(te.create_schedule(C.op), [A, C], target="cuda -arch=sm_80")
-    assert mod.kernel_names == ("main_kernel0", "main_kernel1")
+    assert mod.kernel_names == ("k_main_kernel0", "k_main_kernel1")
     assert [b.name for b in mod.source.workspace] == ["B"]
     assert mod.binary.arch == "sm_80"
 
@@ -138,11 +138,12 @@ def test_floordiv_plain_for_nonnegative_operands() -> None:
                     ir.Store(A, (i,), E.binary("floordiv", i, 8) + E.binary("floormod", i, 8)),
                     "threadIdx.x")
     src = _build(ir.PrimFunc("p", (A,), nonneg)).get_source()
-    assert "(i / 8)" in src and "(i % 8)" in src and "as_floordiv(" not in src.split("p(")[1]
+    assert "(v_i / 8)" in src and "(v_i % 8)" in src
+    assert "as_floordiv(" not in src.split("k_p(")[1]
     signed = ir.For(i, E.const(0), E.const(64), "thread", ir.LetStmt(
         x, i - 32, ir.Store(A, (i,), E.binary("floordiv", x, 8))), "threadIdx.x")
     src = _build(ir.PrimFunc("q", (A,), signed)).get_source()
-    assert "as_floordiv((int)(x), (int)(8))" in src
+    assert "as_floordiv((int)(v_x), (int)(8))" in src
 
 
 def test_negative_floordiv_semantics_in_evaluated_default_schedule(
@@ -169,7 +170,7 @@ def test_default_schedule_keeps_reduction_serial() -> None:
     inner = top.body
     assert isinstance(inner, ir.For) and inner.thread_tag == "threadIdx.x"
     assert U_eval((inner.extent,)) == (6,)  # one thread per row, k stays a serial loop
-    assert "for (int k = 0; k < 50; ++k)" in _build(func).get_source()
+    assert "for (int v_k = 0; v_k < 50; ++v_k)" in _build(func).get_source()
 
 
 def test_unbound_scalar_runs_in_one_thread(rng: np.random.Generator) -> None:
@@ -201,10 +202,10 @@ def test_vector_loads_need_alignment() -> None:
                                                  "threadIdx.x"))
 
     aligned = _build(func(0)).get_source()
-    assert "const float4 as_vl0 = *(const float4*)(&A[" in aligned
-    assert "*(float4*)(&C[" in aligned
+    assert "const float4 as_vl0 = *(const float4*)(&v_A[" in aligned
+    assert "*(float4*)(&v_C[" in aligned
     unaligned = _build(func(1)).get_source()
-    assert "const float4" not in unaligned and "*(float4*)(&C[" in unaligned
+    assert "const float4" not in unaligned and "*(float4*)(&v_C[" in unaligned
 
 
 def test_too_many_threads_is_a_compile_error() -> None:
@@ -286,7 +287,7 @@ def test_module_without_gpu_keeps_source_and_cubin(rng: np.random.Generator) -> 
     A = te.placeholder((8,), name="A")
     C = te.compute((8,), lambda i: A[i] + 1.0, name="C")
     mod = aus.build(te.create_schedule(C.op), [A, C], target="cuda -arch=sm_90")
-    assert mod.cubin[:4] == b"\x7fELF" and "main_kernel" in mod.get_source()
+    assert mod.cubin[:4] == b"\x7fELF" and "k_main" in mod.get_source()
     with pytest.raises(RuntimeError_, match="argument A"):
         mod(np.ones(9, np.float32), np.ones(8, np.float32))
     with pytest.raises(RuntimeError_, match="must be float32"):
@@ -318,11 +319,11 @@ def _pragma_case(explicit: bool) -> str:
 
 def test_auto_unroll_pragmas() -> None:
     src = _pragma_case(explicit=False)
-    assert "#pragma unroll\n" in src and "for (int j = 0; j < 4; ++j)" in src
+    assert "#pragma unroll\n" in src and "for (int v_j = 0; v_j < 4; ++v_j)" in src
     explicit = _pragma_case(explicit=True)
-    assert "for (int j" not in explicit
+    assert "for (int v_j" not in explicit
     for lane in range(4):
-        assert f"const int j = {lane};" in explicit
+        assert f"const int v_j = {lane};" in explicit
 
 
 def test_module_pickles_without_its_context() -> None:
@@ -359,7 +360,7 @@ def test_fused_copy_loop_gets_float4() -> None:
     body = ir.For(o, E.const(0), E.const(32), "serial", copy)
     body = ir.For(t, E.const(0), E.const(32), "thread", ir.Allocate(S, body), "threadIdx.x")
     src = _build(ir.PrimFunc("fetch", (A,), body)).get_source()
-    assert "const float4 as_vl0" in src and "*(float4*)(&S[" in src
+    assert "const float4 as_vl0" in src and "*(float4*)(&v_S[" in src
 
 
 def test_accumulation_by_many_threads_is_refused() -> None:
@@ -374,7 +375,7 @@ def test_accumulation_by_many_threads_is_refused() -> None:
         _build(ir.PrimFunc("race", (A, C), body))
     only_one = ir.For(t, E.const(0), E.const(64), "thread",
                       ir.IfThenElse(E.compare("eq", t, 0), race), "threadIdx.x")
-    assert "race(" in _build(ir.PrimFunc("race", (A, C), only_one)).get_source()
+    assert "k_race(" in _build(ir.PrimFunc("race", (A, C), only_one)).get_source()
 
 
 def test_uncached_compile_leaves_interpreter_constants_intact(tmp_path) -> None:  # noqa: ANN001

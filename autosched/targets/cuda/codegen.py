@@ -31,14 +31,19 @@ from autosched.te.visit import children, free_vars, rewrite, substitute
 THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
 
 
-_C_WORDS = {
-    "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double",
-    "else", "enum", "extern", "float", "for", "goto", "if", "int", "long", "register", "return",
-    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned",
-    "void", "volatile", "while", "half", "threadIdx", "blockIdx", "blockDim", "gridDim",
-    "warpSize", "min", "max", "abs", "new", "delete", "class", "this", "true", "false",
-    "namespace", "template", "typename", "operator", "private", "public", "inline",
-}
+# Every identifier the generated code declares lives in autosched's own namespace, so that no
+# IR name can collide with a name of CUDA, C or C++ (a kernel called pow, a buffer called NAN or
+# expf, a loop variable called int): kernels are k_<name>, buffers and variables v_<name>, and
+# the helpers of the preludes are as_<name>. No header uses these prefixes.
+KERNEL_PREFIX = "k_"
+VALUE_PREFIX = "v_"
+
+
+def c_identifier(prefix: str, name: str) -> str:
+    """``name`` as a C identifier in the namespace ``prefix``: characters other than ASCII
+    letters, digits and ``_`` become ``_``, and runs of ``_`` shrink to one (C++ reserves
+    every name containing ``__``)."""
+    return re.sub(r"_+", "_", prefix + re.sub(r"[^A-Za-z0-9_]", "_", name))
 
 
 @dataclass(frozen=True)
@@ -80,9 +85,7 @@ class _Names:
     def get(self, uid: int, name: str) -> str:
         if uid in self.by_uid:
             return self.by_uid[uid]
-        base = re.sub(r"\W", "_", name) or "v"
-        if base[0].isdigit() or base in _C_WORDS or base.startswith("as_"):
-            base = f"v_{base}"
+        base = c_identifier(VALUE_PREFIX, name)
         cand, n = base, 1
         while cand in self.used:
             cand, n = f"{base}_{n}", n + 1
@@ -123,10 +126,8 @@ class _FuncWriter:
         base = self.func.name
         kernels, bodies = [], []
         for n, (region, wrappers) in enumerate(regions):
-            name = base if len(regions) == 1 else f"{base}_kernel{n}"
-            name = re.sub(r"\W", "_", name)
-            if name == "main" or name in _C_WORDS:
-                name = f"{name}_kernel"  # C reserves main for the host program
+            name = c_identifier(KERNEL_PREFIX,
+                                base if len(regions) == 1 else f"{base}_kernel{n}")
             kw = _KernelWriter(self, name, region, wrappers, tuple(shape_vars.values()))
             info, text = kw.run()
             kernels.append(info)
