@@ -7,9 +7,10 @@ column panels (array packing), C computed in 8x32 register tiles (blocking, loop
 cache_write "local" accumulators unrolled over rows and vectorized over columns), tiles run in
 parallel. conv2d 3x3, stride 1, pad 1, (1,64,56,56) -> 64 channels: padding as its own stage,
 4 output channels x 56 columns of accumulators per tile. numpy runs in the same process (np.matmul;
-for the convolution im2col + matmul, im2col included in its time), alternating with ours over a
-few rounds, each side's best round kept. Prints GFLOPS and the ratio. AUTOSCHED_NUM_THREADS sets
-our thread count (default: all cores); OPENBLAS_NUM_THREADS numpy's.
+for the convolution im2col + matmul, im2col included in its time) with OpenBLAS's own kernel for
+this CPU (benchmarks/baseline.py), alternating with ours over a few rounds. Prints GFLOPS of the
+median round and of the best round, and the ratios. AUTOSCHED_NUM_THREADS sets our thread count
+(default: all cores); OPENBLAS_NUM_THREADS numpy's.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-
-import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
+
+import numpy as np  # noqa: E402
 
 import autosched as aus  # noqa: E402
 from autosched import te  # noqa: E402
@@ -88,40 +92,14 @@ def conv_schedule(C_in: int, H: int, W: int, C_out: int, fr: int = 4):
     return s, [A, Wt, Out]
 
 
-def best_of_rounds(ours, theirs, rounds: int, min_ms: float, repeat: int) -> tuple[float, float]:
-    """Alternate the two timings ``rounds`` times (other processes on a shared machine then slow
-    both alike) and keep each side's fastest round median."""
-    t1, t2 = [], []
-    for _ in range(rounds):
-        t1.append(ours(min_ms, repeat))
-        t2.append(theirs(min_ms, repeat))
-    return min(t1), min(t2)
+def module_timer(mod, *arrays, min_ms: float, repeat: int):  # noqa: ANN001, ANN201
+    """One round of ours: the median of ``repeat`` repeats lasting ``min_ms`` each."""
+    return lambda: mod.time(*arrays, repeat=repeat, min_repeat_ms=min_ms).median
 
 
-def numpy_timer(fn):
-    def timer(min_ms: float, repeat: int) -> float:
-        fn()
-        number = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            if (time.perf_counter() - t0) * 1e3 >= min_ms:
-                break
-            number *= 2
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            times.append((time.perf_counter() - t0) / number)
-        return float(np.median(times))
-
-    return timer
-
-
-def module_timer(mod, *arrays):
-    return lambda min_ms, repeat: mod.time(*arrays, repeat=repeat, min_repeat_ms=min_ms).median
+def numpy_timer(fn, min_ms: float, repeat: int):  # noqa: ANN001, ANN201
+    """One round of numpy's: the median of calls lasting about as long as ours in all."""
+    return lambda: baseline.median_seconds(fn, min_s=min_ms * repeat / 1e3, min_runs=repeat)
 
 
 def im2col_conv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -132,15 +110,7 @@ def im2col_conv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (w.reshape(w.shape[0], -1) @ cols).reshape(1, w.shape[0], h, wd)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="shorter timing runs")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
-    opts = ap.parse_args()
-    min_ms, repeat = (50, 3) if opts.quick else (200, 5)
-    rng = np.random.default_rng(0)
-    rows = []
-
+def gemm_row(rng: np.random.Generator, min_ms: float, repeat: int, rounds: int) -> tuple:
     M = N = K = 1024
     s, args = gemm_schedule(M, N, K)
     mod = aus.build(s, args, target="llvm")
@@ -149,10 +119,13 @@ def main() -> None:
     c = np.empty((M, N), "float32")
     mod(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
-    t_ours, t_np = best_of_rounds(module_timer(mod, a, b, c), numpy_timer(lambda: np.matmul(a, b)),
-                                  opts.rounds, min_ms, repeat)
-    rows.append(("GEMM 1024x1024x1024 f32", 2.0 * M * N * K, t_ours, t_np))
+    got = baseline.alternate({"autosched": module_timer(mod, a, b, c, min_ms=min_ms, repeat=repeat),
+                              "numpy": numpy_timer(lambda: np.matmul(a, b), min_ms, repeat)},
+                             rounds)
+    return "GEMM 1024x1024x1024 f32", 2.0 * M * N * K, got
 
+
+def conv_row(rng: np.random.Generator, min_ms: float, repeat: int, rounds: int) -> tuple:
     ci, h, w, co = 64, 56, 56, 64
     s, args = conv_schedule(ci, h, w, co)
     mod = aus.build(s, args, target="llvm")
@@ -161,20 +134,33 @@ def main() -> None:
     out = np.empty((1, co, h, w), "float32")
     mod(x, wt, out)
     np.testing.assert_allclose(out, im2col_conv(x, wt), rtol=1e-3, atol=1e-3)
-    t_ours, t_np = best_of_rounds(module_timer(mod, x, wt, out),
-                                  numpy_timer(lambda: im2col_conv(x, wt)), opts.rounds, min_ms,
-                                  repeat)
-    rows.append(("conv2d 3x3 (1,64,56,56)->64 f32", 2.0 * co * ci * 9 * h * w, t_ours, t_np))
+    got = baseline.alternate(
+        {"autosched": module_timer(mod, x, wt, out, min_ms=min_ms, repeat=repeat),
+         "numpy": numpy_timer(lambda: im2col_conv(x, wt), min_ms, repeat)}, rounds)
+    return "conv2d 3x3 (1,64,56,56)->64 f32", 2.0 * co * ci * 9 * h * w, got
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shorter timing runs")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    opts = ap.parse_args()
+    min_ms, repeat = (50, 3) if opts.quick else (200, 5)
     threads = os.environ.get("AUTOSCHED_NUM_THREADS", str(os.cpu_count()))
-    load = os.getloadavg()[0]
-    print(f"# {aus.targets.target.parse('llvm').cpu}, {threads} threads, "
-          f"numpy {np.__version__}, load average {load:.1f} at the end")
-    print(f"| {'workload':34} | autosched GFLOPS | numpy GFLOPS | ratio |")
-    print(f"|{'-' * 36}|-----------------:|-------------:|------:|")
-    for name, flops, t1, t2 in rows:
-        g1, g2 = flops / t1 / 1e9, flops / t2 / 1e9
-        print(f"| {name:34} | {g1:16.1f} | {g2:12.1f} | {g1 / g2:5.2f} |")
+    print(baseline.header())
+    print(f"# autosched {threads} threads; peer {baseline.numpy_peer()}", flush=True)
+    rng = np.random.default_rng()
+    rows = [make(rng, min_ms, repeat, opts.rounds) for make in (gemm_row, conv_row)]
+    print(f"# {opts.rounds} alternating rounds; load average {baseline.load()} at the end")
+    print(f"| {'workload':34} | autosched GFLOPS median (best) | numpy GFLOPS median (best) "
+          "| ratio median (best) |")
+    print(f"|{'-' * 36}|-------------------------------:|---------------------------:"
+          "|--------------------:|")
+    for name, flops, got in rows:
+        ours, theirs = got["autosched"], got["numpy"]
+        g = [flops / t / 1e9 for t in (ours.median, ours.best, theirs.median, theirs.best)]
+        print(f"| {name:34} | {g[0]:19.1f} ({g[1]:6.1f}) | {g[2]:15.1f} ({g[3]:6.1f}) | "
+              f"{g[0] / g[2]:11.2f} ({g[1] / g[3]:4.2f}) |")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ schedules, then tuned for a stated trial budget, next to onnxruntime in the same
     python benchmarks/e2e_cpu.py --trials 300 --log tuning_logs/resnet18-llvm.jsonl
 
 The log is appended to (a rerun resumes; with the budget already in the log it only times).
-autosched and onnxruntime are timed in alternation over ``--rounds`` rounds (each the median
-of runs lasting 2 s) and each side's best round is reported, so a slow spell of a shared
-machine does not land on one side only; every round is kept in the JSON. Prints the load
-average too. Results go to benchmarks/results/e2e_cpu.json.
+autosched and onnxruntime (its intra-op thread count stated) are timed in alternation over
+``--rounds`` rounds (each the median of runs lasting 2 s; benchmarks/baseline.py), so a slow
+spell of a shared machine does not land on one side only; the median round and the best round
+of each side are reported and every round is kept in the JSON. Prints the machine (date,
+commit, CPU and ISA, load average) and numpy's OpenBLAS kernel. Results go to
+benchmarks/results/e2e_cpu.json.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
+
+import numpy as np  # noqa: E402
 
 import autosched as aus  # noqa: E402
 from autosched.graph.cli_model import task_table  # noqa: E402
@@ -32,16 +38,27 @@ from autosched.search.tune import TuneOptions  # noqa: E402
 from benchmarks import models  # noqa: E402
 
 
-def ort_times(proto: object, feeds: dict, threads: int | None) -> tuple[float, float]:
+def ort_timer(proto: object, feeds: dict, threads: int | None):  # noqa: ANN201
+    """One round of onnxruntime: the median of runs lasting 2 s."""
     sess = models.ort_session(proto, threads)
-    sess.run(None, feeds)
-    ts = []
-    deadline = time.perf_counter() + 2.0
-    while len(ts) < 20 or time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts)), float(np.min(ts))
+    return lambda: baseline.median_seconds(lambda: sess.run(None, feeds), min_s=2.0, min_runs=20)
+
+
+def compare(tuned: object, proto: object, feeds: dict, threads: int | None, rounds: int,
+            rows: dict) -> None:
+    """Time the tuned model and onnxruntime in alternating rounds on ``threads`` threads."""
+    if threads:
+        os.environ["AUTOSCHED_NUM_THREADS"] = str(threads)
+    print(f"# threads {threads or os.cpu_count()}: {baseline.ort_peer(threads)}", flush=True)
+    got = baseline.alternate({"autosched": lambda: tuned.time(feeds, min_s=2.0),
+                              "onnxruntime": ort_timer(proto, feeds, threads)}, rounds)
+    suffix = "_1thread" if threads == 1 else ""
+    for key, name in (("tuned", "autosched"), ("ort", "onnxruntime")):
+        r = got[name]
+        rows[f"{key}{suffix}_ms"], rows[f"{key}{suffix}_median_ms"] = r.best * 1e3, r.median * 1e3
+        rows[f"{key}{suffix}_rounds_ms"] = [t * 1e3 for t in r.seconds]
+    print(f"threads {threads or os.cpu_count()}, ms, median of {rounds} alternating rounds "
+          f"(best round): {baseline.rounds_line(got, digits=2)}", flush=True)
 
 
 def main() -> int:
@@ -57,10 +74,12 @@ def main() -> int:
     graph = load_graph(proto)
     feeds = random_inputs(graph)
     tasks, weights = extract_tasks(graph, "llvm")
-    print(f"ResNet-18 1x3x{args.image}x{args.image}: {len(tasks)} tasks, {sum(weights)} kernels; "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()}", flush=True)
+    print(baseline.header())
+    print(f"# numpy (not timed here) {baseline.numpy_peer()}")
+    print(f"ResNet-18 1x3x{args.image}x{args.image}: {len(tasks)} tasks, {sum(weights)} kernels",
+          flush=True)
     rows: dict[str, object] = {"trials": args.trials, "image": args.image,
-                               "cores": os.cpu_count()}
+                               "cores": os.cpu_count(), "machine": baseline.header()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         default = aus.compile(graph, "llvm")
@@ -78,17 +97,8 @@ def main() -> int:
     (y,) = (tuned := aus.compile(graph, "llvm", log=args.log)).run(feeds)
     (ref,) = models.ort_run(proto, feeds)
     rows["matches_ort"] = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
-    for suffix, threads in (("", None), ("_1thread", 1)):
-        if threads:
-            os.environ["AUTOSCHED_NUM_THREADS"] = str(threads)
-        ours, theirs = [], []
-        for _ in range(args.rounds):  # alternate, so both sides see the same machine
-            ours.append(tuned.time(feeds, min_s=2.0) * 1e3)
-            theirs.append(ort_times(proto, feeds, threads)[0] * 1e3)
-        rows[f"tuned{suffix}_ms"], rows[f"ort{suffix}_ms"] = min(ours), min(theirs)
-        rows[f"tuned{suffix}_rounds_ms"], rows[f"ort{suffix}_rounds_ms"] = ours, theirs
-        print(f"threads {threads or os.cpu_count()}: autosched {min(ours):.2f} ms, onnxruntime "
-              f"{min(theirs):.2f} ms (best of {args.rounds} alternating rounds)", flush=True)
+    for threads in (None, 1):
+        compare(tuned, proto, feeds, threads, args.rounds, rows)
     rows["load_average"] = os.getloadavg()
     print(json.dumps(rows, indent=1))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,23 +1,43 @@
 """End-to-end latency on the GPU (target "cuda"): ResNet-18, MobileNetV2 and the BERT-base
 encoder layer of benchmarks/models.py, with default schedules (or a tuning log), next to torch
-eager (torchvision's ResNet-18 / MobileNetV2 and nn.TransformerEncoderLayer, random weights,
-same shapes) and torch.compile where it runs.
+at its best: eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA graphs), each
+with TF32 on and with TF32 off (torchvision's ResNet-18 / MobileNetV2 and
+nn.TransformerEncoderLayer, random weights, same shapes).
 
-    python benchmarks/e2e_gpu.py [--log tuning_logs/models-cuda.jsonl] [--models resnet18 ...]
+    python benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 --log models-cuda.jsonl
+
+For each model and TF32 setting, autosched and the three torch variants are timed in
+``--rounds`` alternating rounds (each the median of ``--repeat`` CUDA-event timings after a
+warm-up; benchmarks/baseline.py); the median round and the best round are printed. autosched
+computes in plain float32 (no tensor cores), so "TF32 off" is the like-for-like comparison and
+"TF32 on" is torch's fastest. Results go to --out as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()
+
+# torch before anything of autosched: its CUDA libraries load first, as in a torch program
+try:
+    import torch  # noqa: E402
+    import torchvision  # noqa: E402
+except ImportError as exc:
+    raise SystemExit(f"e2e_gpu.py: the peers need torch and torchvision ({exc})") from None
+
+import numpy as np  # noqa: E402
 
 from autosched.graph.compiler import compile, load_graph  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
@@ -28,74 +48,89 @@ BUILD = {"resnet18": lambda: models.resnet18(image=224),
          "bert_layer": lambda: models.bert_layer(seq=128)}
 
 
-def torch_module(name: str):  # noqa: ANN201
-    import torch
-
+def torch_module(name: str) -> tuple[Any, Any]:
+    """The torch model with the same shapes as BUILD[name], and a random input, on the GPU."""
     if name == "resnet18":
-        import torchvision
-
-        return torchvision.models.resnet18(), torch.randn(1, 3, 224, 224)
-    if name == "mobilenet_v2":
-        import torchvision
-
-        return torchvision.models.mobilenet_v2(), torch.randn(1, 3, 224, 224)
-    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
-    return layer, torch.randn(1, 128, 768)
+        mod, x = torchvision.models.resnet18(), torch.randn(1, 3, 224, 224)
+    elif name == "mobilenet_v2":
+        mod, x = torchvision.models.mobilenet_v2(), torch.randn(1, 3, 224, 224)
+    else:
+        mod = torch.nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
+        x = torch.randn(1, 128, 768)
+    return mod.cuda().eval(), x.cuda()
 
 
-def torch_time(fn, x, repeat: int = 50) -> float:  # noqa: ANN001
-    import torch
-
+def warm_up(fn: Callable[[Any], Any], x: Any) -> float:
+    """Call ``fn`` three times (torch.compile compiles, reduce-overhead records its CUDA
+    graph); the seconds it took."""
+    t0 = time.perf_counter()
     with torch.no_grad():
-        for _ in range(5):
+        for _ in range(3):
             fn(x)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(repeat):
-            start.record()
-            fn(x)
-            end.record()
-            end.synchronize()
-            ts.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(ts)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def torch_timers(mod: Any, x: Any, repeat: int, compiled: bool, row: dict) -> dict:
+    """Round timers for eager and (with ``compiled``) both torch.compile modes; a variant that
+    fails to compile is recorded in ``row`` and left out."""
+    variants = baseline.torch_variants(mod)
+    if not compiled:
+        variants = {"torch eager": variants["torch eager"]}
+    timers = {}
+    for name, fn in variants.items():
+        try:
+            row[f"{name} warm-up s"] = warm_up(fn, x)
+        except Exception as exc:  # noqa: BLE001  inductor or CUDA graphs may be unavailable
+            row[name] = f"failed: {type(exc).__name__}: {exc}"[:300]
+            continue
+        timers[name] = lambda fn=fn: baseline.cuda_median_seconds(lambda: fn(x), repeat)
+    return timers
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    proto = BUILD[name]()
+    graph = load_graph(proto)
+    feeds = random_inputs(graph)
+    t0 = time.perf_counter()
+    model = compile(graph, target="cuda", log=args.log)
+    row: dict[str, Any] = {"build_s": time.perf_counter() - t0, "kernels": len(model.kernels)}
+    (y,) = model.run(feeds)
+    (ref,) = models.ort_run(proto, feeds)
+    row["matches_ort"] = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+    mod, x = torch_module(name)
+    for tf32 in args.tf32:
+        said = baseline.set_torch(tf32 == "on")
+        got: dict[str, Any] = {"torch": said}
+        timers = {"autosched": lambda: model.time(feeds, repeat=args.repeat)}
+        timers.update(torch_timers(mod, x, args.repeat, not args.no_compile, got))
+        rounds = baseline.alternate(timers, args.rounds)
+        got.update({n: r.as_dict() for n, r in rounds.items()})
+        row[f"tf32_{tf32}"] = got
+        print(f"{name}, {said}, ms, median of {args.rounds} alternating rounds (best round): "
+              f"{baseline.rounds_line(rounds)}", flush=True)
+    return row
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--log", default=None)
-    ap.add_argument("--models", nargs="+", default=list(BUILD))
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--log", default=None, help="tuning log (default schedules without one)")
+    ap.add_argument("--models", nargs="+", default=list(BUILD), choices=list(BUILD))
+    ap.add_argument("--tf32", nargs="+", default=["on", "off"], choices=["on", "off"])
+    ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    ap.add_argument("--repeat", type=int, default=50, help="timed runs per round")
+    ap.add_argument("--no-compile", action="store_true", help="torch eager only")
+    ap.add_argument("--out", type=Path,
+                    default=Path(os.environ.get("OUT", "/tmp")) / "e2e_gpu.json")
     args = ap.parse_args()
-    results = {}
+    if not torch.cuda.is_available():
+        raise SystemExit("e2e_gpu.py: no CUDA device visible to torch")
+    print(baseline.header(), flush=True)
+    results = {"machine": baseline.header()}
     for name in args.models:
-        proto = BUILD[name]()
-        graph = load_graph(proto)
-        feeds = random_inputs(graph)
-        t0 = time.perf_counter()
-        model = compile(graph, target="cuda", log=args.log)
-        build_s = time.perf_counter() - t0
-        (y,) = model.run(feeds)
-        (ref,) = models.ort_run(proto, feeds)
-        ok = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
-        ours = model.time(feeds, repeat=50)
-        row = {"autosched_ms": ours * 1e3, "matches_ort": ok, "build_s": build_s,
-               "kernels": len(model.kernels)}
-        try:
-            import torch
-
-            mod, x = torch_module(name)
-            mod, x = mod.cuda().eval(), x.cuda()
-            row["torch_eager_ms"] = torch_time(mod, x) * 1e3
-            if not args.no_compile:
-                try:
-                    row["torch_compile_ms"] = torch_time(torch.compile(mod), x) * 1e3
-                except Exception as exc:  # noqa: BLE001  inductor may be unavailable
-                    row["torch_compile"] = f"failed: {type(exc).__name__}: {exc}"[:200]
-        except ImportError as exc:
-            row["torch"] = f"not available: {exc}"
-        results[name] = row
-        print(name, json.dumps(row), flush=True)
+        results[name] = run_model(name, args)
+        print(name, json.dumps(results[name]), flush=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

@@ -11,7 +11,6 @@ timings after warm-up, cuBLAS timed before and after our kernels.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,28 +18,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()
+
+import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
 from gpu_sgemm_schedule import sgemm_schedule  # noqa: E402
 
 import autosched as aus  # noqa: E402
 
 CONFIGS = ("128x8x8", "128x8x16", "128x8x32", "64x8x16", "64x4x8")
-
-
-def time_torch(fn, warmup: int, repeat: int) -> float:  # noqa: ANN001
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -50,10 +37,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=30)
     args = p.parse_args()
 
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    print(baseline.header())
+    print(f"# peer: cuBLAS via {baseline.set_torch(tf32=False)}", flush=True)
     M = N = K = args.size
     flops = 2.0 * M * N * K
     gen = torch.Generator(device="cuda").manual_seed(int(time.time()))
@@ -63,7 +48,7 @@ def main() -> None:
     ref_norm = ref.norm().item()
     c_blas = torch.empty(M, N, device="cuda")
     blas_err = ((torch.matmul(a, b) - ref).norm() / ref_norm).item()
-    t_blas0 = time_torch(lambda: torch.matmul(a, b, out=c_blas), 5, args.repeat)
+    t_blas0 = baseline.cuda_median_seconds(lambda: torch.matmul(a, b, out=c_blas), args.repeat)
 
     rows = []
     for cfg in args.configs:
@@ -83,7 +68,7 @@ def main() -> None:
         regs = fn.get_attribute(drv.function_attribute.NUM_REGS)
         rows.append((cfg, t, err, regs, build_s))
 
-    t_blas1 = time_torch(lambda: torch.matmul(a, b, out=c_blas), 5, args.repeat)
+    t_blas1 = baseline.cuda_median_seconds(lambda: torch.matmul(a, b, out=c_blas), args.repeat)
     t_blas = min(t_blas0, t_blas1)
     print(f"\nSGEMM {M}x{N}x{K} float32 on {torch.cuda.get_device_name()} "
           f"(cuBLAS via torch {torch.__version__}, TF32 off)")

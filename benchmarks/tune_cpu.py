@@ -1,9 +1,12 @@
 """Auto-scheduler benchmark on this CPU: autosched next to numpy and TVM MetaSchedule, in one run.
 
-For each workload and trial budget, tune from scratch (a fresh log), then time the best schedule,
-the untuned default schedule and numpy (where numpy has the operator) with the same timer; when
-the TVM venv exists (.venv-tvm, see requirements-tvm.txt), run benchmarks/tvm_baseline.py in the
-same run, after autosched, at the same budgets. Prints a table and writes
+For each workload and trial budget, tune from scratch (a fresh log), then time the best schedule
+and numpy (where numpy has the operator; OpenBLAS with its own kernel for this CPU, see
+benchmarks/baseline.py) in alternating rounds, and the untuned default schedule once; when the
+TVM venv exists (.venv-tvm, see requirements-tvm.txt), run benchmarks/tvm_baseline.py in the
+same run, after autosched, at the same budgets. "tuner ms" is the best record of the tuning log
+(the tuner's own measurement in its run worker); "autosched ms" is the final timing of that
+schedule here, as median round (best round). Prints a table and writes
 benchmarks/results/tune_cpu.json.
 
     .venv/bin/python benchmarks/tune_cpu.py --trials 64 256
@@ -21,14 +24,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
+
+import numpy as np  # noqa: E402
+
 import autosched as aus  # noqa: E402
+from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.workloads import make  # noqa: E402
 
+TVM_PYTHON = ROOT / ".venv-tvm" / "bin" / "python"
 SHAPES = {
     "gemm": [1024, 1024, 1024],
     "conv2d": [1, 64, 56, 56, 64, 3, 3, 1, 1],
@@ -60,31 +69,29 @@ def _numpy_fn(name: str, xs: list[np.ndarray]):  # noqa: ANN202
     return None  # numpy has no depthwise convolution
 
 
-def _median(fn, min_s: float = 0.2) -> float:  # noqa: ANN001
-    fn()
-    times = []
-    t_end = time.perf_counter() + min_s
-    while len(times) < 5 or time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def _time_schedule(task: aus.Task, sch, inputs: list[np.ndarray]) -> float:  # noqa: ANN001
+def _schedule_timer(task: aus.Task, sch, inputs: list[np.ndarray]):  # noqa: ANN001, ANN202
+    """A timer of ``sch``: the median of 7 repeats of at least 100 ms (warm, after a call)."""
     mod = task.build(sch)
     outs = [np.empty(tuple(o.shape), o.dtype) for o in task.outputs]
-    return mod.time(*inputs, *outs, repeat=7, min_repeat_ms=100).median
+    return lambda: mod.time(*inputs, *outs, repeat=7, min_repeat_ms=100).median
 
 
-def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Generator) -> list[dict]:
+def _timers(task: aus.Task, sch, inputs: list[np.ndarray], np_fn) -> dict:  # noqa: ANN001
+    """Round timers for the schedule and numpy (calls lasting 0.7 s in all), same inputs."""
+    timers = {"autosched": _schedule_timer(task, sch, inputs)}
+    if np_fn is not None:
+        timers["numpy"] = lambda: baseline.median_seconds(np_fn, min_s=0.7, min_runs=7)
+    return timers
+
+
+def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Generator,
+                  rounds: int) -> list[dict]:
     tensors = make(name, SHAPES[name])
     task = aus.Task(lambda: tensors, target="llvm", name=name)
     inputs = [rng.uniform(-1, 1, tuple(t.shape)).astype(t.dtype) for t in task.args
               if t not in task.outputs]
-    default = _time_schedule(task, task.schedule(), inputs)
+    default = _schedule_timer(task, task.schedule(), inputs)()
     np_fn = _numpy_fn(name, inputs)
-    numpy_s = _median(np_fn) if np_fn else None
     rows = []
     for trials in budgets:
         log = work / f"{name}_{trials}.jsonl"
@@ -92,16 +99,24 @@ def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Gene
         t0 = time.perf_counter()
         aus.tune(task, trials=trials, log=log, options=aus.TuneOptions(seed=0, verbose=True))
         wall = time.perf_counter() - t0
-        best = _time_schedule(task, aus.best_schedule(task, log), inputs)
+        tuner = min((r.cost for r in RecordLog(log).records_for(task.workload_key, task.target)
+                     if r.ok), default=float("inf"))
+        got = baseline.alternate(_timers(task, aus.best_schedule(task, log), inputs, np_fn),
+                                 rounds)
+        best, numpy = got["autosched"], got.get("numpy")
         rows.append({"workload": name, "trials": trials, "default_ms": default * 1e3,
-                     "autosched_ms": best * 1e3, "numpy_ms": numpy_s * 1e3 if numpy_s else None,
-                     "gflops": task.flop_count / best / 1e9, "tune_wall_s": wall})
+                     "tuner_ms": tuner * 1e3, "autosched_ms": best.median * 1e3,
+                     "autosched_best_ms": best.best * 1e3,
+                     "numpy_ms": numpy.median * 1e3 if numpy else None,
+                     "numpy_best_ms": numpy.best * 1e3 if numpy else None,
+                     "gflops": task.flop_count / best.median / 1e9, "tune_wall_s": wall,
+                     "rounds": {n: r.as_dict() for n, r in got.items()}})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def run_tvm(names: list[str], budgets: list[int], out: Path) -> dict:
-    py = ROOT / ".venv-tvm" / "bin" / "python"
+    py = TVM_PYTHON
     if not py.exists():
         print("TVM baseline skipped: .venv-tvm not found (see benchmarks/requirements-tvm.txt)")
         return {}
@@ -122,19 +137,26 @@ def main() -> int:
     p.add_argument("--extra", nargs="*", default=[],
                    help="more budgets, e.g. gemm=256 (a workload not in --workloads: only those)")
     p.add_argument("--no-tvm", action="store_true")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="alternating timing rounds of the best schedule and numpy")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tune_cpu.json")
     args = p.parse_args()
     work = Path("/tmp/autosched_bench")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng()
+    machine = baseline.header()
+    print(machine)
+    print(f"# peers: {baseline.numpy_peer()}; TVM MetaSchedule "
+          f"{'in .venv-tvm' if TVM_PYTHON.exists() and not args.no_tvm else 'not run'}",
+          flush=True)
     rows = []
     budgets = {name: args.trials for name in args.workloads}
     for spec in args.extra:  # e.g. gemm=256: one more budget for one workload
         name, _, n = spec.partition("=")
         budgets[name] = budgets.get(name, []) + [int(n)]
     for name in budgets:  # autosched then TVM per workload: both see similar load
-        mine = run_autosched(name, budgets[name], work, rng)
+        mine = run_autosched(name, budgets[name], work, rng, args.rounds)
         tvm = {} if args.no_tvm else run_tvm([name], budgets[name], work / f"tvm_{name}.json")
         for r in mine:
             t = tvm.get((r["workload"], r["trials"]))
@@ -143,7 +165,8 @@ def main() -> int:
             r["load_avg"] = os.getloadavg()[0]
         rows += mine
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"cpu": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+        args.out.write_text(json.dumps({"machine": machine, "peer": baseline.numpy_peer(),
+                                        "rows": rows}, indent=1) + "\n")
         print_table(rows)
     return 0
 
@@ -153,13 +176,17 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"| {'workload':17} | trials | default ms | autosched ms | GFLOPS | numpy ms | TVM ms | autosched wall s | TVM wall s |"
+    head = (f"| {'workload':17} | trials | default ms | tuner ms | autosched ms median (best) "
+            "| GFLOPS | numpy ms median (best) | TVM ms | autosched wall s | TVM wall s | load |")
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
+        mine = f"{r['autosched_ms']:.3f} ({r['autosched_best_ms']:.3f})"
+        numpy = "-" if r["numpy_ms"] is None else f"{r['numpy_ms']:.3f} ({r['numpy_best_ms']:.3f})"
         print(f"| {r['workload']:17} | {r['trials']:6} | {r['default_ms']:10.3f} | "
-              f"{r['autosched_ms']:12.3f} | {r['gflops']:6.1f} | {_fmt(r['numpy_ms']):>8} | "
-              f"{_fmt(r.get('tvm_ms')):>6} | {r['tune_wall_s']:16.0f} | {_fmt(r.get('tvm_wall_s'), '.0f'):>10} |")
+              f"{r['tuner_ms']:8.3f} | {mine:>27} | {r['gflops']:6.1f} | {numpy:>22} | "
+              f"{_fmt(r.get('tvm_ms')):>6} | {r['tune_wall_s']:16.0f} | "
+              f"{_fmt(r.get('tvm_wall_s'), '.0f'):>10} | {r['load_avg']:4.1f} |")
 
 
 if __name__ == "__main__":

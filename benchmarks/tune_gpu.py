@@ -20,6 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()
+
+import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
+
 import autosched as aus  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.workloads import make  # noqa: E402
@@ -34,11 +40,7 @@ WORKLOADS = {
 
 
 def torch_ms(op: str, shape: list[int]) -> float:
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
+    """cuBLAS / cuDNN through torch (TF32 off, like our float32 kernels): median ms."""
     dev = torch.device("cuda")
     if op == "gemm":
         m, n, k = shape
@@ -48,19 +50,7 @@ def torch_ms(op: str, shape: list[int]) -> float:
         nb, c, h, w, o, kh, kw, s, p = shape
         x, wt = torch.rand(nb, c, h, w, device=dev), torch.rand(o, c, kh, kw, device=dev)
         fn = lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=p)  # noqa: E731
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(50):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    times.sort()
-    return times[len(times) // 2]
+    return baseline.cuda_median_seconds(fn, repeat=50, warmup=10) * 1e3
 
 
 def main() -> int:
@@ -70,6 +60,8 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "tune_gpu.json")
     args = p.parse_args()
+    print(baseline.header())
+    print(f"# peer: {baseline.set_torch(tf32=False)}", flush=True)
     rows = []
     for name in args.workloads:
         op, shape = WORKLOADS[name]

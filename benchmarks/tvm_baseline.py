@@ -34,6 +34,11 @@ from pathlib import Path
 # XGBoost (MetaSchedule's cost model) and TVM's thread pool must not spin while kernels are timed.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import baseline  # noqa: E402  standard library only: no autosched here
+
+baseline.prepare()
+
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import te  # noqa: E402
@@ -346,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     # timer starts so the first tuning run is not charged for it.
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
+    print(baseline.header())
     print(f"TVM {tvm.__version__}, target {target}, {platform.processor() or platform.machine()}")
     if args.retime:
         retime(args, target)

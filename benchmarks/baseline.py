@@ -1,0 +1,308 @@
+"""Peers at their best, and the machine stated: the helper every benchmark script uses.
+
+Call ``prepare()`` before numpy is imported (if numpy is already loaded, it starts the script
+again with a cleaned environment), then state what is compared::
+
+    from benchmarks import baseline
+    baseline.prepare()
+    import numpy as np
+    print(baseline.header())              # date, commit, CPU model / LLVM name / ISA, GPU, load
+    print("# peer:", baseline.numpy_peer())   # numpy, OpenBLAS kernel and threads (checked)
+    rounds = baseline.alternate({"autosched": ours, "numpy": theirs}, rounds=5)
+    print(baseline.rounds_line(rounds))   # median of the rounds and the best round, per side
+
+Why: OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) in the environment pin OpenBLAS to one kernel
+whatever the CPU. With OPENBLAS_CORETYPE=Haswell an AVX-512 CPU runs numpy's GEMM at about half
+its speed, and a comparison with it flatters whoever is compared. Tests keep the environment as
+it is; only benchmark processes clean it. Peers are timed in alternating rounds in one process,
+the order rotating, so a slow spell of a shared machine lands on every side.
+
+This module imports only the standard library at load time: tvm_baseline.py uses it from the
+TVM virtualenv, where autosched and llvmlite may be missing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# set in the environment, these pin OpenBLAS to a kernel chosen for another CPU
+FORCED_BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# OpenBLAS kernels that use AVX-512 (what OpenBLAS picks by itself on an AVX-512 CPU)
+AVX512_BLAS_KERNELS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+class PeerError(SystemExit):
+    """A peer would run handicapped (or cannot be stated); the benchmark refuses to run."""
+
+
+def prepare() -> None:
+    """Let OpenBLAS choose its kernel for this CPU: unset FORCED_BLAS_VARS in this process (and
+    so in its children). OpenBLAS reads them once, when numpy loads it: if numpy is already
+    imported, run this script again from the start without them."""
+    forced = {k: os.environ[k] for k in FORCED_BLAS_VARS if k in os.environ}
+    if not forced:
+        return
+    said = ", ".join(f"{k}={v}" for k, v in forced.items())
+    if "numpy" in sys.modules:
+        print(f"# baseline: numpy was imported with {said}; restarting without them",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        env = {k: v for k, v in os.environ.items() if k not in FORCED_BLAS_VARS}
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    for k in forced:
+        del os.environ[k]
+    print(f"# baseline: unset {said} so that OpenBLAS picks this CPU's kernel", file=sys.stderr)
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return fields
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def isa() -> str:
+    """The widest vector ISA of this CPU: AVX-512, AVX2, NEON, or the machine name."""
+    flags = set(_cpuinfo().get("flags", _cpuinfo().get("Features", "")).split())
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("asimd", "NEON")):
+        if flag in flags:
+            return name
+    import platform
+
+    return platform.machine() or "unknown"
+
+
+def llvm_cpu() -> str:
+    """LLVM's name for this CPU (what autosched compiles for), or '-' without llvmlite."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return "-"
+    return llvm.get_host_cpu_name()
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name, from torch if it is loaded, else nvidia-smi; None without one."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return names[0] if names else None
+
+
+def commit() -> str:
+    """The checkout's commit, with '+changes' when autosched/ or benchmarks/ differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              timeout=20).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=10", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "autosched",
+                    "benchmarks")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+changes" if dirty else "")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def header() -> str:
+    """One line: date, commit, CPU model, LLVM CPU name, ISA, cores, GPU, load average."""
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = _cpuinfo().get("model name", "unknown CPU")
+    gpu = gpu_name()
+    return (f"# {date} | commit {commit()} | {cpu} ({llvm_cpu()}, {isa()}), "
+            f"{os.cpu_count()} cores | GPU {gpu or 'none'} | load average {load()}")
+
+
+# -- peers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blas:
+    """numpy's BLAS as loaded in this process."""
+
+    library: str
+    kernel: str
+    threads: int
+
+    def __str__(self) -> str:
+        return f"{self.library}, {self.kernel} kernel, {self.threads} threads"
+
+
+def numpy_blas() -> Blas:
+    """Which BLAS numpy runs, which kernel and how many threads (threadpoolctl)."""
+    import numpy as np
+
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        warnings.warn("threadpoolctl is not installed: numpy's BLAS kernel cannot be stated "
+                      "(pip install threadpoolctl)", stacklevel=2)
+        return Blas("unknown BLAS", "unknown", 0)
+    np.ones(1) @ np.ones(1)  # the BLAS library is loaded with numpy; this makes sure it is
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    if not pools:
+        return Blas("no BLAS found", "unknown", 0)
+    p = pools[0]
+    return Blas(f"{p.get('internal_api', '?')} {p.get('version', '?')}",
+                str(p.get("architecture", "unknown")), int(p.get("num_threads", 0)))
+
+
+def check_blas(blas: Blas, cpu_isa: str) -> None:
+    """Refuse a BLAS kernel below the CPU: on an AVX-512 CPU, an OpenBLAS kernel without it."""
+    if (cpu_isa == "AVX-512" and blas.library.startswith("openblas")
+            and blas.kernel.lower() not in AVX512_BLAS_KERNELS):
+        raise PeerError(f"baseline: numpy's OpenBLAS runs its {blas.kernel} kernel on an AVX-512 "
+                        f"CPU (is OPENBLAS_CORETYPE set? call baseline.prepare() before numpy)")
+
+
+def numpy_peer() -> str:
+    """numpy's version and BLAS, checked: a one-line description for the output."""
+    import numpy as np
+
+    blas = numpy_blas()
+    check_blas(blas, isa())
+    return f"numpy {np.__version__} ({blas})"
+
+
+def ort_peer(threads: int | None) -> str:
+    """How onnxruntime runs when given ``threads`` intra-op threads (None: its default)."""
+    import onnxruntime as ort
+
+    count = threads or "default (one per physical core)"
+    return (f"onnxruntime {ort.__version__} (CPUExecutionProvider, all graph optimizations, "
+            f"intra-op threads {count})")
+
+
+def set_torch(tf32: bool) -> str:
+    """Set torch's TF32 use for matmuls and cuDNN convolutions alike, and let cuDNN pick its
+    fastest algorithms (benchmark mode); say what was set."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    return (f"torch {torch.__version__}, TF32 {'on' if tf32 else 'off'} (matmul and cuDNN), "
+            "cudnn.benchmark on")
+
+
+def torch_variants(module: Any) -> dict[str, Any]:
+    """torch eager, torch.compile and torch.compile(mode='reduce-overhead') (CUDA graphs) of
+    ``module``, each compiled from its own copy and after a reset, so the current TF32
+    setting is the one compiled in and no mode reuses another's code."""
+    import copy
+
+    import torch
+
+    torch._dynamo.reset()
+    return {"torch eager": module,
+            "torch.compile": torch.compile(copy.deepcopy(module)),
+            "torch.compile reduce-overhead": torch.compile(copy.deepcopy(module),
+                                                           mode="reduce-overhead")}
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """One side's seconds per round, in the order they ran."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def best(self) -> float:
+        return min(self.seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"median_ms": self.median * 1e3, "best_ms": self.best * 1e3,
+                "rounds_ms": [s * 1e3 for s in self.seconds]}
+
+
+def alternate(timers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, Rounds]:
+    """Run each timer (it returns the seconds of one round) once per round, ``rounds`` times,
+    rotating which goes first, so that no side always follows the same neighbour."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    names = list(timers)
+    got: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            got[n].append(timers[n]())
+    return {n: Rounds(tuple(got[n])) for n in names}
+
+
+def rounds_line(results: Mapping[str, Rounds], unit: float = 1e3, digits: int = 3) -> str:
+    """'name median (best b)' per side, in ms by default."""
+    return ", ".join(f"{n} {r.median * unit:.{digits}f} (best {r.best * unit:.{digits}f})"
+                     for n, r in results.items())
+
+
+def median_seconds(fn: Callable[[], Any], min_s: float = 0.2, min_runs: int = 5) -> float:
+    """Median seconds of one call of ``fn`` over at least ``min_runs`` calls lasting ``min_s``
+    in all, after one warm-up call."""
+    fn()
+    times: list[float] = []
+    deadline = time.perf_counter() + min_s
+    while len(times) < min_runs or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def cuda_median_seconds(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:
+    """Median seconds of ``fn`` on the GPU (CUDA events around each call, after ``warmup``
+    calls), under torch.no_grad."""
+    import torch
+
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(repeat):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
