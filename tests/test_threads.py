@@ -78,3 +78,40 @@ def test_eight_threads_share_one_model(cnn, rng):
 @pytest.mark.skipif(not SLOW, reason="soak test: set AUTOSCHED_SLOW=1")
 def test_soak_ten_thousand_calls_from_eight_threads(cnn, rng):
     _check(cnn, rng, threads=8, calls=10_000)
+
+
+def test_cuda_model_serialises_threads(monkeypatch: pytest.MonkeyPatch, rng):
+    """The GPU executor on the stand-in driver of test_graph_executor_cuda (host memory as
+    device memory, the CPU kernels as CUDA kernels): one set of device buffers, so calls must
+    take turns, each with the model's context current on its thread."""
+    from autosched.graph.executor_cuda import CudaModel
+    from autosched.targets.cuda import runtime as rt
+    from autosched.targets.target import parse
+    from tests.test_graph_executor_cuda import _FakeDriver, _FakeModule
+
+    class Context:
+        current: dict[int, list[object]] = {}
+
+        def push(self) -> None:
+            Context.current.setdefault(threading.get_ident(), []).append(self)
+
+        @staticmethod
+        def pop() -> None:
+            Context.current[threading.get_ident()].pop()
+
+    drv = _FakeDriver()
+    ctx = Context()
+    drv.Context.pop = Context.pop
+    monkeypatch.setattr(rt, "_driver", lambda: drv)
+    monkeypatch.setattr(rt, "_context", lambda: ctx)
+    onnx_model = small_cnn(image=10, seed=5)
+    cpu = aus.compile(load_graph(onnx_model), target="llvm")
+    kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
+               for k in cpu.kernels]
+    model = CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)
+    name, shape = cpu.graph.inputs[0].name, cpu.graph.inputs[0].shape
+    inputs = [{name: rng.uniform(-1, 1, shape).astype("float32")} for _ in range(8)]
+    want = [cpu.run(x) for x in inputs]
+    errors = _hammer(model, inputs, want, threads=8, calls=200, seed=int(rng.integers(2**32)))
+    assert not errors, f"{len(errors)} of 200 calls went wrong, e.g. {errors[:3]}"
+    assert all(not stack for stack in Context.current.values())  # every push was popped

@@ -5,6 +5,10 @@ are copied to the device once, when the model is built; a run copies the inputs 
 every kernel back to back (no synchronisation between them) and copies the outputs out. Needs
 pycuda (imported on first use: ``import autosched`` works without it).
 
+Calls from several threads are serialised by a lock: the device buffers are one set, and the
+GPU runs one model's kernels at a time anyway. Each call makes the model's CUDA context current
+on its thread (a context is current only on the thread that pushed it).
+
 Example::
 
     model = aus.compile(graph, target="cuda")
@@ -15,6 +19,9 @@ Example::
 from __future__ import annotations
 
 import statistics
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,7 +41,8 @@ class CudaModel:
         from autosched.targets.cuda import runtime as rt
 
         self.drv = drv = rt._driver()
-        rt._context()
+        self._context = rt._context()
+        self._lock = threading.Lock()
         self.graph = graph
         self.kernels = kernels
         self.target = target
@@ -78,6 +86,19 @@ class CudaModel:
                 raise RuntimeError_(f"task {task}: kernel {name} (grid {grid}, block {block}) "
                                     f"failed: {exc}") from exc
 
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The device buffers to this call alone, with the model's context current."""
+        with self._lock:
+            if self._context is None:  # a stand-in driver without contexts
+                yield
+                return
+            self._context.push()
+            try:
+                yield
+            finally:
+                self.drv.Context.pop()
+
     def _copy_in(self, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         host = check_inputs(self.graph, inputs)
         for name, a in host.items():
@@ -85,6 +106,10 @@ class CudaModel:
         return host
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        with self._exclusive():
+            return self._run(inputs)
+
+    def _run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         host = self._copy_in(inputs)
         drv = self.drv
         self._launch()
@@ -108,6 +133,10 @@ class CudaModel:
 
     def time(self, inputs: dict[str, Any], repeat: int = 20, warmup: int = 3) -> float:
         """Median seconds of the kernels of one run (CUDA events; inputs copied in once)."""
+        with self._exclusive():
+            return self._time(inputs, repeat, warmup)
+
+    def _time(self, inputs: dict[str, Any], repeat: int, warmup: int) -> float:
         self._copy_in(inputs)
         drv = self.drv
         for _ in range(warmup):
