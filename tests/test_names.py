@@ -124,3 +124,22 @@ def test_every_name_as_tensor_and_task_runs_host_emulated(chunk: int,
 @pytest.mark.parametrize("chunk", range(len(_chunks(160))))
 def test_every_name_as_tensor_and_task_runs_on_llvm(chunk: int, rng: np.random.Generator) -> None:
     _check(_chunks(160)[chunk], "llvm", rng)
+
+
+@pytest.mark.parametrize("name", ["memcpy", "memset", "malloc", "free", "aligned_alloc", "main",
+                                  "sqrtf", "pow", "abort", "exit"])
+def test_libc_symbols_as_llvm_function_names(name: str, rng: np.random.Generator) -> None:
+    # the kernel allocates a buffer, runs a parallel loop, copies and calls expf: every runtime
+    # function it needs must still be the C library's, not the kernel itself
+    A = te.placeholder((64, 37), name="A")
+    T = te.compute((64, 37), lambda i, j: te.exp(A[i, j]), name="T")
+    C = te.compute((64, 37), lambda i, j: T[i, j] + A[i, j], name="C")
+    s = te.create_schedule(C.op)
+    s[C].parallel(C.op.axis[0])
+    s[T].compute_root()
+    s[T].parallel(T.op.axis[0])
+    mod = aus.build(s, [A, C], target="llvm", name=name)
+    a = rng.uniform(-2, 2, (64, 37)).astype("float32")
+    c = np.full((64, 37), np.nan, "float32")
+    mod(a, c)
+    np.testing.assert_allclose(c, np.exp(a) + a, rtol=1e-5, atol=1e-6)
