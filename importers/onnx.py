@@ -25,6 +25,7 @@ import numpy as np
 
 from autosched import te
 from autosched.errors import ModelImportError
+from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_outputs
 from autosched.graph.graph import Graph, Node, ValueInfo
 from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
 from autosched.graph.ops_math import onnx_dtype
@@ -278,28 +279,10 @@ def from_onnx(model: str | os.PathLike | Any,
     declared = {vi.name: vi for vi in list(g.output) + list(g.value_info)}
     ctx = ConvertContext(opset=opset)
     kept: list[Node] = []
+    unfolded: dict[str, Node] = {}   # values too large to fold -> the node computing them
     for node in nodes:
-        ins: list[Tensor | np.ndarray | None] = []
-        for k, name in enumerate(node.inputs):
-            if name == "":
-                ins.append(None)
-            elif name in env:
-                v = env[name]
-                # a fresh placeholder per use: shapes are all the importer needs, and a chain
-                # of node computations would make deep models deep TE expressions
-                ins.append(te.placeholder(v.shape, dtype=v.dtype, name=_safe(name))
-                           if isinstance(v, Tensor) else v)
-            else:
-                raise ModelImportError(
-                    f"{where}: node {node.name!r} ({node.op_type}) reads input {k} {name!r}, "
-                    "which no graph input, initializer or earlier node defines (a missing "
-                    "initializer?)")
-        for k in const_inputs(node.op_type, opset):
-            if k < len(ins) and isinstance(ins[k], Tensor):
-                raise ModelImportError(
-                    f"{where}: node {node.name!r} ({node.op_type}) needs input {k} "
-                    f"({node.inputs[k]!r}) to be a constant: it fixes the output shape")
-        outs = convert(node, ins, ctx)
+        ins = _node_inputs(node, env, unfolded, opset, where)
+        node, outs = _convert(node, ins, ctx, where)
         folded = True
         for name, v in zip(node.outputs, outs):
             if not name:
@@ -319,6 +302,8 @@ def from_onnx(model: str | os.PathLike | Any,
                     constants[name] = np.asarray(v)
         else:
             kept.append(node)
+            if all(not i or i in constants for i in node.inputs):
+                unfolded.update((o, node) for o in node.outputs if o)
 
     outputs = [o.name for o in g.output]
     for name in outputs:
@@ -329,6 +314,47 @@ def from_onnx(model: str | os.PathLike | Any,
     consts = {k: v for k, v in constants.items() if k in used}
     return Graph(inputs=inputs, outputs=outputs, nodes=kept, constants=consts,
                  values={k: v for k, v in values.items()}, name=g.name or "model", opset=opset)
+
+
+def _node_inputs(node: Node, env: dict[str, Tensor | np.ndarray], unfolded: dict[str, Node],
+                 opset: int, where: str) -> list[Tensor | np.ndarray | None]:
+    """What the converter of ``node`` reads: arrays for constants, None for omitted inputs,
+    and a fresh placeholder per use of a runtime value (shapes are all the importer needs, and
+    a chain of node computations would make deep models deep TE expressions)."""
+    ins: list[Tensor | np.ndarray | None] = []
+    for k, name in enumerate(node.inputs):
+        if name == "":
+            ins.append(None)
+        elif name in env:
+            v = env[name]
+            ins.append(te.placeholder(v.shape, dtype=v.dtype, name=_safe(name))
+                       if isinstance(v, Tensor) else v)
+        else:
+            raise ModelImportError(
+                f"{where}: node {node.name!r} ({node.op_type}) reads input {k} {name!r}, "
+                "which no graph input, initializer or earlier node defines (a missing "
+                "initializer?)")
+    for k in const_inputs(node.op_type, opset):
+        if k < len(ins) and isinstance(ins[k], Tensor):
+            big = unfolded.get(node.inputs[k])
+            why = ("" if big is None else f"; node {big.name!r} ({big.op_type}) computes it at "
+                   f"run time, since folding it would take over {FOLD_LIMIT_BYTES} bytes")
+            raise ModelImportError(
+                f"{where}: node {node.name!r} ({node.op_type}) needs input {k} "
+                f"({node.inputs[k]!r}) to be a constant: it fixes the output shape{why}")
+    return ins
+
+
+def _convert(node: Node, ins: list[Tensor | np.ndarray | None], ctx: ConvertContext,
+             where: str) -> tuple[Node, list[Any]]:
+    """The node's outputs: arrays when it folds, else TE tensors. A node of constants whose
+    values would take more than FOLD_LIMIT_BYTES stays a runtime kernel (maybe as another
+    node: autosched.graph.fold.runtime_node)."""
+    if ins and all(v is None or isinstance(v, np.ndarray) for v in ins):
+        size = folded_bytes(node, ins, ctx.opset)
+        if size is not None and size > FOLD_LIMIT_BYTES:
+            return runtime_outputs(node, ins, ctx, where)
+    return node, convert(node, ins, ctx)
 
 
 def _check_declared(vi: Any, info: ValueInfo, node: Node, where: str) -> None:

@@ -176,3 +176,106 @@ def test_chain_of_3000_elementwise_nodes(rng: np.random.Generator) -> None:
     (got,) = _compiled(m, {"x": x})
     (want,) = _ort(m, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# --- constants too large to fold -------------------------------------------------------------
+
+def _i64(*v: int) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+def _tiny_model_of_huge_constant(op: str) -> onnx.ModelProto:
+    if op == "ConstantOfShape":
+        node = helper.make_node(op, ["s"], ["y"], name="fill")
+        inits = {"s": _i64(50_000, 50_000)}
+    else:
+        node = helper.make_node(op, ["a", "b", "c"], ["y"], name="fill")
+        inits = {"a": _i64(0).reshape(()), "b": _i64(3_000_000_000).reshape(()),
+                 "c": _i64(1).reshape(())}
+    return _model([node], [], ["y"], inits)
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Range"])
+def test_huge_constant_fails_fast_naming_the_node(op: str) -> None:
+    import resource
+    import time
+
+    m = _tiny_model_of_huge_constant(op)
+    assert len(m.SerializeToString()) < 200
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with pytest.raises(ModelImportError) as err:
+        from_onnx(m)
+    assert time.perf_counter() - start < 2
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100 << 10  # KiB
+    _one_line(err, "node 'fill'", op, "too large")
+
+
+# just over the 64 MiB folding limit: the values are computed by a kernel at run time
+BIG = 4097
+
+
+def _big_fill(rng: np.random.Generator) -> tuple[list[Any], dict[str, np.ndarray]]:
+    value = numpy_helper.from_array(np.array([rng.uniform(1, 2)], np.float32))
+    return [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill", value=value),
+            helper.make_node("Mul", ["c", "x"], ["y"], name="mul")], {"s": _i64(BIG, BIG)}
+
+
+def _big_range(rng: np.random.Generator) -> tuple[list[Any], dict[str, np.ndarray]]:
+    start, step = int(rng.integers(-9, 9)), int(rng.integers(2, 5))
+    inits = {"a": np.array(start, np.int32), "b": np.array(start + step * BIG * BIG, np.int32),
+             "d": np.array(step, np.int32), "s": _i64(BIG, BIG)}
+    return [helper.make_node("Range", ["a", "b", "d"], ["r"], name="range"),
+            helper.make_node("Reshape", ["r", "s"], ["c"], name="reshape"),
+            helper.make_node("Cast", ["c"], ["cf"], name="cast", to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["cf", "x"], ["y"], name="mul")], inits
+
+
+def _big_expand(rng: np.random.Generator) -> tuple[list[Any], dict[str, np.ndarray]]:
+    inits = {"v": rng.standard_normal((1, BIG)).astype("float32"), "s": _i64(BIG, BIG)}
+    return [helper.make_node("Expand", ["v", "s"], ["c"], name="expand"),
+            helper.make_node("Mul", ["c", "x"], ["y"], name="mul")], inits
+
+
+@pytest.mark.parametrize("build", [_big_fill, _big_range, _big_expand])
+def test_constant_over_the_fold_limit_runs_as_a_kernel(build: Any,
+                                                       rng: np.random.Generator) -> None:
+    nodes, inits = build(rng)
+    m = _model(nodes, [_f32("x", [BIG, 1])], ["y"], inits)
+    g = from_onnx(m)
+    assert sum(a.nbytes for a in g.constants.values()) < 1 << 20
+    x = rng.standard_normal((BIG, 1)).astype("float32")
+    (got,) = aus.compile(g, "llvm").run({"x": x})
+    (want,) = _ort(m, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_unfoldable_value_needed_as_a_constant_names_both_nodes() -> None:
+    count = 9_000_000  # 72 MB of int64
+    inits = {"a": _i64(1).reshape(()), "b": _i64(count + 1).reshape(()),
+             "d": _i64(1).reshape(())}
+    m = _model([helper.make_node("Range", ["a", "b", "d"], ["r"], name="range"),
+                helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape")],
+               [_f32("x", [2, 3])], ["y"], inits)
+    with pytest.raises(ModelImportError) as err:
+        from_onnx(m)
+    _one_line(err, "node 'reshape'", "node 'range'", "constant")
+
+
+def test_fold_constants_pass_keeps_huge_values_as_kernels(rng: np.random.Generator) -> None:
+    from autosched.graph import Graph, Node, ValueInfo
+    from autosched.graph.passes import fold_constants
+
+    v = rng.standard_normal((1, BIG)).astype("float32")
+    values = {"x": ValueInfo("x", (BIG, 1), "float32"), "v": ValueInfo("v", v.shape, "float32"),
+              "s": ValueInfo("s", (2,), "int64"),
+              "c": ValueInfo("c", (BIG, BIG), "float32"),
+              "y": ValueInfo("y", (BIG, BIG), "float32")}
+    g = Graph(inputs=[values["x"]], outputs=["y"],
+              nodes=[Node("expand", "Expand", ["v", "s"], ["c"]),
+                     Node("mul", "Mul", ["c", "x"], ["y"])],
+              constants={"v": v, "s": _i64(BIG, BIG)}, values=values, opset=17)
+    assert [n.name for n in fold_constants(g).nodes] == ["expand", "mul"]
+    x = rng.standard_normal((BIG, 1)).astype("float32")
+    (got,) = aus.compile(g, "llvm").run({"x": x})
+    np.testing.assert_allclose(got, v * x, rtol=1e-6)

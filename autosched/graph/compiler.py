@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import ModelImportError
+from autosched.graph import fold  # noqa: F401  registers the converters of unfolded nodes
 from autosched.graph.fuse import Group, fuse
 from autosched.graph.graph import Graph
 from autosched.search.task import Task
@@ -71,12 +72,17 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> Gr
     opset = graph.opset or 17
     must_const = {n.inputs[k] for n in group.nodes for k in const_inputs(n.op_type, opset)
                   if k < len(n.inputs)}
+    # a node of constants left to run (too large to fold) reads them as kernel arguments:
+    # given arrays, its converter would fold it again
+    as_args = {i for n in group.nodes if all(i in graph.constants for i in n.inputs if i)
+               for i in n.inputs if i} - must_const
     ctx = ConvertContext(opset=opset)
     values: dict[str, Any] = {}
     name_of: dict[int, str] = {}   # id(placeholder tensor op) -> value name
     for k, name in enumerate(group.inputs):
         const = graph.constants.get(name)
-        if const is not None and (_attr_like(const) or name in must_const):
+        if const is not None and name not in as_args and (_attr_like(const)
+                                                          or name in must_const):
             values[name] = const
             ctx.names[id(const)] = f"c{k}"   # canonical: identical groups name stages alike
             continue
@@ -118,10 +124,11 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> Gr
 
 
 def runtime_values(graph: Graph) -> set[str]:
+    """Values computed at run time: the inputs and every node output that is no constant
+    (after folding, nodes of constants left in the graph are those too large to fold)."""
     out = {v.name for v in graph.inputs}
     for n in graph.nodes:
-        if any(i in out for i in n.inputs if i):
-            out.update(o for o in n.outputs if o)
+        out.update(o for o in n.outputs if o and o not in graph.constants)
     return out
 
 

@@ -17,6 +17,7 @@ import copy
 
 import numpy as np
 
+from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
 from autosched.graph.graph import KERNEL_LAYOUT, Graph, Node, ValueInfo
 
 
@@ -44,7 +45,8 @@ def _evaluate(node: Node, outs: list, ctx) -> list[np.ndarray]:  # noqa: ANN001
     phs = list(ctx.constants)
     task = Task(lambda: phs + outs, target="llvm", name=f"fold_{node.op_type}")
     mod = task.build(SearchSpace(task).default_schedule())
-    arrays = [np.ascontiguousarray(ctx.constants[p]) for p in task.args[: len(phs)]]
+    # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them 1-d)
+    arrays = [np.require(ctx.constants[p], requirements="C") for p in task.args[: len(phs)]]
     results = [np.empty([int(d) for d in t.shape], t.dtype) for t in outs]
     mod(*arrays, *results)
     return results
@@ -53,7 +55,8 @@ def _evaluate(node: Node, outs: list, ctx) -> list[np.ndarray]:  # noqa: ANN001
 def fold_constants(graph: Graph) -> Graph:
     """Replace every node whose inputs are all constants by its outputs' values (the importer
     folds what its converters return as numpy; this folds the rest, e.g. a Conv of constants,
-    by running it once)."""
+    by running it once), unless they would take more than FOLD_LIMIT_BYTES: then a kernel
+    computes them at run time."""
     from autosched.graph.ops import ConvertContext, convert
     from autosched.te.dag import ComputeDAG
     from autosched.te.tensor import Tensor
@@ -65,8 +68,13 @@ def fold_constants(graph: Graph) -> Graph:
         if not ins or not all(i in g.constants for i in ins):
             kept.append(node)
             continue
+        values = [g.constants[i] if i else None for i in node.inputs]
+        size = folded_bytes(node, values, g.opset or 17)
+        if size is not None and size > FOLD_LIMIT_BYTES:
+            kept.append(runtime_node(node, values))  # a kernel computes it at run time
+            continue
         ctx = ConvertContext(opset=g.opset or 17)
-        outs = convert(node, [g.constants[i] if i else None for i in node.inputs], ctx)
+        outs = convert(node, values, ctx)
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if tensors:
             # placeholders the converter made for constant inputs, in the DAG's order
