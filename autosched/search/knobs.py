@@ -33,6 +33,7 @@ class TileKnob:
     nondividing: float = 0.15   # chance that a drawn length need not divide what is left
     prefer: tuple[int, ...] = ()  # the untuned default: wanted length per level, innermost last
     caps: tuple[int, ...] = ()    # largest length per level, innermost last (GPU thread counts)
+    exact: bool = False  # prefer was planned against the extent: the default takes it as it is
 
     def _cap(self, level_from_inner: int) -> int:
         if self.caps:
@@ -40,8 +41,11 @@ class TileKnob:
         return self.max_innermost if level_from_inner == 0 else 1 << 30
 
     def default(self) -> tuple[int, ...]:
-        """Preferred lengths, each shrunk to a divisor of what is left (innermost first)."""
+        """Preferred lengths, each shrunk to a divisor of what is left (innermost first), or
+        taken as they are when ``exact`` (the outermost level then covers the rest)."""
         want = list(self.prefer) or [1] * self.parts
+        if self.exact:
+            return tuple(max(1, w) for w in want)
         left = self.extent
         out = []
         for w in reversed(want):

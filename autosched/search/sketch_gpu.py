@@ -14,13 +14,53 @@ from __future__ import annotations
 
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule
-from autosched.search.knobs import ChoiceKnob, Knob, TileKnob
+from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
 from autosched.search.sketch import Params, Rule, _static_extent, tile_pair
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp
 from autosched.te.tensor import thread_axis as _thread
 
 THREADS = (32, 64, 128, 256, 512)
+# the untuned tile aims at 2 blocks per SM of an H100 / H200 (132 SMs): fewer leaves SMs idle
+MIN_BLOCKS = 264
+# (outputs per thread, threads per block) tried in order by the untuned tile: the first that
+# still gives MIN_BLOCKS blocks wins
+DEFAULT_SHAPES = ((16, 128), (4, 128), (4, 64), (1, 64), (1, 32))
+
+
+def _spread(extents: list[int], goal: int, cap: int) -> list[int]:
+    """Lengths per axis whose product approaches ``goal``, innermost axis first, each at most
+    ``cap``. A divisor of the extent is taken when it is at least half the wanted length; else
+    the wanted length itself (the tile then overhangs the extent, and the overhang is guarded):
+    a prime extent such as 127 must not leave one thread per block."""
+    out = [1] * len(extents)
+    have = 1
+    for d in reversed(range(len(extents))):
+        want = min(cap, goal // have, extents[d])
+        if want <= 1:
+            continue
+        best = max(x for x in divisors(extents[d]) if x <= want)
+        out[d] = best if 2 * best >= want else want
+        have *= out[d]
+    return out
+
+
+def default_tiles(extents: list[int], max_threads: int) -> tuple[list[int], list[int]]:
+    """The untuned GPU tile of an output: (threads, outputs per thread) per axis.
+
+    Register tiles of 4 x 4 and 128 threads when the output is large enough to keep every SM
+    busy, smaller tiles and blocks when it is not."""
+    for per_thread, threads in DEFAULT_SHAPES:
+        threads = min(threads, max_threads)
+        reg = _spread(extents, per_thread, 4)
+        left = [-(-e // r) for e, r in zip(extents, reg)]
+        thr = _spread(left, threads, 32)
+        blocks = 1
+        for n, t in zip(left, thr):
+            blocks *= -(-n // t)
+        if blocks >= MIN_BLOCKS:
+            break
+    return thr, reg
 
 
 def _bind_flat(sch: Schedule, name: str, axes: list, threads: int, vector: int = 1) -> None:
@@ -40,11 +80,10 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
     op = st.op
     assert isinstance(op, ComputeOp)
     pre = f"{name}."
-    n = len(op.axis)
-    # untuned default: 16 x 8 threads, 4 x 4 register tiles, k slices of 8
-    data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3, caps=(32, 4, 8),
-                     prefer=(16, 1, 4) if d == n - 1 else ((8, 1, 4) if d == n - 2 else (1, 1, 1)))
-            for d, a in enumerate(op.axis)]
+    extents = [_static_extent(a) for a in op.axis]
+    thr, reg = default_tiles(extents, max_threads)
+    data = [TileKnob(f"{pre}tile.{a.name}", e, 3, caps=(32, 4, 8), prefer=(t, 1, r), exact=True)
+            for a, e, t, r in zip(op.axis, extents, thr, reg)]
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 2, caps=(16, 8), prefer=(4, 1))
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
