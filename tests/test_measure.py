@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -229,3 +230,59 @@ def test_candidates_lowered_in_workers_match_local_lowering(measurer: Measurer) 
             h, feats = got[i]
             assert h == low.ir_hash, i
             np.testing.assert_array_equal(feats, extract_features(low.func, task.target))
+
+
+def test_workers_start_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a module planted where the tuner runs, named after one every worker imports
+    (tmp_path / "traceback.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('planted_ran').write_text('ran')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOSCHED_CACHE_DIR", "rel-cache")  # relative: must stay ours
+    with Measurer("llvm", build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
+        (res,) = m.measure(_matmul(9, 7, 5), [[]])
+        assert m._runner is not None
+        cwd = Path(os.readlink(f"/proc/{m._runner.proc.pid}/cwd"))
+        environ = Path(f"/proc/{m._runner.proc.pid}/environ").read_bytes().split(b"\0")
+    assert res.ok, res.error_msg
+    assert not (tmp_path / "planted_ran").exists(), "a worker imported the planted module"
+    assert cwd != tmp_path and cwd.name.startswith("autosched-measure-")
+    assert not cwd.exists()  # private, and removed with the measurer
+    assert f"AUTOSCHED_CACHE_DIR={tmp_path / 'rel-cache'}".encode() in environ
+
+
+def test_a_worker_killed_from_outside_is_retried_once(measurer: Measurer, task: Task,
+                                                      tmp_path: Path) -> None:
+    good = _good_steps()
+    cands = [good[0], good[2], good[1], good[1], good[0], good[1]]
+    hooks = {0: "run_sigkill_once", 1: "run_sigkill", 2: "build_sigkill_once",
+             3: "build_sigkill", 4: "run_sigterm_once", 5: "run_segfault"}
+    results = measurer.measure(task, cands, test_hooks=hooks)
+    for i in (0, 2, 4):  # killed once from outside: measured on the retry
+        assert results[i].ok and not results[i].transient, (i, results[i].error_msg)
+    for i in (1, 3):  # killed twice: not measured, and says so
+        r = results[i]
+        assert r.transient and r.error_code is ErrorCode.CRASH, (i, r)
+        assert "SIGKILL" in r.error_msg and "not counted as measured" in r.error_msg
+    assert results[5].error_code is ErrorCode.CRASH and not results[5].transient  # its own fault
+    assert "SIGSEGV" in results[5].error_msg
+
+    log = RecordLog(tmp_path / "mm.jsonl")
+    log.append(records_from(task, cands, results))
+    loaded = log.load()
+    assert [r.error_code for r in loaded] == [
+        "NO_ERROR", "WORKER_KILLED", "NO_ERROR", "WORKER_KILLED", "NO_ERROR", "CRASH"]
+    # a resumed job does not count the killed ones as measured: it measures them again
+    assert results[1].ir_hash and results[1].ir_hash not in log.measured_ir_hashes(
+        task.workload_key, task.target)
+    assert len(log.records_for(task.workload_key, task.target)) == 4
+
+
+def test_a_stopped_worker_is_retried_not_timed_out() -> None:
+    task = _matmul(16, 16, 16)
+    with Measurer("llvm", build_workers=1, run_timeout=2, repeat=1, min_repeat_ms=1,
+                  strict=True) as m:
+        once, always, hang = m.measure(task, [[], [], []], test_hooks={
+            0: "run_sigstop_once", 1: "run_sigstop", 2: "run_hang"})
+    assert once.ok, once.error_msg
+    assert always.transient and "stopped from outside" in always.error_msg
+    assert hang.error_code is ErrorCode.RUN_TIMEOUT and not hang.transient  # its own fault

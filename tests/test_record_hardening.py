@@ -43,6 +43,7 @@ def _good_lines(task: Task, rng: np.random.Generator, n: int = 6) -> list[dict[s
 
             self.costs, self.error_code, self.error_msg = [cost] * 3, ErrorCode.NO_ERROR, ""
             self.timestamp, self.build_time, self.ir_hash = 1.0, 0.1, h
+            self.transient = False
 
     res = [_Res(float(c), f"{i:032x}") for i, c in enumerate(rng.uniform(1e-4, 1e-3, n))]
     extras = [{"candidate": c.as_dict()} for c in cands]

@@ -9,9 +9,18 @@ task's default schedule on the same fresh random inputs; timing uses a warm-up, 
 calls per repeat (chosen so a repeat lasts ``min_repeat_ms``) and ``repeat`` repeats, flushing
 the caches between repeats.
 
-Workers are started with ``python -m autosched.search.measure_worker`` (not multiprocessing's
-fork or spawn: fork is unsafe in a process with OpenMP / XGBoost threads, spawn re-imports the
-user's main script), with OMP_WAIT_POLICY=passive and BLAS threads off.
+Workers are fresh interpreters (not multiprocessing's fork or spawn: fork is unsafe in a
+process with OpenMP / XGBoost threads, spawn re-imports the user's main script), with
+OMP_WAIT_POLICY=passive and BLAS threads off. They start isolated (``python -I``), take the
+parent's sys.path without its current directory (so a ``traceback.py`` lying where someone runs
+``autosched tune`` is never imported), load this very autosched from its directory, and run in
+a private empty directory.
+
+A worker that dies by a signal of its own doing (SIGSEGV, SIGBUS, SIGFPE, SIGILL from generated
+code, an abort) is the candidate's fault: CRASH. One killed from outside (SIGKILL from the OOM
+killer, SIGTERM / SIGINT / SIGHUP / SIGQUIT from someone else) or stopped (SIGSTOP) says nothing
+of the candidate: it is retried once in a fresh worker, and if that is cut short too the result
+is ``transient`` (recorded as WORKER_KILLED, which a resumed job measures again).
 
 Only expected failures are recorded (autosched errors, timeouts, worker death); in ``strict``
 mode (tests) an unexpected exception inside a worker is raised here as UnexpectedWorkerError.
@@ -28,8 +37,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import statistics
@@ -80,6 +91,7 @@ class MeasureResult:
     run_time: float = 0.0
     timestamp: float = 0.0
     ir_hash: str = ""
+    transient: bool = False  # cut short from outside (worker killed or stopped), not measured
 
     @property
     def ok(self) -> bool:
@@ -123,18 +135,50 @@ class _TimedOut(Exception):
     pass
 
 
+# Signals that kill a worker from outside (the OOM killer's SIGKILL, a user's or a scheduler's
+# SIGTERM / SIGINT / SIGHUP / SIGQUIT); generated code raises SIGSEGV, SIGBUS, SIGFPE, SIGILL or
+# SIGABRT itself, never these.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                             signal.SIGQUIT})
+
+# What an isolated worker runs first (argv: FD KIND AUTOSCHED_DIR PATHS_JSON): the parent's
+# sys.path in its order but without the current directory, then autosched loaded from the
+# parent's package directory (not whichever copy the path finds first).
+_BOOT = """\
+import importlib.util, json, sys
+root, paths = sys.argv[3], json.loads(sys.argv[4])
+sys.path[:] = paths + [p for p in sys.path if p not in paths]
+spec = importlib.util.spec_from_file_location(
+    "autosched", root + "/__init__.py", submodule_search_locations=[root])
+sys.modules["autosched"] = module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from autosched.search.measure_worker import main
+main(sys.argv)
+"""
+
+
+def _worker_argv(fd: int, kind: str) -> list[str]:
+    import autosched
+
+    root = os.path.dirname(os.path.abspath(autosched.__file__))
+    cwd = os.path.realpath(os.getcwd())
+    # the parent's current directory ("" or its path) is left out: hostile files would lie
+    # there; the other entries are where the parent itself imports from
+    paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
+    return [sys.executable, "-I", "-c", _BOOT, str(fd), kind, root, json.dumps(paths)]
+
+
 class _Worker:
     """One persistent measure_worker process and the socket to it."""
 
-    def __init__(self, kind: str, env: dict[str, str]):
+    def __init__(self, kind: str, env: dict[str, str], cwd: str):
         parent, child = socket.socketpair()
         self.log = tempfile.TemporaryFile(prefix="autosched-worker-")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autosched.search.measure_worker", str(child.fileno()),
-                 kind],
-                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                stdout=self.log, stderr=self.log, close_fds=True,
+                _worker_argv(child.fileno(), kind), pass_fds=(child.fileno(),), env=env,
+                cwd=cwd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                close_fds=True,
             )
         finally:
             child.close()
@@ -142,6 +186,7 @@ class _Worker:
         self.tokens: set[int] = set()  # tasks it has been sent
         self.states: set[int] = set()  # tasks whose inputs / reference it holds
         self.ready = False
+        self.killed_by_us = False
 
     def wait_ready(self, timeout: float) -> None:
         if self.ready:
@@ -170,10 +215,26 @@ class _Worker:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
+            self.killed_by_us = True
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self.conn.close()
+
+    def stopped(self) -> bool:
+        """Whether it is stopped (SIGSTOP, a debugger): a timeout then is not the candidate's."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                state = f.read().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state in (b"T", b"t")
+
+    def killed_from_outside(self) -> bool:
+        """Whether it died by a signal someone else sent (see OUTSIDE_SIGNALS); call after
+        death_report, which waits for the exit status."""
+        rc = self.proc.returncode
+        return rc is not None and -rc in OUTSIDE_SIGNALS and not self.killed_by_us
 
     def death_report(self) -> str:
         """How it died (exit status or signal) and the tail of what it wrote."""
@@ -181,7 +242,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         rc = self.proc.returncode
         if rc is None:
-            how = "stopped answering"
+            how = "was stopped from outside" if self.stopped() else "stopped answering"
         elif rc < 0:
             try:
                 how = f"was killed by {signal.Signals(-rc).name}"
@@ -262,6 +323,7 @@ class Measurer:
         self._runner: _Worker | None = None
         self._kind: str | None = None
         self._tokens: dict[int, tuple[Task, int, bytes]] = {}
+        self._home: str | None = None  # the workers' private current directory
         self._states: dict[int, tuple[list, list | None]] = {}
         self.worker_starts = 0  # how many worker processes were started (respawns included)
         _LIVE.add(self)
@@ -274,7 +336,8 @@ class Measurer:
 
         ``test_hooks`` (tests only) maps a candidate index to a misbehaviour inside the worker:
         build_hang, build_segfault, build_raise, run_hang, run_segfault, run_exit, run_raise,
-        corrupt (perturbs the output before the check).
+        corrupt (perturbs the output before the check), and kills from outside: build_sigkill,
+        run_sigkill, run_sigterm, run_sigstop (``_once`` added: on the first attempt only).
         """
         if self.target is not None and fingerprint_key(self.target) != fingerprint_key(
                 task.target):
@@ -315,15 +378,11 @@ class Measurer:
         for slot in slots:
             w = self._builder(slot)
             try:
-                w.wait_ready(STARTUP_TIMEOUT)
-                if token not in w.tokens:
-                    w.send(("task", token, self._task_bytes(token)))
-                    w.tokens.add(token)
+                self._prepare(w, token)
                 w.send(("lower", token, [dicts[i] for i in chunks[slot]], {"strict": False}))
                 sent.append(slot)
             except (_Died, _TimedOut):
-                w.kill()
-                self._builders[slot] = None
+                self._drop_builder(slot)
         deadline = time.monotonic() + self.build_timeout
         for slot in sent:
             w = self._builders[slot]
@@ -331,8 +390,7 @@ class Measurer:
             try:
                 msg = w.recv(max(0.0, deadline - time.monotonic()))
             except (_Died, _TimedOut):
-                w.kill()
-                self._builders[slot] = None
+                self._drop_builder(slot)
                 continue
             if msg[0] == "lowered":
                 out.update(zip(chunks[slot], msg[1]))
@@ -345,6 +403,9 @@ class Measurer:
                 w.close()
         self._builders = [None] * self.build_workers
         self._runner = None
+        if self._home is not None:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = None
 
     def __enter__(self) -> Measurer:
         return self
@@ -378,8 +439,17 @@ class Measurer:
 
     def _start(self) -> _Worker:
         assert self._kind is not None
+        if self._home is None:  # the workers' current directory: private and empty
+            self._home = tempfile.mkdtemp(prefix="autosched-measure-")
         self.worker_starts += 1
-        return _Worker(self._kind, self._env)
+        return _Worker(self._kind, self._env, self._home)
+
+    def _prepare(self, w: _Worker, token: int) -> None:
+        """Wait until ``w`` is ready and holds the task of ``token``."""
+        w.wait_ready(STARTUP_TIMEOUT)
+        if token not in w.tokens:
+            w.send(("task", token, self._task_bytes(token)))
+            w.tokens.add(token)
 
     def _opts(self, hook: str | None) -> dict[str, Any]:
         return {"strict": self.strict, "hook": hook, "repeat": self.repeat,
@@ -404,11 +474,19 @@ class Measurer:
             w = self._builders[slot] = self._start()
         return w
 
+    def _drop_builder(self, slot: int) -> None:
+        w = self._builders[slot]
+        if w is not None:
+            w.kill()
+        self._builders[slot] = None
+
     def _build_all(self, token: int, step_lists: list[list[dict]], hooks: dict[int, str],
                    results: list[MeasureResult | None]) -> list[_Built]:
         queue = deque(range(len(step_lists)))
         busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
         built: list[_Built] = []
+        retried: set[int] = set()  # candidates whose build was cut short from outside once
+        restarted = False  # a worker killed from outside while starting is replaced once
         slots = range(min(self.build_workers, len(step_lists)))
         for slot in slots:  # start missing workers together: their imports overlap
             self._builder(slot)
@@ -418,16 +496,21 @@ class Measurer:
                     continue
                 w = self._builder(slot)
                 try:
-                    w.wait_ready(STARTUP_TIMEOUT)
-                    if token not in w.tokens:
-                        w.send(("task", token, self._task_bytes(token)))
-                        w.tokens.add(token)
-                    idx = queue.popleft()
-                    w.send(("build", token, step_lists[idx], self._opts(hooks.get(idx))))
+                    self._prepare(w, token)
+                    idx = queue[0]
+                    w.send(("build", token, step_lists[idx],
+                            self._opts(_hook(hooks, idx, idx in retried))))
+                    queue.popleft()
                 except (_Died, _TimedOut):
-                    raise MeasureError(f"a build worker failed to start: {w.death_report()}") \
-                        from None
+                    report = w.death_report()
+                    if restarted or not _cut_from_outside(w):
+                        raise MeasureError(f"a build worker failed to start: {report}") from None
+                    restarted = True
+                    self._drop_builder(slot)
+                    continue
                 busy[slot] = (idx, time.monotonic() + self.build_timeout)
+            if not busy:
+                continue
             now = time.monotonic()
             next_deadline = min(d for _, d in busy.values())
             by_conn = {self._builders[s].conn: s for s in busy}  # type: ignore[union-attr]
@@ -440,9 +523,16 @@ class Measurer:
                 try:
                     msg = w.recv(0.0)
                 except (_Died, _TimedOut):
-                    results[idx] = _error(ErrorCode.CRASH, "the build " + w.death_report())
-                    w.kill()
-                    self._builders[slot] = None
+                    report = w.death_report()
+                    outside = w.killed_from_outside()
+                    self._drop_builder(slot)
+                    if outside and idx not in retried:
+                        retried.add(idx)
+                        queue.appendleft(idx)  # once more, in a fresh worker
+                    else:
+                        results[idx] = _error(ErrorCode.CRASH, _died_msg("the build " + report,
+                                                                         outside),
+                                              transient=outside)
                     continue
                 if msg[0] == "built":
                     built.append(_Built(idx, msg[1], msg[2], msg[3]))
@@ -456,41 +546,56 @@ class Measurer:
                     busy.pop(slot)
                     w = self._builders[slot]
                     assert w is not None
-                    w.kill()
-                    self._builders[slot] = None
-                    results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
-                                          f"building took over {self.build_timeout:g} s; "
-                                          "worker killed", build_time=self.build_timeout)
+                    stopped, pid = w.stopped(), w.proc.pid
+                    self._drop_builder(slot)
+                    if stopped and idx not in retried:
+                        retried.add(idx)
+                        queue.appendleft(idx)
+                    elif stopped:
+                        results[idx] = _error(ErrorCode.CRASH, _died_msg(
+                            f"the build worker pid {pid} was stopped from outside", True),
+                            transient=True, build_time=self.build_timeout)
+                    else:
+                        results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
+                                              f"building took over {self.build_timeout:g} s; "
+                                              "worker killed", build_time=self.build_timeout)
         built.sort(key=lambda b: b.index)
         return built
 
     # -- running ----------------------------------------------------------------------------
+    def _drop_runner(self) -> None:
+        if self._runner is not None:
+            self._runner.kill()
+        self._runner = None
+
     def _run_worker(self, task: Task, token: int) -> _Worker:
-        """The run worker, started if needed, holding the task and its inputs / reference."""
-        w = self._runner
-        if w is None or not w.alive():
-            if w is not None:
-                w.kill()
-            w = self._runner = self._start()
-        try:
-            w.wait_ready(STARTUP_TIMEOUT)
-            if token not in w.tokens:
-                w.send(("task", token, self._task_bytes(token)))
-                w.tokens.add(token)
-            if token not in w.states:
-                if token not in self._states:
-                    self._states[token] = self._reference(task, token, w)
-                else:
-                    inputs, ref = self._states[token]
-                    w.send(("state", token, inputs, ref))
-                w.states.add(token)
-        except (_Died, _TimedOut):
-            report = w.death_report()
-            w.kill()
-            self._runner = None
-            raise MeasureError(f"cannot measure {task.name}: the run worker failed while "
-                               f"preparing its inputs and reference: {report}") from None
-        return w
+        """The run worker, started if needed, holding the task and its inputs / reference
+        (replaced once when it is killed from outside while preparing)."""
+        for attempt in range(2):
+            w = self._runner
+            if w is None or not w.alive():
+                if w is not None:
+                    w.kill()
+                w = self._runner = self._start()
+            try:
+                self._prepare(w, token)
+                if token not in w.states:
+                    if token not in self._states:
+                        self._states[token] = self._reference(task, token, w)
+                    else:
+                        inputs, ref = self._states[token]
+                        w.send(("state", token, inputs, ref))
+                    w.states.add(token)
+                return w
+            except (_Died, _TimedOut):
+                report = w.death_report()
+                outside = _cut_from_outside(w)
+                self._drop_runner()
+                if not outside or attempt:
+                    raise MeasureError(f"cannot measure {task.name}: the run worker failed "
+                                       f"while preparing its inputs and reference: {report}"
+                                       ) from None
+        raise AssertionError("unreachable")
 
     def _reference(self, task: Task, token: int, w: _Worker) -> tuple[list, list | None]:
         from autosched.search.measure_worker import random_inputs
@@ -510,49 +615,71 @@ class Measurer:
     def _run_all(self, task: Task, token: int, built: list[_Built], hooks: dict[int, str],
                  results: list[MeasureResult | None]) -> None:
         for b in built:
-            w = self._run_worker(task, token)
-            t0 = time.perf_counter()
-            kw = {"ir_hash": b.ir_hash, "build_time": b.build_time}
-            try:
-                w.send(("run", token, b.artifact, self._opts(hooks.get(b.index))))
-                while True:
-                    msg = w.recv(self.run_timeout)
-                    if msg[0] != "beat":
-                        break
-            except _TimedOut:
-                w.kill()
-                self._runner = None
-                results[b.index] = _error(
-                    ErrorCode.RUN_TIMEOUT, f"one call or repeat took over {self.run_timeout:g} "
-                    "s; worker killed", run_time=time.perf_counter() - t0, **kw)
-                continue
-            except _Died:
-                report = w.death_report()
-                w.kill()
-                self._runner = None
-                results[b.index] = _error(ErrorCode.CRASH, "the run " + report,
-                                          run_time=time.perf_counter() - t0, **kw)
-                continue
+            res = self._run_one(task, token, b, _hook(hooks, b.index, False))
+            if res.transient:  # cut short from outside: once more, in a fresh worker
+                res = self._run_one(task, token, b, _hook(hooks, b.index, True))
+            results[b.index] = res
+
+    def _run_one(self, task: Task, token: int, b: _Built, hook: str | None) -> MeasureResult:
+        w = self._run_worker(task, token)
+        t0 = time.perf_counter()
+        kw = {"ir_hash": b.ir_hash, "build_time": b.build_time}
+        try:
+            w.send(("run", token, b.artifact, self._opts(hook)))
+            while True:
+                msg = w.recv(self.run_timeout)
+                if msg[0] != "beat":
+                    break
+        except _TimedOut:
+            stopped, pid = w.stopped(), w.proc.pid
+            self._drop_runner()
             run_time = time.perf_counter() - t0
-            if msg[0] == "ran":
-                results[b.index] = MeasureResult(tuple(msg[1]), ErrorCode.NO_ERROR, "",
-                                                 b.build_time, run_time, time.time(), b.ir_hash)
-            elif msg[0] == "bug":
-                self._bug(f"running candidate {b.index}", msg[1])
-            else:
-                results[b.index] = self._result_of_error(msg, run_time=run_time, **kw)
-                if msg[5]:  # the worker restarts itself (e.g. poisoned CUDA context)
-                    w.kill()
-                    self._runner = None
+            if stopped:
+                return _error(ErrorCode.CRASH, _died_msg(
+                    f"the run worker pid {pid} was stopped from outside", True),
+                    transient=True, run_time=run_time, **kw)
+            return _error(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
+                          f"{self.run_timeout:g} s; worker killed", run_time=run_time, **kw)
+        except _Died:
+            report = w.death_report()
+            outside = w.killed_from_outside()
+            self._drop_runner()
+            return _error(ErrorCode.CRASH, _died_msg("the run " + report, outside),
+                          transient=outside, run_time=time.perf_counter() - t0, **kw)
+        run_time = time.perf_counter() - t0
+        if msg[0] == "ran":
+            return MeasureResult(tuple(msg[1]), ErrorCode.NO_ERROR, "", b.build_time, run_time,
+                                 time.time(), b.ir_hash)
+        if msg[0] == "bug":
+            self._bug(f"running candidate {b.index}", msg[1])
+        if msg[5]:  # the worker restarts itself (e.g. poisoned CUDA context)
+            self._drop_runner()
+        return self._result_of_error(msg, run_time=run_time, **kw)
+
+
+def _hook(hooks: Mapping[int, str], index: int, retry: bool) -> str | None:
+    """The test hook of candidate ``index``; one named ``*_once`` misbehaves on the first
+    attempt only."""
+    hook = hooks.get(index)
+    return None if retry and hook is not None and hook.endswith("_once") else hook
+
+
+def _cut_from_outside(w: _Worker) -> bool:
+    return w.killed_from_outside() or w.stopped()
+
+
+def _died_msg(report: str, outside: bool) -> str:
+    if not outside:
+        return report
+    return (f"{report}; cut short from outside, not by the candidate, so it is not counted as "
+            "measured (a resumed job measures it again)")
 
 
 def _worker_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    import autosched
-
     env = dict(os.environ)
-    # workers import this very autosched, wherever the parent found it
-    root = os.path.dirname(os.path.dirname(os.path.abspath(autosched.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # workers run in a private directory: a relative cache directory must keep meaning ours
+    if env.get("AUTOSCHED_CACHE_DIR"):
+        env["AUTOSCHED_CACHE_DIR"] = os.path.abspath(env["AUTOSCHED_CACHE_DIR"])
     env.setdefault("OMP_WAIT_POLICY", "passive")
     env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"  # numpy must not spin in workers
     env.update(extra or {})

@@ -1,4 +1,4 @@
-"""The process that builds or runs candidates for Measurer (``python -m`` this module FD).
+"""The process that builds or runs candidates for Measurer (started isolated by measure.py).
 
 The parent talks to it over a socket (multiprocessing Connection on file descriptor FD), one
 message at a time. A worker is persistent: it receives a task once (pickled) and then many
@@ -24,6 +24,7 @@ import faulthandler
 import math
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -116,11 +117,17 @@ def _segfault() -> None:
     ctypes.string_at(0)
 
 
-def _hook(opts: dict, name: str) -> None:
-    """Test-only misbehaviour, asked for by Measurer.measure(test_hooks=...)."""
-    if opts.get("hook") != name:
+# Test hooks that play someone else killing or stopping the worker (the OOM killer, a user).
+_OUTSIDE = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigstop": signal.SIGSTOP}
+
+
+def _hook(opts: dict, stage: str) -> None:
+    """Test-only misbehaviour at ``stage`` ("build" or "run"), asked for by
+    Measurer.measure(test_hooks=...) as "<stage>_<kind>"."""
+    name = opts.get("hook") or ""
+    if not name.startswith(f"{stage}_"):
         return
-    kind = name.split("_", 1)[1]
+    kind = name[len(stage) + 1:].removesuffix("_once")
     if kind == "hang":
         time.sleep(3600)
     elif kind == "segfault":
@@ -129,6 +136,9 @@ def _hook(opts: dict, name: str) -> None:
         os._exit(3)
     elif kind == "raise":
         raise ValueError(f"test hook {name}: an unexpected error")
+    elif kind in _OUTSIDE:
+        os.kill(os.getpid(), _OUTSIDE[kind])
+        time.sleep(3600)  # a stopped worker never gets here before the parent's timeout
 
 
 # -- artifacts: built modules as bytes ---------------------------------------------------------
@@ -223,9 +233,7 @@ class Server:
             raise _Fail("LOWER_ERROR", f"{type(exc).__name__}: {exc}") from None
         h = ir_hash(func)
         try:
-            _hook(opts, "build_hang")
-            _hook(opts, "build_segfault")
-            _hook(opts, "build_raise")
+            _hook(opts, "build")
             mod = build_func(func, task.target)
             artifact = _artifact(mod, func, task.target.kind)
         except AutoschedError as exc:
@@ -260,10 +268,7 @@ class Server:
             raise _Fail("COMPILE_ERROR", f"loading the built module: {exc}") from None
         try:
             args = self._args(st, mod)
-            _hook(opts, "run_segfault")
-            _hook(opts, "run_exit")
-            _hook(opts, "run_hang")
-            _hook(opts, "run_raise")
+            _hook(opts, "run")
             if opts.get("check") and st.reference is not None:
                 mod(*args)
                 self._check(st, args, opts)

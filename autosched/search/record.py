@@ -249,7 +249,8 @@ class MeasureRecord:
 
 # Error codes a record may carry: the measurer's, and the transient one (the worker was killed
 # from outside, so the candidate is measured again when the job resumes).
-TRANSIENT_ERRORS = frozenset({"WORKER_KILLED"})
+WORKER_KILLED = "WORKER_KILLED"
+TRANSIENT_ERRORS = frozenset({WORKER_KILLED})
 KNOWN_ERRORS = frozenset(ErrorCode.__members__) | TRANSIENT_ERRORS
 MAX_INT = 2**31  # step values and knob values are tile sizes, unroll steps, axis counts
 _SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
@@ -333,7 +334,8 @@ def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
         out.append(MeasureRecord(
             workload_key=task.workload_key, task_name=task.name, target=fp,
             steps=[s.to_dict() for s in steps], costs=[float(c) for c in res.costs],
-            error_code=res.error_code.name, error_msg=res.error_msg[:MAX_ERROR_MSG],
+            error_code=WORKER_KILLED if res.transient else res.error_code.name,
+            error_msg=res.error_msg[:MAX_ERROR_MSG],
             timestamp=res.timestamp, build_time=res.build_time, autosched_version=version,
             ir_hash=res.ir_hash, extra=dict(extras[n]) if extras else {},
         ))
@@ -461,9 +463,11 @@ class RecordLog:
         return out
 
     def records_for(self, workload_key: str, target: str | Target | dict) -> list[MeasureRecord]:
-        """All records (errors included) of one workload on a matching target."""
+        """The measurements (errors included) of one workload on a matching target; records
+        cut short from outside (``transient``) measured nothing and are left out."""
         key = fingerprint_key(target if isinstance(target, dict) else target_fingerprint(target))
-        return [r for r in self.load() if r.workload_key == workload_key and r.target_key == key]
+        return [r for r in self.load() if r.workload_key == workload_key
+                and r.target_key == key and not r.transient]
 
     def best(self, workload_key: str, target: str | Target | dict, k: int = 1
              ) -> list[MeasureRecord]:

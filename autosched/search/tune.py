@@ -92,7 +92,7 @@ class TaskTuner:
         lowered = dict(zip(known, self.search.concrete_many(known)))
         for r, c in zip(self.records, cands):
             low = lowered.get(c) if c is not None else None
-            if low is None or low.features is None:
+            if low is None or low.features is None or r.transient:  # transient: not measured
                 continue
             feats.append(low.features)
             ys.append(best / r.cost if r.ok and math.isfinite(best) else 0.0)
