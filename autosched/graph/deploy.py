@@ -2,9 +2,16 @@
 
 ``export(model, build_dir)`` writes one shared library per distinct kernel (the llvm module's
 ``export_library``), the constants the kernels read as ``constants.npz`` and ``manifest.json``
-(inputs, outputs, value shapes, and each kernel call: its library, symbol and argument names).
-``load(build_dir)`` maps the libraries with ctypes and runs the calls over the same static
-memory plan; it needs numpy only (no LLVM, no TE).
+(inputs, outputs, value shapes, each library's SHA-256 and parameter sizes, and each kernel
+call: its library, symbol and argument names). ``load(build_dir)`` checks all of it
+(manifest.py), maps the libraries with ctypes and runs the calls over the same static memory
+plan; it needs numpy only (no LLVM, no TE). ``run`` may be called from many threads at once:
+each thread gets its own intermediate buffers.
+
+A build dir holds native code: loading it runs that code, so load only build dirs you would
+run as programs. The checks make sure that what runs is the kernels the exporter wrote there
+(no library outside the dir, no symbol the library does not define, no buffer smaller than
+its kernel expects), built for this machine (see docs/SECURITY.md).
 
 Example::
 
@@ -17,20 +24,23 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from autosched.cache import untrusted
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.executor import check_inputs, memory_plan, nbytes
-from autosched.graph.graph import Graph, ValueInfo
-
-MANIFEST = "manifest.json"
-VERSION = 1
+from autosched.graph.graph import Graph
+from autosched.graph.manifest import NAME as MANIFEST
+from autosched.graph.manifest import VERSION, Library, Manifest, library_name, read_manifest
+from autosched.targets.elf import ElfError, host_machine, read_shared_library
 
 
 def export(model: Any, build_dir: str | os.PathLike) -> Path:
@@ -42,18 +52,17 @@ def export(model: Any, build_dir: str | os.PathLike) -> Path:
     out = Path(build_dir)
     out.mkdir(parents=True, exist_ok=True)
     libs: dict[int, str] = {}
+    libraries: dict[str, dict[str, Any]] = {}
     calls = []
     used: list[str] = []
     for k in model.kernels:
         mod = k.module
-        if id(mod) not in libs:
-            lib = f"kernel{len(libs)}_{mod.entry_name}.so"[:120]
-            portable = mod.portable() if hasattr(mod, "portable") else mod
-            portable.export_library(out / lib)
-            libs[id(mod)] = lib
         if mod.signature.sym_vars:
             raise RuntimeError_(f"kernel {mod.entry_name} has symbolic sizes; graph kernels "
                                 "have static shapes")
+        if id(mod) not in libs:
+            lib = libs[id(mod)] = library_name(len(libs), mod.entry_name)
+            libraries[lib] = _export_library(mod, out / lib)
         calls.append({"task": k.task.name, "lib": libs[id(mod)], "symbol": mod.entry_name,
                       "args": list(k.args), "n_inputs": k.n_inputs,
                       "threads": bool(mod.uses_threads)})
@@ -63,73 +72,100 @@ def export(model: Any, build_dir: str | os.PathLike) -> Path:
     g = model.graph
     manifest = {
         "version": VERSION, "name": g.name, "target": str(model.target),
+        "machine": _machine(out, libraries),
         "inputs": [[v.name, list(v.shape), v.dtype] for v in g.inputs],
         "outputs": list(g.outputs),
         "values": {n: [list(v.shape), v.dtype] for n, v in g.values.items()
                    if any(n in c["args"] for c in calls) or n in g.outputs
                    or n in model.aliases},
-        "constants": keys, "kernels": calls, "aliases": dict(model.aliases),
+        "constants": keys, "kernels": calls, "libraries": libraries,
+        "aliases": dict(model.aliases),
     }
     path = out / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))
     return path
 
 
+def _export_library(mod: Any, path: Path) -> dict[str, Any]:
+    """Link ``mod``'s shared library at ``path``; its manifest entry (hash, parameters)."""
+    portable = mod.portable() if hasattr(mod, "portable") else mod
+    portable.export_library(path)
+    params = [[[int(d.value) for d in b.shape], b.dtype] for b in mod.signature.params]
+    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "params": params}
+
+
+def _machine(out: Path, libraries: dict[str, Any]) -> str:
+    """The architecture the libraries were built for (the host's when there are none)."""
+    for lib in libraries:
+        return read_shared_library((out / lib).read_bytes()).machine
+    return host_machine()
+
+
 class DeployedModel:
-    """Kernels from shared libraries, run in order on numpy arrays."""
+    """Kernels from shared libraries, run in order on numpy arrays. ``run`` and ``time`` may be
+    called from many threads at once: intermediates live in per-thread buffers."""
 
     def __init__(self, build_dir: str | os.PathLike):
         d = Path(build_dir)
-        path = d / MANIFEST
-        if not path.exists():
-            raise ModelImportError(f"{d} holds no {MANIFEST} (not an autosched compile output)")
-        m = json.loads(path.read_text())
-        if m.get("version") != VERSION:
-            raise ModelImportError(f"{path}: manifest version {m.get('version')} is not "
-                                   f"{VERSION}")
-        self.manifest = m
-        values = {n: ValueInfo(n, tuple(s), t) for n, (s, t) in m["values"].items()}
-        inputs = [ValueInfo(n, tuple(s), t) for n, s, t in m["inputs"]]
-        for v in inputs:
-            values[v.name] = v
-        self.graph = Graph(inputs=inputs, outputs=list(m["outputs"]), nodes=[], values=values,
-                           name=m["name"])
-        with np.load(d / "constants.npz") as z:
-            self.constants = {n: np.ascontiguousarray(z[k]) for n, k in m["constants"].items()}
-        self._libs: dict[str, Any] = {}
+        spec = read_manifest(d)
+        _check_machine(d, spec.machine, f"target {spec.target}")
+        self.manifest = spec.raw
+        self.graph = Graph(inputs=list(spec.inputs), outputs=list(spec.outputs), nodes=[],
+                           values=dict(spec.values), name=spec.name)
+        self.constants = _constants(d, spec)
+        root = _trusted_dir(d)
+        symbols = {c.lib: c.symbol for c in spec.calls}
+        libs = {f: _load_library(root, f, spec.libraries[f], sym) for f, sym in symbols.items()}
         self.kernels = []
-        for c in m["kernels"]:
-            lib = self._libs.get(c["lib"])
-            if lib is None:
-                lib = self._libs[c["lib"]] = ctypes.CDLL(os.fspath(d / c["lib"]))
-            fn = getattr(lib, c["symbol"])
-            fn.argtypes = [ctypes.c_void_p] * len(c["args"])
+        for c in spec.calls:
+            fn = getattr(libs[c.lib], c.symbol)
+            fn.argtypes = [ctypes.c_void_p] * len(c.args)
             fn.restype = None
-            self.kernels.append((c["task"], fn, c["args"], c["n_inputs"]))
+            self.kernels.append((c.task, fn, list(c.args), c.n_inputs))
+        self._aliases = dict(spec.aliases)
+        self._sizes: list[int] = []  # the raw buffers of the memory plan, allocated per thread
         steps = [(a[:n], a[n:]) for _, _, a, n in self.kernels]
-        aliases = dict(m.get("aliases", {}))
-        raw, self.peak_bytes = memory_plan(self.graph, steps, _aligned, aliases)
-        self.storage = {v: r[: nbytes(values[v])].view(values[v].dtype).reshape(values[v].shape)
-                        for v, r in raw.items()}
-        for a, src in aliases.items():  # reshapes: views of a kernel's output
-            self.storage[a] = self.storage[src].reshape(values[a].shape)
+        self._layout, self.peak_bytes = memory_plan(self.graph, steps, self._plan_buffer,
+                                                    self._aliases)
+        _check_memory(d, self.peak_bytes)
+        self._local = threading.local()
 
-    def _calls(self, inputs: dict[str, Any]) -> list[tuple[Any, list[int]]]:
+    def _plan_buffer(self, n: int) -> int:
+        self._sizes.append(n)
+        return len(self._sizes) - 1
+
+    def _storage(self) -> dict[str, np.ndarray]:
+        """This thread's intermediate arrays, allocated on its first run (so that threads
+        sharing one model never write each other's buffers)."""
+        storage = getattr(self._local, "storage", None)
+        if storage is None:
+            raws = [_aligned(n) for n in self._sizes]
+            values = self.graph.values
+            storage = {v: raws[i][: nbytes(values[v])].view(values[v].dtype)
+                       .reshape(values[v].shape) for v, i in self._layout.items()}
+            for a, src in self._aliases.items():  # reshapes: views of a kernel's output
+                storage[a] = storage[src].reshape(values[a].shape)
+            self._local.storage = storage
+        return storage
+
+    def _calls(self, inputs: dict[str, Any]) -> tuple[list[tuple[Any, list[int]]],
+                                                       dict[str, np.ndarray]]:
         vals: dict[str, np.ndarray] = dict(self.constants)
         for name, a in check_inputs(self.graph, inputs).items():
             vals[name] = a if a.ctypes.data % 64 == 0 else _aligned_copy(a)
-        vals.update(self.storage)
-        self._vals = vals
-        return [(fn, [vals[a].ctypes.data for a in args]) for _, fn, args, _ in self.kernels]
+        vals.update(self._storage())
+        calls = [(fn, [vals[a].ctypes.data for a in args]) for _, fn, args, _ in self.kernels]
+        return calls, vals
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
-        for fn, ptrs in self._calls(inputs):
+        calls, vals = self._calls(inputs)
+        for fn, ptrs in calls:
             fn(*ptrs)
-        return [np.array(self._vals[o]) for o in self.graph.outputs]
+        return [np.array(vals[o]) for o in self.graph.outputs]
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run, after a warm-up."""
-        calls = self._calls(inputs)
+        calls, _ = self._calls(inputs)
         for fn, ptrs in calls:
             fn(*ptrs)
         times: list[float] = []
@@ -140,6 +176,93 @@ class DeployedModel:
                 fn(*ptrs)
             times.append(time.perf_counter() - t0)
         return float(np.median(times))
+
+
+# -- checks before anything is loaded --------------------------------------------------------
+
+MAX_LIBRARY_BYTES = 1 << 30
+REBUILD = "write it again with autosched compile MODEL -o DIR"
+
+
+def _check_machine(d: Path, machine: str, evidence: str) -> None:
+    host = host_machine()
+    if machine != host:
+        raise ModelImportError(
+            f"build dir {d} is for {machine} ({evidence}); this machine is {host}: run it "
+            f"on a {machine} machine, or compile the model for this one (autosched compile "
+            "MODEL --target llvm -o DIR)")
+
+
+def _trusted_dir(d: Path) -> Path:
+    """The build dir, resolved, after checking no one but its owner (this user or root) can
+    change the code in it."""
+    root = d.resolve()
+    problem = untrusted(os.stat(root), owners=(os.getuid(), 0))
+    if problem:
+        raise ModelImportError(f"build dir {d}: not loading code from it: {problem} (make it "
+                               "yours and chmod go-w it)")
+    return root
+
+
+def _load_library(root: Path, name: str, lib: Library, symbol: str) -> Any:
+    """The kernel library ``name`` of the build dir ``root``, loaded only when it is a file
+    inside the dir, writable by its owner only, unchanged since export, built for this machine,
+    and defines ``symbol`` itself."""
+    path = (root / name).resolve()
+    where = f"build dir {root}: {name}"
+    if path.parent != root or not path.is_file():
+        raise ModelImportError(f"{where} is not a file in the build dir (it resolves to "
+                               f"{path}); {REBUILD}")
+    st = os.stat(path)
+    problem = untrusted(st, owners=(os.getuid(), 0))
+    if st.st_size > MAX_LIBRARY_BYTES:
+        problem = f"it has {st.st_size} bytes, more than a kernel library can"
+    if problem:
+        raise ModelImportError(f"{where}: not loading it: {problem}")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != lib.sha256:
+        raise ModelImportError(f"{where} changed since export (its SHA-256 is not the "
+                               f"manifest's); {REBUILD}")
+    try:
+        elf = read_shared_library(data)
+    except ElfError as exc:
+        raise ModelImportError(f"{where} is not a shared library ({exc}); {REBUILD}") from None
+    _check_machine(root, elf.machine, f"{name} is {elf.machine} code")
+    if symbol not in elf.functions:
+        raise ModelImportError(f"{where} does not define the kernel function {symbol!r}; "
+                               f"{REBUILD}")
+    return ctypes.CDLL(os.fspath(path))
+
+
+def _constants(d: Path, spec: Manifest) -> dict[str, np.ndarray]:
+    """The constants from constants.npz, each checked against its declared shape and dtype
+    (and its stored size before it is read)."""
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(d / "constants.npz", allow_pickle=False) as z:
+            for name, key in spec.constants.items():
+                v = spec.values[name]
+                stored = z.zip.getinfo(f"{key}.npy").file_size
+                if stored > nbytes(v) + 4096:
+                    raise ValueError(f"{key} ({name}) stores {stored} bytes for {v}")
+                a = z[key]
+                if a.shape != v.shape or str(a.dtype) != v.dtype:
+                    raise ValueError(f"{key} ({name}) is {a.dtype}{list(a.shape)}, not {v}")
+                out[name] = np.ascontiguousarray(a)
+    except (OSError, ValueError, KeyError, EOFError, AttributeError) as exc:
+        raise ModelImportError(f"build dir {d}: constants.npz: {type(exc).__name__}: "
+                               f"{str(exc)[:200]}; {REBUILD}") from None
+    return out
+
+
+def _check_memory(d: Path, peak: int) -> None:
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return
+    if peak > memory:
+        raise ModelImportError(f"build dir {d}: its intermediate buffers need {peak} bytes, "
+                               f"more than this machine's memory ({memory} bytes)")
 
 
 def _aligned(n: int) -> np.ndarray:

@@ -1,0 +1,262 @@
+"""The deployed-model loader (autosched/graph/deploy.py) against hostile and broken build dirs,
+and from many threads at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autosched.errors import ModelImportError
+from autosched.graph.deploy import export, load
+from autosched.targets.elf import host_machine
+
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6" if host_machine() == "x86_64" else "libc.so.6"
+
+
+def _model_proto(rng: np.random.Generator) -> Any:
+    """Conv -> Relu -> Reshape (a view) -> MatMul: intermediates, a constant and an alias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((4 * 7 * 9, 5)).astype(np.float32), "m")
+    shape = numpy_helper.from_array(np.array([1, 4 * 7 * 9], np.int64), "shape")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "m"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 7, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])
+    return helper.make_model(helper.make_graph(nodes, "small", [x], [y], [w, m, shape]))
+
+
+def _reference(proto: Any, x: np.ndarray) -> np.ndarray:
+    from onnx import numpy_helper
+
+    init = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    conv = np.einsum("nchwij,ocij->nohw", win, init["w"].astype(np.float64))
+    return np.maximum(conv, 0).reshape(1, -1) @ init["m"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    import autosched as aus
+    from autosched.graph.compiler import load_graph
+
+    proto = _model_proto(np.random.default_rng())
+    out = tmp_path_factory.mktemp("build") / "model"
+    export(aus.compile(load_graph(proto), target="llvm"), out)
+    return out, proto
+
+
+@pytest.fixture
+def build(built: tuple[Path, Any], tmp_path: Path) -> Path:
+    """A fresh copy of the build dir to spoil."""
+    return Path(shutil.copytree(built[0], tmp_path / "build"))
+
+
+def _edit(build: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    m = json.loads((build / "manifest.json").read_text())
+    change(m)
+    (build / "manifest.json").write_text(json.dumps(m))
+
+
+def _x(rng: np.random.Generator) -> np.ndarray:
+    return rng.standard_normal((1, 3, 7, 9)).astype(np.float32)
+
+
+def test_the_build_runs_and_has_a_view(built: tuple[Path, Any], rng: np.random.Generator) -> None:
+    path, proto = built
+    m = load(path)
+    assert m.manifest["aliases"] and m.manifest["machine"] == host_machine()
+    x = _x(rng)
+    np.testing.assert_allclose(m.run({"x": x})[0], _reference(proto, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_manifest_cannot_call_a_system_library(build: Path, tmp_path: Path) -> None:
+    """The attack: libc's ``system`` on a constant that holds a shell command."""
+    marker = tmp_path / "pwned"
+    np.savez(build / "constants.npz", c0=np.frombuffer(f"touch {marker}\0".encode(), np.uint8))
+
+    def attack(lib: str, symbol: str = "system") -> Callable[[dict[str, Any]], None]:
+        def change(m: dict[str, Any]) -> None:
+            m["values"]["cmd"] = [[len(f"touch {marker}") + 1], "uint8"]
+            m["constants"] = {"cmd": "c0"}
+            m["kernels"] = [{"task": "t", "lib": lib, "symbol": symbol, "args": ["cmd", "y"],
+                             "n_inputs": 1, "threads": False}]
+            m["aliases"] = {}
+            m["libraries"][lib] = {"sha256": "0" * 64, "params": [[[1], "uint8"]] * 2}
+        return change
+
+    for lib in (LIBC, "../../lib/libc.so.6", "libc.so.6", "kernel0_system.so"):
+        _edit(build, attack(lib))
+        with pytest.raises(ModelImportError, match="manifest.json (kernels|libraries)"):
+            load(build)
+    assert not marker.exists()
+
+
+def test_a_symbol_the_library_does_not_define_is_refused(build: Path) -> None:
+    """A copy of a real kernel library named for ``system``: dlsym would find libc's."""
+    import hashlib
+
+    m = json.loads((build / "manifest.json").read_text())
+    lib = m["kernels"][0]["lib"]
+    shutil.copy(build / lib, build / "kernel0_system.so")
+    sha = hashlib.sha256((build / lib).read_bytes()).hexdigest()
+
+    def change(m: dict[str, Any]) -> None:
+        for k in m["kernels"]:
+            if k["lib"] == lib:
+                k["lib"], k["symbol"] = "kernel0_system.so", "system"
+        m["libraries"]["kernel0_system.so"] = {**m["libraries"].pop(lib), "sha256": sha}
+
+    _edit(build, change)
+    with pytest.raises(ModelImportError, match="does not define the kernel function 'system'"):
+        load(build)
+
+
+def test_a_library_link_leaving_the_dir_is_refused(build: Path) -> None:
+    lib = json.loads((build / "manifest.json").read_text())["kernels"][0]["lib"]
+    os.unlink(build / lib)
+    os.symlink(os.path.realpath(LIBC), build / lib)
+    with pytest.raises(ModelImportError, match="is not a file in the build dir"):
+        load(build)
+
+
+def test_a_changed_or_open_library_is_refused(build: Path) -> None:
+    lib = json.loads((build / "manifest.json").read_text())["kernels"][0]["lib"]
+    os.chmod(build / lib, 0o777)
+    with pytest.raises(ModelImportError, match="writable by its group or by everyone"):
+        load(build)
+    os.chmod(build / lib, 0o755)
+    with open(build / lib, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ModelImportError, match="changed since export"):
+        load(build)
+    os.chmod(build, 0o777)
+    with pytest.raises(ModelImportError, match="not loading code from it"):
+        load(build)
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(m: dict[str, Any]) -> None:
+        node = m
+        for key in path[:-1]:
+            node = node[key] if not callable(key) else key(m)
+        node[path[-1]] = value
+    return change
+
+
+def _written(m: dict[str, Any]) -> str:
+    k = m["kernels"][-1]  # the output: no view of it checks its size first
+    return k["args"][k["n_inputs"]]
+
+
+def _first_lib(m: dict[str, Any]) -> dict[str, Any]:
+    return m["libraries"][m["kernels"][0]["lib"]]
+
+
+HOSTILE = {  # field -> (change, what the error names)
+    "a value smaller than its kernel writes": (
+        lambda m: m["values"][_written(m)].__setitem__(0, [1]), "takes .* elements"),
+    "a negative dim": (lambda m: m["values"]["x"].__setitem__(0, [1, -3, 7, 9]), r"x.*-3"),
+    "a boolean dim": (lambda m: m["values"]["x"].__setitem__(0, [True, 3, 7, 9]), "True"),
+    "a string dim": (lambda m: m["values"]["x"].__setitem__(0, ["1", 3, 7, 9]), "expected a int"),
+    "a huge tensor": (lambda m: m["values"]["x"].__setitem__(0, [2**31 - 1] * 4), "bytes"),
+    "an unknown dtype": (lambda m: m["values"]["x"].__setitem__(1, "object"), "'object'"),
+    "an input that differs from its value": (
+        lambda m: m["inputs"][0].__setitem__(2, "float64"), "differs from the input"),
+    "n_inputs past the args": (_set(("kernels", 0, "n_inputs"), 99), "n_inputs"),
+    "an unknown argument": (lambda m: m["kernels"][0]["args"].__setitem__(0, "nope"), "'nope'"),
+    "a kernel writing an input": (
+        lambda m: m["kernels"][0].__setitem__("n_inputs", 0), "is written here"),
+    "a read before the write": (lambda m: m["kernels"].reverse(), "read before"),
+    "a symbol not its library's": (_set(("kernels", 0, "symbol"), "other"), "symbol"),
+    "a library path": (_set(("kernels", 0, "lib"), "/tmp/kernel0_x.so"), "lib"),
+    "a bad hash": (lambda m: _first_lib(m).__setitem__("sha256", "x" * 64), "sha256"),
+    "missing params": (lambda m: _first_lib(m)["params"].pop(), "arguments"),
+    "a view of another size": (
+        lambda m: m["values"][next(iter(m["aliases"]))][0].append(2), "cannot view"),
+    "an unknown output": (_set(("outputs", 0), "nope"), "outputs"),
+    "a constant key": (
+        lambda m: m["constants"].__setitem__(next(iter(m["constants"])), "../x"), "constants"),
+    "the version": (_set(("version",), 1), "version: 1 is not 2"),
+    "another machine": (_set(("machine",), "aarch64"), "is for aarch64"),
+    "a list": (lambda m: m.clear(), "version"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_manifest_fields_are_named(build: Path, case: str) -> None:
+    change, needle = HOSTILE[case]
+    _edit(build, change)
+    with pytest.raises(ModelImportError, match=needle) as info:
+        load(build)
+    assert str(build) in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["not json {", "[1, 2]", "[" * 100_000 + "]" * 100_000])
+def test_a_manifest_that_is_not_an_object(build: Path, text: str) -> None:
+    (build / "manifest.json").write_text(text)
+    with pytest.raises(ModelImportError, match="manifest.json file"):
+        load(build)
+
+
+def test_constants_are_checked(build: Path, rng: np.random.Generator) -> None:
+    key = next(iter(json.loads((build / "manifest.json").read_text())["constants"].values()))
+    np.savez(build / "constants.npz", **{key: rng.standard_normal(3).astype(np.float32)})
+    with pytest.raises(ModelImportError, match="constants.npz: .*stores|constants.npz: .*not"):
+        load(build)
+    (build / "constants.npz").write_bytes(rng.bytes(100))
+    with pytest.raises(ModelImportError, match="constants.npz"):
+        load(build)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None or host_machine() != "x86_64",
+                    reason="needs the aarch64 cross compiler on an x86-64 host")
+def test_a_build_for_another_cpu_says_which(tmp_path: Path) -> None:
+    import autosched as aus
+    from autosched.graph.compiler import load_graph
+
+    graph = load_graph(_model_proto(np.random.default_rng()))
+    out = tmp_path / "build_arm"
+    export(aus.compile(graph, target="llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"), out)
+    with pytest.raises(ModelImportError, match="is for aarch64 .*this machine is x86_64"):
+        load(out)
+    _edit(out, _set(("machine",), "x86_64"))  # the libraries still say what they are
+    with pytest.raises(ModelImportError, match="kernel.*is aarch64 code"):
+        load(out)
+
+
+def test_eight_threads_share_one_model(built: tuple[Path, Any],
+                                       rng: np.random.Generator) -> None:
+    path, proto = built
+    m = load(path)
+    xs = [_x(rng) for _ in range(8)]
+    expected = [m.run({"x": x})[0] for x in xs]
+    np.testing.assert_allclose(expected[0], _reference(proto, xs[0]), rtol=1e-4, atol=1e-4)
+    wrong: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def work(t: int) -> None:
+        barrier.wait()
+        for _ in range(200):
+            (y,) = m.run({"x": xs[t]})
+            if not np.array_equal(y, expected[t]):
+                wrong.append(t)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, f"{len(wrong)} of 1600 runs returned another thread's result"
