@@ -279,3 +279,36 @@ def test_fold_constants_pass_keeps_huge_values_as_kernels(rng: np.random.Generat
     x = rng.standard_normal((BIG, 1)).astype("float32")
     (got,) = aus.compile(g, "llvm").run({"x": x})
     np.testing.assert_allclose(got, v * x, rtol=1e-6)
+
+
+# --- scalar and one-element constants in fused kernels ---------------------------------------
+
+def _layer_norm(rng: np.random.Generator, d: int, scalar: bool) -> onnx.ModelProto:
+    """LayerNorm as exporters decompose it, its constants 0-d (``scalar``) or of shape (1,);
+    the variance is clamped by Max(0, v) with the constant first, so a fused kernel takes the
+    constant as a parameter instead of folding it into a literal."""
+    shape = () if scalar else (1,)
+    inits = {"axes": _i64(-1), "two": np.full(shape, 2.0, np.float32),
+             "zero": np.full(shape, 0.0, np.float32), "eps": np.full(shape, 1e-5, np.float32),
+             "one": np.full(shape, 1.0, np.float32),
+             "gamma": rng.standard_normal(d).astype("float32"),
+             "beta": rng.standard_normal(d).astype("float32")}
+    steps = [("ReduceMean", ["x", "axes"], "mean"), ("Sub", ["x", "mean"], "dev"),
+             ("Pow", ["dev", "two"], "sq"), ("ReduceMean", ["sq", "axes"], "var"),
+             ("Max", ["zero", "var"], "var0"), ("Add", ["var0", "eps"], "vare"),
+             ("Sqrt", ["vare"], "std"), ("Div", ["one", "std"], "inv"),
+             ("Reciprocal", ["inv"], "std2"), ("Reciprocal", ["std2"], "inv2"),
+             ("Mul", ["dev", "inv2"], "norm"), ("Mul", ["norm", "gamma"], "scaled"),
+             ("Add", ["scaled", "beta"], "y")]
+    nodes = [helper.make_node(op, ins, [out], name=f"{out}_node") for op, ins, out in steps]
+    return _model(nodes, [_f32("x", [2, 5, d])], ["y"], inits, opset=18)
+
+
+@pytest.mark.parametrize("scalar", [True, False])
+def test_decomposed_layer_norm_with_scalar_constants(scalar: bool,
+                                                     rng: np.random.Generator) -> None:
+    m = _layer_norm(rng, 19, scalar)
+    x = rng.standard_normal((2, 5, 19)).astype("float32")
+    (got,) = _compiled(m, {"x": x})
+    (want,) = _ort(m, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
