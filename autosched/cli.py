@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         subject = str(getattr(args, "model", ""))
         print(error_line(args.command, exc, subject), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a tuning log keeps every record measured so far
+        if args.debug:
+            traceback.print_exc()
+        print(f"autosched {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -102,6 +102,18 @@ def test_a_bug_keeps_its_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         main(["inspect", str(_model(tmp_path / "relu.onnx", "Relu"))])
 
 
+def test_ctrl_c_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    import autosched.graph.inspect as inspect
+
+    def interrupted(*args: object, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect, "inspect_model", interrupted)
+    assert main(["inspect", str(_model(tmp_path / "relu.onnx", "Relu"))]) == 130
+    assert capsys.readouterr().err == "autosched inspect: interrupted\n"
+
+
 def test_command_line_smoke(tmp_path: Path) -> None:
     """The installed entry point as a user runs it: one line, status 2, and --debug."""
     path = str(_model(tmp_path / "mixed.onnx", "Add", (1, 7)))

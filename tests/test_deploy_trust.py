@@ -192,6 +192,8 @@ HOSTILE = {  # field -> (change, what the error names)
     "the version": (_set(("version",), 1), "version: 1 is not 2"),
     "another machine": (_set(("machine",), "aarch64"), "is for aarch64"),
     "a list": (lambda m: m.clear(), "version"),
+    "threads not a flag": (_set(("kernels", 0, "threads"), "yes"), "threads"),
+    "two inputs of one name": (lambda m: m["inputs"].append(m["inputs"][0]), "one name"),
 }
 
 

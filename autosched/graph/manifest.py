@@ -118,6 +118,8 @@ def _manifest(raw: dict[str, Any]) -> Manifest:
                    for i, v in enumerate(_list("inputs", raw.get("inputs"), list)))
     values = {n: ValueInfo(*_value(f"values[{n!r}]", n, v))
               for n, v in _dict("values", raw.get("values"), list).items()}
+    if len({v.name for v in inputs}) != len(inputs):
+        _bad("inputs", "two inputs have one name")
     for v in inputs:
         if values.setdefault(v.name, v) != v:
             _bad(f"values[{v.name!r}]", f"{values[v.name]} differs from the input {v}")
@@ -204,6 +206,8 @@ def _call(where: str, c: dict[str, Any]) -> Call:
                 lib=_str(f"{where}.lib", c.get("lib"), LIBRARY),
                 symbol=_str(f"{where}.symbol", c.get("symbol"), SYMBOL),
                 args=args, n_inputs=_int(f"{where}.n_inputs", c.get("n_inputs"), 0, len(args)))
+    if not isinstance(c.get("threads", False), bool):
+        _bad(f"{where}.threads", f"{str(c.get('threads'))[:40]} is not true or false")
     if call.lib != library_name(int(call.lib[6:].partition("_")[0]), call.symbol):
         _bad(f"{where}.symbol", f"{call.symbol!r} is not the kernel {call.lib!r} exports")
     return call
