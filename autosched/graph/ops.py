@@ -162,4 +162,4 @@ def fail(node: Node, msg: str) -> OpError:
 
 # the converters register themselves on import
 from autosched.graph import ops_math, ops_nn, ops_shape  # noqa: E402, F401
-from autosched.graph import ops_index, ops_linalg  # noqa: E402, F401
+from autosched.graph import ops_index, ops_linalg, ops_quant  # noqa: E402, F401
