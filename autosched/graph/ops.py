@@ -161,5 +161,11 @@ def fail(node: Node, msg: str) -> OpError:
 
 
 # the converters register themselves on import
-from autosched.graph import ops_math, ops_nn, ops_shape  # noqa: E402, F401
-from autosched.graph import ops_index, ops_linalg, ops_quant  # noqa: E402, F401
+from autosched.graph import (  # noqa: E402, F401
+    ops_index,
+    ops_linalg,
+    ops_math,
+    ops_nn,
+    ops_quant,
+    ops_shape,
+)
