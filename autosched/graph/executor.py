@@ -27,6 +27,7 @@ import numpy as np
 
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.graph import Graph, ValueInfo
+from autosched.targets.status import STATUS_INDEX, KernelFailure, status_message
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
 
@@ -145,10 +146,18 @@ class _Arena:
     bound: list[Callable[[], None] | None] | None = None
 
 
-def _where(kernel: Any) -> str:
-    nodes = [n.name or n.op_type for n in kernel.group.nodes]
-    more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
-    return f"task {kernel.task.name} (node {', '.join(nodes[:3])}{more})"
+# the ops whose indices a kernel checks (STATUS_INDEX names them, not the whole group)
+INDEXING_OPS = ("Gather", "GatherElements", "GatherND")
+
+
+def _where(kernel: Any, status: int) -> str:
+    """The task and nodes a kernel's failure comes from."""
+    nodes = kernel.group.nodes
+    if status == STATUS_INDEX:
+        nodes = [n for n in nodes if n.op_type in INDEXING_OPS] or nodes
+    names = [n.name or n.op_type for n in nodes]
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"task {kernel.task.name}, node {', '.join(names[:3])}{more}"
 
 
 class CompiledModel:
@@ -219,8 +228,9 @@ class CompiledModel:
                         call()
                     else:
                         kern.module(*(vals[v] for v in kern.args))
-                except RuntimeError_ as exc:  # a kernel's failure status: say which node
-                    raise RuntimeError_(f"{_where(kern)}: {exc}") from None
+                except KernelFailure as exc:  # say which node
+                    raise RuntimeError_(f"{_where(kern, exc.status)}: "
+                                        f"{status_message(exc.status)}") from None
             return [np.array(vals[o]) for o in self.graph.outputs]
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5,

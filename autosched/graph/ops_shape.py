@@ -221,26 +221,32 @@ def _slice(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
                               [index[a].step for a in axes], axes)]
 
 
+def _check_indices(node: Node, idx: Value, n: int, axis: int) -> None:
+    """Constant indices out of [-n, n) are the model's error, found at import."""
+    if isinstance(idx, np.ndarray) and ((idx >= n) | (idx < -n)).any():
+        bad = idx[(idx >= n) | (idx < -n)].reshape(-1)[:8]
+        raise fail(node, f"indices {bad} are out of range for axis {axis} ({n})")
+
+
 @register("Gather")
 def _gather(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x, idx = ins[0], ins[1]
     axis = int(node.attrs.get("axis", 0))
+    _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
         return [np.take(x, idx, axis=axis)]
-    n = shape_of(x)[axis]
-    if isinstance(idx, np.ndarray) and ((idx >= n) | (idx < -n)).any():
-        raise fail(node, f"indices {idx.reshape(-1)[:8]} are out of range for axis {axis} "
-                         f"({n})")
-    return [ops.take(ctx.const(x), ctx.const(idx), axis=axis)]
+    # strict: a runtime index out of range fails the run (ONNX), it is not clamped
+    return [ops.take(ctx.const(x), ctx.const(idx), axis=axis, mode="strict")]
 
 
 @register("GatherElements")
 def _gather_elements(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x, idx = ins[0], ins[1]
     axis = int(node.attrs.get("axis", 0))
+    _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
         return [np.take_along_axis(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)]
-    return [ops.gather(ctx.const(x), axis, ctx.const(idx))]
+    return [ops.gather(ctx.const(x), axis, ctx.const(idx), mode="strict")]
 
 
 @register("Expand", const_inputs=(1,))

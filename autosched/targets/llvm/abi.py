@@ -11,9 +11,9 @@ Every PrimFunc becomes one exported function::
   order of first appearance (params left to right, dims left to right).
 * ``NAME`` is the PrimFunc's name, except that ``main`` becomes ``autosched_main`` (so that a C
   driver can have its own ``main``).
-* The result is 0, or the STATUS_* bits of what failed (a buffer the kernel allocates could not
-  be, an index read from a tensor was out of range). The outputs are then not valid; the kernel
-  never touches memory it has no right to.
+* The result is 0, or the STATUS_* bits (autosched/targets/status.py) of what failed: a buffer
+  the kernel allocates could not be, an index read from a tensor was out of range. The outputs
+  are then not valid; the kernel never touches memory it has no right to.
 * Kernels with parallel loops also export ``int32_t NAME__num_threads`` (0, the default in a
   shared library, lets libgomp choose: OMP_NUM_THREADS or the core count) and link libgomp.
 """
@@ -28,21 +28,6 @@ from autosched.te.visit import post_order
 
 PARAM_ALIGN = 16  # numpy aligns data to 16 bytes; runtime.py copies an array that is not
 ALLOC_ALIGN = 64  # buffers the kernel allocates itself: one cache line, one AVX-512 vector
-
-STATUS_ALLOC = 1  # an allocation failed: out of memory, or its byte count overflowed int64
-STATUS_INDEX = 2  # an index loaded from a tensor (Gather) was out of range
-STATUS_MESSAGES = {
-    STATUS_ALLOC: "could not allocate an intermediate buffer (out of memory, or its size "
-                  "overflows int64)",
-    STATUS_INDEX: "an index read from the indices tensor is out of range",
-}
-
-
-def status_message(status: int) -> str:
-    """What the failure bits of a kernel's result mean, in words."""
-    known = [m for bit, m in STATUS_MESSAGES.items() if status & bit]
-    unknown = status & ~sum(STATUS_MESSAGES)
-    return "; ".join(known + ([f"unknown status bits {unknown:#x}"] if unknown else []))
 
 
 @dataclass(frozen=True)

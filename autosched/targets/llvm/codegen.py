@@ -22,15 +22,10 @@ from autosched.schedule import ir as lir
 from autosched.schedule.ir_visit import all_exprs, stmt_exprs, sub_stmts
 from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.targets.llvm import types as T
-from autosched.targets.llvm.abi import (
-    ALLOC_ALIGN,
-    PARAM_ALIGN,
-    STATUS_ALLOC,
-    Signature,
-    signature,
-)
+from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
 from autosched.targets.llvm.walk import inline_lets_on
+from autosched.targets.status import STATUS_ALLOC
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
@@ -80,7 +75,7 @@ class FuncGen(ExprGen):
         self.allocas = ir.IRBuilder(self.entry)
         self.in_parallel = in_parallel
         self.auto_unroll: tuple[int, bool] = (0, True)  # (max step, explicit) of a pragma
-        # the i32 that failures are or-ed into (abi.py's STATUS_* bits): the kernel's own slot,
+        # the i32 that failures are or-ed into (targets/status.py's STATUS_* bits): the kernel's own slot,
         # or in an outlined parallel body a pointer to the kernel's slot
         self.status: ir.Value | None = None
 

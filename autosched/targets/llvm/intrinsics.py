@@ -15,7 +15,9 @@ import llvmlite.ir as ir
 
 from autosched.errors import CompileError
 from autosched.targets.llvm import types as T
+from autosched.targets.status import STATUS_INDEX
 from autosched.te import dtype as dt
+from autosched.te.ops.transform import INDEX_CHECK
 
 if TYPE_CHECKING:
     from autosched.targets.llvm.exprs import ExprGen
@@ -109,8 +111,37 @@ def _exp(gen: ExprGen, x: ir.Value, dtype: str) -> ir.Value:
     return llvm_intrinsic(gen, "llvm.exp", [x], dtype)
 
 
+def _any(gen: ExprGen, bits: ir.Value) -> ir.Value:
+    """An i1 that holds when some lane of ``bits`` (i1 or a vector of i1) does."""
+    if T.lanes_of(bits) == 1:
+        return bits
+    fn = _function(gen.module, f"llvm.vector.reduce.or.v{T.lanes_of(bits)}i1",
+                   ir.FunctionType(T.I1, [bits.type]))
+    return gen.b.call(fn, [bits])
+
+
+def _index_check(gen: ExprGen, i: ir.Value, n: ir.Value) -> ir.Value:
+    """``i``, after recording STATUS_INDEX when some active lane is outside [0, n)."""
+    b = gen.b
+    zero = ir.Constant(n.type, None)
+    bad = b.or_(b.icmp_signed("<", i, zero), b.icmp_signed(">=", i, n))
+    if gen.mask is not None:  # lanes a tail's mask turns off hold no real index
+        bad = b.and_(bad, gen.mask) if T.lanes_of(bad) > 1 else b.and_(bad, _any(gen, gen.mask))
+    fail_bb, ok_bb = gen.new_block("index.bad"), gen.new_block("index.ok")
+    b.cbranch(_any(gen, bad), fail_bb, ok_bb)
+    b.position_at_end(fail_bb)
+    gen.fail(STATUS_INDEX)  # type: ignore[attr-defined]  (a FuncGen: emit_call checks)
+    b.branch(ok_bb)
+    b.position_at_end(ok_bb)
+    return i
+
+
 def emit_call(gen: ExprGen, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
     b = gen.b
+    if name == INDEX_CHECK:
+        if not hasattr(gen, "fail"):
+            raise CompileError(f"{INDEX_CHECK} needs a kernel that can report a failure")
+        return _index_check(gen, args[0], args[1])
     if name == "abs" and not dt.is_float(dtype):
         x = args[0]
         if not dt.is_signed(dtype):

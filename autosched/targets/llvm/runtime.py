@@ -26,7 +26,8 @@ import numpy as np
 from autosched.errors import CompileError, RuntimeError_
 from autosched.schedule.ir import Buffer
 from autosched.targets.llvm import compile as cc
-from autosched.targets.llvm.abi import PARAM_ALIGN, Signature, status_message
+from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
+from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te.expr import Const, Var
 
@@ -199,7 +200,7 @@ class HostModule(CPUModule):
     def check_status(self, status: int) -> None:
         """Raise for a kernel result that is not 0 (abi.py's STATUS_* bits)."""
         if status:
-            raise RuntimeError_(f"{self.entry_name}: {status_message(status)}")
+            raise KernelFailure(self.entry_name, status)
 
     def __call__(self, *arrays: Any) -> None:
         args, copies = self._prepare(arrays)

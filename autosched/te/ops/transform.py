@@ -3,9 +3,11 @@ split, strided_slice, take, gather (tag ``injective``).
 
 Each output element reads one input element at computed indices (pad and concat choose with
 ``te.if_then_else``, whose untaken branch is never read, so out-of-bounds indices there are
-harmless). Index tensors of take / gather are read, cast to int32 and made safe: negative values
-count from the end (numpy / ONNX) and the result is clamped into range, so a bad index reads a
-wrong element rather than wild memory.
+harmless). Index tensors of take / gather are read in their own dtype (an int64 index is
+compared as int64, never truncated first) and made safe: negative values count from the end
+(numpy / ONNX) and the result is clamped into range, so a bad index never reads wild memory.
+Mode ``strict`` (ONNX's semantics, what the importer uses) also reports an index that was out
+of range: the kernel's status says so and the run raises (``index_check`` below).
 
 Example::
 
@@ -24,7 +26,7 @@ from typing import Any
 from autosched.errors import TEError
 from autosched.te import dtype as dt
 from autosched.te import intrin as I
-from autosched.te.expr import Expr, cast
+from autosched.te.expr import Call, Expr, cast, const
 from autosched.te.ops import args
 from autosched.te.ops.tags import INJECTIVE, PAD
 from autosched.te.tensor import Tensor, compute
@@ -301,22 +303,44 @@ def split(
     return out
 
 
+MODES = ("normalize", "clip", "wrap", "strict")
+INDEX_CHECK = "index_check"  # Call(INDEX_CHECK, (i, n)): i, and the run fails unless 0 <= i < n
+
+
+def index_check(i: Expr, n: int) -> Expr:
+    """``i`` unchanged; a backend that runs it records a failure when ``i`` is not in
+    [0, n) (the LLVM kernel's STATUS_INDEX), which the run then raises."""
+    return Call(INDEX_CHECK, (i, const(n, i.dtype)), i.dtype)
+
+
 def _index_value(v: Expr, n: int, mode: str) -> Expr:
-    """A loaded index made an int32 position in [0, n)."""
-    i = v if v.dtype == dt.INDEX else cast(dt.INDEX, v)
+    """A loaded index made an int32 position in [0, n), computed in the index's own dtype
+    (narrow ones widened) so that an int64 index is never truncated before the check."""
+    wide = v.dtype if v.dtype in ("int32", "int64") else "int64"
+    i = cast(wide, v)
     if mode == "wrap":
-        return I.floormod(i, n)
-    if mode == "normalize":
+        return cast(dt.INDEX, I.floormod(i, n))
+    if mode in ("normalize", "strict"):
         i = I.if_then_else(i < 0, i + n, i)
-    return I.min(I.max(i, 0), n - 1)
+    if mode == "strict":
+        i = index_check(i, n)
+    return cast(dt.INDEX, I.min(I.max(i, 0), n - 1))
+
+
+def _check_axis(x: Tensor, n: int, indices: Tensor, axis: int, op: str) -> None:
+    """Every index into an empty axis is out of range (and the clamp has no element to
+    read)."""
+    if n == 0 and args.prod(args.static_shape(indices, op)) > 0:
+        raise TEError(f"{op}: axis {axis} of {x.name} is empty, so indices {indices.name} "
+                      f"{tuple(indices.shape)} cannot index it")
 
 
 def _index_tensor(indices: Any, mode: str, op: str) -> Tensor:
     args.tensor(indices, op, "indices")
     if not dt.is_int(indices.dtype):
         raise TEError(f"{op}: indices {indices.name} must be integers, got {indices.dtype}")
-    if mode not in ("normalize", "clip", "wrap"):
-        raise TEError(f"{op}: mode must be normalize, clip or wrap, got {mode!r}")
+    if mode not in MODES:
+        raise TEError(f"{op}: mode must be normalize, clip, wrap or strict, got {mode!r}")
     return indices
 
 
@@ -324,12 +348,14 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, mode: str = "norma
     """Gather along ``axis`` (numpy.take, ONNX Gather): out shape is x.shape[:axis] +
     indices.shape + x.shape[axis+1:]; axis None indexes the flattened x. ``mode``:
     ``normalize`` (negative counts from the end, then clamped), ``clip`` (clamped to
-    [0, n-1], TVM's default), ``wrap`` (modulo n)."""
+    [0, n-1], TVM's default), ``wrap`` (modulo n), ``strict`` (ONNX: negative counts from the
+    end, out of range fails the run)."""
     args.tensor(x, "take")
     idx = _index_tensor(indices, mode, "take")
     shape = args.static_shape(x, "take")
     if axis is None:
         total = args.prod(shape)
+        _check_axis(x, total, idx, 0, "take")
 
         def flat_body(*i: Expr) -> Expr:
             f = _index_value(idx[i], total, mode)
@@ -343,6 +369,7 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, mode: str = "norma
 
         return compute(idx.shape, flat_body, name="T_take", tag=INJECTIVE)
     ax = args.axis(axis, x.ndim, "take")
+    _check_axis(x, shape[ax], idx, ax, "take")
     k = idx.ndim
 
     def body(*i: Expr) -> Expr:
@@ -355,7 +382,8 @@ def take(x: Tensor, indices: Tensor, axis: int | None = None, mode: str = "norma
 
 def gather(x: Tensor, axis: int, indices: Tensor, mode: str = "normalize") -> Tensor:
     """out[..i_axis..] = x[..indices[..i_axis..]..] (ONNX GatherElements, TVM gather): indices
-    has x's rank, its shape is the output's, and its dims off ``axis`` are at most x's."""
+    has x's rank, its shape is the output's, and its dims off ``axis`` are at most x's.
+    ``mode`` as for ``take``."""
     args.tensor(x, "gather")
     idx = _index_tensor(indices, mode, "gather")
     shape = args.static_shape(x, "gather")
@@ -365,6 +393,7 @@ def gather(x: Tensor, axis: int, indices: Tensor, mode: str = "normalize") -> Te
                                     if d != ax):
         raise TEError(f"gather: indices {ishape} must have the rank of {x.name} {shape} and no "
                       f"larger dims off axis {axis}")
+    _check_axis(x, shape[ax], idx, ax, "gather")
 
     def body(*i: Expr) -> Expr:
         pos = _index_value(idx[i], shape[ax], mode)

@@ -1,0 +1,115 @@
+"""Gather / GatherElements with ONNX's index semantics: negative indices count from the end,
+int64 indices are compared as int64, and an index out of range fails the run with one line
+naming the node (the kernel reports it), never a silent clamp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import autosched as aus
+from autosched import te
+from autosched.errors import ModelImportError, RuntimeError_
+from autosched.graph.compiler import load_graph
+from autosched.te import ops
+from benchmarks.models import ort_run
+
+N = 23  # rows of the table: the axis indices point into
+
+
+def _model(op: str, table: np.ndarray, idx_shape: tuple, axis: int, shift: bool,
+           const_idx: np.ndarray | None = None) -> object:
+    """``op`` over a constant table and int64 indices (a graph input, or ``const_idx``), with
+    ``shift`` an Add before (fused into the gather's kernel) and a Relu after."""
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array(1, np.int64), "one")]
+    inputs = []
+    if const_idx is None:
+        inputs.append(helper.make_tensor_value_info("ids", TensorProto.INT64, idx_shape))
+    else:
+        inits.append(numpy_helper.from_array(const_idx, "ids"))
+    nodes = [helper.make_node("Add", ["ids", "one"], ["j"], name="shift")] if shift else []
+    nodes += [helper.make_node(op, ["table", "j" if shift else "ids"], ["g"], axis=axis,
+                               name="lookup"),
+              helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "gather", inputs, [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+CASES = {  # name: (op, table shape, indices shape, axis)
+    "gather_rows": ("Gather", (N, 33), (6, 40), 0),  # big enough for a parallel, vector kernel
+    "gather_cols": ("Gather", (5, N), (3,), 1),
+    "gather_elements": ("GatherElements", (N, 9), (17, 9), 0),
+}
+
+
+@pytest.fixture(scope="module", params=[(c, s) for c in CASES for s in (False, True)],
+                ids=lambda p: f"{p[0]}{'_shifted' if p[1] else ''}")
+def compiled(request: pytest.FixtureRequest) -> tuple:
+    name, shift = request.param
+    op, tshape, ishape, axis = CASES[name]
+    table = np.random.default_rng().uniform(-1, 1, tshape).astype("float32")
+    onnx_model = _model(op, table, ishape, axis, shift)
+    return onnx_model, aus.compile(load_graph(onnx_model), target="llvm"), ishape, shift
+
+
+def _indices(rng: np.random.Generator, shape: tuple, shift: bool) -> np.ndarray:
+    """Valid indices (after the shift), one of them negative."""
+    ids = rng.integers(-N, N, shape).astype(np.int64) - int(shift)
+    ids.flat[int(rng.integers(ids.size))] = -int(rng.integers(1, N + 1)) - int(shift)
+    return ids
+
+
+def test_in_range_indices_match_onnxruntime(compiled, rng):
+    onnx_model, model, ishape, shift = compiled
+    ids = _indices(rng, ishape, shift)
+    (got,) = model.run({"ids": ids})
+    np.testing.assert_array_equal(got, ort_run(onnx_model, {"ids": ids})[0])
+
+
+@pytest.mark.parametrize("bad", [N, -N - 1, 2**32, 2**32 + 3, -(2**40)])
+def test_out_of_range_index_fails_the_run(compiled, bad, rng):
+    """2**32 + 3 truncated to 32 bits is 3 (a valid row): it read row 3 before."""
+    onnx_model, model, ishape, shift = compiled
+    ids = _indices(rng, ishape, shift)
+    where = tuple(int(rng.integers(d)) for d in ishape)
+    ids[where] = bad - shift
+    with pytest.raises(RuntimeError_, match=r"node lookup: an index read from the indices "
+                                            r"tensor is out of range"):
+        model.run({"ids": ids})
+    good = _indices(rng, ishape, shift)  # the next call starts from a clean status
+    np.testing.assert_array_equal(model.run({"ids": good})[0],
+                                  ort_run(onnx_model, {"ids": good})[0])
+
+
+@pytest.mark.parametrize("op", ["Gather", "GatherElements"])
+def test_constant_indices_out_of_range_fail_at_import(op):
+    table = np.random.default_rng().uniform(-1, 1, (N, 4)).astype("float32")
+    ids = np.array([[1, N, 2, 0]], np.int64) if op == "GatherElements" else np.array([1, N])
+    with pytest.raises(ModelImportError, match=rf"lookup.*indices \[{N}\] are out of range"):
+        load_graph(_model(op, table, ids.shape, 0, False, const_idx=ids))
+
+
+def test_take_strict_reports_int64_index_beyond_int32(rng):
+    """The operator itself, built alone for llvm: an int64 index is never truncated."""
+    x = te.placeholder((N, 3), name="x")
+    i = te.placeholder((5,), dtype="int64", name="i")
+    y = ops.take(x, i, 0, mode="strict")
+    mod = aus.build(te.create_schedule(y.op), [x, i, y], target="llvm", name="take_strict")
+    a = rng.uniform(-1, 1, (N, 3)).astype("float32")
+    iv = rng.integers(-N, N, 5).astype(np.int64)
+    out = np.empty((5, 3), "float32")
+    mod(a, iv, out)
+    np.testing.assert_array_equal(out, np.take(a, iv, 0))
+    iv[2] = 2**32 + 1
+    with pytest.raises(RuntimeError_, match="take_strict: an index .* out of range"):
+        mod(a, iv, out)
+
+
+def test_take_on_an_empty_axis_is_an_error():
+    x = te.placeholder((0, 3), name="x")
+    i = te.placeholder((2,), dtype="int64", name="i")
+    with pytest.raises(aus.TEError, match="axis 0 of x is empty"):
+        ops.take(x, i, 0, mode="strict")
