@@ -262,3 +262,26 @@ def test_eight_threads_share_one_model(built: tuple[Path, Any],
     for t in threads:
         t.join()
     assert not wrong, f"{len(wrong)} of 1600 runs returned another thread's result"
+
+
+def test_a_kernel_failure_stops_the_run(tmp_path: Path, rng: np.random.Generator) -> None:
+    """A kernel's status (an index out of range) is checked after each call, not dropped."""
+    from onnx import TensorProto, helper
+
+    import autosched as aus
+    from autosched.errors import RuntimeError_
+    from autosched.graph.compiler import load_graph
+
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
+    node = helper.make_node("Gather", ["d", "i"], ["y"])
+    proto = helper.make_model(helper.make_graph([node], "gather", [d, i], [y]))
+    export(aus.compile(load_graph(proto), target="llvm"), tmp_path / "gather")
+    m = load(tmp_path / "gather")
+    data = rng.standard_normal((5, 3)).astype(np.float32)
+    index = rng.integers(-5, 5, 4)
+    np.testing.assert_array_equal(m.run({"d": data, "i": index})[0], data[index])
+    index[rng.integers(4)] = 5 + rng.integers(100)
+    with pytest.raises(RuntimeError_, match="out of range"):
+        m.run({"d": data, "i": index})

@@ -41,6 +41,7 @@ from autosched.graph.graph import Graph
 from autosched.graph.manifest import NAME as MANIFEST
 from autosched.graph.manifest import VERSION, Library, Manifest, library_name, read_manifest
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
+from autosched.targets.status import KernelFailure
 
 
 def export(model: Any, build_dir: str | os.PathLike) -> Path:
@@ -120,7 +121,7 @@ class DeployedModel:
         for c in spec.calls:
             fn = getattr(libs[c.lib], c.symbol)
             fn.argtypes = [ctypes.c_void_p] * len(c.args)
-            fn.restype = None
+            fn.restype = ctypes.c_int32  # 0, or the STATUS_* bits of what failed
             self.kernels.append((c.task, fn, list(c.args), c.n_inputs))
         self._aliases = dict(spec.aliases)
         self._sizes: list[int] = []  # the raw buffers of the memory plan, allocated per thread
@@ -148,34 +149,41 @@ class DeployedModel:
             self._local.storage = storage
         return storage
 
-    def _calls(self, inputs: dict[str, Any]) -> tuple[list[tuple[Any, list[int]]],
+    def _calls(self, inputs: dict[str, Any]) -> tuple[list[tuple[str, Any, list[int]]],
                                                        dict[str, np.ndarray]]:
         vals: dict[str, np.ndarray] = dict(self.constants)
         for name, a in check_inputs(self.graph, inputs).items():
             vals[name] = a if a.ctypes.data % 64 == 0 else _aligned_copy(a)
         vals.update(self._storage())
-        calls = [(fn, [vals[a].ctypes.data for a in args]) for _, fn, args, _ in self.kernels]
+        calls = [(task, fn, [vals[a].ctypes.data for a in args])
+                 for task, fn, args, _ in self.kernels]
         return calls, vals
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         calls, vals = self._calls(inputs)
-        for fn, ptrs in calls:
-            fn(*ptrs)
+        _run(calls)
         return [np.array(vals[o]) for o in self.graph.outputs]
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run, after a warm-up."""
         calls, _ = self._calls(inputs)
-        for fn, ptrs in calls:
-            fn(*ptrs)
+        _run(calls)
         times: list[float] = []
         deadline = time.perf_counter() + min_s
         while len(times) < repeat or time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            for fn, ptrs in calls:
-                fn(*ptrs)
+            _run(calls)
             times.append(time.perf_counter() - t0)
         return float(np.median(times))
+
+
+def _run(calls: list[tuple[str, Any, list[int]]]) -> None:
+    """Each kernel in order; a kernel's failure (out of memory, an index out of range) stops
+    the run with an error naming its task."""
+    for task, fn, ptrs in calls:
+        status = fn(*ptrs)
+        if status:
+            raise KernelFailure(task, status)
 
 
 # -- checks before anything is loaded --------------------------------------------------------
