@@ -34,6 +34,11 @@ for s in "$@"; do
             zcat "benchmarks/results/${name}_cuda_h200.jsonl.gz" > "/tmp/${name}-cuda.jsonl"
             step "replay-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "/tmp/${name}-cuda.jsonl" ;;
+        peers)  # both bundled H200 logs against torch eager / compile / reduce-overhead, TF32 on and off
+            zcat benchmarks/results/resnet18_cuda_h200.jsonl.gz \
+                benchmarks/results/mobilenet_v2_cuda_h200.jsonl.gz > /tmp/models-cuda.jsonl
+            step peers 590 python3 benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 \
+                --log /tmp/models-cuda.jsonl --out "$OUT/e2e_gpu_peers.json" ;;
         cputests) step cputests 300 python3 -m pytest -q -x tests/test_ops_sketch.py \
                       tests/test_graph_compiler.py tests/test_search.py tests/test_models.py \
                       -rfE -p no:cacheprovider ;;

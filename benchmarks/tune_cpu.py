@@ -74,11 +74,13 @@ def _numpy_fn(name: str, xs: list[np.ndarray]):  # noqa: ANN202
     return None  # numpy has no depthwise convolution
 
 
-def _schedule_timer(task: aus.Task, sch, inputs: list[np.ndarray]):  # noqa: ANN001, ANN202
-    """A timer of ``sch``: the median of 7 repeats of at least 100 ms (warm, after a call)."""
+def _schedule_timer(task: aus.Task, sch, inputs: list[np.ndarray],  # noqa: ANN001, ANN202
+                    repeat: int = 7):
+    """A timer of ``sch``: the median of ``repeat`` repeats of at least 100 ms (warm, after a
+    call)."""
     mod = task.build(sch)
     outs = [np.empty(tuple(o.shape), o.dtype) for o in task.outputs]
-    return lambda: mod.time(*inputs, *outs, repeat=7, min_repeat_ms=100).median
+    return lambda: mod.time(*inputs, *outs, repeat=repeat, min_repeat_ms=100).median
 
 
 def _timers(task: aus.Task, sch, inputs: list[np.ndarray], np_fn) -> dict:  # noqa: ANN001
@@ -95,7 +97,7 @@ def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Gene
     task = aus.Task(lambda: tensors, target="llvm", name=name)
     inputs = [rng.uniform(-1, 1, tuple(t.shape)).astype(t.dtype) for t in task.args
               if t not in task.outputs]
-    default = _schedule_timer(task, task.schedule(), inputs)()
+    default = _schedule_timer(task, task.schedule(), inputs, repeat=3)()  # seconds per call
     np_fn = _numpy_fn(name, inputs)
     rows = []
     for trials in budgets:
