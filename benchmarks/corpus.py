@@ -65,6 +65,7 @@ class Entry:
     constants: dict[str, Any]
     int_high: int
     light: bool
+    free_dims: bool                 # the declared input / output dims are a stale export size
     notes: str
     known: str                      # a known failure's root cause ("" when it should pass)
 
@@ -101,7 +102,8 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, Entry]:
             name=m["name"], wheel=wheels[m["wheel"]], member=m["member"],
             shapes={k: tuple(v) for k, v in m.get("shapes", {}).items()},
             constants=dict(m.get("constants", {})), int_high=int(m.get("int_high", 10)),
-            light=bool(m.get("light", False)), notes=m.get("notes", ""),
+            light=bool(m.get("light", False)), free_dims=bool(m.get("free_dims", False)),
+            notes=m.get("notes", ""),
             known=m.get("known", ""))
     return out
 
@@ -162,6 +164,8 @@ def prepared_model(e: Entry) -> Any:
 
     proto = onnx.load(model_path(e))
     freeze_inputs(proto, e.constants)
+    if e.free_dims:
+        free_dims(proto)
     expose_logits(proto)
     return proto
 
@@ -177,6 +181,16 @@ def freeze_inputs(proto: Any, values: dict[str, Any]) -> None:
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         proto.graph.initializer.append(numpy_helper.from_array(np.array(value, dtype), name))
         proto.graph.input.remove(vi)
+
+
+def free_dims(proto: Any) -> None:
+    """Make every input and output dim symbolic and drop inner shape annotations, so that a
+    fully convolutional model exported at one size can be bound to another (as its users do)."""
+    for k, vi in enumerate(list(proto.graph.input) + list(proto.graph.output)):
+        for i, d in enumerate(vi.type.tensor_type.shape.dim):
+            d.Clear()
+            d.dim_param = f"d{k}_{i}"
+    del proto.graph.value_info[:]
 
 
 def expose_logits(proto: Any) -> list[str]:

@@ -110,3 +110,16 @@ def test_compare_reports_one_element_off_by_one() -> None:
     assert corpus.compare([ref + 1e-5], [ref], ["scores"], r)
     ints = np.arange(6, dtype="int64")
     assert not corpus.compare([ints + (ints == 5)], [ints], ["ids"], corpus.Result("m", "p"))
+
+
+def test_free_dims_lets_a_static_export_run_at_another_size() -> None:
+    w = numpy_helper.from_array(np.random.default_rng().uniform(-1, 1, (2, 3, 3, 3))
+                                .astype("f4"), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [w])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    corpus.free_dims(proto)
+    x = np.random.default_rng().uniform(-1, 1, (1, 3, 6, 10)).astype("f4")
+    assert models.ort_run(proto, {"x": x})[0].shape == (1, 2, 6, 10)
