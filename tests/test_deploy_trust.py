@@ -285,3 +285,24 @@ def test_a_kernel_failure_stops_the_run(tmp_path: Path, rng: np.random.Generator
     index[rng.integers(4)] = 5 + rng.integers(100)
     with pytest.raises(RuntimeError_, match="out of range"):
         m.run({"d": data, "i": index})
+
+
+def test_elf_reader_survives_corrupt_libraries(built: tuple[Path, Any],
+                                               rng: np.random.Generator) -> None:
+    """Random byte changes and truncations: the reader answers or raises ElfError, nothing
+    else (it reads untrusted files before they are loaded)."""
+    from autosched.targets.elf import ElfError, read_shared_library
+
+    path, _ = built
+    lib = next(path.glob("kernel*.so")).read_bytes()
+    assert read_shared_library(lib).machine == host_machine()
+    for _ in range(300):
+        data = bytearray(lib[: int(rng.integers(1, len(lib) + 1))])
+        for at in rng.integers(0, len(data), int(rng.integers(1, 20))):
+            data[at] = int(rng.integers(256))
+        try:
+            read_shared_library(bytes(data))
+        except ElfError:
+            pass
+    with pytest.raises(ElfError, match="not an ELF file"):
+        read_shared_library(rng.bytes(200))

@@ -52,7 +52,7 @@ class _Layout:
     def read(self, fmt: str, data: bytes, offset: int) -> tuple[int, ...]:
         try:
             return struct.unpack_from(self.end + fmt, data, offset)
-        except struct.error:
+        except (struct.error, OverflowError):  # past the end, or an offset beyond any file
             raise ElfError(f"truncated at byte {offset}") from None
 
 
