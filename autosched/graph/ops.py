@@ -167,5 +167,6 @@ from autosched.graph import (  # noqa: E402, F401
     ops_math,
     ops_nn,
     ops_quant,
+    ops_rnn,
     ops_shape,
 )
