@@ -29,6 +29,12 @@ test: $(BIN)/.installed
 test-models: $(BIN)/.installed
 	$(BIN)/python benchmarks/corpus.py
 
+# the fuzzing tier at scale: 5,000 random ONNX graphs against onnxruntime (a fresh seed each run
+# unless AUTOSCHED_FUZZ_SEED is set; the seed is printed)
+test-fuzz: $(BIN)/.installed
+	AUTOSCHED_FUZZ_CASES=$${AUTOSCHED_FUZZ_CASES:-5000} AUTOSCHED_FUZZ_SEED=$${AUTOSCHED_FUZZ_SEED:-$$(date +%s)} \
+		$(BIN)/python -m pytest -q -s tests/test_fuzz.py
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
