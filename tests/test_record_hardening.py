@@ -74,6 +74,8 @@ CASES: dict[str, Any] = {
     "candidate sketch a string": lambda d: d["extra"]["candidate"].__setitem__("sketch", "0"),
     "candidate knob a dict": lambda d: d["extra"]["candidate"]["params"].__setitem__(
         next(iter(d["extra"]["candidate"]["params"])), {"x": 1}),
+    "candidate knob a string": lambda d: d["extra"]["candidate"]["params"].__setitem__(
+        next(iter(d["extra"]["candidate"]["params"])), "x"),
     "extra a list": lambda d: d.__setitem__("extra", [1, 2]),
     "split factor a string": _set_factor("8"),
     "split factor a list": _set_factor([8]),
@@ -253,3 +255,20 @@ def test_a_full_device_fails_before_measuring(task: Task, tmp_path: Path,
         tune(task, trials=4, log=tmp_path / "l.jsonl", measurer=_NoMeasurer(), model=object(),
              options=TuneOptions(verbose=False))
     assert info.value.errno == errno.ENOSPC
+
+
+def test_a_candidate_of_another_space_is_no_seed(task: Task, tmp_path: Path,
+                                                 rng: np.random.Generator) -> None:
+    # a valid record whose candidate this task's space does not know (another version's
+    # sketches): kept as a measurement, but neither a seed nor training data
+    good = _good_lines(task, rng)
+    alien = json.loads(json.dumps(good[0]))
+    alien["extra"]["candidate"]["sketch"] = 999
+    alien["costs"], alien["ir_hash"] = [1e-9] * 3, "f" * 32
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(json.dumps(d) for d in [*good, alien]) + "\n")
+    tuner = TaskTuner(task, RecordLog(path), rng, TuneOptions(verbose=False))
+    assert tuner.trials == len(good) + 1
+    assert len(tuner.seeds()) == len(good) and all(c.sketch != 999 for c in tuner.seeds())
+    feats, _ = tuner.training_data()
+    assert len(feats) == len(good)

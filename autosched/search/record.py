@@ -302,17 +302,18 @@ def _check_step(d: dict[str, Any]) -> None:
 
 
 def _check_candidate(c: Any) -> None:
-    """extra.candidate: {"sketch": index, "params": {knob name: int, str or list of ints}}."""
+    """extra.candidate: {"sketch": index, "params": {knob name: int or list of ints}} (every
+    knob's values are ints: choices, or tile lengths)."""
     if not isinstance(c, dict) or not isinstance(c.get("params"), dict):
         raise ValueError(f"extra.candidate must have a params object, got {_short(c)}")
     sketch = c.get("sketch")
     if isinstance(sketch, bool) or not isinstance(sketch, int) or not 0 <= sketch < MAX_INT:
         raise ValueError(f"extra.candidate.sketch must be a sketch index, got {_short(sketch)}")
     for name, value in c["params"].items():
-        if not (_fits(value, "int | str") or isinstance(value, list) and all(
+        if not (_fits(value, "int") or isinstance(value, list) and all(
                 _fits(v, "int") for v in value)):
-            raise ValueError(f"extra.candidate knob {name} must be an int, a string or a list "
-                             f"of ints, got {_short(value)}")
+            raise ValueError(f"extra.candidate knob {name} must be an int or a list of ints, "
+                             f"got {_short(value)}")
 
 
 def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],

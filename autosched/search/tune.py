@@ -80,7 +80,8 @@ class TaskTuner:
 
     def seeds(self, k: int = 16) -> list[Candidate]:
         ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")), key=lambda r: r.cost)
-        return [Candidate.from_dict(r.extra["candidate"]) for r in ok[:k]]
+        cands = (Candidate.from_dict(r.extra["candidate"]) for r in ok)
+        return [c for c in cands if self.space.knows(c)][:k]  # a log may hold other sketches
 
     def training_data(self) -> tuple[list[np.ndarray], list[float]]:
         """Features and normalised throughputs (best = 1) of this task's measured records."""
