@@ -306,3 +306,41 @@ def test_elf_reader_survives_corrupt_libraries(built: tuple[Path, Any],
             pass
     with pytest.raises(ElfError, match="not an ELF file"):
         read_shared_library(rng.bytes(200))
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _leaves(v, (*path, k))] + [path]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _leaves(v, (*path, i))] + [path]
+    return [path]
+
+
+def test_random_manifest_values_load_or_are_named(build: Path,
+                                                  rng: np.random.Generator) -> None:
+    """Any field replaced by any JSON value: a ModelImportError naming the build dir, or a
+    model that runs (the replacement was harmless: a name, or another output), never another
+    exception."""
+    good = json.loads((build / "manifest.json").read_text())
+    paths = [p for p in _leaves(good) if p]
+    x = _x(rng)
+    expected = load(build).run({"x": x})[0]
+    junk = [-1, 0, 2**31, 2**70, 1.5, True, None, "", "x", "../kernel0_x.so", [], [1], {},
+            {"a": 1}, "float64", [[1], "uint8"]]
+    for _ in range(400):
+        m = json.loads(json.dumps(good))
+        path = paths[int(rng.integers(len(paths)))]
+        node = m
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = junk[int(rng.integers(len(junk)))]
+        (build / "manifest.json").write_text(json.dumps(m))
+        try:
+            model = load(build)
+        except ModelImportError as exc:
+            assert str(build) in str(exc)
+            continue
+        outs = model.run({"x": x})
+        assert [o.shape for o in outs] == [model.graph.values[o].shape for o in m["outputs"]]
+        if m["outputs"] == good["outputs"] and m["aliases"] == good["aliases"]:
+            np.testing.assert_array_equal(outs[0], expected)
