@@ -192,6 +192,7 @@ HOSTILE = {  # field -> (change, what the error names)
     "the version": (_set(("version",), 1), "version: 1 is not 2"),
     "another machine": (_set(("machine",), "aarch64"), "is for aarch64"),
     "a list": (lambda m: m.clear(), "version"),
+    "a feature name": (_set(("cpu_features",), ["avx; rm -rf"]), "cpu_features"),
     "threads not a flag": (_set(("kernels", 0, "threads"), "yes"), "threads"),
     "two inputs of one name": (lambda m: m["inputs"].append(m["inputs"][0]), "one name"),
 }
@@ -237,6 +238,18 @@ def test_a_build_for_another_cpu_says_which(tmp_path: Path) -> None:
     _edit(out, _set(("machine",), "x86_64"))  # the libraries still say what they are
     with pytest.raises(ModelImportError, match="kernel.*is aarch64 code"):
         load(out)
+
+
+def test_a_build_using_cpu_features_this_cpu_lacks_says_which(build: Path) -> None:
+    from autosched.graph.deploy import CPU_FLAGS, _cpuinfo_flags
+
+    flags = _cpuinfo_flags()
+    lacking = sorted(f for f, flag in CPU_FLAGS.items() if flags and flag not in flags)
+    if not lacking:
+        pytest.skip("this CPU has every feature the loader checks (or no /proc/cpuinfo flags)")
+    _edit(build, lambda m: m["cpu_features"].append(lacking[0]))
+    with pytest.raises(ModelImportError, match=f"CPU features this CPU lacks: {lacking[0]}"):
+        load(build)
 
 
 def test_eight_threads_share_one_model(built: tuple[Path, Any],

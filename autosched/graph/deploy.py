@@ -73,7 +73,7 @@ def export(model: Any, build_dir: str | os.PathLike) -> Path:
     g = model.graph
     manifest = {
         "version": VERSION, "name": g.name, "target": str(model.target),
-        "machine": _machine(out, libraries),
+        "machine": _machine(out, libraries), "cpu_features": _cpu_features(model.target),
         "inputs": [[v.name, list(v.shape), v.dtype] for v in g.inputs],
         "outputs": list(g.outputs),
         "values": {n: [list(v.shape), v.dtype] for n, v in g.values.items()
@@ -95,6 +95,25 @@ def _export_library(mod: Any, path: Path) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "params": params}
 
 
+# Vector and bit-manipulation features the kernels may use: LLVM's name -> /proc/cpuinfo's.
+# A build that uses one on a CPU without it would die of SIGILL; the loader says which instead.
+CPU_FLAGS = {
+    "sse4.1": "sse4_1", "sse4.2": "sse4_2", "ssse3": "ssse3", "avx": "avx", "avx2": "avx2",
+    "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2", "avx512f": "avx512f",
+    "avx512dq": "avx512dq", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+    "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq",
+    "avx512fp16": "avx512_fp16",
+}
+
+
+def _cpu_features(target: Any) -> list[str]:
+    """The CPU_FLAGS features the target enables (none named: none checked)."""
+    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    return sorted(enabled & set(CPU_FLAGS))
+
+
 def _machine(out: Path, libraries: dict[str, Any]) -> str:
     """The architecture the libraries were built for (the host's when there are none)."""
     for lib in libraries:
@@ -110,6 +129,7 @@ class DeployedModel:
         d = Path(build_dir)
         spec = read_manifest(d)
         _check_machine(d, spec.machine, f"target {spec.target}")
+        _check_cpu_features(d, spec.cpu_features, spec.target)
         self.manifest = spec.raw
         self.graph = Graph(inputs=list(spec.inputs), outputs=list(spec.outputs), nodes=[],
                            values=dict(spec.values), name=spec.name)
@@ -199,6 +219,29 @@ def _check_machine(d: Path, machine: str, evidence: str) -> None:
             f"build dir {d} is for {machine} ({evidence}); this machine is {host}: run it "
             f"on a {machine} machine, or compile the model for this one (autosched compile "
             "MODEL --target llvm -o DIR)")
+
+
+def _check_cpu_features(d: Path, required: tuple[str, ...], target: str) -> None:
+    flags = _cpuinfo_flags()
+    missing = [f for f in required if f in CPU_FLAGS and flags is not None
+               and CPU_FLAGS[f] not in flags]
+    if missing:
+        raise ModelImportError(
+            f"build dir {d} uses CPU features this CPU lacks: {', '.join(missing)} (target "
+            f"{target}); compile the model on this machine, or for a CPU without them "
+            "(autosched compile MODEL --target 'llvm -mcpu=NAME' -o DIR)")
+
+
+def _cpuinfo_flags() -> set[str] | None:
+    """The first CPU's flags from /proc/cpuinfo (x86 Linux); None when there are none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return None
 
 
 def _trusted_dir(d: Path) -> Path:

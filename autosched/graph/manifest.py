@@ -38,6 +38,7 @@ SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 LIBRARY = re.compile(r"kernel[0-9]{1,6}_([A-Za-z0-9_]{0,100})\.so")
 CONSTANT_KEY = re.compile(r"c[0-9]{1,7}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+FEATURE = re.compile(r"[a-z0-9._-]{1,40}")
 
 
 def library_name(index: int, symbol: str) -> str:
@@ -66,6 +67,7 @@ class Manifest:
     name: str
     target: str
     machine: str
+    cpu_features: tuple[str, ...]  # LLVM names of vector features the kernels may use
     inputs: tuple[ValueInfo, ...]
     outputs: tuple[str, ...]
     values: dict[str, ValueInfo]
@@ -126,6 +128,8 @@ def _manifest(raw: dict[str, Any]) -> Manifest:
     m = Manifest(
         raw=raw, name=_str("name", raw.get("name")), target=_str("target", raw.get("target")),
         machine=_str("machine", raw.get("machine")), inputs=inputs,
+        cpu_features=tuple(_str(f"cpu_features[{i}]", f, FEATURE) for i, f in
+                           enumerate(_list("cpu_features", raw.get("cpu_features", []), str))),
         outputs=tuple(_str(f"outputs[{i}]", o) for i, o in
                       enumerate(_list("outputs", raw.get("outputs"), str))),
         values=values,
