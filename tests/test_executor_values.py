@@ -70,3 +70,31 @@ def test_shape_too_large_to_allocate_names_the_value():
     with pytest.raises(RuntimeError_, match=rf"out of memory allocating {2**58} bytes for "
                                             r"value \w+ \(float32\[268435456, 268435456\]\)"):
         aus.compile(load_graph(_chain([1 << 28, 1 << 28])), target="llvm")
+
+
+def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
+    """The GPU executor on test_graph_executor_cuda's stand-in driver, whose device memory
+    runs out: the driver's error becomes the same line naming the value."""
+    from autosched.graph.executor_cuda import CudaModel
+    from autosched.targets.cuda import runtime as rt
+    from autosched.targets.target import parse
+    from tests.test_graph_executor_cuda import _FakeDriver, _FakeModule
+
+    class Driver(_FakeDriver):
+        class MemoryError(_FakeDriver.Error):  # noqa: A001  (pycuda's name)
+            pass
+
+        def mem_alloc(self, n: int) -> int:
+            if n > 100:
+                raise Driver.MemoryError("cuMemAlloc failed: out of memory")
+            return super().mem_alloc(n)
+
+    drv = Driver()
+    monkeypatch.setattr(rt, "_driver", lambda: drv)
+    monkeypatch.setattr(rt, "_context", lambda: None)
+    cpu = aus.compile(load_graph(_chain([3, 50])), target="llvm")
+    kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
+               for k in cpu.kernels]
+    with pytest.raises(RuntimeError_, match=r"out of memory allocating 600 bytes for value "
+                                            r"\w+ \(float32\[3, 50\]\)"):
+        CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)

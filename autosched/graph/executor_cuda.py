@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.graph.executor import check_inputs, memory_plan, nbytes
+from autosched.graph.executor import allocate, check_inputs, memory_plan, nbytes
 from autosched.graph.graph import Graph
 from autosched.targets.target import Target
 
@@ -49,12 +49,12 @@ class CudaModel:
         self.constants = constants
         steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
         self.aliases = dict(aliases or {})
-        self.storage, self.peak_bytes = memory_plan(graph, steps, drv.mem_alloc, self.aliases)
+        self.storage, self.peak_bytes = memory_plan(graph, steps, self._mem_alloc, self.aliases)
         self.device: dict[str, Any] = dict(self.storage)
         for a, src in self.aliases.items():  # a reshape reads the same bytes
             self.device[a] = self.storage[src]
         for v in graph.inputs:
-            self.device[v.name] = drv.mem_alloc(nbytes(v))
+            self.device[v.name] = allocate(v, nbytes(v), self._mem_alloc)
         used = {a for k in kernels for a in k.args}
         self.constant_bytes = 0
         for name, arr in constants.items():
@@ -85,6 +85,14 @@ class CudaModel:
             except drv.Error as exc:
                 raise RuntimeError_(f"task {task}: kernel {name} (grid {grid}, block {block}) "
                                     f"failed: {exc}") from exc
+
+    def _mem_alloc(self, n: int) -> Any:
+        """Device memory; the driver's out-of-memory error as Python's, which ``allocate``
+        turns into a line naming the value."""
+        try:
+            return self.drv.mem_alloc(n)
+        except getattr(self.drv, "MemoryError", MemoryError) as exc:
+            raise MemoryError(str(exc)) from None
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
