@@ -29,6 +29,7 @@ from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_outputs
 from autosched.graph.graph import Graph, Node, ValueInfo
 from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
 from autosched.graph.ops_math import onnx_dtype
+from autosched.graph.passes import split_wide_nodes
 from autosched.te.tensor import Tensor
 
 # the newest default-domain opset the installed onnx (1.23) defines; the supported ops keep
@@ -269,6 +270,8 @@ def from_onnx(model: str | os.PathLike | Any,
 
     nodes = [Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output),
                   {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
+    named = {v for n in g.node for v in [*n.input, *n.output]} | set(values) | set(constants)
+    nodes = split_wide_nodes(nodes, named)
     missing = [f"{n.op_type} (node {n.name!r})" for n in nodes if not supported(n.op_type)]
     if missing:
         kinds = sorted({n.op_type for n in nodes if not supported(n.op_type)})

@@ -52,6 +52,54 @@ def _evaluate(node: Node, outs: list, ctx) -> list[np.ndarray]:  # noqa: ANN001
     return results
 
 
+# Inputs per node of the ops that split_wide_nodes turns into trees: a converter builds one
+# expression as deep as its inputs are many, and expression visitors recurse.
+MAX_FAN_IN = 16
+_ASSOCIATIVE = {"Sum", "Max", "Min", "Concat", "Mean"}
+
+
+def split_wide_nodes(nodes: list[Node], names: set[str]) -> list[Node]:
+    """Sum, Max, Min, Concat and Mean nodes with more than MAX_FAN_IN inputs as trees of such
+    nodes (same attributes; new values named after the output, avoiding ``names``): a Sum of
+    1000 inputs is 63 Sums of 16 under 4 Sums under one; a Mean is a tree of Sums divided by
+    the count. Importers run it before converting."""
+    out: list[Node] = []
+    taken = set(names)
+    for n in nodes:
+        if n.op_type not in _ASSOCIATIVE or len(n.inputs) <= MAX_FAN_IN or "" in n.inputs:
+            out.append(n)
+            continue
+        op = "Sum" if n.op_type == "Mean" else n.op_type
+        level, ins = 0, list(n.inputs)
+        while len(ins) > MAX_FAN_IN:
+            parts = []
+            for k in range(0, len(ins), MAX_FAN_IN):
+                part = f"{n.name}.tree{level}_{k // MAX_FAN_IN}"
+                parts.append(_fresh(f"{n.outputs[0]}.tree{level}_{k // MAX_FAN_IN}", taken))
+                out.append(Node(part, op, ins[k:k + MAX_FAN_IN], [parts[-1]], dict(n.attrs)))
+            level, ins = level + 1, parts
+        if n.op_type != "Mean":
+            out.append(Node(n.name, op, ins, list(n.outputs), dict(n.attrs)))
+            continue
+        total, count, typed = (_fresh(f"{n.outputs[0]}.{s}", taken)
+                               for s in ("sum", "count", "count_typed"))
+        out += [Node(f"{n.name}.sum", "Sum", ins, [total]),
+                Node(f"{n.name}.count", "Constant", [], [count],
+                     {"value": np.array(len(n.inputs), np.float64)}),
+                Node(f"{n.name}.count_typed", "CastLike", [count, n.inputs[0]], [typed]),
+                Node(n.name, "Div", [total, typed], list(n.outputs))]
+    return out
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}.{k}"
+    taken.add(out)
+    return out
+
+
 def fold_constants(graph: Graph) -> Graph:
     """Replace every node whose inputs are all constants by its outputs' values (the importer
     folds what its converters return as numpy; this folds the rest, e.g. a Conv of constants,

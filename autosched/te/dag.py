@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -13,22 +13,30 @@ from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import tensors_read
 
 
+def _producers(op: Operation) -> Iterator[Operation]:
+    return (t.op for t in tensors_read(op.body)) if isinstance(op, ComputeOp) else iter(())
+
+
 def topo_ops(outputs: Sequence[Tensor]) -> list[Operation]:
-    """Every operation the outputs depend on, producers before consumers, in a stable order."""
+    """Every operation the outputs depend on, producers before consumers, in a stable order:
+    a depth-first post-order, inputs in first-read order (iterative, since a chain of
+    stages can be deeper than Python's recursion limit)."""
     order: list[Operation] = []
     seen: set[int] = set()
-
-    def visit(op: Operation) -> None:
-        if op.uid in seen:
-            return
-        seen.add(op.uid)
-        if isinstance(op, ComputeOp):
-            for t in tensors_read(op.body):
-                visit(t.op)
-        order.append(op)
-
     for t in outputs:
-        visit(t.op)
+        if t.op.uid in seen:
+            continue
+        seen.add(t.op.uid)
+        stack = [(t.op, _producers(t.op))]
+        while stack:
+            op, pending = stack[-1]
+            nxt = next((p for p in pending if p.uid not in seen), None)
+            if nxt is None:
+                stack.pop()
+                order.append(op)
+            else:
+                seen.add(nxt.uid)
+                stack.append((nxt, _producers(nxt)))
     return order
 
 

@@ -18,10 +18,16 @@ def children(e: E.Expr) -> Iterator[E.Expr]:
 
 
 def post_order(e: E.Expr) -> Iterator[E.Expr]:
-    """Every node of ``e``, children before parents (shared nodes repeat)."""
-    for c in children(e):
-        yield from post_order(c)
-    yield e
+    """Every node of ``e``, children before parents (shared nodes repeat). Iterative: a chain
+    of thousands of operations is deeper than Python's recursion limit."""
+    stack: list[tuple[E.Expr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            yield node
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(list(children(node))))
 
 
 def rebuild(e: E.Expr, **changes: object) -> E.Expr:
