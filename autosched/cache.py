@@ -16,8 +16,10 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -101,13 +103,15 @@ class DiskCache:
     def write(self, name: str, data: bytes) -> None:
         """Store ``data`` as ``name`` (atomically, hash first); a full disk or read-only home
         costs only a rebuild next time."""
+        tmp = None
         try:
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             self.adopt(Path(tmp), name)
         except OSError:
-            pass
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
 
     def adopt(self, tmp: Path, name: str) -> Path:
         """Move ``tmp`` (a file built in this folder) to ``name``, recording its hash."""
@@ -144,7 +148,9 @@ _PROCESS_FOLDER: list[str] = []
 def _process_folder() -> str:
     with _LOCK:
         if not _PROCESS_FOLDER:
-            _PROCESS_FOLDER.append(tempfile.mkdtemp(prefix="autosched-cache-"))  # mode 0700
+            folder = tempfile.mkdtemp(prefix="autosched-cache-")  # mode 0700
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            _PROCESS_FOLDER.append(folder)
         return _PROCESS_FOLDER[0]
 
 
