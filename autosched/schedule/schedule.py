@@ -8,7 +8,7 @@ it here, checking legality with the values at hand; ``Schedule.from_json`` repla
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autosched.errors import ScheduleError
@@ -16,7 +16,7 @@ from autosched.schedule import steps as S
 from autosched.te import expr as E
 from autosched.te.dag import topo_ops
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
-from autosched.te.visit import tensors_read
+from autosched.te.visit import substitute, tensors_read
 
 PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
 SCOPES = ("global", "shared", "local")
@@ -494,15 +494,19 @@ class Schedule:
         return op.output()
 
     def _apply_cache_write(self, step: S.CacheWrite) -> Tensor:
+        """As in TVM, the stage of the tensor keeps its op's data axes (``C.op.axis`` schedules
+        the copy-out stage) and the cache stage gets fresh axes of the same names (so steps,
+        which name axes, replay the same either way); reduce axes stay with the cache."""
         st = self._compute_stage(step.stage, "cache_write")
         self._check_scope(step.scope, f"cache_write of {st.name}")
         if st.relations or st.annotations or st.bindings or st.attach != ("root",):
             raise ScheduleError(f"cache_write of {st.name} must come before other steps on that stage")
         old = st.op
         assert isinstance(old, ComputeOp)
-        cached = ComputeOp(step.output(), old.axis, old.body, old.reduce_axis, old.tag, old.attrs)
-        axes = tuple(E.IterVar(E.Var(a.name), a.dom, "data") for a in old.axis)
-        copy = ComputeOp(old.name, axes, cached.output()[tuple(a.var for a in axes)],
+        fresh = tuple(E.IterVar(E.Var(a.name), a.dom, "data") for a in old.axis)
+        cached = _with_axes(ComputeOp(step.output(), old.axis, old.body, old.reduce_axis, old.tag,
+                                      old.attrs), fresh)
+        copy = ComputeOp(old.name, old.axis, cached.output()[tuple(a.var for a in old.axis)],
                          tag=old.tag, attrs=old.attrs)
         new = self._insert(Stage(self, step.output(), cached), before=st)
         new.scope = step.scope
@@ -517,6 +521,7 @@ class Schedule:
 
         st = self._compute_stage(step.stage, "rfactor")
         rf_op, new_op = rfactor_ops(st, st.leaf_named(step.axis), step.factor_axis, step.output())
+        new_op = _with_axes(new_op, st.op.axis)  # as in TVM: C.op.axis still schedules C
         new = self._insert(Stage(self, step.output(), rf_op), before=st)
         new.read_map, st.read_map = st.read_map, {}
         st.op = new_op
@@ -530,6 +535,12 @@ class Schedule:
         idx = self.stages.index(before) if before else self.stages.index(after) + 1  # type: ignore[arg-type]
         self.stages.insert(idx, stage)
         return stage
+
+
+def _with_axes(op: ComputeOp, axes: tuple[E.IterVar, ...]) -> ComputeOp:
+    """``op`` over the data axes ``axes`` instead of its own (its body rewritten to match)."""
+    body = substitute(op.body, {a.var: b.var for a, b in zip(op.axis, axes)})
+    return replace(op, axis=axes, body=body)
 
 
 def _fresh_axes(shape: tuple[E.Expr, ...], ndim: int) -> tuple[E.IterVar, ...]:
