@@ -73,7 +73,14 @@ def _load_external_data(proto: Any, base_dir: str, where: str) -> None:
     location: no absolute paths, no ``..``, no symlinks out of the directory."""
     from onnx.external_data_helper import load_external_data_for_tensor
 
+    root = os.path.realpath(base_dir)
     for t in _external_tensors(proto):
+        # checked here too, so the guarantee does not rest on the installed onnx version
+        location = {e.key: e.value for e in t.external_data}.get("location", "")
+        path = os.path.realpath(os.path.join(root, location))
+        if os.path.isabs(location) or os.path.commonpath([root, path]) != root:
+            raise ModelImportError(f"{where}: external data of tensor {t.name!r} is at "
+                                   f"{location!r}, outside the model's directory")
         try:
             load_external_data_for_tensor(t, base_dir)
         except Exception as e:  # onnx raises ValidationError, OSError and others

@@ -54,7 +54,7 @@ def _range_bytes(node: Node, ins: Sequence[Value | None]) -> int:
 _GENERATED = {"ConstantOfShape": _fill_bytes, "Range": _range_bytes}
 
 
-def _lazy(node: Node, ins: Sequence[Value | None], opset: int) -> list[Value | None]:
+def lazy_inputs(node: Node, ins: Sequence[Value | None], opset: int) -> list[Value | None]:
     """The inputs with constants as placeholders, except those that must stay constants."""
     fixed = set(const_inputs(node.op_type, opset))
     return [te.placeholder(v.shape, str(v.dtype), name=f"in{k}")
@@ -71,7 +71,7 @@ def folded_bytes(node: Node, ins: Sequence[Value | None], opset: int) -> int | N
     if node.op_type in _GENERATED:
         return _GENERATED[node.op_type](node, ins)
     try:
-        outs = convert(node, _lazy(node, ins, opset), ConvertContext(opset=opset))
+        outs = convert(node, lazy_inputs(node, ins, opset), ConvertContext(opset=opset))
     except ModelImportError:
         return None
     return sum(_nbytes(o) for o in outs)
@@ -98,7 +98,7 @@ def runtime_outputs(node: Node, ins: Sequence[Value | None], ctx: ConvertContext
     """``runtime_node(node, ins)`` and its TE outputs; a ModelImportError naming the node when
     no kernel can compute them."""
     kept = runtime_node(node, ins)
-    outs = convert(kept, _lazy(kept, ins if kept is node else [], ctx.opset), ctx)
+    outs = convert(kept, lazy_inputs(kept, ins if kept is node else [], ctx.opset), ctx)
     for name, o in zip(node.outputs, outs):
         size = math.prod(int(d) for d in o.shape)
         if not isinstance(o, Tensor) or size > MAX_KERNEL_ELEMENTS:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from autosched import te
+from autosched.graph.fold import lazy_inputs
 from autosched.graph.graph import Graph, Node
 from autosched.graph.ops import ConvertContext, convert, supported
 from autosched.te.flops import flop_count
@@ -34,6 +35,8 @@ def node_ops(node: Node, graph: Graph) -> list[Operation]:
         else:
             vi = graph.values[name]
             ins.append(te.placeholder(vi.shape, dtype=vi.dtype, name="in"))
+    if all(not i or i in graph.constants for i in node.inputs):
+        ins = lazy_inputs(node, ins, graph.opset)  # left unfolded: too large to compute here
     outs = convert(node, ins, ConvertContext(opset=graph.opset))
     seen: dict[int, Operation] = {}
     stack = [t.op for t in outs if isinstance(t, Tensor)]
