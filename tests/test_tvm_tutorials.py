@@ -40,49 +40,52 @@ def _packed_gemm() -> tuple[te.Tensor, te.Tensor, te.Tensor, te.Tensor]:
     return A, B, packedB, C
 
 
-def blocking() -> tuple[te.Schedule, list]:
-    A, B, C = _gemm()
-    s = te.create_schedule(C.op)
+def _block(s: te.Schedule, C: te.Tensor, permute: bool, vectorize: bool) -> None:
+    """The tutorial's steps one to three: 32x32 blocks, k split by 4, then the loop order
+    (ki inside mi once permuted) and the vectorized innermost column loop."""
     mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], BN, BN)
     (kaxis,) = s[C].op.reduce_axis
     ko, ki = s[C].split(kaxis, factor=4)
-    s[C].reorder(mo, no, ko, ki, mi, ni)
+    if permute:
+        s[C].reorder(mo, no, ko, mi, ki, ni)
+    else:
+        s[C].reorder(mo, no, ko, ki, mi, ni)
+    if vectorize:
+        s[C].vectorize(ni)
+
+
+def _pack(s: te.Schedule, packedB: te.Tensor) -> None:
+    bigN, _, littleN = s[packedB].op.axis
+    s[packedB].vectorize(littleN)
+    s[packedB].parallel(bigN)
+
+
+def blocking() -> tuple[te.Schedule, list]:
+    A, B, C = _gemm()
+    s = te.create_schedule(C.op)
+    _block(s, C, permute=False, vectorize=False)
     return s, [A, B, C]
 
 
 def vectorization() -> tuple[te.Schedule, list]:
     A, B, C = _gemm()
     s = te.create_schedule(C.op)
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], BN, BN)
-    (kaxis,) = s[C].op.reduce_axis
-    ko, ki = s[C].split(kaxis, factor=4)
-    s[C].reorder(mo, no, ko, ki, mi, ni)
-    s[C].vectorize(ni)
+    _block(s, C, permute=False, vectorize=True)
     return s, [A, B, C]
 
 
 def loop_permutation() -> tuple[te.Schedule, list]:
     A, B, C = _gemm()
     s = te.create_schedule(C.op)
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], BN, BN)
-    (kaxis,) = s[C].op.reduce_axis
-    ko, ki = s[C].split(kaxis, factor=4)
-    s[C].reorder(mo, no, ko, mi, ki, ni)
-    s[C].vectorize(ni)
+    _block(s, C, permute=True, vectorize=True)
     return s, [A, B, C]
 
 
 def array_packing() -> tuple[te.Schedule, list]:
     A, B, packedB, C = _packed_gemm()
     s = te.create_schedule(C.op)
-    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], BN, BN)
-    (kaxis,) = s[C].op.reduce_axis
-    ko, ki = s[C].split(kaxis, factor=4)
-    s[C].reorder(mo, no, ko, mi, ki, ni)
-    s[C].vectorize(ni)
-    bigN, _, littleN = s[packedB].op.axis
-    s[packedB].vectorize(littleN)
-    s[packedB].parallel(bigN)
+    _block(s, C, permute=True, vectorize=True)
+    _pack(s, packedB)
     return s, [A, B, C]
 
 
@@ -100,9 +103,7 @@ def _write_cache(scope: str, parallel: bool) -> tuple[te.Schedule, list]:
     s[CC].vectorize(nc)
     if parallel:
         s[C].parallel(mo)
-    bigN, _, littleN = s[packedB].op.axis
-    s[packedB].vectorize(littleN)
-    s[packedB].parallel(bigN)
+    _pack(s, packedB)
     return s, [A, B, C]
 
 
