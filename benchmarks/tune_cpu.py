@@ -5,9 +5,10 @@ and numpy (where numpy has the operator; OpenBLAS with its own kernel for this C
 benchmarks/baseline.py) in alternating rounds, and the untuned default schedule once; when the
 TVM venv exists (.venv-tvm, see requirements-tvm.txt), run benchmarks/tvm_baseline.py in the
 same run, after autosched, at the same budgets. "tuner ms" is the best record of the tuning log
-(the tuner's own measurement in its run worker); "autosched ms" is the final timing of that
-schedule here, as median round (best round). Prints a table and writes
-benchmarks/results/tune_cpu.json.
+(the tuner's own measurement in its run worker, the fastest of all candidates); "tuner's timer
+again" re-measures that schedule the same way, in the rounds; "autosched ms" is the final timing
+of that schedule here. Timings in rounds are the median round (best round). Prints a table and
+writes benchmarks/results/tune_cpu.json.
 
     .venv/bin/python benchmarks/tune_cpu.py --trials 64 256
     .venv/bin/python benchmarks/tune_cpu.py --workloads gemm --trials 256 --no-tvm
@@ -39,6 +40,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import numpy as np  # noqa: E402
 
 import autosched as aus  # noqa: E402
+from autosched.search.measure import Measurer  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.workloads import make  # noqa: E402
 
@@ -83,9 +85,12 @@ def _schedule_timer(task: aus.Task, sch, inputs: list[np.ndarray],  # noqa: ANN0
     return lambda: mod.time(*inputs, *outs, repeat=repeat, min_repeat_ms=100).median
 
 
-def _timers(task: aus.Task, sch, inputs: list[np.ndarray], np_fn) -> dict:  # noqa: ANN001
-    """Round timers for the schedule and numpy (calls lasting 0.7 s in all), same inputs."""
-    timers = {"autosched": _schedule_timer(task, sch, inputs)}
+def _timers(task: aus.Task, sch, inputs: list[np.ndarray], np_fn,  # noqa: ANN001
+            measurer: Measurer) -> dict:
+    """Round timers: the schedule here, the tuner's own measurement of it (a run worker with the
+    tuner's settings, caches flushed between repeats), and numpy (calls lasting 0.7 s in all)."""
+    timers = {"autosched": _schedule_timer(task, sch, inputs),
+              "tuner's timer": lambda: measurer.measure(task, [sch])[0].cost}
     if np_fn is not None:
         timers["numpy"] = lambda: baseline.median_seconds(np_fn, min_s=0.7, min_runs=7)
     return timers
@@ -108,11 +113,14 @@ def run_autosched(name: str, budgets: list[int], work: Path, rng: np.random.Gene
         wall = time.perf_counter() - t0
         tuner = min((r.cost for r in RecordLog(log).records_for(task.workload_key, task.target)
                      if r.ok), default=float("inf"))
-        got = baseline.alternate(_timers(task, aus.best_schedule(task, log), inputs, np_fn),
-                                 rounds)
-        best, numpy = got["autosched"], got.get("numpy")
+        # check=False: the timer only times (the tuner checked this schedule's output)
+        with Measurer(task.target, check=False) as measurer:
+            got = baseline.alternate(
+                _timers(task, aus.best_schedule(task, log), inputs, np_fn, measurer), rounds)
+        best, numpy, again = got["autosched"], got.get("numpy"), got["tuner's timer"]
         rows.append({"workload": name, "trials": trials, "default_ms": default * 1e3,
-                     "tuner_ms": tuner * 1e3, "autosched_ms": best.median * 1e3,
+                     "tuner_ms": tuner * 1e3, "tuner_again_ms": again.median * 1e3,
+                     "tuner_again_best_ms": again.best * 1e3, "autosched_ms": best.median * 1e3,
                      "autosched_best_ms": best.best * 1e3,
                      "numpy_ms": numpy.median * 1e3 if numpy else None,
                      "numpy_best_ms": numpy.best * 1e3 if numpy else None,
@@ -183,15 +191,17 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"| {'workload':17} | trials | default ms | tuner ms | autosched ms median (best) "
+    head = (f"| {'workload':17} | trials | default ms | tuner ms | tuner's timer again ms "
+            "| autosched ms median (best) "
             "| GFLOPS | numpy ms median (best) | TVM ms | autosched wall s | TVM wall s | load |")
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
         mine = f"{r['autosched_ms']:.3f} ({r['autosched_best_ms']:.3f})"
+        again = f"{r['tuner_again_ms']:.3f} ({r['tuner_again_best_ms']:.3f})"
         numpy = "-" if r["numpy_ms"] is None else f"{r['numpy_ms']:.3f} ({r['numpy_best_ms']:.3f})"
         print(f"| {r['workload']:17} | {r['trials']:6} | {r['default_ms']:10.3f} | "
-              f"{r['tuner_ms']:8.3f} | {mine:>27} | {r['gflops']:6.1f} | {numpy:>22} | "
+              f"{r['tuner_ms']:8.3f} | {again:>22} | {mine:>26} | {r['gflops']:6.1f} | {numpy:>22} | "
               f"{_fmt(r.get('tvm_ms')):>6} | {r['tune_wall_s']:16.0f} | "
               f"{_fmt(r.get('tvm_wall_s'), '.0f'):>10} | {r['load_avg']:4.1f} |")
 
