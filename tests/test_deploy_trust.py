@@ -48,13 +48,20 @@ def _reference(proto: Any, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def compiled() -> tuple[Any, Any]:
     import autosched as aus
     from autosched.graph.compiler import load_graph
 
     proto = _model_proto(np.random.default_rng())
+    return aus.compile(load_graph(proto), target="llvm"), proto
+
+
+@pytest.fixture(scope="module")
+def built(compiled: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Path, Any]:
+    model, proto = compiled
     out = tmp_path_factory.mktemp("build") / "model"
-    export(aus.compile(load_graph(proto), target="llvm"), out)
+    export(model, out)
     return out, proto
 
 
@@ -80,6 +87,21 @@ def test_the_build_runs_and_has_a_view(built: tuple[Path, Any], rng: np.random.G
     assert m.manifest["aliases"] and m.manifest["machine"] == host_machine()
     x = _x(rng)
     np.testing.assert_allclose(m.run({"x": x})[0], _reference(proto, x), rtol=1e-4, atol=1e-4)
+
+
+def test_an_export_under_a_group_umask_loads(compiled: tuple[Any, Any], tmp_path: Path,
+                                             rng: np.random.Generator) -> None:
+    """With umask 002 (user private groups) files come out group-writable; export makes its
+    build dir writable by its owner only, so that the loader trusts it."""
+    model, proto = compiled
+    old = os.umask(0o002)
+    try:
+        export(model, tmp_path / "build")
+    finally:
+        os.umask(old)
+    x = _x(rng)
+    np.testing.assert_allclose(load(tmp_path / "build").run({"x": x})[0], _reference(proto, x),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_a_manifest_cannot_call_a_system_library(build: Path, tmp_path: Path) -> None:

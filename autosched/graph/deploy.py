@@ -27,6 +27,7 @@ import ctypes
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -84,7 +85,17 @@ def export(model: Any, build_dir: str | os.PathLike) -> Path:
     }
     path = out / MANIFEST
     path.write_text(json.dumps(manifest, indent=1))
+    for p in [out, path, out / "constants.npz", *(out / lib for lib in libraries)]:
+        _owner_writable_only(p)
     return path
+
+
+def _owner_writable_only(path: Path) -> None:
+    """Drop group and other write permission (a umask of 002 grants it), which the loader
+    refuses: anyone who can write a build dir can change the code it runs."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o022:
+        os.chmod(path, mode & ~0o022)
 
 
 def _export_library(mod: Any, path: Path) -> dict[str, Any]:
