@@ -117,7 +117,9 @@ def test_ctrl_c_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_command_line_smoke(tmp_path: Path) -> None:
     """The installed entry point as a user runs it: one line, status 2, and --debug."""
     path = str(_model(tmp_path / "mixed.onnx", "Add", (1, 7)))
-    cmd = [sys.executable, "-c", "import sys; from autosched.cli import main; sys.exit(main())"]
+    script = Path(sys.executable).parent / "autosched"  # the installed entry point
+    cmd = [str(script)] if script.exists() else [
+        sys.executable, "-c", "import sys; from autosched.cli import main; sys.exit(main())"]
     proc = subprocess.run([*cmd, "run", path], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
