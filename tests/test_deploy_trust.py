@@ -154,6 +154,17 @@ def test_a_library_link_leaving_the_dir_is_refused(build: Path) -> None:
         load(build)
 
 
+def test_constants_must_be_a_file_in_the_dir(build: Path, tmp_path: Path) -> None:
+    os.replace(build / "constants.npz", tmp_path / "elsewhere.npz")
+    os.symlink(tmp_path / "elsewhere.npz", build / "constants.npz")
+    with pytest.raises(ModelImportError, match="constants.npz is not a file in the build dir"):
+        load(build)
+    os.unlink(build / "constants.npz")
+    os.mkfifo(build / "constants.npz")  # reading it would block forever
+    with pytest.raises(ModelImportError, match="constants.npz is not a file in the build dir"):
+        load(build)
+
+
 def test_a_changed_or_open_library_is_refused(build: Path) -> None:
     lib = json.loads((build / "manifest.json").read_text())["kernels"][0]["lib"]
     os.chmod(build / lib, 0o777)

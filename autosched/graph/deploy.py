@@ -144,8 +144,8 @@ class DeployedModel:
         self.manifest = spec.raw
         self.graph = Graph(inputs=list(spec.inputs), outputs=list(spec.outputs), nodes=[],
                            values=dict(spec.values), name=spec.name)
-        self.constants = _constants(d, spec)
         root = _trusted_dir(d)
+        self.constants = _constants(root, spec)
         symbols = {c.lib: c.symbol for c in spec.calls}
         libs = {f: _load_library(root, f, spec.libraries[f], sym) for f, sym in symbols.items()}
         self.kernels = []
@@ -270,11 +270,8 @@ def _load_library(root: Path, name: str, lib: Library, symbol: str) -> Any:
     """The kernel library ``name`` of the build dir ``root``, loaded only when it is a file
     inside the dir, writable by its owner only, unchanged since export, built for this machine,
     and defines ``symbol`` itself."""
-    path = (root / name).resolve()
+    path = _build_file(root, name)
     where = f"build dir {root}: {name}"
-    if path.parent != root or not path.is_file():
-        raise ModelImportError(f"{where} is not a file in the build dir (it resolves to "
-                               f"{path}); {REBUILD}")
     st = os.stat(path)
     problem = untrusted(st, owners=(os.getuid(), 0))
     if st.st_size > MAX_LIBRARY_BYTES:
@@ -296,12 +293,23 @@ def _load_library(root: Path, name: str, lib: Library, symbol: str) -> Any:
     return ctypes.CDLL(os.fspath(path))
 
 
+def _build_file(root: Path, name: str) -> Path:
+    """``root / name`` with links resolved, when that is a regular file directly in ``root``
+    (not a link out of it, a FIFO or a device)."""
+    path = (root / name).resolve()
+    if path.parent != root or not path.is_file():
+        raise ModelImportError(f"build dir {root}: {name} is not a file in the build dir (it "
+                               f"resolves to {path}); {REBUILD}")
+    return path
+
+
 def _constants(d: Path, spec: Manifest) -> dict[str, np.ndarray]:
     """The constants from constants.npz, each checked against its declared shape and dtype
     (and its stored size before it is read)."""
     out: dict[str, np.ndarray] = {}
+    path = _build_file(d, "constants.npz")
     try:
-        with np.load(d / "constants.npz", allow_pickle=False) as z:
+        with np.load(path, allow_pickle=False) as z:
             for name, key in spec.constants.items():
                 v = spec.values[name]
                 stored = z.zip.getinfo(f"{key}.npy").file_size
