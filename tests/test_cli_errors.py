@@ -3,6 +3,7 @@ traceback. Bugs (any other exception) keep their traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,9 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     _one_line_error(capsys, ["run", path, "--input", f"x0={pickled}"], "objects.npy",
                     "numpy.save")
+    os.mkfifo(tmp_path / "fifo.npy")
+    _one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'fifo.npy'}"],
+                    "fifo.npy is not a regular file")
     wrong = tmp_path / "wrong.npy"
     np.save(wrong, np.random.default_rng().standard_normal((3, 2)).astype(np.float32))
     _one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")

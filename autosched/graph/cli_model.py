@@ -134,6 +134,8 @@ def _inputs(args: argparse.Namespace, graph: Any) -> dict[str, np.ndarray]:
 
 def _load_npy(path: str, what: str) -> np.ndarray:
     """An array from a .npy file; never unpickles (a .npy of objects is refused)."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block forever
+        raise ArgumentError(f"{what}: {path} is not a regular file")
     try:
         a = np.load(path, allow_pickle=False)
     except (ValueError, EOFError) as exc:
