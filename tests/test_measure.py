@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -286,3 +288,27 @@ def test_a_stopped_worker_is_retried_not_timed_out() -> None:
     assert once.ok, once.error_msg
     assert always.transient and "stopped from outside" in always.error_msg
     assert hang.error_code is ErrorCode.RUN_TIMEOUT and not hang.transient  # its own fault
+
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_run_worker_killed_while_preparing_is_replaced_once(
+        monkeypatch: pytest.MonkeyPatch, kills: int) -> None:
+    real = Measurer._prepare
+    killed: list[int] = []
+
+    def prepare(self: Measurer, w: Any, token: int) -> None:
+        if w is self._runner and len(killed) < kills:  # the OOM killer strikes
+            os.kill(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+            killed.append(w.proc.pid)
+        real(self, w, token)
+
+    monkeypatch.setattr(Measurer, "_prepare", prepare)
+    with Measurer("llvm", build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
+        if kills == 1:
+            (res,) = m.measure(_matmul(9, 7, 5), [[]])
+            assert res.ok, res.error_msg
+        else:
+            with pytest.raises(MeasureError, match="killed by SIGKILL"):
+                m.measure(_matmul(9, 7, 5), [[]])
+    assert len(killed) == kills

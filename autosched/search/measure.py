@@ -568,34 +568,32 @@ class Measurer:
             self._runner.kill()
         self._runner = None
 
-    def _run_worker(self, task: Task, token: int) -> _Worker:
+    def _run_worker(self, task: Task, token: int, retry: bool = True) -> _Worker:
         """The run worker, started if needed, holding the task and its inputs / reference
         (replaced once when it is killed from outside while preparing)."""
-        for attempt in range(2):
-            w = self._runner
-            if w is None or not w.alive():
-                if w is not None:
-                    w.kill()
-                w = self._runner = self._start()
-            try:
-                self._prepare(w, token)
-                if token not in w.states:
-                    if token not in self._states:
-                        self._states[token] = self._reference(task, token, w)
-                    else:
-                        inputs, ref = self._states[token]
-                        w.send(("state", token, inputs, ref))
-                    w.states.add(token)
-                return w
-            except (_Died, _TimedOut):
-                report = w.death_report()
-                outside = _cut_from_outside(w)
-                self._drop_runner()
-                if not outside or attempt:
-                    raise MeasureError(f"cannot measure {task.name}: the run worker failed "
-                                       f"while preparing its inputs and reference: {report}"
-                                       ) from None
-        raise AssertionError("unreachable")
+        w = self._runner
+        if w is None or not w.alive():
+            if w is not None:
+                w.kill()
+            w = self._runner = self._start()
+        try:
+            self._prepare(w, token)
+            if token not in w.states:
+                if token not in self._states:
+                    self._states[token] = self._reference(task, token, w)
+                else:
+                    inputs, ref = self._states[token]
+                    w.send(("state", token, inputs, ref))
+                w.states.add(token)
+        except (_Died, _TimedOut):
+            report = w.death_report()
+            outside = _cut_from_outside(w)
+            self._drop_runner()
+            if outside and retry:
+                return self._run_worker(task, token, retry=False)
+            raise MeasureError(f"cannot measure {task.name}: the run worker failed while "
+                               f"preparing its inputs and reference: {report}") from None
+        return w
 
     def _reference(self, task: Task, token: int, w: _Worker) -> tuple[list, list | None]:
         from autosched.search.measure_worker import random_inputs
