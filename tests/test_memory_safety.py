@@ -70,3 +70,14 @@ def test_runtime_allocation_size_is_checked(kind, rng):
     a = rand(rng, (big,), "float32")
     with pytest.raises(RuntimeError_, match="cube_.*could not allocate"):
         mod(a, np.empty(big, "float32"))
+
+
+def test_loop_beyond_int32_is_a_compile_error():
+    """2**31 + 64 elements: the loop's int32 bound wrapped negative and the kernel silently
+    wrote nothing."""
+    n = 2**31 + 64
+    A = aus.te.placeholder((n,), dtype="uint8", name="A")
+    B = aus.te.compute((n,), lambda i: A[i] + E.const(1, "uint8"), name="B")
+    with pytest.raises(CompileError, match=r"loop \S+ runs to 2147483711, beyond what its "
+                                           r"int32 variable counts"):
+        aus.build(aus.te.create_schedule(B.op), [A, B], target="llvm")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
+import numpy as np
 
 from autosched.errors import CompileError
 from autosched.schedule import ir as lir
@@ -273,6 +274,7 @@ class FuncGen(ExprGen):
         if self.vec is not None and (self.lanes(s.min) > 1 or self.lanes(s.extent) > 1):
             return self.scalarize(s)
         extent = s.extent.value if isinstance(s.extent, E.Const) else None
+        self._check_range(s)
         pragmas = dict(s.annotations)
         if "auto_unroll_max_step" in pragmas:
             saved = self.auto_unroll
@@ -283,6 +285,18 @@ class FuncGen(ExprGen):
             finally:
                 self.auto_unroll = saved
         return self._For_kind(s, extent)
+
+    def _check_range(self, s: lir.For) -> None:
+        """A loop whose constant bounds its variable's dtype cannot count would wrap (and run
+        no iteration, or the wrong ones): a tensor too large for int32 indices."""
+        if not isinstance(s.extent, E.Const) or not dt.is_int(s.var.dtype):
+            return
+        lo = s.min.value if isinstance(s.min, E.Const) else 0
+        top = int(np.iinfo(s.var.dtype).max)
+        if lo + s.extent.value - 1 > top:
+            raise CompileError(
+                f"{self.fn.name}: loop {s.var.name} runs to {lo + s.extent.value - 1}, beyond "
+                f"what its {s.var.dtype} variable counts ({top}); the tensor is too large")
 
     def _For_kind(self, s: lir.For, extent: int | None) -> None:
         kind = s.kind
