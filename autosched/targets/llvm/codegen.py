@@ -7,7 +7,9 @@ lane-dependent guard around contiguous accesses (a tile's tail) becomes masked l
 ``acc[i] = acc[i] op f(v)`` becomes a vector reduction. ``unrolled`` loops are replicated
 (``auto_unroll_max_step`` pragmas too), ``parallel`` loops are outlined and run by libgomp
 (parallel.py). What has no vector form (a lane-dependent loop bound, allocation, gather under a
-guard) is emitted lane by lane.
+guard) is emitted lane by lane. A failure the kernel can only see at run time (an allocation
+that overflows or fails, an index out of range) is or-ed into the status the kernel returns
+(targets/status.py); the kernel then skips what it cannot do safely and goes on.
 """
 
 from __future__ import annotations
@@ -76,8 +78,8 @@ class FuncGen(ExprGen):
         self.allocas = ir.IRBuilder(self.entry)
         self.in_parallel = in_parallel
         self.auto_unroll: tuple[int, bool] = (0, True)  # (max step, explicit) of a pragma
-        # the i32 that failures are or-ed into (targets/status.py's STATUS_* bits): the kernel's own slot,
-        # or in an outlined parallel body a pointer to the kernel's slot
+        # the i32 that failures are or-ed into (targets/status.py's STATUS_* bits): the
+        # kernel's own slot, or in an outlined parallel body a pointer to the kernel's slot
         self.status: ir.Value | None = None
 
     def finish(self) -> None:

@@ -198,7 +198,7 @@ class HostModule(CPUModule):
         return args, copies
 
     def check_status(self, status: int) -> None:
-        """Raise for a kernel result that is not 0 (abi.py's STATUS_* bits)."""
+        """Raise for a kernel result that is not 0 (targets/status.py's STATUS_* bits)."""
         if status:
             raise KernelFailure(self.entry_name, status)
 
@@ -222,9 +222,7 @@ class HostModule(CPUModule):
         def call() -> None:
             if threads is not None:
                 threads.value = self.num_threads or num_threads_setting(self.target)
-            status = fn(*args)
-            if status:
-                check(status)
+            check(fn(*args))
 
         return call
 
