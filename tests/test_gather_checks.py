@@ -113,3 +113,17 @@ def test_take_on_an_empty_axis_is_an_error():
     i = te.placeholder((2,), dtype="int64", name="i")
     with pytest.raises(aus.TEError, match="axis 0 of x is empty"):
         ops.take(x, i, 0, mode="strict")
+
+
+def test_random_inputs_stay_within_the_axis_they_index():
+    """``autosched run`` / ``bench`` feed random inputs: indices into a 4-row table must be
+    valid ones, not the [0, 10) drawn for other integers."""
+    from autosched.graph.executor import random_inputs
+
+    table = np.random.default_rng().uniform(-1, 1, (4, 6)).astype("float32")
+    onnx_model = _model("Gather", table, (50,), 0, False)
+    graph = load_graph(onnx_model)
+    feeds = random_inputs(graph, seed=int(np.random.default_rng().integers(2**31)))
+    assert 0 <= feeds["ids"].min() and feeds["ids"].max() < 4
+    (got,) = aus.compile(graph, target="llvm").run(feeds)
+    np.testing.assert_array_equal(got, ort_run(onnx_model, feeds)[0])

@@ -40,7 +40,10 @@ def nbytes(info: ValueInfo) -> int:
     n = dt.nbytes(info.dtype)
     for d in info.shape:
         n *= int(d)
-    if n > MAX_BYTES or min(info.shape, default=0) < 0:
+    if min(info.shape, default=0) < 0:
+        raise ModelImportError(f"value {info.name} ({info.dtype}{list(info.shape)}) has a "
+                               "negative dim")
+    if n > MAX_BYTES:
         raise ModelImportError(f"value {info.name} ({info.dtype}{list(info.shape)}) would need "
                                f"{n} bytes, more than int64 sizes can address")
     return max(n, 1)
@@ -118,9 +121,23 @@ def check_inputs(graph: Graph, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
+def _index_limits(graph: Graph) -> dict[str, int]:
+    """For graph inputs that a Gather / GatherElements reads as indices: the axis length."""
+    limits: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op_type in ("Gather", "GatherElements") and len(node.inputs) > 1:
+            data = graph.values.get(node.inputs[0])
+            if data is not None and data.shape:
+                n = int(data.shape[int(node.attrs.get("axis", 0))])
+                limits[node.inputs[1]] = min(limits.get(node.inputs[1], n), n)
+    return limits
+
+
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random arrays for every graph input (floats in [-1, 1), ints in [0, 10), bools)."""
+    """Random arrays for every graph input (floats in [-1, 1), ints in [0, 10) and within the
+    axis they index for Gather indices, bools)."""
     rng = np.random.default_rng(seed)
+    limits = _index_limits(graph)
     out = {}
     for v in graph.inputs:
         if v.dtype.startswith("float"):
@@ -128,7 +145,8 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         elif v.dtype == "bool":
             out[v.name] = rng.random(v.shape) < 0.5
         else:
-            out[v.name] = rng.integers(0, 10, v.shape).astype(v.dtype)
+            top = max(min(10, limits.get(v.name, 10)), 1)
+            out[v.name] = rng.integers(0, top, v.shape).astype(v.dtype)
     return out
 
 
