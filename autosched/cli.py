@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from autosched.errors import AutoschedError
-from autosched.graph.cli_model import ArgumentError
+from autosched.graph.cli_model import ArgumentError, count, positive
 
 
 def _op_task(args: argparse.Namespace):  # noqa: ANN202
@@ -68,11 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                                ("best-op", cmd_best_op, "print the best recorded schedule")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("op", help="gemm, conv2d, depthwise_conv2d, batch_matmul, softmax")
-        p.add_argument("--shape", type=int, nargs="+", required=True)
+        p.add_argument("--shape", type=positive, nargs="+", required=True)
         p.add_argument("--target", default="llvm")
         p.add_argument("--log", default=None)
-        p.add_argument("--trials", type=int, default=64)
-        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--trials", type=count, default=64)
+        p.add_argument("--batch-size", type=positive, default=16)
         p.add_argument("--seed", type=int, default=None)
         p.set_defaults(fn=fn)
     p = sub.add_parser("inspect", help="operator counts, coverage, FLOPs and tasks of a model")

@@ -131,3 +131,18 @@ def test_command_line_smoke(tmp_path: Path) -> None:
     proc = subprocess.run([*cmd, "--debug", "run", path], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["tune", "M", "--batch-size", "0"], ["tune", "M", "--trials", "-5"],
+                                  ["run", "M", "--repeat", "x"],
+                                  ["tune-op", "gemm", "--shape", "0", "8", "8"]])
+def test_numbers_out_of_range_are_argument_errors(argv: list[str], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's own error (status 2), before anything runs: a batch size of 0 divided by
+    zero, a zero-size operator failed deep in the search."""
+    path = str(_model(tmp_path / "relu.onnx", "Relu"))
+    with pytest.raises(SystemExit) as info:
+        main([path if a == "M" else a for a in argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert f"argument {argv[2]}: '{argv[3]}' is not an integer >=" in err

@@ -24,6 +24,26 @@ class ArgumentError(AutoschedError):
     """A command-line argument is malformed; the message names it and its expected form."""
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1 (sizes, batch sizes, repeats)."""
+    return _int_at_least(text, 1)
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer >= 0 (trial budgets)."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}")
+    return value
+
+
 def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}
@@ -200,13 +220,13 @@ def add_subcommands(sub: Any) -> None:
         p.add_argument("--shape", action="append", metavar="NAME=D0,D1,...",
                        help="bind an input's shape (symbolic dims)")
         if name == "tune":
-            p.add_argument("--trials", type=int, default=200)
-            p.add_argument("--batch-size", type=int, default=16)
+            p.add_argument("--trials", type=count, default=200)
+            p.add_argument("--batch-size", type=positive, default=16)
             p.add_argument("--seed", type=int, default=None)
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
         if name in ("run", "bench"):
             p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
-            p.add_argument("--repeat", type=int, default=10)
+            p.add_argument("--repeat", type=positive, default=10)
         p.set_defaults(fn=fn)
 
