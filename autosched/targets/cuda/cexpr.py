@@ -26,6 +26,14 @@ __device__ __forceinline__ long long as_floormod(long long a, long long b) {
   long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 """
 
+# max / min keep a NaN of either operand (ONNX and numpy do; fmaxf / fminf return the other one)
+PRELUDE_FLOAT = """\
+__device__ __forceinline__ float as_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float as_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double as_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double as_min(double a, double b) { return (a < b || a != a) ? a : b; }
+"""
+
 
 class ExprWriter:
     """Renders expressions of one kernel. The kernel writer provides ``name`` (for errors),
@@ -149,7 +157,7 @@ class ExprWriter:
         if t == "float16":  # add/sub/mul/div handled above through cuda_fp16 operators
             raise CompileError(f"kernel {self.name}: half {op} reached the float path")
         if op in ("min", "max"):
-            return f"f{op}{f}({a}, {b})"
+            return f"as_{op}({a}, {b})"
         if op == "pow":
             return f"{float_function('pow', t, self.fast_math)}({a}, {b})"
         if op == "floordiv":

@@ -9,6 +9,7 @@ other lane-dependent loads are done lane by lane (``at_lane``).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -328,11 +329,24 @@ class ExprGen:
         if op == "div":
             return bld.fdiv(a, b)
         if op in ("min", "max"):
-            return bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+            return self._float_minmax(op, a, b)
         if op in ("floordiv", "floormod"):
             q = intrinsics.llvm_intrinsic(self, "llvm.floor", [bld.fdiv(a, b)], dtype)
             return q if op == "floordiv" else bld.fsub(a, bld.fmul(q, b))
         raise CompileError(f"float operation {op} on {dtype} has no LLVM form")
+
+    def _float_minmax(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """max / min that keep a NaN of either operand (ONNX and numpy do; C's fmax does not).
+        ``c > x ? c : x`` is one x86 maxps, which returns its second operand, ``x``, when either
+        is NaN; so the operand that may be NaN goes second, and only when both may be NaN does
+        a test of the other one follow (Relu, Clip: a constant bound, one instruction)."""
+        bld = self.b
+        if _nan_free(a):
+            a, b = b, a
+        out = bld.select(bld.fcmp_ordered("<" if op == "min" else ">", b, a), b, a)
+        if _nan_free(b):
+            return out
+        return bld.select(bld.fcmp_unordered("uno", b, b), b, out)
 
     def _floor_divmod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
         """Round toward negative infinity: C's quotient is one too big when the remainder is
@@ -444,3 +458,11 @@ def _vector_suffix(vty: ir.VectorType) -> str:
     el = vty.element
     kind = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}.get(type(el))
     return f"v{vty.count}{kind or 'i' + str(el.width)}"
+
+
+def _nan_free(v: ir.Value) -> bool:
+    """True for a float constant (or vector of them) that is not NaN."""
+    if not isinstance(v, ir.Constant):
+        return False
+    values = v.constant if isinstance(v.constant, list) else [v]
+    return all(isinstance(c.constant, (int, float)) and not math.isnan(c.constant) for c in values)
