@@ -33,9 +33,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # set in the environment, these pin OpenBLAS to a kernel chosen for another CPU
 FORCED_BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -255,17 +256,22 @@ class Rounds:
                 "rounds_ms": [s * 1e3 for s in self.seconds]}
 
 
-def alternate(timers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, Rounds]:
-    """Run each timer (it returns the seconds of one round) once per round, ``rounds`` times,
-    rotating which goes first, so that no side always follows the same neighbour."""
+def alternate_calls(fns: Mapping[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:
+    """Call each function once per round, ``rounds`` times, rotating which goes first so that
+    no side always follows the same neighbour; each one's results in order."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    names = list(timers)
-    got: dict[str, list[float]] = {n: [] for n in names}
+    names = list(fns)
+    got: dict[str, list[T]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[: r % len(names)]:
-            got[n].append(timers[n]())
-    return {n: Rounds(tuple(got[n])) for n in names}
+            got[n].append(fns[n]())
+    return got
+
+
+def alternate(timers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, Rounds]:
+    """Alternate timers (each returns the seconds of one round): ``alternate_calls``."""
+    return {n: Rounds(tuple(v)) for n, v in alternate_calls(timers, rounds).items()}
 
 
 def rounds_line(results: Mapping[str, Rounds], unit: float = 1e3, digits: int = 3) -> str:
