@@ -127,3 +127,22 @@ def test_random_inputs_stay_within_the_axis_they_index():
     assert 0 <= feeds["ids"].min() and feeds["ids"].max() < 4
     (got,) = aus.compile(graph, target="llvm").run(feeds)
     np.testing.assert_array_equal(got, ort_run(onnx_model, feeds)[0])
+
+
+def test_ignored_index_status_reads_the_clamped_element(rng):
+    """Measurement runs kernels on random integers: with STATUS_INDEX ignored, an index out of
+    range reads the nearest valid element, the same for every schedule."""
+    from autosched.targets.status import STATUS_INDEX
+
+    x = te.placeholder((N, 3), name="x")
+    i = te.placeholder((6,), dtype="int64", name="i")
+    y = ops.take(x, i, 0, mode="strict")
+    mod = aus.build(te.create_schedule(y.op), [x, i, y], target="llvm", name="take_quiet")
+    a = rng.uniform(-1, 1, (N, 3)).astype("float32")
+    iv = np.array([N, -N - 5, 2**33, 1, -1, 0], np.int64)
+    out = np.empty((6, 3), "float32")
+    with pytest.raises(RuntimeError_, match="take_quiet"):
+        mod(a, iv, out)
+    mod.ignored_status = STATUS_INDEX
+    mod(a, iv, out)
+    np.testing.assert_array_equal(out, a[np.clip(np.where(iv < 0, iv + N, iv), 0, N - 1)])
