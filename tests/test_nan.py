@@ -4,6 +4,7 @@ take part as ordinary values."""
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 
 import numpy as np
@@ -88,6 +89,25 @@ def test_max_min_keep_nan_on_llvm(name: str, vectorize: bool, rng: np.random.Gen
 @pytest.mark.parametrize("name", CASES)
 def test_max_min_keep_nan_on_cuda(name: str, rng: np.random.Generator) -> None:
     _run(name, "cuda -arch=sm_90", rng, vectorize=False)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86 assembly")
+@pytest.mark.parametrize("case", ["relu", "bound_first", "clip"])
+def test_relu_and_clip_stay_one_instruction_per_bound(case: str) -> None:
+    # the bound is a constant, so keeping x's NaN costs nothing: vmaxps (and vminps), no
+    # compare or blend, whichever side of max the bound is written on
+    x = te.placeholder((4096,), name="x")
+    y = {"relu": lambda: ops.relu(x), "clip": lambda: ops.clip(x, -1.0, 2.0),
+         "bound_first": lambda: te.compute(x.shape, lambda i: te.max(te.const(0.0), x[i]))}[case]()
+    s = te.create_schedule(y.op)
+    _, inner = s[y].split(s[y].op.axis[0], factor=16)
+    s[y].vectorize(inner)
+    asm = aus.build(s, [x, y], target="llvm").get_assembly()
+    ops_used = [line.split()[0] for line in asm.splitlines()
+                if line.startswith("\t") and not line.strip().startswith((".", "#"))]
+    assert any("maxps" in op for op in ops_used)
+    assert any("minps" in op for op in ops_used) == (case == "clip")
+    assert not [op for op in ops_used if "cmp" in op and "ps" in op or "blend" in op]
 
 
 def _onnx_model() -> object:
