@@ -14,8 +14,8 @@ import math
 import sys
 import traceback
 
-from autosched.errors import AutoschedError
-from autosched.graph.cli_model import ArgumentError, count, positive
+from autosched.errors import AutoschedError, ModelImportError
+from autosched.graph.cli_model import count, positive
 
 
 def _op_task(args: argparse.Namespace):  # noqa: ANN202
@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 USER_ERRORS = (AutoschedError, OSError)
 HINTS = {
     FileNotFoundError: "check the path",
+    FileExistsError: "remove it or give another path",
     IsADirectoryError: "give a file, not a directory",
     NotADirectoryError: "check the path",
     PermissionError: "check the file's permissions",
@@ -104,15 +105,15 @@ HINTS = {
 
 def error_line(command: str, exc: BaseException, subject: str = "") -> str:
     """``exc`` as the one line ``autosched COMMAND`` prints: what went wrong, where (the file
-    the message names, else ``subject``: the model or build dir), and how to fix it when the
-    message does not say."""
+    the message names, else ``subject`` when the model or build dir is at fault), and how to fix
+    it when the message does not say."""
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename is not None else ""
         what = f"{where}{exc.strerror}"
     else:
         what = str(exc).strip() or type(exc).__name__
-        if subject and subject not in what and not isinstance(exc, ArgumentError):
-            what = f"{subject}: {what}"
+        if subject and subject not in what and isinstance(exc, ModelImportError):
+            what = f"{subject}: {what}"  # the model or build dir is at fault: say which
     lines = what.splitlines()
     more = f" ({len(lines) - 1} more lines with --debug)" if len(lines) > 1 else ""
     hint = next((h for t, h in HINTS.items() if isinstance(exc, t)), "")

@@ -87,7 +87,8 @@ def test_every_error_type_is_one_line(kind: type[Exception], tmp_path: Path,
 
     monkeypatch.setattr(inspect, "inspect_model", fail)
     path = str(_model(tmp_path / "relu.onnx", "Relu"))
-    err = _one_line_error(capsys, ["inspect", path], f"{kind.__name__}: {path}: stage C",
+    where = f"{path}: " if kind is errors.ModelImportError else ""  # the model is at fault
+    err = _one_line_error(capsys, ["inspect", path], f"{kind.__name__}: {where}stage C",
                           "1 more lines with --debug")
     assert "second line" not in err
     assert main(["inspect", path, "--debug"]) == 2
@@ -146,3 +147,18 @@ def test_numbers_out_of_range_are_argument_errors(argv: list[str], tmp_path: Pat
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
     assert f"argument {argv[2]}: '{argv[3]}' is not an integer >=" in err
+
+
+def test_bench_when_onnxruntime_cannot_run_the_model(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    ort = pytest.importorskip("onnxruntime")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no kernel")
+
+    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    path = str(_model(tmp_path / "relu.onnx", "Relu"))
+    assert main(["bench", path, "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime could not run the model (RuntimeError: [ONNXRuntimeError]" in out
