@@ -111,12 +111,17 @@ _NOT_CONST: Any = object()
 
 
 def expand(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
-    """The nodes replacing ``node`` (an If or a Loop step whose controls are constants), or
-    None for any other node."""
+    """The nodes replacing ``node`` (an If or a Loop step whose controls are constants, a
+    recurrent layer as per-step cells), or None to convert ``node`` as it is."""
     if node.op_type == "If":
         return _expand_if(node, env)
     if node.op_type == "Loop":
         return _expand_loop(node, env)
+    if node.op_type in ("RNN", "GRU", "LSTM"):
+        # not control flow, but expanded alike: one node per time step (one tuned cell task)
+        from autosched.graph.ops_rnn import expand_recurrent
+
+        return expand_recurrent(node, env)
     return None
 
 

@@ -3,12 +3,15 @@ compiler): directions, biases, initial states, peepholes, batch-first layout, ac
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
+import importers.onnx as importer  # noqa: E402
 from autosched.errors import ModelImportError  # noqa: E402
 from tests.onnx_node import compare, model, rand, run_autosched, run_ort  # noqa: E402
 
@@ -92,3 +95,19 @@ def test_partial_sequence_lengths_are_refused_by_name() -> None:
     m = model([node], inputs, consts, ("y",))
     with pytest.raises(ModelImportError, match=r"sequence_lens \[3, 2\] differ"):
         run_autosched(m, inputs)
+
+
+@pytest.mark.skipif("expand(" not in inspect.getsource(importer.from_onnx),
+                    reason="importers/onnx.py does not call control_flow.expand")
+def test_steps_become_one_cell_task() -> None:
+    """Imported, an LSTM is one RecurrentCell node per step and direction; the graph
+    compiler makes them one task, weighted by the step count."""
+    from autosched.graph.compiler import extract_tasks
+
+    names, inputs, consts = _case("LSTM", steps=5, dirs=2, initial=True)
+    m = model([helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=7,
+                                direction="bidirectional")], inputs, consts, ("y", "yh", "yc"))
+    graph = importer.from_onnx(m, {k: v.shape for k, v in inputs.items()})
+    assert sum(n.op_type == "RecurrentCell" for n in graph.nodes) == 10
+    tasks, weights = extract_tasks(graph, "llvm")
+    assert [w for t, w in zip(tasks, weights) if t.name == "recurrentcell"] == [10]

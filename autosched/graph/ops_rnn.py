@@ -8,6 +8,8 @@ states and are refused with an error naming the lengths."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,25 +23,13 @@ from autosched.te.tensor import Tensor, compute
 NEEDS_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
 NEEDS_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+GATES_OF = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 def _activations(node: Node, directions: int) -> list[list[rnn.Activation]]:
-    """Per direction, the cell's activations; alpha / beta lists are consumed in order by the
-    activations that take them."""
-    names = [str(a) for a in node.attrs.get("activations", [])] or (
-        DEFAULT_ACTS[node.op_type] * directions)
-    per = len(DEFAULT_ACTS[node.op_type])
-    if len(names) != per * directions:
-        raise fail(node, f"{len(names)} activations given, {per * directions} expected "
-                         f"({per} per direction)")
-    alphas = list(node.attrs.get("activation_alpha", []))
-    betas = list(node.attrs.get("activation_beta", []))
-    acts: list[rnn.Activation] = []
-    for name in names:
-        a = alphas.pop(0) if name.lower() in NEEDS_ALPHA and alphas else None
-        b = betas.pop(0) if name.lower() in NEEDS_BETA and betas else None
-        acts.append(rnn.activation(name, a, b))
-    return [acts[d * per:(d + 1) * per] for d in range(directions)]
+    """Per direction, the cell's activations."""
+    return [[rnn.activation(name, a, b) for name, a, b in per]
+            for per in _acts_attr(node, directions)]
 
 
 def _direction(node: Node) -> tuple[int, list[bool]]:
@@ -123,3 +113,147 @@ def _outputs(ys: list[Tensor], hs: list[Tensor], cs: list[Any], layout: int) -> 
         h = transpose(h, (1, 0, 2))
         c = transpose(c, (1, 0, 2)) if c is not None else None
     return [y, h] + ([c] if c is not None else [])
+
+
+# --- one node per time step ------------------------------------------------------------------
+#
+# The importer expands a recurrent node (importers/control_flow.expand) into plain nodes: per
+# direction, the input projection of every step as one MatMul (+ Add of the input bias), then
+# per step a Gather of that step's rows and one RecurrentCell node (the recurrent matmul and
+# the gates). Every step's cell has the same shapes, so the graph compiler makes them one
+# task that is tuned once and reused T times.
+
+
+@dataclass
+class _Emit:
+    """Nodes under construction, with fresh value names under the node's name."""
+
+    prefix: str
+    nodes: list[Node] = field(default_factory=list)
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> list[str]:
+        outs = [f"{self.prefix}/{len(self.nodes)}_{op_type}{k}" for k in range(n_out)]
+        self.nodes.append(Node(outs[0], op_type, inputs, outs, attrs))
+        return outs
+
+    def const(self, value: np.ndarray) -> str:
+        return self.op("Constant", [], value=value)[0]
+
+    def take(self, src: str, index: int | np.ndarray, axis: int = 0) -> str:
+        return self.op("Gather", [src, self.const(np.asarray(index, "int64"))], axis=axis)[0]
+
+    def stack(self, names: list[str], shape: tuple[int, ...], axis: int) -> str:
+        """Concat of the values (each ``shape``) along a new axis."""
+        new = np.array([*shape[:axis], 1, *shape[axis:]], "int64")
+        shaped = [self.op("Reshape", [n, self.const(new)])[0] for n in names]
+        return self.op("Concat", shaped, axis=axis)[0]
+
+
+def _acts_attr(node: Node, directions: int) -> list[list[list[Any]]]:
+    """Per direction, [name, alpha, beta] of each activation (alpha / beta None: default);
+    the alpha / beta lists are consumed in order by the activations that take them."""
+    names = [str(a) for a in node.attrs.get("activations", [])] or (
+        DEFAULT_ACTS[node.op_type] * directions)
+    per = len(DEFAULT_ACTS[node.op_type])
+    if len(names) != per * directions:
+        raise fail(node, f"{len(names)} activations given, {per * directions} expected "
+                         f"({per} per direction)")
+    alphas = list(node.attrs.get("activation_alpha", []))
+    betas = list(node.attrs.get("activation_beta", []))
+    specs = []
+    for name in names:
+        a = alphas.pop(0) if name.lower() in NEEDS_ALPHA and alphas else None
+        b = betas.pop(0) if name.lower() in NEEDS_BETA and betas else None
+        specs.append([name, a, b])
+    return [specs[d * per:(d + 1) * per] for d in range(directions)]
+
+
+def expand_recurrent(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
+    """RNN / GRU / LSTM as per-step nodes, or None to leave the node to its converter (an
+    unsupported configuration, which the converter reports)."""
+    def given(k: int) -> str:
+        return node.inputs[k] if len(node.inputs) > k else ""
+
+    x_shape = tuple(int(d) for d in env[node.inputs[0]].shape)
+    layout = int(node.attrs.get("layout", 0))
+    steps, batch = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
+    lens = env.get(given(4)) if given(4) else None
+    if (lens is not None and (not isinstance(lens, np.ndarray) or (lens != steps).any())) or (
+            int(node.attrs.get("input_forget", 0))) or str(
+            node.attrs.get("direction", "forward")) not in ("forward", "reverse",
+                                                            "bidirectional"):
+        return None
+    directions, reverse = _direction(node)
+    hidden = int(node.attrs.get("hidden_size", int(env[node.inputs[2]].shape[-1])))
+    dtype = str(env[node.inputs[0]].dtype)
+    e = _Emit(node.name)
+    x = e.op("Transpose", [node.inputs[0]], perm=[1, 0, 2])[0] if layout else node.inputs[0]
+    states = [given(5), given(6) if node.op_type == "LSTM" else ""]
+    if layout:
+        states = [e.op("Transpose", [s], perm=[1, 0, 2])[0] if s else "" for s in states]
+    acts = _acts_attr(node, directions)
+    ys, hs, cs = [], [], []
+    for d in range(directions):
+        y, h, c = _direction_nodes(e, node, x, d, reverse[d], steps, batch, hidden, dtype,
+                                   states, acts[d])
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    outs = [e.stack(ys, (steps, batch, hidden), 1), e.stack(hs, (batch, hidden), 0)]
+    if node.op_type == "LSTM":
+        outs.append(e.stack(cs, (batch, hidden), 0))
+    if layout:
+        outs = [e.op("Transpose", [outs[0]], perm=[2, 0, 1, 3])[0]] + [
+            e.op("Transpose", [o], perm=[1, 0, 2])[0] for o in outs[1:]]
+    e.nodes += [Node(f"{node.name}/out{k}", "Identity", [o], [t])
+                for k, (o, t) in enumerate(zip(outs, node.outputs)) if t]
+    return e.nodes
+
+
+def _direction_nodes(e: _Emit, node: Node, x: str, d: int, reverse: bool, steps: int,
+                     batch: int, hidden: int, dtype: str, states: list[str],
+                     acts: list[list[Any]]) -> tuple[str, str, str]:
+    """The steps of direction ``d``: its stacked hidden states (T, B, H), last h and c."""
+    gh = GATES_OF[node.op_type] * hidden
+
+    def param(k: int) -> str:
+        return e.take(node.inputs[k], d) if len(node.inputs) > k and node.inputs[k] else ""
+
+    w, r, bias, peep = param(1), param(2), param(3), param(7) if node.op_type == "LSTM" else ""
+    xw = e.op("MatMul", [x, e.op("Transpose", [w], perm=[1, 0])[0]])[0]
+    r_bias = ""
+    if bias:
+        xw = e.op("Add", [xw, e.take(bias, np.arange(gh))])[0]
+        r_bias = e.take(bias, np.arange(gh, 2 * gh))
+    zero = e.const(np.zeros((batch, hidden), dtype))
+    h = e.take(states[0], d) if states[0] else zero
+    c = (e.take(states[1], d) if states[1] else zero) if node.op_type == "LSTM" else ""
+    attrs = dict(kind=node.op_type.lower(), hidden_size=hidden, acts=acts,
+                 clip=node.attrs.get("clip"),
+                 linear_before_reset=int(node.attrs.get("linear_before_reset", 0)))
+    hs: list[str] = []
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        outs = e.op("RecurrentCell", [e.take(xw, t), h, c, r, r_bias, peep],
+                    2 if node.op_type == "LSTM" else 1, **attrs)
+        h, c = outs[0], (outs[1] if len(outs) > 1 else "")
+        hs.append(h)
+    ordered = hs[::-1] if reverse else hs
+    return e.stack(ordered, (batch, hidden), 0), h, c
+
+
+@register("RecurrentCell")
+def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """One step of an expanded RNN / GRU / LSTM (inputs: the step's x W^T + Wb, h, c, R, Rb,
+    P; attributes as expand_recurrent writes them)."""
+    a = node.attrs
+    acts = [rnn.activation(name, alpha, beta) for name, alpha, beta in a["acts"]]
+    cell = rnn.Cell(str(a["kind"]), int(a["hidden_size"]), acts,
+                    None if a.get("clip") is None else float(a["clip"]),
+                    bool(a.get("linear_before_reset", 0)))
+
+    def opt(k: int) -> Tensor | None:
+        return ctx.const(ins[k]) if len(ins) > k and ins[k] is not None else None
+
+    h, c = rnn.step(cell, ctx.const(ins[0]), ctx.const(ins[1]), opt(2), ctx.const(ins[3]),
+                    opt(4), opt(5))
+    return [h] if c is None else [h, c]

@@ -97,32 +97,42 @@ def _matmul_t(a: Tensor, w: Tensor, name: str) -> Tensor:
                    name=name, tag=REDUCE)
 
 
+Column = Callable[[Expr], Expr]        # a bias: column of G*H -> value
+Projection = Callable[[Expr, Expr], Expr]   # the step's x W^T: (batch, column) -> value
+
+
 @dataclass(frozen=True)
 class Weights:
-    """One direction's parameters: W (G*H, I), R (G*H, H), bias (2*G*H: Wb then Rb) and
-    peepholes (3H: i, o, f) or None."""
+    """One direction's recurrent parameters: R (G*H, H), the input and recurrent biases as
+    functions of the column (or None), and the peepholes (3H: i, o, f) or None."""
 
-    w: Tensor
     r: Tensor
-    bias: Tensor | None = None
+    w_bias: Column | None = None
+    r_bias: Column | None = None
     peep: Tensor | None = None
 
+    def bias(self, col: Expr, with_rec: bool = True) -> Expr | float:
+        v: Expr | float = 0.0
+        if self.w_bias is not None:
+            v = self.w_bias(col)
+        if with_rec and self.r_bias is not None:
+            v = v + self.r_bias(col)
+        return v
 
-def _step(cell: Cell, p: Weights, xw: Tensor, t: int, h: Tensor, c: Tensor | None
+
+def _step(cell: Cell, p: Weights, xw: Projection, h: Tensor, c: Tensor | None
           ) -> tuple[Tensor, Tensor | None]:
-    """The states after step ``t`` (xw holds every step's input projection)."""
+    """The states after one step whose input projection is ``xw``."""
     hn = cell.hidden
     rec = _matmul_t(h, p.r, "T_rnn_rec")
 
     def gate(g: int, b: Expr, j: Expr, with_rec: bool = True) -> Expr:
         """xw + (h R^T) + Wb + Rb of gate ``g`` at (b, j), unclipped."""
         col = g * hn + j
-        v = xw[t, b, col]
+        v = xw(b, col)
         if with_rec:
             v = v + rec[b, col]
-        if p.bias is not None:
-            v = v + p.bias[col] + (p.bias[cell.gates * hn + col] if with_rec else 0.0)
-        return v
+        return v + p.bias(col, with_rec)
 
     if cell.kind == "rnn":
         f = cell.acts[0]
@@ -146,7 +156,7 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
     def body(b: Expr, j: Expr) -> Expr:
         z = f(cell.pre(gate(0, b, j)))
         r = f(cell.pre(gate(1, b, j)))
-        rb = p.bias[3 * hn + 2 * hn + j] if p.bias is not None else 0.0
+        rb = p.r_bias(2 * hn + j) if p.r_bias is not None else 0.0
         if cell.linear_before_reset:
             cand = gate(2, b, j, with_rec=False) + r * (rec[b, 2 * hn + j] + rb)
         else:
@@ -198,13 +208,29 @@ def unroll(cell: Cell, x: Tensor, w: Tensor, r: Tensor, bias: Tensor | None = No
         raise TEError(f"rnn: W {w.shape} and R {r.shape} must be ({gates * hn}, "
                       f"{x.shape[2]}) and ({gates * hn}, {hn}) for a {cell.kind} of hidden "
                       f"size {hn}")
-    p = Weights(w, r, bias, peep)
     xw = _matmul_t(x, w, "T_rnn_xw")
+    gh = gates * hn
+    p = Weights(r, None if bias is None else (lambda col: bias[col]),
+                None if bias is None else (lambda col: bias[gh + col]), peep)
     zero = compute((batch, hn), lambda b, j: I.cast(x.dtype, 0), name="T_rnn_zero")
     h = h0 if h0 is not None else zero
     c = (c0 if c0 is not None else zero) if cell.kind == "lstm" else None
     out: list[Tensor] = []
     for t in (reversed(range(steps)) if reverse else range(steps)):
-        h, c = _step(cell, p, xw, t, h, c)
+        h, c = _step(cell, p, lambda b, col, t=t: xw[t, b, col], h, c)
         out.append(h)
     return (out[::-1] if reverse else out), h, c
+
+
+def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor,
+         r_bias: Tensor | None = None, peep: Tensor | None = None
+         ) -> tuple[Tensor, Tensor | None]:
+    """One time step as its own computation: ``xw`` (B, G*H) is the step's input projection
+    with the input bias added; returns the new hidden state and (LSTM) cell state."""
+    args.tensor(xw, "rnn")
+    if args.static_shape(xw, "rnn") != (h.shape[0], cell.gates * cell.hidden) or (
+            args.static_shape(r, "rnn") != (cell.gates * cell.hidden, cell.hidden)):
+        raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r.shape} do not "
+                      f"fit a {cell.kind} of hidden size {cell.hidden}")
+    p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep)
+    return _step(cell, p, lambda b, col: xw[b, col], h, c)
