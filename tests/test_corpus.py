@@ -123,3 +123,37 @@ def test_free_dims_lets_a_static_export_run_at_another_size() -> None:
     corpus.free_dims(proto)
     x = np.random.default_rng().uniform(-1, 1, (1, 3, 6, 10)).astype("f4")
     assert models.ort_run(proto, {"x": x})[0].shape == (1, 2, 6, 10)
+
+
+def test_first_mismatch_names_the_first_node_that_differs(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"),
+             helper.make_node("Sigmoid", ["a"], ["b"], name="s"),
+             helper.make_node("Neg", ["b"], ["y"], name="n")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [4, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": np.random.default_rng().uniform(-1, 1, (4, 5)).astype("f4")}
+    assert corpus.first_mismatch(proto.__deepcopy__(), {}, feeds, "llvm") == ""
+
+    import autosched as aus
+
+    real = aus.compile
+
+    def off_by_one_in_b(graph: object, target: str) -> object:  # a kernel bug in node "s"
+        model = real(graph, target=target)
+        run, k = model.run, graph.outputs.index("b")
+
+        def bad_run(f: dict) -> list:
+            out = run(f)
+            out[k][2, 3] += 1.0
+            out[0][2, 3] -= 1.0  # y = -b carries the error on
+            return out
+
+        model.run = bad_run
+        return model
+
+    monkeypatch.setattr(aus, "compile", off_by_one_in_b)
+    msg = corpus.first_mismatch(proto, {}, feeds, "llvm")
+    assert msg.startswith("first mismatch: node 's' (Sigmoid) output 'b': 1/20 in b"), msg
