@@ -167,10 +167,12 @@ def test_constants_must_be_a_file_in_the_dir(build: Path, tmp_path: Path) -> Non
 
 def test_a_changed_or_open_library_is_refused(build: Path) -> None:
     lib = json.loads((build / "manifest.json").read_text())["kernels"][0]["lib"]
-    os.chmod(build / lib, 0o777)
-    with pytest.raises(ModelImportError, match="writable by its group or by everyone"):
-        load(build)
-    os.chmod(build / lib, 0o755)
+    for name in (lib, "manifest.json", "constants.npz"):
+        mode = os.stat(build / name).st_mode
+        os.chmod(build / name, mode | 0o020)
+        with pytest.raises(ModelImportError, match=f"{name}: .*writable by its group"):
+            load(build)
+        os.chmod(build / name, mode)
     with open(build / lib, "ab") as f:
         f.write(b"\0")
     with pytest.raises(ModelImportError, match="changed since export"):

@@ -145,6 +145,7 @@ class DeployedModel:
         self.graph = Graph(inputs=list(spec.inputs), outputs=list(spec.outputs), nodes=[],
                            values=dict(spec.values), name=spec.name)
         root = _trusted_dir(d)
+        _build_file(root, MANIFEST)  # its fields size the buffers the kernels write
         self.constants = _constants(root, spec)
         symbols = {c.lib: c.symbol for c in spec.calls}
         libs = {f: _load_library(root, f, spec.libraries[f], sym) for f, sym in symbols.items()}
@@ -272,12 +273,9 @@ def _load_library(root: Path, name: str, lib: Library, symbol: str) -> Any:
     and defines ``symbol`` itself."""
     path = _build_file(root, name)
     where = f"build dir {root}: {name}"
-    st = os.stat(path)
-    problem = untrusted(st, owners=(os.getuid(), 0))
-    if st.st_size > MAX_LIBRARY_BYTES:
-        problem = f"it has {st.st_size} bytes, more than a kernel library can"
-    if problem:
-        raise ModelImportError(f"{where}: not loading it: {problem}")
+    if path.stat().st_size > MAX_LIBRARY_BYTES:
+        raise ModelImportError(f"{where}: not loading it: it has {path.stat().st_size} bytes, "
+                               "more than a kernel library can")
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != lib.sha256:
         raise ModelImportError(f"{where} changed since export (its SHA-256 is not the "
@@ -295,11 +293,16 @@ def _load_library(root: Path, name: str, lib: Library, symbol: str) -> Any:
 
 def _build_file(root: Path, name: str) -> Path:
     """``root / name`` with links resolved, when that is a regular file directly in ``root``
-    (not a link out of it, a FIFO or a device)."""
+    (not a link out of it, a FIFO or a device) that no one but its owner (this user or root)
+    can change."""
     path = (root / name).resolve()
     if path.parent != root or not path.is_file():
         raise ModelImportError(f"build dir {root}: {name} is not a file in the build dir (it "
                                f"resolves to {path}); {REBUILD}")
+    problem = untrusted(os.stat(path), owners=(os.getuid(), 0))
+    if problem:
+        raise ModelImportError(f"build dir {root}: not using {name}: {problem} (make it yours "
+                               "and chmod go-w it)")
     return path
 
 
@@ -307,7 +310,7 @@ def _constants(d: Path, spec: Manifest) -> dict[str, np.ndarray]:
     """The constants from constants.npz, each checked against its declared shape and dtype
     (and its stored size before it is read)."""
     out: dict[str, np.ndarray] = {}
-    path = _build_file(d, "constants.npz")
+    path = _build_file(d, "constants.npz")  # d: the resolved build dir
     try:
         with np.load(path, allow_pickle=False) as z:
             for name, key in spec.constants.items():
