@@ -43,8 +43,9 @@ MAX_BYTES = 2**63 - 1 - ALLOC_ALIGN  # an allocation's byte count, rounded up, m
 _REDUCE = {  # op -> (integer reduction, float reduction)
     "add": ("llvm.vector.reduce.add", "llvm.vector.reduce.fadd"),
     "mul": ("llvm.vector.reduce.mul", "llvm.vector.reduce.fmul"),
-    "min": (None, "llvm.vector.reduce.fmin"),
-    "max": (None, "llvm.vector.reduce.fmax"),
+    # fminimum / fmaximum: a NaN lane makes the result NaN (fmin / fmax would drop it)
+    "min": (None, "llvm.vector.reduce.fminimum"),
+    "max": (None, "llvm.vector.reduce.fmaximum"),
 }
 
 
