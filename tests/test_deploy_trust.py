@@ -393,3 +393,13 @@ def test_random_manifest_values_load_or_are_named(build: Path,
         assert [o.shape for o in outs] == [model.graph.values[o].shape for o in m["outputs"]]
         if m["outputs"] == good["outputs"] and m["aliases"] == good["aliases"]:
             np.testing.assert_array_equal(outs[0], expected)
+
+
+def test_an_unnamed_graph_and_task_load(build: Path, rng: np.random.Generator) -> None:
+    def change(m: dict[str, Any]) -> None:
+        m["name"] = ""
+        for k in m["kernels"]:
+            k["task"] = ""
+
+    _edit(build, change)
+    assert load(build).run({"x": _x(rng)})[0].shape == (1, 5)

@@ -126,7 +126,7 @@ def _manifest(raw: dict[str, Any]) -> Manifest:
         if values.setdefault(v.name, v) != v:
             _bad(f"values[{v.name!r}]", f"{values[v.name]} differs from the input {v}")
     m = Manifest(
-        raw=raw, name=_str("name", raw.get("name")), target=_str("target", raw.get("target")),
+        raw=raw, name=_str("name", raw.get("name"), empty=True), target=_str("target", raw.get("target")),
         machine=_str("machine", raw.get("machine")), inputs=inputs,
         cpu_features=tuple(_str(f"cpu_features[{i}]", f, FEATURE) for i, f in
                            enumerate(_list("cpu_features", raw.get("cpu_features", []), str))),
@@ -149,8 +149,9 @@ def _manifest(raw: dict[str, Any]) -> Manifest:
 
 # -- fields ----------------------------------------------------------------------------------
 
-def _str(where: str, v: Any, pattern: re.Pattern[str] | None = None) -> str:
-    if not isinstance(v, str) or not v or len(v) > 4096:
+def _str(where: str, v: Any, pattern: re.Pattern[str] | None = None, empty: bool = False
+         ) -> str:
+    if not isinstance(v, str) or not (v or empty) or len(v) > 4096:
         _bad(where, f"{str(v)[:60]!r} is not a non-empty string")
     if pattern is not None and not pattern.fullmatch(v):
         _bad(where, f"{v[:60]!r} does not match {pattern.pattern}")
@@ -206,7 +207,7 @@ def _value(where: str, name: Any, v: list[Any]) -> tuple[str, tuple[int, ...], s
 def _call(where: str, c: dict[str, Any]) -> Call:
     args = tuple(_str(f"{where}.args[{i}]", a)
                  for i, a in enumerate(_list(f"{where}.args", c.get("args"), str)))
-    call = Call(task=_str(f"{where}.task", c.get("task")),
+    call = Call(task=_str(f"{where}.task", c.get("task"), empty=True),
                 lib=_str(f"{where}.lib", c.get("lib"), LIBRARY),
                 symbol=_str(f"{where}.symbol", c.get("symbol"), SYMBOL),
                 args=args, n_inputs=_int(f"{where}.n_inputs", c.get("n_inputs"), 0, len(args)))
