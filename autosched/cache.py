@@ -9,7 +9,7 @@ folder that cannot be trusted is replaced by a private temporary one for this pr
 
 Example::
 
-    cache = DiskCache("cuda")                    # $AUTOSCHED_CACHE_DIR/cuda or ~/.cache/autosched/cuda
+    cache = DiskCache("cuda")                    # $AUTOSCHED_CACHE_DIR/cuda (~/.cache/autosched)
     data = cache.read("ab12.cubin")              # None when absent or refused
     cache.write("ab12.cubin", binary)            # atomic; the hash is stored beside it
 """

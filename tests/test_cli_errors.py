@@ -134,8 +134,8 @@ def test_command_line_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("argv", [["tune", "M", "--batch-size", "0"], ["tune", "M", "--trials", "-5"],
-                                  ["run", "M", "--repeat", "x"],
+@pytest.mark.parametrize("argv", [["tune", "M", "--batch-size", "0"],
+                                  ["tune", "M", "--trials", "-5"], ["run", "M", "--repeat", "x"],
                                   ["tune-op", "gemm", "--shape", "0", "8", "8"]])
 def test_numbers_out_of_range_are_argument_errors(argv: list[str], tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,7 +126,8 @@ def _manifest(raw: dict[str, Any]) -> Manifest:
         if values.setdefault(v.name, v) != v:
             _bad(f"values[{v.name!r}]", f"{values[v.name]} differs from the input {v}")
     m = Manifest(
-        raw=raw, name=_str("name", raw.get("name"), empty=True), target=_str("target", raw.get("target")),
+        raw=raw, name=_str("name", raw.get("name"), empty=True),
+        target=_str("target", raw.get("target")),
         machine=_str("machine", raw.get("machine")), inputs=inputs,
         cpu_features=tuple(_str(f"cpu_features[{i}]", f, FEATURE) for i, f in
                            enumerate(_list("cpu_features", raw.get("cpu_features", []), str))),
