@@ -1,11 +1,15 @@
 """ONNX models as autosched graphs: ``from_onnx(model, shapes=None) -> Graph``.
 
-The importer loads the model, checks its opsets (ai.onnx only), takes initializers as
-constants, binds symbolic input dims from ``shapes``, and checks that every op type has a
-converter (listing every unsupported op and node at once). Then it runs each node's converter
-in order on placeholders and constants: TE tensors give the static shape and dtype of every
-value, numpy outputs become constants (so shape subgraphs fold away: such nodes are dropped
-from the graph). Every problem is a ModelImportError naming the file, node, op type or input.
+The importer loads the model (external data from the model's own directory, never outside
+it), checks its opsets (ai.onnx only) and that every value is assigned once before it is read,
+takes initializers as constants, binds symbolic input dims from ``shapes`` (a dim value of -1
+or 0 is symbolic too), and checks that every op type has a converter (listing every
+unsupported op and node at once). Variadic nodes with many inputs become trees
+(passes.split_wide_nodes). Then it runs each node's converter in order on placeholders and
+constants: TE tensors give the static shape and dtype of every value, numpy outputs become
+constants (so shape subgraphs fold away: such nodes are dropped from the graph), unless they
+would exceed autosched.graph.fold.FOLD_LIMIT_BYTES: then the node stays, as a kernel. Every
+problem is a ModelImportError naming the file, node, op type or input.
 
 Example::
 
