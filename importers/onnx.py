@@ -178,6 +178,9 @@ def _bind(name: str, dims: list[Any], given: tuple[int, ...] | None,
           where: str) -> tuple[int, ...]:
     if given is not None:
         given = tuple(int(v) for v in given)
+        if min(given, default=0) < 0:
+            raise ModelImportError(f"{where}: shape {given} given for input {name!r} has a "
+                                   "negative dim")
         if len(given) != len(dims) and dims:
             raise ModelImportError(f"{where}: shape {given} given for input {name!r} has "
                                    f"{len(given)} dims, the model declares {len(dims)} {dims}")

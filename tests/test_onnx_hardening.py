@@ -62,6 +62,9 @@ def test_non_positive_dim_value_is_a_symbolic_dim(dyn: int, rng: np.random.Gener
     with pytest.raises(ModelImportError) as err:
         from_onnx(m)
     _one_line(err, "input 'x'", "dim 0", f"dim_value {dyn}", "shapes=")
+    with pytest.raises(ModelImportError) as err:
+        from_onnx(m, {"x": (-2, 3, 5)})
+    _one_line(err, "input 'x'", "(-2, 3, 5)", "negative")
 
 
 # --- values assigned once, defined before use ------------------------------------------------
