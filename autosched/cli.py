@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from autosched.errors import AutoschedError, ModelImportError
-from autosched.graph.cli_model import count, positive
+from autosched.graph.cli_model import check_paths, count, positive
 
 
 def _op_task(args: argparse.Namespace):  # noqa: ANN202
@@ -124,6 +124,7 @@ def error_line(command: str, exc: BaseException, subject: str = "") -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        check_paths(args)
         return args.fn(args)
     except USER_ERRORS as exc:
         if args.debug:

@@ -65,9 +65,14 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     _one_line_error(capsys, ["run", path, "--input", f"x0={pickled}"], "objects.npy",
                     "numpy.save")
-    os.mkfifo(tmp_path / "fifo.npy")
+    os.mkfifo(tmp_path / "fifo.npy")  # reading a FIFO blocks forever
     _one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'fifo.npy'}"],
                     "fifo.npy is not a regular file")
+    _one_line_error(capsys, ["run", str(tmp_path / "fifo.npy")], "fifo.npy is not a regular "
+                    "file or a build dir")
+    _one_line_error(capsys, ["inspect", str(tmp_path / "fifo.npy")], "model: ")
+    _one_line_error(capsys, ["run", path, "--log", str(tmp_path / "fifo.npy")], "--log: ")
+    _one_line_error(capsys, ["compile", str(tmp_path), "-o", "b"], "is not a regular file")
     wrong = tmp_path / "wrong.npy"
     np.save(wrong, np.random.default_rng().standard_normal((3, 2)).astype(np.float32))
     _one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")

@@ -44,6 +44,22 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """The model (or build dir) and log named on the command line, when they exist, are
+    regular files (a build dir may be a directory): reading a FIFO or a device would block or
+    never end."""
+    if getattr(args, "model", None):
+        require_regular(args.model, "model", dir_ok=args.command in ("run", "bench"))
+    if getattr(args, "log", None):
+        require_regular(args.log, "--log")
+
+
+def require_regular(path: str, what: str, dir_ok: bool = False) -> None:
+    if os.path.exists(path) and not (os.path.isfile(path) or dir_ok and os.path.isdir(path)):
+        kind = "a regular file or a build dir" if dir_ok else "a regular file"
+        raise ArgumentError(f"{what}: {path} is not {kind}")
+
+
 def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}
@@ -154,8 +170,7 @@ def _inputs(args: argparse.Namespace, graph: Any) -> dict[str, np.ndarray]:
 
 def _load_npy(path: str, what: str) -> np.ndarray:
     """An array from a .npy file; never unpickles (a .npy of objects is refused)."""
-    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block forever
-        raise ArgumentError(f"{what}: {path} is not a regular file")
+    require_regular(path, what)
     try:
         a = np.load(path, allow_pickle=False)
     except (ValueError, EOFError) as exc:
