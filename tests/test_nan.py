@@ -1,6 +1,6 @@
 """NaN in, NaN out: max and min (Relu, Clip, Max, Min, ReduceMax, ReduceMin, MaxPool) keep a NaN
-of either operand, as numpy and onnxruntime do, on llvm and on cuda (run on the host); +-inf
-take part as ordinary values."""
+of either operand, and Sign keeps NaN, as numpy and onnxruntime do, on llvm and on cuda (run on
+the host); +-inf take part as ordinary values."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ CASES: dict[str, tuple[Callable, Callable, int]] = {
     "relu": (ops.relu, lambda x: np.maximum(x, 0), 1),
     "clip": (lambda x: ops.clip(x, -1.0, 2.0), lambda x: np.clip(x, -1.0, 2.0), 1),
     "hard_sigmoid": (ops.hard_sigmoid, lambda x: np.clip(0.2 * x + 0.5, 0, 1), 1),
+    "sign": (ops.sign, np.sign, 1),
     "maximum": (ops.maximum, np.maximum, 2),
     "minimum": (ops.minimum, np.minimum, 2),
     "reduce_max": (lambda x: ops.max(x, axis=(1, 3)), lambda x: x.max(axis=(1, 3)), 1),
@@ -150,8 +151,6 @@ def test_onnx_model_keeps_nan_like_onnxruntime(rng: np.random.Generator) -> None
         _check(g, w)
 
 
-@pytest.mark.xfail(strict=True, reason="llvm/codegen.py reduces a vector with "
-                   "llvm.vector.reduce.fmax / fmin, which drop NaN (fmaximum / fminimum keep it)")
 def test_horizontal_vector_reduction_keeps_nan(rng: np.random.Generator) -> None:
     # acc = max(acc, A[v]) in a loop vectorized over v: one vector reduction, then one combine
     from autosched.driver import build_func

@@ -92,12 +92,16 @@ def square(x: Tensor) -> Tensor:
 
 
 def sign(x: Tensor) -> Tensor:
-    """-1, 0 or 1 in the dtype of ``x`` (0 for NaN inputs is not promised)."""
+    """-1, 0 or 1 in the dtype of ``x``; NaN stays NaN (as in numpy and onnxruntime)."""
     _number(x, "sign")
     one, zero = args.scalar(1, x.dtype, "sign"), args.scalar(0, x.dtype, "sign")
     if dt.is_signed(x.dtype):
         minus = args.scalar(-1, x.dtype, "sign")
-        return unary(x, lambda v: I.if_then_else(v > 0, one, I.if_then_else(v < 0, minus, zero)),
+
+        def rest(v: Expr) -> Expr:  # v is 0 or NaN: only NaN differs from itself
+            return I.if_then_else(v == v, zero, v) if dt.is_float(x.dtype) else zero
+
+        return unary(x, lambda v: I.if_then_else(v > 0, one, I.if_then_else(v < 0, minus, rest(v))),
                      "T_sign")
     return unary(x, lambda v: I.if_then_else(v > 0, one, zero), "T_sign")
 
