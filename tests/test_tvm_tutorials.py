@@ -15,6 +15,7 @@ import autosched as aus
 from autosched import te
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable
 from tests.test_cuda_cases import needs_nvrtc
+from tests.test_schedule import check_replay
 
 # sizes that the tiles (32, 64, 4, 8) do not divide, except N for the packed layout
 M, N, K = 70, 64, 50
@@ -132,6 +133,7 @@ def test_cpu_gemm_tutorial_schedule_matches_numpy(make: Callable, rng: np.random
     c = np.full((M, N), np.nan, "float32")
     func(a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    check_replay(s, [args[-1]], args)  # the steps, as JSON and as printed Python
 
 
 def test_rfactor_keeps_the_tensor_axes(rng: np.random.Generator) -> None:
@@ -245,8 +247,8 @@ def shared_memory_conv(batch: int = 8, in_channel: int = 16, out_channel: int = 
     block_z = te.thread_axis("blockIdx.z")
     thread_x = te.thread_axis((0, num_thread), "threadIdx.x")
     thread_y = te.thread_axis((0, num_thread), "threadIdx.y")
-    thread_xz = te.thread_axis((0, vthread), "vthread.x")
-    thread_yz = te.thread_axis((0, vthread), "vthread.y")
+    thread_xz = te.thread_axis((0, vthread), "vthread")
+    thread_yz = te.thread_axis((0, vthread), "vthread")
 
     hi, wi, fi, ni = s[B].op.axis
     bz = s[B].fuse(hi, wi)
@@ -303,6 +305,7 @@ def test_cuda_shared_memory_gemm_tutorial_matches_numpy(rng: np.random.Generator
     run = run_on_host(mod, a, b, c)
     np.testing.assert_allclose(c, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     assert run.warnings == ()
+    check_replay(s, [args[-1]], args)
 
 
 @needs_nvrtc
@@ -316,3 +319,4 @@ def test_cuda_shared_memory_conv_tutorial_matches_numpy(rng: np.random.Generator
     run = run_on_host(mod, a, w, out)
     np.testing.assert_allclose(out, _conv_hwcn(a, w, 1), rtol=1e-4, atol=1e-4)
     assert run.warnings == ()
+    check_replay(s, [args[-1]], args)

@@ -418,7 +418,9 @@ class Schedule:
                 "reduction is not supported; rfactor the reduction and bind the factored axis"
             )
         for uid, tag in st.bindings.items():
-            if tag == E_tag and uid != iv.var.uid:
+            # "vthread" (no dimension) may bind several axes, one virtual thread loop each, as
+            # in TVM; a hardware index belongs to one axis
+            if tag == E_tag != "vthread" and uid != iv.var.uid:
                 other = next(a.name for a in st.all_axes() if a.var.uid == uid)
                 raise ScheduleError(f"{E_tag} is already bound to axis {other} of {st.name}; cannot bind {iv.name} too")
         if iv.var.uid in st.annotations:
