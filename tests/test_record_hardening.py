@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from autosched.schedule.steps import STEP_TYPES
 from autosched.search import record as record_mod
@@ -272,3 +274,97 @@ def test_a_candidate_of_another_space_is_no_seed(task: Task, tmp_path: Path,
     assert len(tuner.seeds()) == len(good) and all(c.sketch != 999 for c in tuner.seeds())
     feats, _ = tuner.training_data()
     assert len(feats) == len(good)
+
+
+# -- fuzzing: random log lines ------------------------------------------------------------------
+
+FUZZ_CASES = int(os.environ.get("AUTOSCHED_FUZZ_LOG_CASES", "60"))
+FUZZ_SEED = int(os.environ.get("AUTOSCHED_FUZZ_SEED", "20261204"))
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    | st.sampled_from([0, -1, 1, 2**31, 2**63, 10**400, 0.0, -0.0, 1e-320, 1e308])
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                               max_size=3),
+    max_leaves=6)
+
+
+_edges = st.sampled_from([0, -1, -1e-9, 2**31, 2**63, 10**400, float("nan"), float("inf"),
+                          -float("inf"), 1e-320, True, "1e-3", None, [], {}])
+
+
+_numbers = st.one_of(_edges, st.floats(allow_nan=True, allow_infinity=True),
+                    st.integers(-(2**70), 2**70))
+_HOT = ["costs", "costs", "costs", "steps", "steps", "steps", "extra", "extra", "extra",
+        "error_code", "version"]
+
+
+def _mutate(data: st.DataObject, d: Any, top: bool = False) -> Any:
+    """``d`` with one value somewhere inside replaced by a random JSON value (numbers mostly
+    by edge values), or deleted. Knob tile lists keep their length: the search space checks
+    that (space.knows)."""
+    go_in = top or data.draw(st.integers(0, 3)) > 0
+    if isinstance(d, dict) and d and go_in:
+        # at the top, mostly the fields that decide what is measured and what is best
+        key = data.draw(st.sampled_from([*_HOT, *sorted(d)] if top else sorted(d)))
+        if data.draw(st.integers(0, 7)) == 0:
+            return {k: v for k, v in d.items() if k != key}
+        return {**d, key: _mutate(data, d[key])}
+    if isinstance(d, list) and d and go_in:
+        i = data.draw(st.integers(0, len(d) - 1))
+        return [*d[:i], _mutate(data, d[i]), *d[i + 1:]]
+    if isinstance(d, list) and d and all(type(x) is int for x in d):
+        return [data.draw(st.integers(-3, 2**40)) for _ in d]  # a knob's tile lengths
+    if isinstance(d, (int, float)) and not isinstance(d, bool) and data.draw(
+            st.integers(0, 3)) > 0:
+        return data.draw(_edges)
+    return data.draw(_json)
+
+
+def _line(data: st.DataObject, good: list[dict[str, Any]]) -> str:
+    kind = data.draw(st.sampled_from(["mutate", "mutate", "mutate", "truncate", "garbage"]))
+    base = dict(data.draw(st.sampled_from(good)), ir_hash="e" * 32, costs=[1e-9])
+    if kind == "mutate":
+        if data.draw(st.booleans()):  # a number-valued field set to edge values
+            base["costs"] = data.draw(st.lists(_numbers, min_size=1, max_size=3))
+            base[data.draw(st.sampled_from(["timestamp", "build_time"]))] = data.draw(_numbers)
+        return json.dumps(_mutate(data, base, top=True))  # NaN / Infinity literals included
+    if kind == "truncate":
+        text = json.dumps(base)
+        return text[:data.draw(st.integers(0, len(text) - 1))]
+    return data.draw(st.text(max_size=40)).replace("\n", " ")
+
+
+@pytest.fixture(scope="module")
+def fuzz_good(task: Task) -> list[dict[str, Any]]:
+    return _good_lines(task, np.random.default_rng(FUZZ_SEED))
+
+
+@seed(FUZZ_SEED)
+@settings(max_examples=FUZZ_CASES, deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_random_log_lines(task: Task, fuzz_good: list[dict[str, Any]],
+                               tmp_path_factory: pytest.TempPathFactory,
+                               data: st.DataObject) -> None:
+    lines = [json.dumps(d) for d in fuzz_good]
+    for _ in range(data.draw(st.integers(1, 6))):
+        lines.insert(data.draw(st.integers(0, len(lines))), _line(data, fuzz_good))
+    path = tmp_path_factory.mktemp("fuzz") / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = RecordLog(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        recs = log.load()
+        for r in recs:
+            assert all(math.isfinite(c) and c > 0 for c in r.costs), r.costs
+            json.loads(r.to_json_line())
+            r.schedule_steps()
+        for top in log.best(task.workload_key, task.target, k=3):
+            assert math.isfinite(top.cost) and top.cost > 0
+        best_schedule(task, path)
+        tuner = TaskTuner(task, log, np.random.default_rng(0), TuneOptions(verbose=False))
+        tuner.seeds()
+        feats, ys = tuner.training_data()
+    assert all(math.isfinite(y) and 0 <= y <= 1 for y in ys)
