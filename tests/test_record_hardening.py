@@ -84,6 +84,8 @@ CASES: dict[str, Any] = {
     "split factor a float": _set_factor(2.5),
     "split factor 2**40": _set_factor(2**40),
     "unknown error code": lambda d: d.__setitem__("error_code", "FAST"),
+    "NaN inside the target": lambda d: d["target"].__setitem__("num_cores", float("nan")),
+    "1e400 inside extra": lambda d: d["extra"].__setitem__("note", "INF"),
     "timestamp a 400-digit integer": lambda d: d.__setitem__("timestamp", "BIG"),
 }
 

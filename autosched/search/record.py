@@ -256,6 +256,19 @@ MAX_INT = 2**31  # step values and knob values are tile sizes, unroll steps, axi
 _SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
 
 
+def _no_constant(name: str) -> Any:
+    # NaN / Infinity are not JSON; our writer never emits them, and a record holding one
+    # could not be written back (to_json_line refuses them)
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    out = float(text)
+    if not math.isfinite(out):  # 1e400
+        raise ValueError(f"number {text[:40]} is out of range")
+    return out
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -447,7 +460,7 @@ class RecordLog:
                 continue
             where = f"{self.path}:{n}"
             try:
-                d = json.loads(raw)
+                d = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
                 if isinstance(d, dict) and d.get("version") != RECORD_VERSION:
                     other_versions.append((n, d.get("version")))
                     continue
