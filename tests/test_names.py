@@ -143,3 +143,20 @@ def test_libc_symbols_as_llvm_function_names(name: str, rng: np.random.Generator
     c = np.full((64, 37), np.nan, "float32")
     mod(a, c)
     np.testing.assert_allclose(c, np.exp(a) + a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", [pytest.param(CUDA, marks=[needs_nvrtc, pytest.mark.skipif(
+    unavailable() is not None, reason=str(unavailable()))]), "llvm"])
+def test_names_of_symbolic_sizes(target: str, rng: np.random.Generator) -> None:
+    # symbolic sizes become scalar parameters of the kernel: they are named too
+    n, m = te.var("int"), te.var("blockIdx")
+    A = te.placeholder((n, m), name="NAN")
+    B = te.compute((n, m), lambda i, j: te.exp(A[i, j]) * 2.0, name="pow")
+    mod = aus.build(te.create_schedule(B.op), [A, B], target=target, name="exp")
+    a = rng.uniform(-1, 1, (13, 6)).astype("float32")
+    b = np.full((13, 6), np.nan, "float32")
+    if target == CUDA:
+        run_on_host(mod, a, b)
+    else:
+        mod(a, b)
+    np.testing.assert_allclose(b, np.exp(a) * 2, rtol=1e-6)
