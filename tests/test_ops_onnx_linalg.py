@@ -63,3 +63,17 @@ def test_group_norm_opset18_per_group_scale() -> None:
     norm = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5))
     want = norm.reshape(x.shape) * np.repeat(s, 3)[:, None, None] + np.repeat(b, 3)[:, None, None]
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("equation,shapes", [("...ij,...jk->...ik", [(3, 2, 5, 7), (2, 7, 4)]),
+                                             ("...i,i...->...", [(2, 3, 5), (5, 1, 3)]),
+                                             ("b...,b->...", [(4, 1, 6), (4,)])])
+def test_einsum_ellipsis_broadcast_like_numpy(equation: str, shapes: list[tuple]) -> None:
+    """Ellipses of different widths align to the right; size-1 dims broadcast (onnxruntime
+    refuses both, numpy is the reference)."""
+    from tests.helpers import run_te
+
+    arrays = [rand(s) for s in shapes]
+    phs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]
+    (got,) = run_te([einsum(equation, *phs)], dict(zip(phs, arrays)), "llvm")
+    np.testing.assert_allclose(got, np.einsum(equation, *arrays), rtol=1e-4, atol=1e-5)
