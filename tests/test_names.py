@@ -160,3 +160,28 @@ def test_names_of_symbolic_sizes(target: str, rng: np.random.Generator) -> None:
     else:
         mod(a, b)
     np.testing.assert_allclose(b, np.exp(a) * 2, rtol=1e-6)
+
+
+_SELF_CALL = """
+import numpy as np, autosched as aus
+from autosched import te
+A = te.placeholder((37,), dtype="float64", name="A")
+B = te.compute((37,), lambda i: te.exp(A[i]), name="B")
+mod = aus.build(te.create_schedule(B.op), [A, B], target="llvm", name="exp")
+a, b = np.random.rand(37), np.empty(37)
+mod(a, b)
+print(np.allclose(b, np.exp(a)))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the LLVM symbol is the task's name (llvm/abi.py "
+                   "signature): a float64 kernel named exp calls itself for exp()")
+def test_llvm_kernel_named_like_the_libm_function_it_calls() -> None:
+    # a one-node ONNX model (Exp on doubles) makes exactly this task; it runs in a process of
+    # its own because the kernel recurses until the stack overflows
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _SELF_CALL], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-500:]
