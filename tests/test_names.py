@@ -12,10 +12,11 @@ import pytest
 import autosched as aus
 from autosched import te
 from autosched.schedule.lower import lower
-from autosched.targets.cuda.codegen import KERNEL_PREFIX, c_identifier, generate
+from autosched.targets.cuda.codegen import KERNEL_PREFIX, generate
 from autosched.targets.cuda.default_schedule import bind_unbound
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable
 from autosched.targets.cuda.nvrtc import compile_cuda
+from autosched.targets.names import c_identifier
 from autosched.targets.target import parse
 from tests.test_cuda_cases import needs_nvrtc
 
@@ -54,6 +55,14 @@ as_floordiv as_floormod as_sigmoidf as_vl0 as_vs0 v_A k_A a__b 0abc x.y
 NAMES = sorted({s.name for s in onnx.defs.get_all_schemas()}
                | set((CUDA_MATH + CUDA_BUILTINS + C_CPP_WORDS + HOST).split()))
 CUDA = "cuda -arch=sm_90"
+
+
+def test_c_identifier_is_a_valid_name_under_its_prefix() -> None:
+    for name in NAMES + ["input.1", "résumé", "3x3", "a b", "", "__x__"]:
+        ident = c_identifier("v_", name)
+        assert ident.startswith("v_") and "__" not in ident
+        assert ident.isascii() and ident.replace("_", "a").isalnum()
+    assert c_identifier("k_", "pow") == "k_pow" and c_identifier("v_", "input.1") == "v_input_1"
 
 
 def _per_name_kernel(name: str) -> str:

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from autosched.errors import CompileError
@@ -24,6 +23,7 @@ from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.cexpr import PRELUDE_FLOAT, PRELUDE_INT, ExprWriter
 from autosched.targets.cuda.dtypes import VECTOR_TYPES, c_type
 from autosched.targets.cuda.intrinsics import prelude_math
+from autosched.targets.names import c_identifier
 from autosched.targets.target import Target
 from autosched.te import expr as E
 from autosched.te.visit import children, free_vars, rewrite, substitute
@@ -31,19 +31,11 @@ from autosched.te.visit import children, free_vars, rewrite, substitute
 THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
 
 
-# Every identifier the generated code declares lives in autosched's own namespace, so that no
-# IR name can collide with a name of CUDA, C or C++ (a kernel called pow, a buffer called NAN or
-# expf, a loop variable called int): kernels are k_<name>, buffers and variables v_<name>, and
-# the helpers of the preludes are as_<name>. No header uses these prefixes.
+# Every identifier the generated code declares lives in autosched's own namespace
+# (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
+# helpers of the preludes are as_<name>.
 KERNEL_PREFIX = "k_"
 VALUE_PREFIX = "v_"
-
-
-def c_identifier(prefix: str, name: str) -> str:
-    """``name`` as a C identifier in the namespace ``prefix``: characters other than ASCII
-    letters, digits and ``_`` become ``_``, and runs of ``_`` shrink to one (C++ reserves
-    every name containing ``__``)."""
-    return re.sub(r"_+", "_", prefix + re.sub(r"[^A-Za-z0-9_]", "_", name))
 
 
 @dataclass(frozen=True)
