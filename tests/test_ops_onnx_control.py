@@ -119,3 +119,18 @@ def test_non_max_suppression(center: int) -> None:
     (want,) = run_ort(m, {})
     got = importer.from_onnx(m).constants["y"]
     np.testing.assert_array_equal(got, want)
+
+
+@hooked
+def test_if_nested_in_loop_reads_the_iteration_values() -> None:
+    """An If inside a Loop body reads the body's carried value: each unrolled iteration's
+    branch must read that iteration's value (renames reach nested subgraphs)."""
+    then = _graph("then", [helper.make_node("Mul", ["acc", "acc"], ["sq"]),
+                           helper.make_node("Add", ["sq", "row"], ["t_out"])], [], [_vi("t_out")])
+    other = _graph("else", [helper.make_node("Neg", ["acc"], ["e_out"])], [], [_vi("e_out")])
+    body = _loop_body()
+    body.node[3].CopyFrom(helper.make_node("If", ["flag"], ["acc_out"], then_branch=then,
+                                           else_branch=other))
+    node = helper.make_node("Loop", ["m", "", "a0"], ["acc", "scans"], body=body)
+    compare(node, {"x": rand((5, 6)) * 0.3, "a0": rand((6,)) * 0.3},
+            {"m": np.array(3, "int64"), "flag": np.array(True)}, outputs=("acc", "scans"))
