@@ -148,3 +148,33 @@ def test_ignored_index_status_reads_the_clamped_element(rng):
     mod.ignored_status = STATUS_INDEX
     mod(a, iv, out)
     np.testing.assert_array_equal(out, a[np.clip(np.where(iv < 0, iv + N, iv), 0, N - 1)])
+
+
+def _index_checks(onnx_model: object) -> int:
+    """How many index_check calls the model's tasks compute."""
+    from autosched.graph.compiler import extract_tasks
+    from autosched.te.dag import topo_ops
+    from autosched.te.expr import Call
+    from autosched.te.ops.transform import INDEX_CHECK
+    from autosched.te.tensor import ComputeOp
+    from autosched.te.visit import post_order
+
+    tasks, _ = extract_tasks(load_graph(onnx_model), "llvm")
+    return sum(isinstance(e, Call) and e.name == INDEX_CHECK
+               for t in tasks for op in topo_ops(t.outputs) if isinstance(op, ComputeOp)
+               for e in post_order(op.body))
+
+
+def test_only_runtime_indices_are_checked_in_the_kernel():
+    """Constant indices were checked at import, so their kernel has no check to run."""
+    rng = np.random.default_rng()
+    table = rng.uniform(-1, 1, (N, 4)).astype("float32")
+    runtime = _model("Gather", table, (7,), 0, False)
+    assert _index_checks(runtime) == 1
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [N, 4])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    ids = numpy_helper.from_array(rng.integers(-N, N, 7).astype(np.int64), "ids")
+    node = helper.make_node("Gather", ["x", "ids"], ["y"], axis=0, name="lookup")
+    const = helper.make_model(helper.make_graph([node], "g", [x], [out], [ids]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert _index_checks(const) == 0

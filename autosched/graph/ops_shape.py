@@ -228,6 +228,12 @@ def _check_indices(node: Node, idx: Value, n: int, axis: int) -> None:
         raise fail(node, f"indices {bad} are out of range for axis {axis} ({n})")
 
 
+def _mode(idx: Value) -> str:
+    """Runtime indices are checked by the kernel (strict: out of range fails the run, as in
+    ONNX); constant ones were checked here, so the kernel only normalizes them."""
+    return "normalize" if isinstance(idx, np.ndarray) else "strict"
+
+
 @register("Gather")
 def _gather(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x, idx = ins[0], ins[1]
@@ -235,8 +241,7 @@ def _gather(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
     _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
         return [np.take(x, idx, axis=axis)]
-    # strict: a runtime index out of range fails the run (ONNX), it is not clamped
-    return [ops.take(ctx.const(x), ctx.const(idx), axis=axis, mode="strict")]
+    return [ops.take(ctx.const(x), ctx.const(idx), axis=axis, mode=_mode(idx))]
 
 
 @register("GatherElements")
@@ -246,7 +251,7 @@ def _gather_elements(node: Node, ins: list[Value | None], ctx: ConvertContext) -
     _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
         return [np.take_along_axis(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)]
-    return [ops.gather(ctx.const(x), axis, ctx.const(idx), mode="strict")]
+    return [ops.gather(ctx.const(x), axis, ctx.const(idx), mode=_mode(idx))]
 
 
 @register("Expand", const_inputs=(1,))
