@@ -281,11 +281,11 @@ def test_a_worker_killed_from_outside_is_retried_once(measurer: Measurer, task: 
 
 def test_a_stopped_worker_is_retried_not_timed_out() -> None:
     task = _matmul(16, 16, 16)
-    with Measurer("llvm", build_workers=1, run_timeout=2, repeat=1, min_repeat_ms=1,
-                  strict=True) as m:
-        once, always, hang = m.measure(task, [[], [], []], test_hooks={
-            0: "run_sigstop_once", 1: "run_sigstop", 2: "run_hang"})
-    assert once.ok, once.error_msg
+    with Measurer("llvm", build_workers=1, build_timeout=3, run_timeout=2, repeat=1,
+                  min_repeat_ms=1, strict=True) as m:
+        once, always, hang, build_once = m.measure(task, [[]] * 4, test_hooks={
+            0: "run_sigstop_once", 1: "run_sigstop", 2: "run_hang", 3: "build_sigstop_once"})
+    assert once.ok and build_once.ok, (once.error_msg, build_once.error_msg)
     assert always.transient and "stopped from outside" in always.error_msg
     assert hang.error_code is ErrorCode.RUN_TIMEOUT and not hang.transient  # its own fault
 
