@@ -81,3 +81,17 @@ def test_loop_beyond_int32_is_a_compile_error():
     with pytest.raises(CompileError, match=r"loop \S+ runs to 2147483711, beyond what its "
                                            r"int32 variable counts"):
         aus.build(aus.te.create_schedule(B.op), [A, B], target="llvm")
+
+
+@pytest.mark.parametrize("name", ["exp", "expf", "main"])
+def test_kernel_named_like_a_function_it_calls(name, rng):
+    """A float64 kernel named exp defined the symbol its own exp() call resolved to, and
+    recursed until the stack overflowed."""
+    A = aus.te.placeholder((37,), dtype="float64", name="A")
+    B = aus.te.compute((37,), lambda i: aus.te.exp(A[i]), name="B")
+    mod = aus.build(aus.te.create_schedule(B.op), [A, B], target="llvm", name=name)
+    assert mod.entry_name == f"autosched_{name}"
+    a = rng.uniform(-3, 3, 37)
+    b = np.empty(37)
+    mod(a, b)
+    np.testing.assert_allclose(b, np.exp(a), rtol=1e-14)

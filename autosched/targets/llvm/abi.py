@@ -9,8 +9,10 @@ Every PrimFunc becomes one exported function::
   written, and each must be 16-byte aligned.
 * ``s0, s1, ...`` are the symbolic sizes: every distinct ``Var`` in the parameters' shapes, in
   order of first appearance (params left to right, dims left to right).
-* ``NAME`` is the PrimFunc's name, except that ``main`` becomes ``autosched_main`` (so that a C
-  driver can have its own ``main``).
+* ``NAME`` is the PrimFunc's name, except that ``main`` (so that a C driver can have its own)
+  and the names of what kernels call or LLVM may call for them (the C math functions, the
+  allocator, memcpy / memset, libgomp, names starting with ``_``) get the prefix
+  ``autosched_``: a kernel named ``exp`` must not call itself for ``exp()``.
 * The result is 0, or the STATUS_* bits (autosched/targets/status.py) of what failed: a buffer
   the kernel allocates could not be, an index read from a tensor was out of range. The outputs
   are then not valid; the kernel never touches memory it has no right to.
@@ -53,6 +55,24 @@ class Signature:
         return f"int32_t {self.symbol}({', '.join(args)});"
 
 
+# C math functions (each also with an f / l suffix) and the runtime a kernel calls
+_MATH = frozenset("""
+acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp10 exp2 expm1
+fabs fdim floor fma fmax fmin fmod frexp hypot ilogb ldexp lgamma llrint llround log log10 log1p
+log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow remainder remquo rint round
+scalbln scalbn sin sincos sinh sqrt tan tanh tgamma trunc
+""".split())
+_RUNTIME = frozenset("main aligned_alloc malloc calloc realloc free memcpy memmove memset memcmp "
+                     "bcmp abort".split())
+_RUNTIME_PREFIXES = ("_", "GOMP_", "omp_", "llvm.")
+
+
+def reserved(name: str) -> bool:
+    """Whether a kernel named ``name`` would collide with a function it calls or links."""
+    base = name[:-1] if name[-1:] in ("f", "l") and name[:-1] in _MATH else name
+    return base in _MATH or name in _RUNTIME or name.startswith(_RUNTIME_PREFIXES)
+
+
 def signature(func: PrimFunc) -> Signature:
     seen: dict[int, Var] = {}
     for buf in func.params:
@@ -60,5 +80,5 @@ def signature(func: PrimFunc) -> Signature:
             for n in post_order(dim):
                 if isinstance(n, Var):
                     seen.setdefault(n.uid, n)
-    symbol = "autosched_main" if func.name == "main" else func.name
+    symbol = f"autosched_{func.name}" if reserved(func.name) else func.name
     return Signature(symbol, tuple(func.params), tuple(seen.values()))
