@@ -261,19 +261,38 @@ def test_a_full_device_fails_before_measuring(task: Task, tmp_path: Path,
     assert info.value.errno == errno.ENOSPC
 
 
-def test_a_candidate_of_another_space_is_no_seed(task: Task, tmp_path: Path,
-                                                 rng: np.random.Generator) -> None:
-    # a valid record whose candidate this task's space does not know (another version's
-    # sketches): kept as a measurement, but neither a seed nor training data
+def _first_knob(d: dict[str, Any], tile: bool) -> str:
+    params = d["extra"]["candidate"]["params"]
+    return next(k for k, v in params.items() if isinstance(v, list) == tile)
+
+
+ALIENS: dict[str, Any] = {
+    "unknown sketch": lambda d: d["extra"]["candidate"].__setitem__("sketch", 999),
+    "a tile list too short": lambda d: d["extra"]["candidate"]["params"][
+        _first_knob(d, True)].pop(),
+    "a tile length 0": lambda d: d["extra"]["candidate"]["params"][
+        _first_knob(d, True)].__setitem__(0, 0),
+    "a choice no knob offers": lambda d: d["extra"]["candidate"]["params"].__setitem__(
+        _first_knob(d, False), 12345),
+}
+
+
+@pytest.mark.parametrize("alien", sorted(ALIENS))
+def test_a_candidate_outside_the_space_is_no_seed(task: Task, tmp_path: Path,
+                                                  rng: np.random.Generator, alien: str) -> None:
+    # a valid record whose candidate this task's space cannot take (another version's
+    # sketches, or a hand-edited value): kept as a measurement, but neither a seed nor
+    # training data, and resuming does not crash
     good = _good_lines(task, rng)
-    alien = json.loads(json.dumps(good[0]))
-    alien["extra"]["candidate"]["sketch"] = 999
-    alien["costs"], alien["ir_hash"] = [1e-9] * 3, "f" * 32
+    bad = json.loads(json.dumps(good[0]))
+    ALIENS[alien](bad)
+    bad["costs"], bad["ir_hash"] = [1e-9] * 3, "f" * 32
     path = tmp_path / "log.jsonl"
-    path.write_text("\n".join(json.dumps(d) for d in [*good, alien]) + "\n")
+    path.write_text("\n".join(json.dumps(d) for d in [*good, bad]) + "\n")
     tuner = TaskTuner(task, RecordLog(path), rng, TuneOptions(verbose=False))
     assert tuner.trials == len(good) + 1
-    assert len(tuner.seeds()) == len(good) and all(c.sketch != 999 for c in tuner.seeds())
+    seeds = tuner.seeds()
+    assert len(seeds) == len(good) and all(c.sketch < 999 for c in seeds)
     feats, _ = tuner.training_data()
     assert len(feats) == len(good)
 
@@ -304,8 +323,7 @@ _HOT = ["costs", "costs", "costs", "steps", "steps", "steps", "extra", "extra", 
 
 def _mutate(data: st.DataObject, d: Any, top: bool = False) -> Any:
     """``d`` with one value somewhere inside replaced by a random JSON value (numbers mostly
-    by edge values), or deleted. Knob tile lists keep their length: the search space checks
-    that (space.knows)."""
+    by edge values), or deleted."""
     go_in = top or data.draw(st.integers(0, 3)) > 0
     if isinstance(d, dict) and d and go_in:
         # at the top, mostly the fields that decide what is measured and what is best
@@ -316,7 +334,8 @@ def _mutate(data: st.DataObject, d: Any, top: bool = False) -> Any:
     if isinstance(d, list) and d and go_in:
         i = data.draw(st.integers(0, len(d) - 1))
         return [*d[:i], _mutate(data, d[i]), *d[i + 1:]]
-    if isinstance(d, list) and d and all(type(x) is int for x in d):
+    if isinstance(d, list) and d and all(type(x) is int for x in d) and data.draw(
+            st.booleans()):
         return [data.draw(st.integers(-3, 2**40)) for _ in d]  # a knob's tile lengths
     if isinstance(d, (int, float)) and not isinstance(d, bool) and data.draw(
             st.integers(0, 3)) > 0:

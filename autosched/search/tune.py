@@ -81,7 +81,7 @@ class TaskTuner:
     def seeds(self, k: int = 16) -> list[Candidate]:
         ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")), key=lambda r: r.cost)
         cands = (Candidate.from_dict(r.extra["candidate"]) for r in ok)
-        return [c for c in cands if self.space.knows(c)][:k]  # a log may hold other sketches
+        return [c for c in cands if _known(self.space, c)][:k]
 
     def training_data(self) -> tuple[list[np.ndarray], list[float]]:
         """Features and normalised throughputs (best = 1) of this task's measured records."""
@@ -89,7 +89,7 @@ class TaskTuner:
         best = self.best_cost
         cands = [Candidate.from_dict(r.extra["candidate"]) if r.extra.get("candidate") else None
                  for r in self.records]
-        known = [c for c in cands if c is not None and self.space.knows(c)]
+        known = [c for c in cands if c is not None and _known(self.space, c)]
         lowered = dict(zip(known, self.search.concrete_many(known)))
         for r, c in zip(self.records, cands):
             low = lowered.get(c) if c is not None else None
@@ -135,6 +135,23 @@ class TaskTuner:
                 self.best_cost = r.cost
         self.history.append(self.best_cost)
         return recs
+
+
+def _known(space: SearchSpace, c: Candidate) -> bool:
+    """Whether a candidate read from a log fits ``space``: its sketch and knob names
+    (space.knows), and each value one its knob can take (a log line may hold any value)."""
+    if not space.knows(c):
+        return False
+    return all(_admits(k, v) for k, (_, v) in zip(space.sketches[c.sketch].knobs, c.params))
+
+
+def _admits(knob: Any, value: Any) -> bool:
+    from autosched.search.knobs import TileKnob
+
+    if isinstance(knob, TileKnob):  # one length per level, each at least 1
+        return isinstance(value, tuple) and len(value) == knob.parts and all(
+            isinstance(v, int) and v >= 1 for v in value)
+    return value in knob.options
 
 
 def _extra(space: SearchSpace, b: Lowered) -> dict[str, Any]:
