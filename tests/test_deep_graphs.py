@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import autosched as aus
 from autosched import te
-from autosched.te.dag import topo_ops
+from autosched.te.dag import ComputeDAG, topo_ops
 from autosched.te.visit import free_vars, post_order
 from importers.onnx import from_onnx
 
@@ -78,17 +78,25 @@ def test_te_traversals_of_a_3000_stage_chain() -> None:
         t = te.compute((4,), lambda i, s=t: s[i] + 1.0, name=f"s{k}")
     ops = topo_ops([t])
     assert len(ops) == 3001 and ops[0] is a.op and ops[-1] is t.op
+    assert len(ComputeDAG([t]).workload_key) == 24
+
+
+def _deep(a: Any, n: int, name: str) -> Any:
+    def body(i: Any) -> Any:
+        e = a[i]
+        for _ in range(n):
+            e = e * 0.5 + a[i]
+        return e
+
+    return te.compute((4,), body, name=name)  # checks the body: a full traversal
 
 
 def test_te_traversals_of_a_3000_operation_expression() -> None:
     a = te.placeholder((4,), name="A")
-
-    def body(i: Any) -> Any:
-        e = a[i]
-        for _ in range(3000):
-            e = e * 0.5 + a[i]
-        return e
-
-    c = te.compute((4,), body, name="C")  # checks the body: a full traversal
+    c = _deep(a, 3000, "C")
     assert sum(isinstance(n, te.expr.TensorRead) for n in post_order(c.op.body)) == 3001
     assert [v.name for v in free_vars(c.op.body)] == [c.op.axis[0].var.name]
+    # the key hashes a JSON text as deep as the expression: names do not count, depth does
+    key = ComputeDAG([c]).workload_key
+    assert ComputeDAG([_deep(te.placeholder((4,), name="B"), 3000, "D")]).workload_key == key
+    assert ComputeDAG([_deep(a, 2999, "C")]).workload_key != key

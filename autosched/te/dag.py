@@ -72,8 +72,20 @@ def _shape(shape: tuple[E.Expr, ...]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
+class _Seq(list):
+    """A list the serialiser writes element by element (a plain list field is a JSON leaf)."""
+
+
+class _Raw(str):
+    """Punctuation written as is."""
+
+
 class _Canon:
-    """Serialises a DAG with operations and variables numbered by first appearance."""
+    """Serialises a DAG as JSON with operations and variables numbered by first appearance.
+
+    Iterative, with an explicit stack: a chain of thousands of operations is deeper than
+    Python's recursion limit (and json.dumps recurses too). The text is what json.dumps with
+    separators (",", ":") makes of the nested lists, so workload keys stay the same."""
 
     def __init__(self) -> None:
         self.ops: dict[int, int] = {}
@@ -84,36 +96,53 @@ class _Canon:
             self.vars[v.uid] = f"v{len(self.vars)}"
         return self.vars[v.uid]
 
-    def value(self, x: Any) -> Any:
+    def parts(self, x: Any) -> list[Any] | None:
+        """The elements ``x`` serialises as a JSON list of, or None for a JSON leaf."""
         if isinstance(x, E.Var):
             return ["Var", self.var(x), x.type]
         if isinstance(x, Tensor):
             return ["T", self.ops[x.op.uid], x.value_index]
-        if isinstance(x, tuple):
-            return [self.value(v) for v in x]
+        if isinstance(x, (tuple, _Seq)):
+            return list(x)
         if isinstance(x, E.Node):
-            out: list[Any] = [type(x).__name__]
-            for f in fields(x):  # type: ignore[arg-type]
-                if isinstance(x, E.CommReducer) and f.name == "name":
-                    continue
-                out.append(self.value(getattr(x, f.name)))
-            return out
-        if isinstance(x, float):
-            return repr(x)
-        return x
+            return [type(x).__name__] + [
+                getattr(x, f.name) for f in fields(x)  # type: ignore[arg-type]
+                if not (isinstance(x, E.CommReducer) and f.name == "name")]
+        return None
 
-    def op(self, op: Operation) -> Any:
+    def text(self, x: Any) -> str:
+        out: list[str] = []
+        stack: list[Any] = [x]
+        while stack:
+            item = stack.pop()
+            if type(item) is _Raw:
+                out.append(item)
+                continue
+            parts = self.parts(item)
+            if parts is None:
+                leaf = repr(item) if isinstance(item, float) else item
+                out.append(json.dumps(leaf, separators=(",", ":")))
+                continue
+            stack.append(_Raw("]"))
+            for k in range(len(parts) - 1, -1, -1):
+                stack.append(parts[k])
+                if k:
+                    stack.append(_Raw(","))
+            stack.append(_Raw("["))
+        return "".join(out)
+
+    def op(self, op: Operation) -> str:
         self.ops[op.uid] = len(self.ops)
         if isinstance(op, PlaceholderOp):
-            return ["placeholder", self.value(op.shape), op.dtype]
+            return self.text(_Seq(["placeholder", op.shape, op.dtype]))
         assert isinstance(op, ComputeOp)
-        return ["compute", self.value(op.axis), self.value(op.reduce_axis), self.value(op.body)]
+        return self.text(_Seq(["compute", op.axis, op.reduce_axis, op.body]))
 
 
 def workload_key(outputs: Sequence[Tensor]) -> str:
     """A stable hash of the computation: independent of tensor names and object identity."""
     canon = _Canon()
     body = [canon.op(op) for op in topo_ops(outputs)]
-    body.append(["outputs", [canon.value(t) for t in outputs]])
-    text = json.dumps(body, separators=(",", ":"))
+    body.append(canon.text(_Seq(["outputs", tuple(outputs)])))
+    text = "[" + ",".join(body) + "]"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
