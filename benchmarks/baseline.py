@@ -12,8 +12,9 @@ again with a cleaned environment), then state what is compared::
     print(baseline.rounds_line(rounds))   # median of the rounds and the best round, per side
 
 Why: OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) in the environment pin OpenBLAS to one kernel
-whatever the CPU. With OPENBLAS_CORETYPE=Haswell an AVX-512 CPU runs numpy's GEMM at about half
-its speed, and a comparison with it flatters whoever is compared. Tests keep the environment as
+whatever the CPU. With OPENBLAS_CORETYPE=Haswell numpy's GEMM runs at about half its speed on a
+CPU with full-width AVX-512 (5-12% slower on Zen 4, whose AVX-512 units are 256 bits wide), and
+a comparison with it flatters whoever is compared. Tests keep the environment as
 it is; only benchmark processes clean it. Peers are timed in alternating rounds in one process,
 the order rotating, so a slow spell of a shared machine lands on every side.
 
