@@ -33,7 +33,7 @@ from benchmarks import baseline  # noqa: E402
 baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
 # Our kernels' OpenMP threads wait passively here as in the tuner's measurement workers: with
 # libgomp's default (spinning ~300k iterations at every barrier) the final timing ran up to
-# 1.5x slower than the tuner's measurement of the same schedule on a busy machine. Read when
+# 2x slower than the tuner's measurement of the same schedule on a busy machine. Read when
 # libgomp loads, so before the first kernel runs.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
