@@ -148,7 +148,8 @@ def main() -> None:
     min_ms, repeat = (50, 3) if opts.quick else (200, 5)
     threads = os.environ.get("AUTOSCHED_NUM_THREADS", str(os.cpu_count()))
     print(baseline.header())
-    print(f"# autosched {threads} threads; peer {baseline.numpy_peer()}", flush=True)
+    print(f"# autosched {threads} threads, OMP_WAIT_POLICY {baseline.omp_wait_policy()}; "
+          f"peer {baseline.numpy_peer()}", flush=True)
     rng = np.random.default_rng()
     rows = [make(rng, min_ms, repeat, opts.rounds) for make in (gemm_row, conv_row)]
     print(f"# {opts.rounds} alternating rounds; load average {baseline.load()} at the end")

@@ -49,7 +49,8 @@ def compare(tuned: object, proto: object, feeds: dict, threads: int | None, roun
     """Time the tuned model and onnxruntime in alternating rounds on ``threads`` threads."""
     if threads:
         os.environ["AUTOSCHED_NUM_THREADS"] = str(threads)
-    print(f"# threads {threads or os.cpu_count()}: {baseline.ort_peer(threads)}", flush=True)
+    print(f"# threads {threads or os.cpu_count()}: autosched OMP_WAIT_POLICY "
+          f"{baseline.omp_wait_policy()}; {baseline.ort_peer(threads)}", flush=True)
     got = baseline.alternate({"autosched": lambda: tuned.time(feeds, min_s=2.0),
                               "onnxruntime": ort_timer(proto, feeds, threads)}, rounds)
     suffix = "_1thread" if threads == 1 else ""

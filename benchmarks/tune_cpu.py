@@ -162,7 +162,8 @@ def main() -> int:
     rng = np.random.default_rng()
     machine = baseline.header()
     print(machine)
-    print(f"# peers: {baseline.numpy_peer()}; TVM MetaSchedule "
+    print(f"# autosched: OMP_WAIT_POLICY {baseline.omp_wait_policy()}; "
+          f"peers: {baseline.numpy_peer()}; TVM MetaSchedule "
           f"{'in .venv-tvm' if TVM_PYTHON.exists() and not args.no_tvm else 'not run'}",
           flush=True)
     rows = []
