@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 import autosched as aus
 from autosched import te
 from autosched.te.dag import ComputeDAG, topo_ops
-from autosched.te.visit import free_vars, post_order
+from autosched.te.visit import free_vars, post_order, substitute
 from importers.onnx import from_onnx
 
 ort = pytest.importorskip("onnxruntime")
@@ -100,3 +100,19 @@ def test_te_traversals_of_a_3000_operation_expression() -> None:
     key = ComputeDAG([c]).workload_key
     assert ComputeDAG([_deep(te.placeholder((4,), name="B"), 3000, "D")]).workload_key == key
     assert ComputeDAG([_deep(a, 2999, "C")]).workload_key != key
+
+
+def test_te_rewrite_of_a_3000_operation_expression() -> None:
+    a = te.placeholder((4,), name="A")
+    c = _deep(a, 3000, "C")
+    i = c.op.axis[0].var
+    shifted = substitute(c.op.body, {i: (i + 1) % 4})
+    def body(k: Any) -> Any:
+        e = a[(k + 1) % 4]
+        for _ in range(3000):
+            e = e * 0.5 + a[(k + 1) % 4]
+        return e
+
+    want = body(i)  # built directly with a[(i + 1) % 4]
+    assert hash(shifted) == hash(want)  # structural hashes: == on nodes would recurse
+    assert hash(shifted) != hash(c.op.body)

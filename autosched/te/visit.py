@@ -47,22 +47,52 @@ def rebuild(e: E.Expr, **changes: object) -> E.Expr:
     return type(e)(**values)
 
 
-def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
-    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it)."""
-    changes: dict[str, object] = {}
+def _operands(e: E.Expr) -> Iterator[E.Expr]:
+    """The children ``rewrite`` rewrites: Expr fields, and the Exprs in plain tuple fields."""
     for name in E.field_names(type(e)):
         value = getattr(e, name)
         if isinstance(value, E.Expr):
-            new = rewrite(value, fn)
-            if new is not value:
-                changes[name] = new
+            yield value
+        elif type(value) is tuple:
+            yield from (v for v in value if isinstance(v, E.Expr))
+
+
+def _rebuilt(e: E.Expr, new: list[E.Expr]) -> E.Expr:
+    """``e`` with its operands (in _operands order) replaced by ``new``, when any changed."""
+    changes: dict[str, object] = {}
+    it = iter(new)
+    for name in E.field_names(type(e)):
+        value = getattr(e, name)
+        if isinstance(value, E.Expr):
+            v = next(it)
+            if v is not value:
+                changes[name] = v
         elif type(value) is tuple and any(isinstance(v, E.Expr) for v in value):
-            new_t = tuple(rewrite(v, fn) if isinstance(v, E.Expr) else v for v in value)
+            new_t = tuple(next(it) if isinstance(v, E.Expr) else v for v in value)
             if any(a is not b for a, b in zip(new_t, value)):
                 changes[name] = new_t
-    node = rebuild(e, **changes) if changes else e
-    out = fn(node)
-    return node if out is None else out
+    return rebuild(e, **changes) if changes else e
+
+
+def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
+    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it).
+    Iterative (a stack of pending nodes and one of results), for expressions deeper than
+    Python's recursion limit."""
+    results: list[E.Expr] = []
+    stack: list[tuple[E.Expr, int]] = [(e, -1)]   # (node, -1) to expand, (node, n) to build
+    while stack:
+        node, n = stack.pop()
+        if n < 0:
+            operands = list(_operands(node))
+            stack.append((node, len(operands)))
+            stack.extend((c, -1) for c in reversed(operands))
+            continue
+        new = results[len(results) - n:] if n else []
+        del results[len(results) - n:]
+        built = _rebuilt(node, new) if n else node
+        out = fn(built)
+        results.append(built if out is None else out)
+    return results[0]
 
 
 def substitute(e: E.Expr, mapping: dict[E.Var, E.Expr]) -> E.Expr:
