@@ -178,3 +178,55 @@ def test_only_runtime_indices_are_checked_in_the_kernel():
     const = helper.make_model(helper.make_graph([node], "g", [x], [out], [ids]),
                               opset_imports=[helper.make_opsetid("", 17)])
     assert _index_checks(const) == 0
+
+
+@pytest.mark.parametrize("target", ["ref", "cuda"])
+def test_take_strict_on_the_other_targets(target, rng):
+    """The reference evaluator fails the run like the CPU kernel; CUDA kernels report no status
+    yet, so there the strict check reads the clamped element (memory stays safe)."""
+    x = te.placeholder((N, 3), name="x")
+    i = te.placeholder((5,), dtype="int64", name="i")
+    y = ops.take(x, i, 0, mode="strict")
+    s = te.create_schedule(y.op)
+    a = rng.uniform(-1, 1, (N, 3)).astype("float32")
+    iv = rng.integers(-N, N, 5).astype(np.int64)
+    out = np.empty((5, 3), "float32")
+    if target == "ref":
+        mod = aus.build(s, [x, i, y], target="ref")
+        mod(a, iv, out)
+        np.testing.assert_array_equal(out, np.take(a, iv, 0))
+        iv[1] = N
+        with pytest.raises(RuntimeError_, match="out of range"):
+            mod(a, iv, out)
+        return
+    from tests.test_cuda_cases import NVRTC_SKIP
+
+    if NVRTC_SKIP is not None:
+        pytest.skip(f"NVRTC unavailable: {NVRTC_SKIP}")
+    from autosched.targets.cuda.host_emulate import run_on_host, unavailable
+
+    if unavailable() is not None:
+        pytest.skip(str(unavailable()))
+    from autosched.search.space import SearchSpace
+
+    task = aus.Task([y], args=[x, i, y], target="cuda -arch=sm_90")
+    mod = task.build(SearchSpace(task).default_schedule())
+    run_on_host(mod, a, iv, out)
+    np.testing.assert_array_equal(out, np.take(a, iv, 0))
+
+
+@pytest.mark.parametrize("shapes", [((2, 0), (0, 3)), ((0, 5), (5, 3))])
+def test_zero_size_matmul_runs_like_onnxruntime(shapes, rng):
+    """The tile knobs of an extent-0 axis took max() of no divisors."""
+    a_shape, b_shape = shapes
+    a = rng.uniform(-1, 1, a_shape).astype("float32")
+    b = rng.uniform(-1, 1, b_shape).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "mm",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+         for n, s in (("a", a_shape), ("b", b_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = aus.compile(load_graph(model, shapes={"a": a_shape, "b": b_shape}),
+                      target="llvm").run({"a": a, "b": b})
+    np.testing.assert_allclose(got[0], ort_run(model, {"a": a, "b": b})[0], atol=1e-6)

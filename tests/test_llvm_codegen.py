@@ -384,7 +384,7 @@ def test_symbolic_sizes_are_int64_params_after_the_pointers(rng):
     mod = build(loop(i, n, loop(j, m, ir.Store(C, (i, j), ir.Load(A, (i, j)) + 1.0),
                                 "vectorized")), [A, C], name="addone")
     assert mod.c_declaration() == (
-        "void addone(float *restrict A, float *restrict C, int64_t n, int64_t m);")
+        "int32_t addone(float *restrict A, float *restrict C, int64_t n, int64_t m);")
     for shape in [(3, 5), (1, 17), (8, 1)]:
         a = rand(rng, shape, "float32")
         out = garbage(shape, "float32")

@@ -210,7 +210,7 @@ def test_time_returns_positive_statistics(rng):
 
 def test_printing_llvm_ir_and_assembly():
     mod = _add_kernel()
-    assert "define void @\"addk\"" in mod.get_llvm_ir(optimized=False)
+    assert "define i32 @\"addk\"" in mod.get_llvm_ir(optimized=False)
     assert "noalias" in mod.get_llvm_ir(optimized=False)
     asm = mod.get_assembly()
     assert "addk:" in asm and ".text" in asm

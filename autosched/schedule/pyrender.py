@@ -807,7 +807,10 @@ class _Renderer:
 
     def _e_Call(self, e: E.Call) -> str:
         from autosched.schedule.pyruntime import INTRINSICS
+        from autosched.te.ops.transform import INDEX_CHECK
 
+        if e.name == INDEX_CHECK:
+            return f"_index_check({self.expr(e.args[0])}, {self.expr(e.args[1])})"
         if len(e.args) != 1:
             raise CompileError(f"intrinsic {e.name} takes one argument, got {len(e.args)} in {e}")
         a = self.expr(e.args[0])

@@ -100,6 +100,14 @@ def oob(kind: str, buffer: str, index: Sequence[int], shape: Sequence[int]) -> A
     )
 
 
+def index_check(i: int, n: int) -> int:
+    """``i`` when 0 <= i < n; else the run fails, as the compiled kernels' status does."""
+    if not 0 <= i < n:
+        raise RuntimeError_(f"an index read from the indices tensor is out of range: {i} "
+                            f"not in [0, {n})")
+    return i
+
+
 # ---------------------------------------------------------------------------------------------
 # Integer conversions
 
@@ -395,6 +403,7 @@ def namespace() -> dict[str, Any]:
         "_alloc": alloc,
         "_alloc_once": alloc_once,
         "_oob": oob,
+        "_index_check": index_check,
         "_wrap": wrap,
         "_ftoi": ftoi,
         "_fdiv": fdiv,

@@ -49,7 +49,7 @@ class TileKnob:
         left = self.extent
         out = []
         for w in reversed(want):
-            d = max(x for x in divisors(left) if x <= max(w, 1))
+            d = max((x for x in divisors(left) if x <= max(w, 1)), default=1)  # extent 0
             out.append(d)
             left //= d
         return tuple(reversed(out))

@@ -14,6 +14,7 @@ from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.ops.transform import INDEX_CHECK
 
 PRELUDE_INT = """\
 __device__ __forceinline__ int as_floordiv(int a, int b) {
@@ -168,6 +169,8 @@ class ExprWriter:
 
     def _call(self, e: E.Call) -> str:
         t = e.dtype
+        if e.name == INDEX_CHECK:  # CUDA kernels report no status yet: the clamp around the
+            return self._expr(e.args[0])  # check keeps the read in bounds
         if e.name == "abs" and not dt.is_float(t):
             x = self._expr(e.args[0])
             if t.startswith("uint"):
