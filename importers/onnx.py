@@ -30,7 +30,7 @@ import numpy as np
 from autosched import te
 from autosched.errors import ModelImportError
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_outputs
-from autosched.graph.graph import Graph, Node, ValueInfo
+from autosched.graph.graph import INTERNAL_OP_TYPES, Graph, Node, ValueInfo
 from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
 from autosched.graph.ops_math import onnx_dtype
 from autosched.graph.passes import split_wide_nodes
@@ -286,9 +286,11 @@ def from_onnx(model: str | os.PathLike | Any,
                   {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
     named = {v for n in g.node for v in [*n.input, *n.output]} | set(values) | set(constants)
     nodes = split_wide_nodes(nodes, named)
-    missing = [f"{n.op_type} (node {n.name!r})" for n in nodes if not supported(n.op_type)]
+    unknown_ops = [n for n in nodes
+                   if not supported(n.op_type) or n.op_type in INTERNAL_OP_TYPES]
+    missing = [f"{n.op_type} (node {n.name!r})" for n in unknown_ops]
     if missing:
-        kinds = sorted({n.op_type for n in nodes if not supported(n.op_type)})
+        kinds = sorted({n.op_type for n in unknown_ops})
         raise ModelImportError(
             f"{where}: {len(missing)} nodes use unsupported op types {kinds}: "
             + ", ".join(missing))

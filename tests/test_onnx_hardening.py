@@ -98,6 +98,14 @@ def test_non_ssa_models_are_rejected(case: str, rng: np.random.Generator) -> Non
     _one_line(err, *words)
 
 
+@pytest.mark.parametrize("op", ["RuntimeFill", "WinogradInput"])
+def test_internal_op_types_are_not_onnx_ops(op: str) -> None:
+    m = _model([helper.make_node(op, ["x"], ["y"], name="inner")], [_f32("x", [2, 3])], ["y"])
+    with pytest.raises(ModelImportError) as err:
+        from_onnx(m)
+    _one_line(err, "unsupported op types", op, "node 'inner'")
+
+
 def test_initializer_listed_as_input_is_still_accepted(rng: np.random.Generator) -> None:
     w = rng.standard_normal((2, 3)).astype("float32")
     m = _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],

@@ -19,6 +19,9 @@ import numpy as np
 # autosched.graph.passes.pack_conv_weights stored its constant weight output channels last.
 KERNEL_LAYOUT = "autosched.kernel_layout"
 
+# Op types that autosched's own passes create (never ONNX ones): a model may not use them.
+INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "RuntimeFill", "RuntimeRange"})
+
 
 @dataclass(frozen=True)
 class ValueInfo:
