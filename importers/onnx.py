@@ -240,8 +240,6 @@ def from_onnx(model: str | os.PathLike | Any,
     ``shapes`` binds input shapes (needed for symbolic dims such as batch). Raises
     ModelImportError for a corrupt file, an unknown opset or domain, unsupported ops (all
     listed), undefined inputs and inconsistent shapes."""
-    from onnx import numpy_helper
-
     where = f"ONNX file {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else (
         "ONNX model")
     proto = load(model)
@@ -250,17 +248,7 @@ def from_onnx(model: str | os.PathLike | Any,
     shapes = dict(shapes or {})
     _check_ssa(g, where)
 
-    constants: dict[str, np.ndarray] = {}
-    for init in g.initializer:
-        try:
-            constants[init.name] = numpy_helper.to_array(init)
-        except Exception as e:  # external data missing, bad raw_data length
-            raise ModelImportError(f"{where}: initializer {init.name!r} cannot be read: {e}"
-                                   ) from None
-    for sparse in g.sparse_initializer:
-        raise ModelImportError(f"{where}: sparse initializer {sparse.values.name!r} is not "
-                               "supported")
-
+    constants = _initializers(g, where)
     unknown = [n for n in shapes if n not in {i.name for i in g.input}]
     if unknown:
         raise ModelImportError(f"{where}: shapes given for {unknown}, which are not inputs of "
@@ -286,14 +274,7 @@ def from_onnx(model: str | os.PathLike | Any,
                   {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
     named = {v for n in g.node for v in [*n.input, *n.output]} | set(values) | set(constants)
     nodes = split_wide_nodes(nodes, named)
-    unknown_ops = [n for n in nodes
-                   if not supported(n.op_type) or n.op_type in INTERNAL_OP_TYPES]
-    missing = [f"{n.op_type} (node {n.name!r})" for n in unknown_ops]
-    if missing:
-        kinds = sorted({n.op_type for n in unknown_ops})
-        raise ModelImportError(
-            f"{where}: {len(missing)} nodes use unsupported op types {kinds}: "
-            + ", ".join(missing))
+    _check_supported(nodes, where)
 
     declared = {vi.name: vi for vi in list(g.output) + list(g.value_info)}
     ctx = ConvertContext(opset=opset)
@@ -333,6 +314,32 @@ def from_onnx(model: str | os.PathLike | Any,
     consts = {k: v for k, v in constants.items() if k in used}
     return Graph(inputs=inputs, outputs=outputs, nodes=kept, constants=consts,
                  values={k: v for k, v in values.items()}, name=g.name or "model", opset=opset)
+
+
+def _initializers(g: Any, where: str) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    constants: dict[str, np.ndarray] = {}
+    for init in g.initializer:
+        try:
+            constants[init.name] = numpy_helper.to_array(init)
+        except Exception as e:  # bad raw_data length, unknown data type
+            raise ModelImportError(f"{where}: initializer {init.name!r} cannot be read: {e}"
+                                   ) from None
+    for sparse in g.sparse_initializer:
+        raise ModelImportError(f"{where}: sparse initializer {sparse.values.name!r} is not "
+                               "supported")
+    return constants
+
+
+def _check_supported(nodes: list[Node], where: str) -> None:
+    """Every op type has a converter and is an ONNX one: all offenders listed at once."""
+    unknown = [n for n in nodes if not supported(n.op_type) or n.op_type in INTERNAL_OP_TYPES]
+    if unknown:
+        kinds = sorted({n.op_type for n in unknown})
+        raise ModelImportError(
+            f"{where}: {len(unknown)} nodes use unsupported op types {kinds}: "
+            + ", ".join(f"{n.op_type} (node {n.name!r})" for n in unknown))
 
 
 def _node_inputs(node: Node, env: dict[str, Tensor | np.ndarray], unfolded: dict[str, Node],
