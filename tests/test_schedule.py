@@ -415,8 +415,6 @@ def test_tensor_axes_schedule_the_output_after_rfactor(target, rng):
     assert tuple(YF.shape) == (8, 13)
 
 
-@pytest.mark.xfail(strict=True, reason="lowering guards only the root index of a split axis: "
-                   "an inner split that overhangs its parent repeats iterations")
 def test_nested_split_that_overhangs_its_parent_is_guarded(rng):
     # k (10) = k.outer * 4 + k.inner, and k.inner (4) split into 3 parts of 2: k.inner reaches
     # 5, so k = 4 comes from (0, 4) and (1, 0) unless k.inner < 4 is checked too

@@ -7,6 +7,12 @@ loops outside and at ``x`` are fixed, loops inside range over their extents. For
 
 Each leaf loop runs from 0 to its extent; a root axis value is ``region_min + value`` where
 ``value`` is rebuilt from the leaves through the split / fuse relations.
+
+A split whose factor does not divide its axis overhangs: its loops reach past the axis's end.
+At a root axis the root guard (value < extent) drops those iterations. An axis that is the
+inner part of another split is no root, though: there an overhang does not go out of range, it
+lands on indices the next outer iteration covers too (``k = ko * 4 + ki`` with ``ki`` reaching
+5 computes ``k = 4`` twice). Such inner parts get a guard of their own (``inner_guards``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ class StageBound:
     region_ext: list[E.Expr]             # per data axis: how many (a constant where possible)
     extent: dict[int, E.Expr] = field(default_factory=dict)  # every axis var uid -> extent
     value: dict[int, E.Expr] = field(default_factory=dict)   # root var uid -> f(leaf vars)
+    # value < extent of every split's inner part that is split or fused again: (kind, condition)
+    inner_guards: list[tuple[str, E.Expr]] = field(default_factory=list)
 
     def full_value(self, st: Stage) -> dict[E.Var, E.Expr]:
         """Root var -> its index in the op's domain, in terms of loop variables."""
@@ -187,6 +195,23 @@ class Bounds:
                 self.thread_vars.append(iv.var)
         for iv in st.root:
             bound.value[iv.var.uid] = simplify(value[iv.var.uid], self.var_bounds)
+        bound.inner_guards = [(iv.kind, simplify(value[iv.var.uid], self.var_bounds) < ext[iv.var.uid])
+                              for iv in _transformed_inner_parts(st)]
+
+
+def _transformed_inner_parts(st: Stage) -> list[E.IterVar]:
+    """Inner parts of splits that are split or fused again, so are not loops themselves.
+
+    Every overhang climbs towards the roots: an outer part's overhang makes its parent's, and a
+    fused axis's makes its outermost axis's (the others are taken modulo their extent). The
+    climb ends at a root (guarded there) or at the inner part of a split, where it repeats
+    iterations instead: guarding those keeps every index computed exactly once. Dividing
+    splits give guards the simplifier proves and drops.
+    """
+    consumed = {rel.parent.var.uid for rel in st.relations if isinstance(rel, SplitRel)}
+    consumed |= {a.var.uid for rel in st.relations if not isinstance(rel, SplitRel) for a in rel.axes}
+    return [rel.inner for rel in st.relations
+            if isinstance(rel, SplitRel) and rel.inner.var.uid in consumed]
 
 
 def _after(sch: Schedule, a: Stage, b: Stage) -> bool:

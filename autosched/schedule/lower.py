@@ -193,18 +193,24 @@ class _NestBuilder:
         return self._loops(st, None, _guarded(ir.Store(buf, store_idx, value), data_guard))
 
     def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool) -> list[E.Expr]:
-        out = []
+        """The conditions an iteration must meet to compute a point of ``axes`` (the data axes
+        or the reduce axes) once: root indices in range, and no overhang of an inner split part;
+        those the bounds prove are left out."""
+        conds = []
         for d, a in enumerate(axes):
             value = bound.value[a.var.uid]
             ext = bound.region_ext[d] if data else a.dom.extent
-            conds = [value < ext]
+            conds.append(value < ext)
             if data:
                 full = bound.region_min[d] + value
                 conds += [full < a.dom.extent, full >= 0]
-            for c in conds:
-                c = self.an.simplify(c)
-                if self.an.prove(c) is not True:
-                    out.append(c)
+        kind = "data" if data else "reduce"
+        conds += [c for k, c in bound.inner_guards if k == kind]
+        out = []
+        for c in conds:
+            c = self.an.simplify(c)
+            if self.an.prove(c) is not True:
+                out.append(c)
         return out
 
     def _loops(self, st: Stage, init: ir.Stmt | None, update: ir.Stmt) -> ir.Stmt:
