@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _start(log: Path, trials: int, out: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "autosched.cli", "tune-op", "gemm", "--shape", "24", "20",
-           "28", "--trials", str(trials), "--batch-size", "4", "--log", str(log)]
+           "28", "--trials", str(trials), "--batch-size", "2", "--log", str(log)]
     with open(out, "ab") as f:
         return subprocess.Popen(cmd, cwd=log.parent, stdout=f, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -99,7 +99,7 @@ def _soak(tmp_path: Path, rng: np.random.Generator, kills: int, trials: int) -> 
 
 def test_killed_and_resumed_job_loses_and_repeats_nothing(tmp_path: Path,
                                                           rng: np.random.Generator) -> None:
-    _soak(tmp_path, rng, kills=3, trials=20)
+    _soak(tmp_path, rng, kills=3, trials=12)
 
 
 @pytest.mark.slow
