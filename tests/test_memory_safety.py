@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import autosched as aus
-from autosched.errors import CompileError, RuntimeError_
+from autosched.errors import CompileError, ModelImportError, RuntimeError_
 from autosched.graph.compiler import load_graph
 from autosched.schedule import ir
 from autosched.te import expr as E
@@ -27,20 +27,48 @@ def _conv_model(pad: int, stride: int) -> object:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _te_conv(pad: int, stride: int):  # noqa: ANN202
+    """The same Conv built from the operator library, past the importer's bounds."""
+    from autosched import te
+    from autosched.te.ops.conv import conv2d_nchw
+
+    x = te.placeholder((1, 3, 8, 8), name="x")
+    w = te.placeholder((4, 3, 3, 3), name="w")
+    y = conv2d_nchw(x, w, stride=stride, padding=pad)
+    return aus.build(te.create_schedule(y.op), [x, w, y], target="llvm", name="conv"), y
+
+
 def test_conv_whose_padded_input_cannot_be_allocated_reports_it(rng):
     """pads 1e5: the padded input needs 480 GB; the run raises instead of writing through the
     null pointer aligned_alloc returned (it segfaulted)."""
-    model = aus.compile(load_graph(_conv_model(100_000, 200_000)), target="llvm")
+    mod, y = _te_conv(100_000, 200_000)
     x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+    w = rng.uniform(-1, 1, (4, 3, 3, 3)).astype("float32")
     with pytest.raises(RuntimeError_, match="could not allocate"):
-        model.run({"x": x})
+        mod(x, w, np.empty([int(d) for d in y.shape], "float32"))
 
 
 def test_conv_whose_padded_input_overflows_int64_is_a_compile_error():
     """pads 2147483640: the padded input's byte count wrapped to 0 and the model returned
     garbage; now the build names the buffer and its shape."""
     with pytest.raises(CompileError, match=r"pad_temp of shape \(1, 3, 4294967288"):
-        aus.compile(load_graph(_conv_model(2147483640, 4294967295)), target="llvm")
+        _te_conv(2147483640, 4294967295)
+
+
+@pytest.mark.parametrize("pad, stride", [(100_000, 200_000), (2147483640, 4294967295)])
+def test_onnx_conv_pads_beyond_the_input_name_the_node(pad, stride):
+    with pytest.raises(ModelImportError, match=r"node 'conv0' \(Conv\): pads .* must lie in \[0, 10\]"):
+        load_graph(_conv_model(pad, stride))
+
+
+@pytest.mark.parametrize("stride", [9, 4294967295])
+def test_onnx_conv_stride_past_the_input_runs_like_onnxruntime(stride, rng):
+    from benchmarks.models import ort_run
+
+    model = _conv_model(1, stride)
+    x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
+    got = aus.compile(load_graph(model), target="llvm").run({"x": x})
+    np.testing.assert_allclose(got[0], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 def _cube_kernel(kind: str):

@@ -46,6 +46,27 @@ def _pads(node: Node, sizes: list[int], kernel: list[int], strides: list[int],
     return begins, ends
 
 
+def _window(node: Node, sizes: list[int], kernel: list[int], strides: list[int],
+            dil: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Strides and begin / end pads of a sliding window, checked against the input.
+
+    A pad wider than the input plus the dilated kernel only adds windows that read padding
+    alone, and sized the padded copy past what memory (or int64) holds: it is refused. A stride
+    past the padded extent gives the one window at the start, as the padded extent itself does,
+    so it is clamped there (int32 index arithmetic then stays in range)."""
+    if any(v < 1 for v in (*kernel, *strides, *dil)):
+        raise fail(node, f"kernel {kernel}, strides {strides} and dilations {dil} must be "
+                         f"positive")
+    begins, ends = _pads(node, sizes, kernel, strides, dil)
+    for n, k, d, b, e in zip(sizes, kernel, dil, begins, ends):
+        reach = n + (k - 1) * d
+        if min(b, e) < 0 or max(b, e) > reach:
+            raise fail(node, f"pads {begins + ends} must lie in [0, {reach}] for an input of "
+                             f"{sizes} and kernel {kernel} (dilations {dil})")
+    strides = [min(s, max(n + b + e, 1)) for s, n, b, e in zip(strides, sizes, begins, ends)]
+    return strides, begins, ends
+
+
 def _spatial(node: Node, x: Tensor) -> int:
     nd = x.ndim - 2
     if nd not in (1, 2):
@@ -78,7 +99,7 @@ def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
         raise fail(node, f"kernel_shape {ks} disagrees with the weight {w.shape}")
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
-    begins, ends = _pads(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    strides, begins, ends = _window(node, [int(v) for v in x.shape[2:]], k, strides, dil)
     if nd == 1:
         x, w = _lift(x), _lift(w)
         strides, dil, begins, ends = [1, *strides], [1, *dil], [0, *begins], [0, *ends]
@@ -193,7 +214,7 @@ def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
         raise fail(node, f"kernel_shape {k} must have {nd} entries for input {x.shape}")
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
-    begins, ends = _pads(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    strides, begins, ends = _window(node, [int(v) for v in x.shape[2:]], k, strides, dil)
     ceil_mode = bool(node.attrs.get("ceil_mode", 0))
     if nd == 3:
         return [_pool3d(node, x, k, strides, dil, begins, ends, ceil_mode)]
