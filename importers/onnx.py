@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
 from autosched.graph.ops_math import onnx_dtype
 from autosched.graph.passes import split_wide_nodes
 from autosched.te.tensor import Tensor
+from importers.control_flow import expand
 
 # the newest default-domain opset the installed onnx (1.23) defines; the supported ops keep
 # their semantics up to it (later versions only added types)
@@ -132,6 +134,10 @@ def attribute(a: Any) -> Any:
     from onnx import AttributeProto, numpy_helper
 
     kind = a.type
+    if kind == AttributeProto.GRAPH:  # an If branch, a Loop body: expanded at import
+        from importers.control_flow import Subgraph
+
+        return Subgraph(a.g)
     if kind == AttributeProto.FLOAT:
         return float(a.f)
     if kind == AttributeProto.INT:
@@ -280,7 +286,14 @@ def from_onnx(model: str | os.PathLike | Any,
     ctx = ConvertContext(opset=opset)
     kept: list[Node] = []
     unfolded: dict[str, Node] = {}   # values too large to fold -> the node computing them
-    for node in nodes:
+    queue = deque(nodes)
+    while queue:
+        node = queue.popleft()
+        inlined = expand(node, env)  # If / Loop with constant controls, recurrent layers
+        if inlined is not None:
+            named.update(o for n in inlined for o in n.outputs)
+            queue.extendleft(reversed(split_wide_nodes(inlined, named)))
+            continue
         ins = _node_inputs(node, env, unfolded, opset, where)
         node, outs = _convert(node, ins, ctx, where)
         folded = True
