@@ -247,8 +247,8 @@ def shared_memory_conv(batch: int = 8, in_channel: int = 16, out_channel: int = 
     block_z = te.thread_axis("blockIdx.z")
     thread_x = te.thread_axis((0, num_thread), "threadIdx.x")
     thread_y = te.thread_axis((0, num_thread), "threadIdx.y")
-    thread_xz = te.thread_axis((0, vthread), "vthread")
-    thread_yz = te.thread_axis((0, vthread), "vthread")
+    thread_xz = te.thread_axis((0, vthread), "vthread", name="vx")
+    thread_yz = te.thread_axis((0, vthread), "vthread", name="vy")
 
     hi, wi, fi, ni = s[B].op.axis
     bz = s[B].fuse(hi, wi)

@@ -174,17 +174,21 @@ def reduce_axis(dom: ExprLike | tuple[ExprLike, ExprLike] | Range, name: str = "
     return iv
 
 
-def thread_axis(dom: str | ExprLike | tuple | Range | None = None, tag: str = "") -> IterVar:
-    """A GPU thread index: ``te.thread_axis("threadIdx.x")``."""
+def thread_axis(dom: str | ExprLike | tuple | Range | None = None, tag: str = "",
+                name: str = "") -> IterVar:
+    """A GPU thread index: ``te.thread_axis("threadIdx.x")``; ``name`` names its variable (the
+    tag by default), as in ``te.thread_axis((0, 2), "vthread", name="vx")``."""
     if isinstance(dom, str):
         dom, tag = None, dom
     if not tag:
         raise TEError("thread_axis needs a tag such as 'blockIdx.x' or 'threadIdx.x'")
+    if not isinstance(name, str):
+        raise TEError(f"thread_axis {tag}: name must be a str, got {name!r}")
     valid = [f"{k}.{d}" for k in ("blockIdx", "threadIdx", "vthread") for d in "xyz"] + ["vthread"]
     if tag not in valid:
         raise TEError(f"unknown thread tag {tag!r}; expected one of {', '.join(valid)}")
     rng = Range.of(dom) if dom is not None else Range(const(0), const(0))
-    return IterVar(Var(tag), rng, "thread", tag)
+    return IterVar(Var(name or tag), rng, "thread", tag)
 
 
 def _arg_names(fcompute: Callable[..., Any], ndim: int, name: str) -> list[str]:
