@@ -122,3 +122,20 @@ def test_random_split_fuse_chains_on_cuda_c_match_numpy(case, rng):
         result = run_on_host(aus.build(s, args, target=CUDA), a, c)
         np.testing.assert_allclose(c, want(a), **tolerance("float32"), err_msg=s.to_python())
         assert result.warnings == ()
+
+
+@pytest.mark.xfail(strict=True, reason="rfactor guards only the root index of the reduce axis: "
+                   "an overhanging split of a split's inner part repeats iterations there too")
+@pytest.mark.parametrize("target", CPU_TARGETS)
+def test_rfactor_of_a_split_that_overhangs_its_parent(target, rng):
+    # k (10) = ko * 4 + ki, ki (4) in 3 parts of 2 (ki reaches 5): factor out the innermost part
+    A = te.placeholder((3, 10), name="A")
+    k = te.reduce_axis((0, 10), name="k")
+    C = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    _, ki = s[C].split(k, factor=4)
+    _, kii = s[C].split(ki, nparts=3)
+    s.rfactor(C, kii)
+    a = random_array(rng, (3, 10))
+    (c,) = run(s, [A, C], [a], target)
+    np.testing.assert_allclose(c, a.astype(np.float64).sum(axis=1), **tolerance("float32"))

@@ -17,11 +17,12 @@ lands on indices the next outer iteration covers too (``k = ko * 4 + ki`` with `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autosched.errors import ScheduleError
 from autosched.schedule.arith import interval, interval_extent, simplify
-from autosched.schedule.schedule import Schedule, SplitRel, Stage
+from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute
@@ -196,10 +197,10 @@ class Bounds:
         for iv in st.root:
             bound.value[iv.var.uid] = simplify(value[iv.var.uid], self.var_bounds)
         bound.inner_guards = [(iv.kind, simplify(value[iv.var.uid], self.var_bounds) < ext[iv.var.uid])
-                              for iv in _transformed_inner_parts(st)]
+                              for iv in inner_parts_split_again(st.relations)]
 
 
-def _transformed_inner_parts(st: Stage) -> list[E.IterVar]:
+def inner_parts_split_again(relations: Sequence[SplitRel | FuseRel]) -> list[E.IterVar]:
     """Inner parts of splits that are split or fused again, so are not loops themselves.
 
     Every overhang climbs towards the roots: an outer part's overhang makes its parent's, and a
@@ -208,9 +209,9 @@ def _transformed_inner_parts(st: Stage) -> list[E.IterVar]:
     iterations instead: guarding those keeps every index computed exactly once. Dividing
     splits give guards the simplifier proves and drops.
     """
-    consumed = {rel.parent.var.uid for rel in st.relations if isinstance(rel, SplitRel)}
-    consumed |= {a.var.uid for rel in st.relations if not isinstance(rel, SplitRel) for a in rel.axes}
-    return [rel.inner for rel in st.relations
+    consumed = {rel.parent.var.uid for rel in relations if isinstance(rel, SplitRel)}
+    consumed |= {a.var.uid for rel in relations if isinstance(rel, FuseRel) for a in rel.axes}
+    return [rel.inner for rel in relations
             if isinstance(rel, SplitRel) and rel.inner.var.uid in consumed]
 
 
