@@ -39,12 +39,15 @@ def _chain(st: Stage, axis: E.IterVar, rng: np.random.Generator, steps: int) -> 
     return leaves
 
 
+def _row_sum(rows: int, cols: int) -> tuple[te.Tensor, E.IterVar, te.Tensor, Schedule]:
+    A = te.placeholder((rows, cols), name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    C = te.compute((rows,), lambda i: te.sum(A[i, k], axis=k), name="C")
+    return A, k, C, te.create_schedule(C.op)
+
+
 def _sum(rng: np.random.Generator) -> tuple[Schedule, list, list[E.IterVar], Callable]:
-    m, k_ext = int(rng.integers(3, 8)), int(rng.choice([10, 11, 13, 17, 23]))
-    A = te.placeholder((m, k_ext), name="A")
-    k = te.reduce_axis((0, k_ext), name="k")
-    C = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="C")
-    s = te.create_schedule(C.op)
+    A, k, C, s = _row_sum(int(rng.integers(3, 8)), int(rng.choice([10, 11, 13, 17, 23])))
     data = _chain(s[C], C.op.axis[0], rng, int(rng.integers(1, 4)))
     _chain(s[C], k, rng, int(rng.integers(2, 6)))
     return s, [A, C], data, lambda a: a.astype(np.float64).sum(axis=1)
@@ -129,10 +132,7 @@ def test_random_split_fuse_chains_on_cuda_c_match_numpy(case, rng):
 @pytest.mark.parametrize("target", CPU_TARGETS)
 def test_rfactor_of_a_split_that_overhangs_its_parent(target, rng):
     # k (10) = ko * 4 + ki, ki (4) in 3 parts of 2 (ki reaches 5): factor out the innermost part
-    A = te.placeholder((3, 10), name="A")
-    k = te.reduce_axis((0, 10), name="k")
-    C = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), name="C")
-    s = te.create_schedule(C.op)
+    A, k, C, s = _row_sum(3, 10)
     _, ki = s[C].split(k, factor=4)
     _, kii = s[C].split(ki, nparts=3)
     s.rfactor(C, kii)
