@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -397,7 +398,9 @@ def _convert(node: Node, ins: list[Tensor | np.ndarray | None], ctx: ConvertCont
 
 
 def _check_declared(vi: Any, info: ValueInfo, node: Node, where: str) -> None:
-    """A shape or dtype the model declares for a value must agree with the inferred one."""
+    """A dtype the model declares for a value must agree with the inferred one; a declared shape
+    that disagrees is a warning (exporters leave stale shape annotations, which onnxruntime too
+    only warns about: the inferred shape is what the ops compute)."""
     if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type == 0:
         return  # nothing declared
     dims, dtype = _value_type(vi, where)
@@ -406,10 +409,12 @@ def _check_declared(vi: Any, info: ValueInfo, node: Node, where: str) -> None:
     bad_dim = not bad_rank and any(isinstance(d, int) and d != s
                                    for d, s in zip(dims, info.shape))
     if bad_rank or bad_dim or (dtype != info.dtype):
-        raise ModelImportError(
-            f"{where}: node {node.name!r} ({node.op_type}) output {info.name!r} is inferred as "
-            f"{info.dtype}{list(info.shape)} but the model declares {dtype}{dims}"
-            + (f" (static dims {static})" if static != dims else ""))
+        text = (f"{where}: node {node.name!r} ({node.op_type}) output {info.name!r} is inferred "
+                f"as {info.dtype}{list(info.shape)} but the model declares {dtype}{dims}"
+                + (f" (static dims {static})" if static != dims else ""))
+        if dtype != info.dtype:
+            raise ModelImportError(text)
+        warnings.warn(f"{text}; using the inferred shape", stacklevel=4)
 
 
 def _safe(name: str) -> str:

@@ -32,13 +32,13 @@ ELEMENTWISE = {
     "Softplus", "Softsign", "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor",
     "Ceil", "Round", "Sign", "Sin", "Cos", "Where", "Equal", "Less", "Greater", "LessOrEqual",
     "GreaterOrEqual", "Not", "And", "Or", "Xor", "Cast", "CastLike", "Identity", "Dropout",
-    "BatchNormalization",
+    "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "Trilu",
 }
 
 # Each output element reads a fixed set of input elements, no reduction.
 INJECTIVE = {
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Expand", "Tile", "Pad",
-    "Concat", "Gather", "Split", "DepthToSpace", "SpaceToDepth", "Resize",
+    "Concat", "Gather", "Split", "DepthToSpace", "SpaceToDepth", "Resize", "GatherND", "OneHot",
 }
 
 # Nodes per group: a chain of 800 elementwise nodes made one 800-stage kernel whose lowering

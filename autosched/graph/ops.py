@@ -162,6 +162,7 @@ def fail(node: Node, msg: str) -> OpError:
 
 # the converters register themselves on import
 from autosched.graph import (  # noqa: E402, F401
+    fold,
     ops_control,
     ops_index,
     ops_linalg,
