@@ -127,6 +127,31 @@ def test_random_split_fuse_chains_on_cuda_c_match_numpy(case, rng):
         assert result.warnings == ()
 
 
+def _attached(rng: np.random.Generator) -> tuple[Schedule, list]:
+    """B = 2A computed at a random loop of the chained row sum of B, B's columns chained too."""
+    rows, cols = int(rng.choice([5, 7, 9])), int(rng.choice([10, 11, 13]))
+    A = te.placeholder((rows, cols), name="A")
+    B = te.compute((rows, cols), lambda i, j: A[i, j] * 2.0, name="B")
+    k = te.reduce_axis((0, cols), name="k")
+    C = te.compute((rows,), lambda i: te.sum(B[i, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    _chain(s[C], C.op.axis[0], rng, int(rng.integers(0, 4)))
+    _chain(s[C], k, rng, int(rng.integers(2, 5)))
+    s[B].compute_at(s[C], s[C].leaf[int(rng.integers(len(s[C].leaf)))])
+    _chain(s[B], B.op.axis[1], rng, int(rng.integers(2, 5)))
+    return s, [A, C]
+
+
+@pytest.mark.parametrize("target", CPU_TARGETS)
+def test_attached_producer_with_random_chains_matches_numpy(target, rng):
+    # the region B computes at its loop is guarded like a root stage's whole domain
+    for _ in range(4):
+        s, args = _attached(rng)
+        a = random_array(rng, tuple(int(d) for d in args[0].shape))
+        (c,) = run(s, args, [a], target)
+        np.testing.assert_allclose(c, (a.astype(np.float64) * 2.0).sum(axis=1),
+                                   **tolerance("float32"), err_msg=s.to_python())
+
 @pytest.mark.xfail(strict=True, reason="rfactor guards only the root index of the reduce axis: "
                    "an overhanging split of a split's inner part repeats iterations there too")
 @pytest.mark.parametrize("target", CPU_TARGETS)
