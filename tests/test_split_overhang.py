@@ -152,8 +152,6 @@ def test_attached_producer_with_random_chains_matches_numpy(target, rng):
         np.testing.assert_allclose(c, (a.astype(np.float64) * 2.0).sum(axis=1),
                                    **tolerance("float32"), err_msg=s.to_python())
 
-@pytest.mark.xfail(strict=True, reason="rfactor guards only the root index of the reduce axis: "
-                   "an overhanging split of a split's inner part repeats iterations there too")
 @pytest.mark.parametrize("target", CPU_TARGETS)
 def test_rfactor_of_a_split_that_overhangs_its_parent(target, rng):
     # k (10) = ko * 4 + ki, ki (4) in 3 parts of 2 (ki reaches 5): factor out the innermost part

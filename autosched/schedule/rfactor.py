@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tuple[ComputeOp, ComputeOp]:
     """The factored op (reduction minus ``axis``, with ``axis`` as a data dim at ``factor_axis``)
     and the op that finishes the reduction over that dim."""
+    from autosched.schedule.bound import inner_parts_split_again
     from autosched.schedule.schedule import FuseRel, SplitRel
 
     op = st.op
@@ -52,6 +53,8 @@ def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tupl
                and not _divides(r.dom.extent, rel.factor) for rel in st.relations) or any(
                 isinstance(rel, SplitRel) and rel.nparts is not None for rel in st.relations):
             guards.append(value < r.dom.extent)
+    # an inner part split again may overhang itself while the root index stays in range
+    guards += [leaf_value[iv.var.uid] < iv.dom.extent for iv in inner_parts_split_again(st.relations)]
     source = substitute(body.source, mapping)
     cond = substitute(body.condition, mapping) if body.condition is not None else None
     for g in guards:
