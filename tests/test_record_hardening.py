@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from autosched.schedule import steps as steps_mod
 from autosched.schedule.steps import STEP_TYPES
-from autosched.search import record as record_mod
 from autosched.search.record import MeasureRecord, RecordLog, records_from
 from autosched.search.space import SearchSpace
 from autosched.search.task import Task
@@ -153,11 +153,11 @@ def test_a_deeply_nested_line_is_skipped(task: Task, tmp_path: Path,
 
 
 def test_every_step_field_type_is_checked() -> None:
-    # _fits knows each annotation the step classes use; a new one must be taught to it
+    # fits knows each annotation the step classes use; a new one must be taught to it
     for cls in STEP_TYPES.values():
         for f in fields(cls):
             for alt in str(f.type).removeprefix("tuple[").removesuffix(", ...]").split("|"):
-                assert alt.strip() in record_mod._SCALARS, (cls.__name__, f.name, f.type)
+                assert alt.strip() in steps_mod._SCALARS, (cls.__name__, f.name, f.type)
 
 
 # -- failing writes ---------------------------------------------------------------------------

@@ -3,6 +3,8 @@ makes, JSON round trip and replay, and the errors misuse gets."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -427,3 +429,17 @@ def test_nested_split_that_overhangs_its_parent_is_guarded(rng):
     a = random_array(rng, (10,))
     (c,) = run(s, [A, C], [a], "llvm")
     np.testing.assert_allclose(c, [a.astype(np.float64).sum()], **tolerance("float32"))
+
+
+@pytest.mark.parametrize("factor", ["8", [8], 8.0, -4, True, 2**40])
+def test_step_json_with_a_malformed_value_is_a_schedule_error(factor):
+    """Steps read from JSON are data from outside: a string, list, float, negative or huge
+    factor is refused by name when the step is read (it failed later, with a TypeError)."""
+    from autosched.schedule.schedule import Schedule
+
+    A = te.placeholder((16,), name="A")
+    B = te.compute((16,), lambda i: A[i] * 2.0, name="B")
+    text = json.dumps({"version": 1, "steps": [
+        {"kind": "split", "stage": "B", "axis": "i", "factor": factor, "nparts": None}]})
+    with pytest.raises(ScheduleError, match="step split field factor must be"):
+        Schedule.from_json(B, text)

@@ -7,9 +7,10 @@ Python calls that make them.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from autosched.errors import ScheduleError
@@ -203,15 +204,76 @@ STEP_TYPES: dict[str, type[Step]] = {
 }
 
 
-def step_from_dict(d: dict[str, Any]) -> Step:
+MAX_INT = 2**31  # step values are tile sizes, unroll steps, axis counts
+_SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@functools.cache
+def _kinds(annotation: str) -> tuple[bool, tuple[type, ...]]:
+    """What a step field's annotation allows: (a list of them?, the scalar types), from
+    ``int | None`` or ``tuple[str, ...]`` (a tuple is a list in JSON)."""
+    many = annotation.startswith("tuple[") and annotation.endswith(", ...]")
+    inner = annotation[len("tuple["):-len(", ...]")] if many else annotation
+    return many, tuple(_SCALARS[a.strip()] for a in inner.split("|"))
+
+
+def fits(value: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether a JSON value is one of ``kinds`` (exact types: a bool is no int here); ints
+    must be non-negative and below MAX_INT."""
+    if type(value) is int:
+        return int in kinds and 0 <= value < MAX_INT
+    return type(value) in kinds
+
+
+@functools.cache
+def _step_schema(kind: str) -> tuple[dict[str, tuple[str, bool, tuple[type, ...]]],
+                                     frozenset[str]]:
+    """{field: (annotation, what it allows)} and the required fields of a step kind, from its
+    dataclass."""
+    fs = fields(STEP_TYPES[kind])
+    return ({f.name: (str(f.type), *_kinds(str(f.type))) for f in fs},
+            frozenset(f.name for f in fs if f.default is MISSING))
+
+
+def check_step_dict(d: dict[str, Any], error: type[Exception] = ScheduleError) -> None:
+    """A step dict (from a log or JSON: data from outside) against its kind's fields and their
+    types, values included (ints non-negative and below MAX_INT), without building the step:
+    logs hold ~40 steps a record. Raises ``error`` naming the field."""
     kind = d.get("kind")
-    if kind not in STEP_TYPES:
-        raise ScheduleError(f"unknown schedule step kind {kind!r} in {d}")
+    if type(kind) is not str or kind not in STEP_TYPES:
+        raise error(f"unknown schedule step kind {_short(kind)}")
+    schema, required = _step_schema(kind)
+    for name, value in d.items():
+        allowed = schema.get(name)
+        if allowed is None:
+            if name == "kind":
+                continue
+            raise error(f"step {kind} has an unknown field {_short(name)}")
+        annotation, many, kinds = allowed
+        if many:
+            ok = type(value) is list and all(fits(v, kinds) for v in value)
+        elif type(value) is int:  # the common case, inline: logs hold ~40 steps a record
+            ok = int in kinds and 0 <= value < MAX_INT
+        else:
+            ok = type(value) in kinds
+        if not ok:
+            raise error(f"step {kind} field {name} must be {annotation}, got "
+                             f"{_short(value)}")
+    missing = required - d.keys()
+    if missing:
+        raise error(f"step {kind} lacks {', '.join(sorted(missing))}")
+
+
+def step_from_dict(d: dict[str, Any]) -> Step:
+    """The step a dict describes (ScheduleError naming the field when it is malformed)."""
+    check_step_dict(d)
+    kind = d["kind"]
     cls = STEP_TYPES[kind]
-    names = {f.name for f in fields(cls)}
-    unknown = set(d) - names - {"kind"}
-    if unknown:
-        raise ScheduleError(f"step {kind} has unknown fields {sorted(unknown)}: {d}")
     args = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
     try:
         return cls(**args)

@@ -26,13 +26,13 @@ import os
 import statistics
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
 from autosched.schedule.ir import PrimFunc
-from autosched.schedule.steps import STEP_TYPES, Step, step_from_dict
+from autosched.schedule.steps import MAX_INT, Step, check_step_dict, fits, step_from_dict
 from autosched.search.error_codes import ErrorCode
 from autosched.targets.target import Target, parse
 
@@ -218,7 +218,7 @@ class MeasureRecord:
         if not isinstance(d["steps"], list) or not all(isinstance(s, dict) for s in d["steps"]):
             raise ValueError("record steps must be a list of objects")
         for s in d["steps"]:
-            _check_step(s)
+            check_step_dict(s, ValueError)
         if not isinstance(d["costs"], list):
             raise ValueError(f"record costs must be a list of numbers, got {_short(d['costs'])}")
         costs = [_number(c, "record costs") for c in d["costs"]]
@@ -252,8 +252,6 @@ class MeasureRecord:
 WORKER_KILLED = "WORKER_KILLED"
 TRANSIENT_ERRORS = frozenset({WORKER_KILLED})
 KNOWN_ERRORS = frozenset(ErrorCode.__members__) | TRANSIENT_ERRORS
-MAX_INT = 2**31  # step values and knob values are tile sizes, unroll steps, axis counts
-_SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
 
 
 def _no_constant(name: str) -> Any:
@@ -287,61 +285,6 @@ def _number(value: Any, what: str) -> float:
     return out
 
 
-@functools.cache
-def _kinds(annotation: str) -> tuple[bool, tuple[type, ...]]:
-    """What a step field's annotation allows: (a list of them?, the scalar types), from
-    ``int | None`` or ``tuple[str, ...]`` (a tuple is a list in JSON)."""
-    many = annotation.startswith("tuple[") and annotation.endswith(", ...]")
-    inner = annotation[len("tuple["):-len(", ...]")] if many else annotation
-    return many, tuple(_SCALARS[a.strip()] for a in inner.split("|"))
-
-
-def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
-    """Whether a JSON value is one of ``kinds`` (exact types: a bool is no int here); ints
-    must be non-negative and below MAX_INT."""
-    if type(value) is int:
-        return int in kinds and 0 <= value < MAX_INT
-    return type(value) in kinds
-
-
-@functools.cache
-def _step_schema(kind: str) -> tuple[dict[str, tuple[str, bool, tuple[type, ...]]],
-                                     frozenset[str]]:
-    """{field: (annotation, what it allows)} and the required fields of a step kind, from its
-    dataclass."""
-    fs = fields(STEP_TYPES[kind])
-    return ({f.name: (str(f.type), *_kinds(str(f.type))) for f in fs},
-            frozenset(f.name for f in fs if f.default is MISSING))
-
-
-def _check_step(d: dict[str, Any]) -> None:
-    """A step dict against its kind's fields and their types (what step_from_dict would build
-    and what replaying it expects), without building it: logs hold ~40 steps a record."""
-    kind = d.get("kind")
-    if type(kind) is not str or kind not in STEP_TYPES:
-        raise ValueError(f"unknown schedule step kind {_short(kind)}")
-    schema, required = _step_schema(kind)
-    for name, value in d.items():
-        allowed = schema.get(name)
-        if allowed is None:
-            if name == "kind":
-                continue
-            raise ValueError(f"step {kind} has an unknown field {_short(name)}")
-        annotation, many, kinds = allowed
-        if many:
-            ok = type(value) is list and all(_fits(v, kinds) for v in value)
-        elif type(value) is int:  # the common case, inline: logs hold ~40 steps a record
-            ok = int in kinds and 0 <= value < MAX_INT
-        else:
-            ok = type(value) in kinds
-        if not ok:
-            raise ValueError(f"step {kind} field {name} must be {annotation}, got "
-                             f"{_short(value)}")
-    missing = required - d.keys()
-    if missing:
-        raise ValueError(f"step {kind} lacks {', '.join(sorted(missing))}")
-
-
 def _check_candidate(c: Any) -> None:
     """extra.candidate: {"sketch": index, "params": {knob name: int or list of ints}} (every
     knob's values are ints: choices, or tile lengths)."""
@@ -351,8 +294,8 @@ def _check_candidate(c: Any) -> None:
     if isinstance(sketch, bool) or not isinstance(sketch, int) or not 0 <= sketch < MAX_INT:
         raise ValueError(f"extra.candidate.sketch must be a sketch index, got {_short(sketch)}")
     for name, value in c["params"].items():
-        if not (_fits(value, (int,)) or type(value) is list and all(
-                _fits(v, (int,)) for v in value)):
+        if not (fits(value, (int,)) or type(value) is list and all(
+                fits(v, (int,)) for v in value)):
             raise ValueError(f"extra.candidate knob {name} must be an int or a list of ints, "
                              f"got {_short(value)}")
 
