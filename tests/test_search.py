@@ -316,3 +316,17 @@ def test_register_tiles_fit_the_register_file():
     assert acc(big) == 32 and space.lower(big) is None
     with pytest.raises(aus.errors.ScheduleError, match="32 accumulator registers"):
         space.schedule(big)
+
+
+def test_progress_note_weighs_tasks_and_counts_the_unmeasured():
+    """The note summed the best latencies of the tasks measured so far, unweighted: it grew as
+    each task got its first measurement, which read as tuning making the model slower."""
+    from types import SimpleNamespace
+
+    from autosched.search.tune import _status
+
+    a, b, c = (SimpleNamespace(best_cost=x) for x in (2e-3, 1e-3, float("inf")))
+    assert _status([a, b, c], [3, 1, 1], 1.0) == (
+        "2 of 3 tasks measured, their weighted best 7.000 ms")
+    c.best_cost = 5e-4
+    assert _status([a, b, c], [3, 1, 2], 1.0) == "estimated model latency 8.000 ms"

@@ -255,7 +255,7 @@ def tune(
             _train(model, tuners)
             if bar is not None:
                 bar.update(len(recs))
-                bar.set_postfix_str(_status(tuners, time.perf_counter() - t0))
+                bar.set_postfix_str(_status(tuners, sched.weights, time.perf_counter() - t0))
             if on_round is not None:
                 on_round(done)
     finally:
@@ -264,12 +264,19 @@ def tune(
     return {t.task.name: t.best_cost for t in tuners}
 
 
-def _status(tuners: Sequence[TaskTuner], secs: float) -> str:
+def _status(tuners: Sequence[TaskTuner], weights: Sequence[float], secs: float) -> str:
+    """The progress bar's note. For several tasks: the weighted sum of the best latencies, over
+    the tasks measured so far (a plain sum over them grew as each new task got its first
+    measurement, which read as tuning making the model slower)."""
     if len(tuners) == 1:
         t = tuners[0]
         return f"best {t.best_gflops:.1f} GFLOPS ({t.best_cost * 1e3:.3f} ms), round {secs:.1f}s"
-    total = sum(t.best_cost for t in tuners if math.isfinite(t.best_cost))
-    return f"sum of best latencies {total * 1e3:.3f} ms"
+    measured = [(w, t.best_cost) for w, t in zip(weights, tuners) if math.isfinite(t.best_cost)]
+    total = sum(w * c for w, c in measured)
+    if len(measured) < len(tuners):
+        return (f"{len(measured)} of {len(tuners)} tasks measured, their weighted best "
+                f"{total * 1e3:.3f} ms")
+    return f"estimated model latency {total * 1e3:.3f} ms"
 
 
 def _progress(total: int, done: int, verbose: bool):  # noqa: ANN202
