@@ -289,9 +289,21 @@ def random_feeds(proto: Any, e: Entry, seed: int) -> dict[str, np.ndarray]:
 
 
 def op_types(proto: Any) -> str:
-    """'Conv:62 Add:89 ...' with the most frequent first (Constant left out)."""
-    counts = Counter(n.op_type for n in proto.graph.node if n.op_type != "Constant")
+    """'Conv:62 Add:89 ...' with the most frequent first (Constant left out), counting the nodes
+    inside If / Loop / Scan bodies too."""
+    counts = Counter(n.op_type for n in _nodes(proto.graph) if n.op_type != "Constant")
     return " ".join(f"{k}:{v}" for k, v in counts.most_common())
+
+
+def _nodes(graph: Any) -> list[Any]:
+    """Every node of ``graph`` and of the subgraphs in its nodes' attributes."""
+    out = []
+    for node in graph.node:
+        out.append(node)
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out += _nodes(sub)
+    return out
 
 
 def compare(ours: list[np.ndarray], ref: list[np.ndarray], names: list[str],

@@ -173,3 +173,18 @@ def test_corpus_model_matches_onnxruntime_on_host_emulated_cuda(name: str) -> No
     _fetch_or_skip(e)
     r = corpus.check(e, target=corpus.CUDA_HOST, timing=False)
     assert r.ok, f"{name} on cuda-host stopped at {r.stage}: {r.error}"
+
+
+def test_op_types_count_the_nodes_inside_if_branches() -> None:
+    vi = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"]),
+                               helper.make_node("Constant", [], ["k"], value_float=1.0)],
+                              "else", [], [vi("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then,
+                                            else_branch=other)], "g",
+                          [vi("c", TensorProto.BOOL, []), vi("x", TensorProto.FLOAT, [2])],
+                          [vi("y", TensorProto.FLOAT, [2])])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    assert corpus.op_types(proto) == "If:1 Relu:1 Neg:1"
