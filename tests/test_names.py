@@ -183,8 +183,6 @@ print(np.allclose(b, np.exp(a)))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the LLVM symbol is the task's name (llvm/abi.py "
-                   "signature): a float64 kernel named exp calls itself for exp()")
 def test_llvm_kernel_named_like_the_libm_function_it_calls() -> None:
     # a one-node ONNX model (Exp on doubles) makes exactly this task; it runs in a process of
     # its own because the kernel recurses until the stack overflows

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
-from autosched.graph.compiler import group_tasks, prepare  # noqa: E402
+from autosched.graph.compiler import group_tasks, kernel_groups, prepare  # noqa: E402
 from autosched.search.space import SearchSpace  # noqa: E402
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
@@ -26,16 +26,24 @@ TARGET = "cuda -arch=sm_90"
 
 def _run_cuda_on_host(m: object, inputs: dict[str, np.ndarray],
                       outputs: tuple[str, ...]) -> list[np.ndarray]:
-    """Every kernel of the graph in order, on the host, over a dict of values."""
+    """Every kernel of the graph in order, on the host, over a dict of values; reshapes that
+    run as views of a kernel's output (the executor's aliases) are views here too."""
     graph = from_onnx(m, {k: v.shape for k, v in inputs.items()})
-    env = {**prepare(graph, TARGET).constants, **inputs}
+    prepared = prepare(graph, TARGET)
+    env = {**prepared.constants, **inputs}
+    aliases = kernel_groups(prepared)[1]
     for gt in group_tasks(graph, TARGET):
+        for v, src in aliases.items():
+            if src in env and v not in env:
+                env[v] = env[src].reshape(prepared.values[v].shape)
         env.update(gt.constants)
         n_in = len(gt.task.args) - len(gt.task.outputs)
         outs = [np.zeros(tuple(int(d) for d in t.shape), t.dtype) for t in gt.task.outputs]
         mod = gt.task.build(SearchSpace(gt.task).default_schedule())
         run_on_host(mod, *[np.require(env[a], requirements="C") for a in gt.args[:n_in]], *outs)
         env.update(zip(gt.args[n_in:], outs))
+    for v, src in aliases.items():
+        env.setdefault(v, env[src].reshape(prepared.values[v].shape))
     return [env[o] for o in outputs]
 
 
