@@ -312,3 +312,24 @@ def test_a_run_worker_killed_while_preparing_is_replaced_once(
             with pytest.raises(MeasureError, match="killed by SIGKILL"):
                 m.measure(_matmul(9, 7, 5), [[]])
     assert len(killed) == kills
+
+
+@pytest.mark.parametrize("user", [{}, {"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "7"}])
+def test_workers_wait_like_the_models_they_time(user, monkeypatch):
+    """Workers measured with OMP_WAIT_POLICY=passive while compiled models spun: small parallel
+    kernels timed slow in the tuner and a tuned demo model ran 2x slower than untuned. Both
+    now take one policy: the user's, else a short spin."""
+    from autosched.search.measure import _worker_env
+    from autosched.targets.llvm.compile import SPIN_COUNT, default_wait_policy
+
+    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in user.items():
+        monkeypatch.setenv(key, value)
+    model_env = dict(user)
+    default_wait_policy(model_env)
+    worker = _worker_env(None)
+    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        assert worker.get(key) == model_env.get(key)
+    if not user:
+        assert model_env == {"GOMP_SPINCOUNT": SPIN_COUNT}

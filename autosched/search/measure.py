@@ -11,7 +11,8 @@ the caches between repeats.
 
 Workers are fresh interpreters (not multiprocessing's fork or spawn: fork is unsafe in a
 process with OpenMP / XGBoost threads, spawn re-imports the user's main script), with
-OMP_WAIT_POLICY=passive and BLAS threads off. They start isolated (``python -I``), take the
+the OpenMP wait policy compiled models run with (``llvm.compile.default_wait_policy``:
+a short spin unless the user set one) and BLAS threads off. They start isolated (``python -I``), take the
 parent's sys.path without its current directory (so a ``traceback.py`` lying where someone runs
 ``autosched tune`` is never imported), load this very autosched from its directory, and run in
 a private empty directory.
@@ -63,6 +64,7 @@ from autosched.schedule.steps import Step
 from autosched.search.error_codes import ErrorCode
 from autosched.search.record import MAX_ERROR_MSG, fingerprint_key, records_from
 from autosched.search.task import Task
+from autosched.targets.llvm.compile import default_wait_policy
 from autosched.targets.target import Target, parse
 
 __all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "llc_bytes",
@@ -678,9 +680,9 @@ def _worker_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     # workers run in a private directory: a relative cache directory must keep meaning ours
     if env.get("AUTOSCHED_CACHE_DIR"):
         env["AUTOSCHED_CACHE_DIR"] = os.path.abspath(env["AUTOSCHED_CACHE_DIR"])
-    env.setdefault("OMP_WAIT_POLICY", "passive")
     env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"  # numpy must not spin in workers
     env.update(extra or {})
+    default_wait_policy(env)  # the policy compiled models run with
     return env
 
 
