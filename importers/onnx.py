@@ -56,6 +56,8 @@ def load(model: str | os.PathLike | Any) -> Any:
     path = os.fspath(model)
     if not os.path.exists(path):
         raise ModelImportError(f"ONNX file {path!r} does not exist")
+    if not os.path.isfile(path):  # a FIFO or device would block the read forever
+        raise ModelImportError(f"ONNX file {path!r} is not a regular file")
     try:
         with open(path, "rb") as f:
             data = f.read()

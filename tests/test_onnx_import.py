@@ -4,6 +4,7 @@ inputs; malformed models must fail with a clear ModelImportError."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -428,6 +429,9 @@ def test_truncated_file(tmp_path: Any, rng: np.random.Generator) -> None:
     assert x.shape == (2, 3)
     with pytest.raises(ModelImportError, match="does not exist"):
         from_onnx(tmp_path / "missing.onnx")
+    os.mkfifo(tmp_path / "pipe.onnx")  # reading it blocked forever
+    with pytest.raises(ModelImportError, match="pipe.onnx' is not a regular file"):
+        from_onnx(tmp_path / "pipe.onnx")
 
 
 def test_unknown_opset_and_domain(rng: np.random.Generator) -> None:

@@ -90,6 +90,12 @@ def test_missing_file_is_empty(tmp_path: Path) -> None:
     assert RecordLog(tmp_path / "none.jsonl").load() == []
 
 
+def test_a_log_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.jsonl")  # reading it blocked forever
+    with pytest.raises(OSError, match="not a regular file"):
+        RecordLog(tmp_path / "pipe.jsonl").load()
+
+
 def test_truncated_and_corrupt_lines_are_skipped_with_warnings(tmp_path: Path) -> None:
     task = _matmul_task()
     log = RecordLog(tmp_path / "mm.jsonl")

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import statistics
 import warnings
 from collections.abc import Iterable, Sequence
@@ -414,6 +415,8 @@ class RecordLog:
             st = os.stat(self.path)
         except FileNotFoundError:
             return []
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block the read forever
+            raise OSError(errno.EINVAL, "the tuning log is not a regular file", str(self.path))
         stamp = (st.st_size, st.st_mtime_ns)
         if self._cache is not None and self._cache[0] == stamp:
             return list(self._cache[1])
