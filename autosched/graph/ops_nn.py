@@ -86,9 +86,36 @@ def _channel_bias(y: Tensor, b: Tensor) -> Tensor:
     return compute(y.shape, lambda *i: y[i] + b[i[1]], name="T_bias_add", tag=BROADCAST)
 
 
+def _conv_depth1(node: Node, x: Tensor, w: Tensor, ins: list[Value | None],
+                 ctx: ConvertContext) -> Tensor:
+    """A 3-d Conv whose kernel has depth 1 (stride 1, no depth padding or dilation): a 2-d
+    Conv of every depth slice, with the slices folded into the batch (RivaGAN's (1, k, k)
+    kernels). Other 3-d kernels are refused by name."""
+    nd = 3
+    strides = _ints(node, "strides", [1] * nd)
+    dil = _ints(node, "dilations", [1] * nd)
+    pads = _ints(node, "pads", [0] * 2 * nd)
+    ks = _ints(node, "kernel_shape", [int(v) for v in w.shape[2:]])
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    if (int(w.shape[2]) != 1 or ks[0] != 1 or strides[0] != 1 or dil[0] != 1
+            or len(pads) != 2 * nd or pads[0] or pads[nd] or auto not in ("NOTSET", "")):
+        raise fail(node, f"3-d convolution is supported for kernels of depth 1 (stride 1, no "
+                         f"depth padding) only; got kernel {ks}, strides {strides}, pads {pads}")
+    n, c, d, h, wd = (int(v) for v in x.shape)
+    slices = ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (n * d, c, h, wd))
+    attrs = {**node.attrs, "kernel_shape": ks[1:], "strides": strides[1:], "dilations": dil[1:],
+             "pads": [pads[1], pads[2], pads[4], pads[5]]}
+    flat = Node(node.name, node.op_type, node.inputs, node.outputs, attrs)
+    (y,) = _conv(flat, [slices, ops.squeeze(w, 2), *ins[2:]], ctx)
+    o, oh, ow = (int(v) for v in y.shape[1:])
+    return ops.transpose(ops.reshape(y, (n, d, o, oh, ow)), (0, 2, 1, 3, 4))
+
+
 @register("Conv")
 def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     x, w = ctx.const(ins[0]), ctx.const(ins[1])
+    if x.ndim == 5 and w.ndim == 5 and node.attrs.get(KERNEL_LAYOUT, "OIHW") == "OIHW":
+        return [_conv_depth1(node, x, w, ins, ctx)]
     nd = _spatial(node, x)
     if w.ndim != x.ndim:
         raise fail(node, f"weight {w.shape} must have the rank of the input {x.shape}")
