@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import autosched as aus
 from autosched.errors import CompileError, ModelImportError, RuntimeError_
@@ -107,3 +107,16 @@ def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
     with pytest.raises(RuntimeError_, match=r"out of memory allocating 600 bytes for value "
                                             r"\w+ \(float32\[3, 50\]\)"):
         CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)
+
+
+def test_expand_of_a_0d_constant_to_no_dims_stays_0d(rng):
+    """Folding Expand(c, []) made the 0-d constant 1-d (ascontiguousarray), so x + e came out
+    with shape (1,) where onnxruntime gives ()."""
+    c = numpy_helper.from_array(np.array(rng.uniform(-1, 1), np.float32), "c")
+    s = helper.make_tensor("s", TensorProto.INT64, [0], [])
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["c", "s"], ["e"]), helper.make_node("Add", ["x", "e"], ["y"])],
+        "expand0d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [c, s])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _compare(m, {"x": np.array(rng.uniform(-1, 1), np.float32)})

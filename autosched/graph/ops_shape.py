@@ -263,7 +263,7 @@ def _expand(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
     except ValueError:
         raise fail(node, f"input {shape_of(x)} does not broadcast with {target}") from None
     if isinstance(x, np.ndarray):
-        return [np.ascontiguousarray(np.broadcast_to(x, shape))]
+        return [np.array(np.broadcast_to(x, shape), order="C")]  # 0-d stays 0-d
     return [ops.broadcast_to(x, shape) if shape != shape_of(x) else _copy(x)]
 
 
