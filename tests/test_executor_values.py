@@ -54,6 +54,20 @@ def test_zero_size_dims_run_like_onnxruntime(case, rng):
     _compare(_model(nodes, shapes, ["y"]), inputs)
 
 
+def test_zero_size_intermediate_runs_in_a_deployed_build(tmp_path, rng):
+    """The deployed loader viewed its planned bytes with its own copy of the executor's code,
+    without the zero-size case: a [0, 4] intermediate failed with numpy's ValueError."""
+    from autosched.graph.deploy import export, load
+
+    nodes = [helper.make_node("Relu", ["a"], ["t"]), helper.make_node("Exp", ["t"], ["y"])]
+    model = _model(nodes, {"a": [0, 4]}, ["y"])
+    compiled = aus.compile(load_graph(model, shapes={"a": (0, 4)}), target="llvm")
+    export(compiled, tmp_path / "build")
+    a = rng.uniform(-1, 1, (0, 4)).astype("float32")
+    (y,) = load(tmp_path / "build").run({"a": a})
+    assert y.shape == ort_run(model, {"a": a})[0].shape == (0, 4)
+
+
 def _chain(shape: list[int]) -> object:
     nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Exp", ["t"], ["y"])]
     return _model(nodes, {"x": shape}, ["y"])

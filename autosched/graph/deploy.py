@@ -37,7 +37,7 @@ import numpy as np
 
 from autosched.cache import untrusted
 from autosched.errors import ModelImportError, RuntimeError_
-from autosched.graph.executor import check_inputs, memory_plan, nbytes
+from autosched.graph.executor import check_inputs, memory_plan, nbytes, planned_arrays
 from autosched.graph.graph import Graph
 from autosched.graph.manifest import NAME as MANIFEST
 from autosched.graph.manifest import VERSION, Library, Manifest, library_name, read_manifest
@@ -173,11 +173,8 @@ class DeployedModel:
         storage = getattr(self._local, "storage", None)
         if storage is None:
             raws = [_aligned(n) for n in self._sizes]
-            values = self.graph.values
-            storage = {v: raws[i][: nbytes(values[v])].view(values[v].dtype)
-                       .reshape(values[v].shape) for v, i in self._layout.items()}
-            for a, src in self._aliases.items():  # reshapes: views of a kernel's output
-                storage[a] = storage[src].reshape(values[a].shape)
+            storage = planned_arrays(self.graph, {v: raws[i] for v, i in self._layout.items()},
+                                     self._aliases)
             self._local.storage = storage
         return storage
 

@@ -55,6 +55,17 @@ def view(raw: np.ndarray, info: ValueInfo) -> np.ndarray:
     return raw[:size].view(info.dtype).reshape(info.shape)
 
 
+def planned_arrays(graph: Graph, raw: dict[str, Any], aliases: dict[str, str]
+                   ) -> dict[str, np.ndarray]:
+    """The arrays of the planned values over their byte buffers ``raw`` (from memory_plan), and
+    the reshapes that view another value's buffer (``aliases``)."""
+    values = graph.values
+    storage = {v: view(r, values[v]) for v, r in raw.items()}
+    for a, src in aliases.items():
+        storage[a] = storage[src].reshape(values[a].shape)
+    return storage
+
+
 def allocate(info: ValueInfo, size: int, alloc: Callable[[int], Any]) -> Any:
     """``alloc(size)`` for ``info``, an allocation failure as one line naming the value."""
     try:
@@ -203,11 +214,7 @@ class CompiledModel:
     def _new_arena(self) -> _Arena:
         raw, self.peak_bytes = memory_plan(self.graph, self._steps,
                                            lambda n: np.empty(n, np.uint8), self.aliases)
-        values = self.graph.values
-        storage = {v: view(r, values[v]) for v, r in raw.items()}
-        for a, src in self.aliases.items():
-            storage[a] = storage[src].reshape(values[a].shape)
-        return _Arena(storage)
+        return _Arena(planned_arrays(self.graph, raw, self.aliases))
 
     @contextmanager
     def _arena(self) -> Iterator[_Arena]:
