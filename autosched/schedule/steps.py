@@ -208,7 +208,8 @@ MAX_INT = 2**31  # step values are tile sizes, unroll steps, axis counts
 _SCALARS: dict[str, type] = {"str": str, "int": int, "bool": bool, "None": type(None)}
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, for errors about values read from outside."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -246,14 +247,14 @@ def check_step_dict(d: dict[str, Any], error: type[Exception] = ScheduleError) -
     logs hold ~40 steps a record. Raises ``error`` naming the field."""
     kind = d.get("kind")
     if type(kind) is not str or kind not in STEP_TYPES:
-        raise error(f"unknown schedule step kind {_short(kind)}")
+        raise error(f"unknown schedule step kind {short_repr(kind)}")
     schema, required = _step_schema(kind)
     for name, value in d.items():
         allowed = schema.get(name)
         if allowed is None:
             if name == "kind":
                 continue
-            raise error(f"step {kind} has an unknown field {_short(name)}")
+            raise error(f"step {kind} has an unknown field {short_repr(name)}")
         annotation, many, kinds = allowed
         if many:
             ok = type(value) is list and all(fits(v, kinds) for v in value)
@@ -263,7 +264,7 @@ def check_step_dict(d: dict[str, Any], error: type[Exception] = ScheduleError) -
             ok = type(value) in kinds
         if not ok:
             raise error(f"step {kind} field {name} must be {annotation}, got "
-                             f"{_short(value)}")
+                             f"{short_repr(value)}")
     missing = required - d.keys()
     if missing:
         raise error(f"step {kind} lacks {', '.join(sorted(missing))}")

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
 from autosched.schedule.ir import PrimFunc
-from autosched.schedule.steps import MAX_INT, Step, check_step_dict, fits, step_from_dict
+from autosched.schedule.steps import (
+    MAX_INT,
+    Step,
+    check_step_dict,
+    fits,
+    short_repr,
+    step_from_dict,
+)
 from autosched.search.error_codes import ErrorCode
 from autosched.targets.target import Target, parse
 
@@ -221,17 +228,17 @@ class MeasureRecord:
         for s in d["steps"]:
             check_step_dict(s, ValueError)
         if not isinstance(d["costs"], list):
-            raise ValueError(f"record costs must be a list of numbers, got {_short(d['costs'])}")
+            raise ValueError(f"record costs must be a list of numbers, got {short_repr(d['costs'])}")
         costs = [_number(c, "record costs") for c in d["costs"]]
         if any(c <= 0 for c in costs):
-            raise ValueError(f"record costs must be positive seconds, got {_short(d['costs'])}")
+            raise ValueError(f"record costs must be positive seconds, got {short_repr(d['costs'])}")
         if not isinstance(d["target"], dict):
             raise ValueError("record target must be a fingerprint object")
         if d["error_code"] not in KNOWN_ERRORS:
-            raise ValueError(f"unknown error code {_short(d['error_code'])}")
+            raise ValueError(f"unknown error code {short_repr(d['error_code'])}")
         extra = d.get("extra") or {}
         if not isinstance(extra, dict):
-            raise ValueError(f"record extra must be an object, got {_short(extra)}")
+            raise ValueError(f"record extra must be an object, got {short_repr(extra)}")
         if "candidate" in extra:
             _check_candidate(extra["candidate"])
         return MeasureRecord(
@@ -268,21 +275,16 @@ def _finite_float(text: str) -> float:
     return out
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _number(value: Any, what: str) -> float:
     """A finite float from a JSON number (ValueError for strings, booleans, overflow, NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what}: expected a finite number, got {_short(value)}")
+        raise ValueError(f"{what}: expected a finite number, got {short_repr(value)}")
     try:
         out = float(value)
     except OverflowError:
-        raise ValueError(f"{what}: {_short(value)} is out of range") from None
+        raise ValueError(f"{what}: {short_repr(value)} is out of range") from None
     if not math.isfinite(out):
-        raise ValueError(f"{what}: expected a finite number, got {_short(value)}")
+        raise ValueError(f"{what}: expected a finite number, got {short_repr(value)}")
     return out
 
 
@@ -290,15 +292,15 @@ def _check_candidate(c: Any) -> None:
     """extra.candidate: {"sketch": index, "params": {knob name: int or list of ints}} (every
     knob's values are ints: choices, or tile lengths)."""
     if not isinstance(c, dict) or not isinstance(c.get("params"), dict):
-        raise ValueError(f"extra.candidate must have a params object, got {_short(c)}")
+        raise ValueError(f"extra.candidate must have a params object, got {short_repr(c)}")
     sketch = c.get("sketch")
     if isinstance(sketch, bool) or not isinstance(sketch, int) or not 0 <= sketch < MAX_INT:
-        raise ValueError(f"extra.candidate.sketch must be a sketch index, got {_short(sketch)}")
+        raise ValueError(f"extra.candidate.sketch must be a sketch index, got {short_repr(sketch)}")
     for name, value in c["params"].items():
         if not (fits(value, (int,)) or type(value) is list and all(
                 fits(v, (int,)) for v in value)):
             raise ValueError(f"extra.candidate knob {name} must be an int or a list of ints, "
-                             f"got {_short(value)}")
+                             f"got {short_repr(value)}")
 
 
 def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
