@@ -103,7 +103,6 @@ def _binary(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
 
 
 def _reduce(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
-    from onnx import TensorProto, helper
 
     op = data.draw(st.sampled_from(REDUCE), label="reduce")
     r = len(shape)
@@ -112,9 +111,7 @@ def _reduce(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
     keep = data.draw(st.booleans(), label="keepdims")
     out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
     if op == "ReduceSum":  # opset 13+: axes as an input
-        name = b.name("axes")
-        b.inits.append(helper.make_tensor(name, TensorProto.INT64, [len(axes)], axes))
-        return b.node(op, [x, name], out, keepdims=int(keep))
+        return b.node(op, [x, _int64(b, axes)], out, keepdims=int(keep))
     return b.node(op, [x], out, axes=axes, keepdims=int(keep))
 
 
@@ -136,20 +133,16 @@ def _matmul(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
 
 
 def _reshape(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
-    from onnx import TensorProto, helper
 
     k = data.draw(st.integers(0, len(shape)), label="flatten at")
     out = (int(np.prod(shape[:k], dtype=np.int64)), int(np.prod(shape[k:], dtype=np.int64)))
     if data.draw(st.booleans(), label="flatten op"):
         return b.node("Flatten", [x], out, axis=k)
-    name = b.name("shape")
     spec = [out[0], -1] if data.draw(st.booleans(), label="minus one") else list(out)
-    b.inits.append(helper.make_tensor(name, TensorProto.INT64, [2], spec))
-    return b.node("Reshape", [x, name], out)
+    return b.node("Reshape", [x, _int64(b, spec)], out)
 
 
 def _slice(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
-    from onnx import TensorProto, helper
 
     axis = data.draw(st.integers(0, len(shape) - 1), label="axis")
     d = shape[axis]
@@ -163,12 +156,7 @@ def _slice(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
         end = -d - 1  # to the front
         length = start + 1
     out = tuple(length if i == axis else s for i, s in enumerate(shape))
-    names = []
-    for vals in ([start], [end], [axis], [step]):
-        n = b.name("s")
-        b.inits.append(helper.make_tensor(n, TensorProto.INT64, [1], vals))
-        names.append(n)
-    return b.node("Slice", [x, *names], out)
+    return b.node("Slice", [x, *(_int64(b, [v]) for v in (start, end, axis, step))], out)
 
 
 def _concat(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
@@ -245,16 +233,13 @@ def _int64(b: Builder, vals: list[int]) -> str:
 
 
 def _gather(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
-    from onnx import TensorProto, helper
 
     axis = data.draw(st.integers(0, len(shape) - 1), label="axis")
     d = shape[axis]
     k = data.draw(st.integers(1, 4), label="indices")
     idx = [data.draw(st.integers(-d, d - 1), label="index") for _ in range(k)]  # negatives wrap
-    name = b.name("idx")
-    b.inits.append(helper.make_tensor(name, TensorProto.INT64, [k], idx))
     out = (*shape[:axis], k, *shape[axis + 1:])
-    return b.node("Gather", [x, name], out, axis=axis)
+    return b.node("Gather", [x, _int64(b, idx)], out, axis=axis)
 
 
 def _where(data: Any, b: Builder, x: str, shape: tuple[int, ...]) -> str:
