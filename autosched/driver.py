@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autosched.schedule.ir import PrimFunc
 from autosched.targets.target import Target, parse
+from autosched.tir.ir import PrimFunc
 
 
 def build_func(func: PrimFunc, target: str | Target = "llvm") -> Any:

@@ -29,8 +29,8 @@ _MODE = os.environ.get("AUTOSCHED_CUDA_EMULATE", "")
 
 if _MODE in ("1", "ir"):
     import autosched.targets.cuda as cuda_pkg
-    from autosched.schedule.evaluate import evaluate
     from autosched.targets.cuda.host_emulate import run_on_host, unavailable
+    from autosched.targets.ref.evaluate import evaluate
 
     if _MODE == "1" and unavailable() is not None:
         print(f"gpu_run_plugin: {unavailable()}; running the loop IR instead of the CUDA C",

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from autosched.schedule import ir
-from autosched.schedule.arith import const_bound, interval, interval_extent, prove, simplify
 from autosched.te import expr as E
 from autosched.te.expr import Var
+from autosched.tir import ir
+from autosched.tir.arith import const_bound, interval, interval_extent, prove, simplify
 
 
 def V(name: str, dtype: str = "int32") -> Var:
@@ -232,7 +232,7 @@ def test_const_bound():
 
 
 def test_one_analyzer_serves_many_calls():
-    from autosched.schedule.arith import Analyzer
+    from autosched.tir.arith import Analyzer
 
     io, ii = V("io"), V("ii")
     b = {ii: (0, 7)}

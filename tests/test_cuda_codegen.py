@@ -13,10 +13,10 @@ import pytest
 import autosched as aus
 from autosched import te
 from autosched.errors import CompileError, RuntimeError_
-from autosched.schedule import ir
-from autosched.schedule.evaluate import evaluate
+from autosched.targets.ref.evaluate import evaluate
 from autosched.targets.target import parse
 from autosched.te import expr as E
+from autosched.tir import ir
 from tests.test_cuda_cases import needs_nvrtc
 
 pytestmark = needs_nvrtc

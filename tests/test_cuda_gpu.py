@@ -80,10 +80,10 @@ def test_sampled_search_schedules_match_the_evaluator(workload: str, shape: list
     """Differential check of codegen on GPU schedules the search generates: the GPU result of
     each sampled candidate equals the reference evaluator's on the same bound loop IR."""
     space_mod = pytest.importorskip("autosched.search.space")
-    from autosched.schedule.evaluate import evaluate
     from autosched.search import workloads
     from autosched.search.task import Task
     from autosched.targets.cuda import build_module
+    from autosched.targets.ref.evaluate import evaluate
     from tests.backends import random_array, tolerance
 
     task = Task(getattr(workloads, workload), args=shape, target="cuda")
@@ -112,7 +112,7 @@ def test_sampled_search_schedules_match_the_evaluator(workload: str, shape: list
 _FAULT = """
 import numpy as np
 from autosched.errors import RuntimeError_
-from autosched.schedule import ir
+from autosched.tir import ir
 from autosched.targets.cuda import build_module
 from autosched.targets.target import parse
 from autosched.te import expr as E

@@ -11,11 +11,11 @@ import pytest
 
 from autosched.driver import build_func
 from autosched.errors import CompileError, RuntimeError_
-from autosched.schedule import ir
-from autosched.schedule.evaluate import compile_func, evaluate
-from autosched.schedule.pyrender import kernels
+from autosched.targets.ref.evaluate import compile_func, evaluate
+from autosched.targets.ref.pyrender import kernels
 from autosched.te import intrin
 from autosched.te.expr import Call, Cast, Var, as_expr, cast, const, select
+from autosched.tir import ir
 
 F32 = "float32"
 

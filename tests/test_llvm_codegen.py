@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from autosched.errors import CompileError
-from autosched.schedule import ir
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te import intrin
+from autosched.tir import ir
 from tests.test_llvm_helpers import buf, build, c, garbage, loop, rand, tol
 
 ALL = list(dt.ALL_TYPES)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosched.schedule import ir
 from autosched.targets.llvm import build_module
 from autosched.targets.target import parse
 from autosched.te import expr as E
+from autosched.tir import ir
 
 
 def c(v: int | float, dtype: str | None = None) -> E.Const:

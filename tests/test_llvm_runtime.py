@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from autosched.errors import RuntimeError_
-from autosched.schedule import ir
 from autosched.targets.llvm import compile as llvm_compile
 from autosched.te import expr as E
+from autosched.tir import ir
 from tests.test_llvm_helpers import buf, build, garbage, loop, rand
 
 

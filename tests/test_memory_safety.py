@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 import autosched as aus
 from autosched.errors import CompileError, ModelImportError, RuntimeError_
 from autosched.graph.compiler import load_graph
-from autosched.schedule import ir
 from autosched.te import expr as E
+from autosched.tir import ir
 from tests.test_llvm_helpers import buf, build, garbage, loop, rand
 
 

@@ -154,8 +154,8 @@ def test_onnx_model_keeps_nan_like_onnxruntime(rng: np.random.Generator) -> None
 def test_horizontal_vector_reduction_keeps_nan(rng: np.random.Generator) -> None:
     # acc = max(acc, A[v]) in a loop vectorized over v: one vector reduction, then one combine
     from autosched.driver import build_func
-    from autosched.schedule import ir
     from autosched.te import expr as E
+    from autosched.tir import ir
 
     A = ir.Buffer("A", (E.const(16),), "float32")
     C = ir.Buffer("C", (E.const(1),), "float32")

@@ -11,12 +11,12 @@ import pytest
 
 import autosched as aus
 from autosched import te
-from autosched.schedule import ir
-from autosched.schedule.evaluate import evaluate
-from autosched.schedule.ir_visit import map_stmt
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable
+from autosched.targets.ref.evaluate import evaluate
 from autosched.te import expr as E
+from autosched.tir import ir
+from autosched.tir.visit import map_stmt
 from tests.backends import CPU_TARGETS, random_array, run, tolerance
 from tests.test_cuda_cases import needs_nvrtc
 

@@ -48,10 +48,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from autosched.cost_model.access import Linearizer, Loop, footprints, row_major_strides
-from autosched.schedule import ir
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.tir import ir
 
 MAX_BUFFERS = 5
 INNER_LOOPS = 3
@@ -140,7 +140,7 @@ def extract_features_batch(funcs: Sequence[ir.PrimFunc], target: Target) -> list
 def _const_int(e: E.Expr, default: int = 1) -> int:
     if type(e) is E.Const:
         return int(e.value)
-    from autosched.schedule.arith import const_bound
+    from autosched.tir.arith import const_bound
 
     hi = const_bound(e)[1]
     return int(hi) if hi is not None else default
@@ -172,7 +172,7 @@ class _Walker:
         return self.rows
 
     def _prescan(self, s: ir.Stmt) -> None:
-        from autosched.schedule.ir_visit import walk
+        from autosched.tir.visit import walk
 
         for n in walk(s):
             if type(n) is ir.Allocate and n.buffer.scope in self.func_alloc:

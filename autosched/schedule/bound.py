@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autosched.errors import ScheduleError
-from autosched.schedule.arith import interval, interval_extent, simplify
 from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute
+from autosched.tir.arith import interval, interval_extent, simplify
 
 
 @dataclass

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.errors import AutoschedError, LowerError, ScheduleError
-from autosched.schedule import ir
-from autosched.schedule.arith import Analyzer
 from autosched.schedule.bound import Bounds, StageBound
-from autosched.schedule.ir_visit import loop_vars, map_stmt
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
 from autosched.schedule.steps import ident as steps_ident
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visit import rewrite, substitute
+from autosched.tir import ir
+from autosched.tir.arith import Analyzer
+from autosched.tir.visit import loop_vars, map_stmt
 
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
 

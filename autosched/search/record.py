@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
-from autosched.schedule.ir import PrimFunc
 from autosched.schedule.steps import (
     MAX_INT,
     Step,
@@ -43,6 +42,7 @@ from autosched.schedule.steps import (
 )
 from autosched.search.error_codes import ErrorCode
 from autosched.targets.target import Target, parse
+from autosched.tir.ir import PrimFunc
 
 if TYPE_CHECKING:
     from autosched.schedule.schedule import Schedule

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import LowerError, ScheduleError
-from autosched.schedule.ir import PrimFunc
 from autosched.schedule.schedule import Schedule
 from autosched.search.record import ir_hash
 from autosched.search.sketch import Sketch, generate_sketches
 from autosched.search.task import Task
+from autosched.tir.ir import PrimFunc
 
 RETRIES = 32  # redraws of a sample or mutation that a sketch rules out statically
 
@@ -47,9 +47,9 @@ class Lowered:
 
 def shared_bytes(func: PrimFunc) -> int:
     """Shared memory the function allocates (an upper bound: nested allocations summed)."""
-    from autosched.schedule import ir
-    from autosched.schedule.ir_visit import walk
     from autosched.te.expr import Const
+    from autosched.tir import ir
+    from autosched.tir.visit import walk
 
     total = 0
     for s in walk(func.body):

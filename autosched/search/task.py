@@ -6,12 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autosched.errors import ScheduleError
-from autosched.schedule.ir import PrimFunc
 from autosched.schedule.schedule import Schedule, create_schedule
 from autosched.schedule.steps import Step
 from autosched.targets.target import Target, parse
 from autosched.te.dag import ComputeDAG
 from autosched.te.tensor import PlaceholderOp, Tensor
+from autosched.tir.ir import PrimFunc
 
 
 class Task:

@@ -13,8 +13,8 @@ Example::
 
 from __future__ import annotations
 
-from autosched.schedule.ir import PrimFunc
 from autosched.targets.target import Target
+from autosched.tir.ir import PrimFunc
 
 
 def build_module(func: PrimFunc, target: Target):  # noqa: ANN201  (CudaModule, lazily imported)

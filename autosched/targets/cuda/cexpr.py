@@ -8,13 +8,13 @@ Half values are ``half`` from cuda_fp16.h; functions with no portable half versi
 from __future__ import annotations
 
 from autosched.errors import CompileError
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.ops.transform import INDEX_CHECK
+from autosched.tir import ir
 
 PRELUDE_INT = """\
 __device__ __forceinline__ int as_floordiv(int a, int b) {

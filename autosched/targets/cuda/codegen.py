@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autosched.errors import CompileError
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.cexpr import PRELUDE_FLOAT, PRELUDE_INT, ExprWriter
 from autosched.targets.cuda.dtypes import VECTOR_TYPES, c_type
@@ -27,6 +26,7 @@ from autosched.targets.names import c_identifier
 from autosched.targets.target import Target
 from autosched.te import expr as E
 from autosched.te.visit import children, free_vars, rewrite, substitute
+from autosched.tir import ir
 
 THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
 

@@ -13,9 +13,9 @@ Example::
 
 from __future__ import annotations
 
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.te import expr as E
+from autosched.tir import ir
 
 
 def bind_unbound(func: ir.PrimFunc, threads: int = 256) -> ir.PrimFunc:

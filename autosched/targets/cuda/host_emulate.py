@@ -45,12 +45,12 @@ import numpy as np
 
 from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
 from autosched.targets.cuda.runtime import _nbytes
+from autosched.tir import ir
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
          # CUDA wraps signed overflow and has no strict-aliasing rule for float4 punning

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
-from autosched.schedule import ir
-from autosched.schedule.ir_visit import all_exprs, walk
 from autosched.te import expr as E
 from autosched.te.visit import post_order, substitute
+from autosched.tir import ir
+from autosched.tir.visit import all_exprs, walk
 
 
 def loads(s: ir.Stmt | E.Expr) -> Iterator[ir.Load]:

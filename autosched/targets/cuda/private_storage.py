@@ -12,10 +12,10 @@ Example::
 
 from __future__ import annotations
 
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.te import expr as E
 from autosched.te.visit import rewrite
+from autosched.tir import ir
 
 
 def privatize(func: ir.PrimFunc) -> ir.PrimFunc:

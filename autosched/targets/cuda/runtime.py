@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.schedule import ir
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.nvrtc import CompiledBinary
 from autosched.targets.target import Target
 from autosched.te.expr import Var
 from autosched.te.visit import free_vars
+from autosched.tir import ir
 
 INSTALL_HINT = "pip install autosched[cuda]  (or: pip install pycuda)"
 

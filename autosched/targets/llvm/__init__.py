@@ -15,12 +15,12 @@ The exported C signature is described in abi.py.
 
 from __future__ import annotations
 
-from autosched.schedule.ir import PrimFunc
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, target_machine
 from autosched.targets.llvm.runtime import CPUModule, HostModule, TimingResult
 from autosched.targets.llvm.walk import stored_buffers
 from autosched.targets.target import Target
+from autosched.tir.ir import PrimFunc
 
 
 def build_module(func: PrimFunc, target: Target) -> CPUModule:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autosched.schedule.ir import Buffer, PrimFunc
 from autosched.te.expr import Var
 from autosched.te.visit import post_order
+from autosched.tir.ir import Buffer, PrimFunc
 
 PARAM_ALIGN = 16  # numpy aligns data to 16 bytes; runtime.py copies an array that is not
 ALLOC_ALIGN = 64  # buffers the kernel allocates itself: one cache line, one AVX-512 vector

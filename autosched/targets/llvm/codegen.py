@@ -21,9 +21,6 @@ import llvmlite.ir as ir
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.schedule import ir as lir
-from autosched.schedule.ir_visit import all_exprs, stmt_exprs, sub_stmts
-from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
@@ -33,6 +30,9 @@ from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
 from autosched.te.visit import post_order
+from autosched.tir import ir as lir
+from autosched.tir.visit import all_exprs, stmt_exprs, sub_stmts
+from autosched.tir.visit import walk as all_stmts
 
 MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
 MAX_LANES = 64  # the longest vector emitted as one LLVM vector

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from autosched.errors import CompileError
-from autosched.schedule import ir as lir
-from autosched.schedule.arith import simplify
 from autosched.targets.llvm import intrinsics
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.walk import depends_on, linear_coeff
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.visit import post_order
+from autosched.tir import ir as lir
+from autosched.tir.arith import simplify
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # Let LLVM fuse a*b+c into an FMA (numpy's BLAS does too); no other fast-math freedom.

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from autosched.schedule import ir as lir
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
 from autosched.targets.llvm.walk import used_buffers, used_var_uids
+from autosched.tir import ir as lir
 
 if TYPE_CHECKING:
     from autosched.targets.llvm.codegen import FuncGen, ModuleState

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import CompileError, RuntimeError_
-from autosched.schedule.ir import Buffer
 from autosched.targets.llvm import compile as cc
 from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te.expr import Const, Var
+from autosched.tir.ir import Buffer
 
 
 @dataclass(frozen=True)

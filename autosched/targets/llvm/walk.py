@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autosched.schedule import ir
-from autosched.schedule.ir_visit import all_exprs
-from autosched.schedule.ir_visit import walk as all_stmts
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.visit import post_order, substitute
+from autosched.tir import ir
+from autosched.tir.visit import all_exprs
+from autosched.tir.visit import walk as all_stmts
 
 
 def used_var_uids(s: ir.Stmt) -> set[int]:

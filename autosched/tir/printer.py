@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autosched.schedule import ir
+from autosched.tir import ir
 
 
 def _ann(s: ir.For) -> str:

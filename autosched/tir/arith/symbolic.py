@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autosched.schedule.arith import intervals as iv
-from autosched.schedule.arith.analyzer import Analyzer, Bounds, finite_pair, is_index
-from autosched.schedule.arith.linear import Lin
 from autosched.te import expr as E
 from autosched.te.visit import post_order
+from autosched.tir.arith import intervals as iv
+from autosched.tir.arith.analyzer import Analyzer, Bounds, finite_pair, is_index
+from autosched.tir.arith.linear import Lin
 
 Pair = tuple[Lin, Lin]
 

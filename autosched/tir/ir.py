@@ -67,7 +67,7 @@ class Load(Expr):
 
 class Stmt(Node):
     def __str__(self) -> str:
-        from autosched.schedule.ir_printer import stmt_str
+        from autosched.tir.printer import stmt_str
 
         return stmt_str(self)
 
@@ -136,7 +136,7 @@ class PrimFunc(Node):
     attrs: tuple[tuple[str, Any], ...] = ()
 
     def __str__(self) -> str:
-        from autosched.schedule.ir_printer import func_str
+        from autosched.tir.printer import func_str
 
         return func_str(self)
 

@@ -15,8 +15,8 @@ even where the lockstep order happens to give the right answer.
 
 Example::
 
-    from autosched.schedule import ir
-    from autosched.schedule.evaluate import evaluate
+    from autosched.tir import ir
+    from autosched.targets.ref.evaluate import evaluate
     from autosched.te.expr import Var, const
     A = ir.Buffer("A", (const(4),), "float32"); B = ir.Buffer("B", (const(4),), "float32")
     i = Var("i")
@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import CompileError, RuntimeError_
-from autosched.schedule import ir
-from autosched.schedule.pyrender import render
-from autosched.schedule.pyruntime import as_view, namespace
+from autosched.targets.ref.pyrender import render
+from autosched.targets.ref.pyruntime import as_view, namespace
 from autosched.te import expr as E
+from autosched.tir import ir
 
 _CACHE_SIZE = 256
 _cache: OrderedDict[tuple[int, bool, bool], Program] = OrderedDict()

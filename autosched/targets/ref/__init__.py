@@ -23,10 +23,10 @@ import time as _time
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.schedule.evaluate import Program, compile_func
-from autosched.schedule.ir import PrimFunc
-from autosched.schedule.pyrender import kernels
+from autosched.targets.ref.evaluate import Program, compile_func
+from autosched.targets.ref.pyrender import kernels
 from autosched.targets.target import Target, parse
+from autosched.tir.ir import PrimFunc
 
 
 class RefModule:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 
-from autosched.schedule import ir
 from autosched.te import expr as E
+from autosched.tir import ir
 
 
 def sub_stmts(s: ir.Stmt) -> Iterator[ir.Stmt]:

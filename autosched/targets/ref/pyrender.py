@@ -31,11 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.schedule import ir
-from autosched.schedule.ir_visit import walk
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.visit import post_order
+from autosched.tir import ir
+from autosched.tir.visit import walk
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 _HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_bx"
@@ -225,7 +225,7 @@ class _Renderer:
         self.stmt(f.body)
         if len(self.lines) == before:
             self.emit("pass")
-        header = f"# {f.name}: rendered by autosched.schedule.pyrender for the reference evaluator"
+        header = f"# {f.name}: rendered by autosched.targets.ref.pyrender for the reference evaluator"
         stored = frozenset(
             s.buffer.uid for s in walk(f.body) if isinstance(s, ir.Store)
         ) & frozenset(b.uid for b in f.params)
@@ -806,7 +806,7 @@ class _Renderer:
         return self.wrap(x, dst)
 
     def _e_Call(self, e: E.Call) -> str:
-        from autosched.schedule.pyruntime import INTRINSICS
+        from autosched.targets.ref.pyruntime import INTRINSICS
         from autosched.te.ops.transform import INDEX_CHECK
 
         if e.name == INDEX_CHECK:

@@ -12,10 +12,10 @@ same bounds can keep one ``Analyzer(bounds)`` and call its ``simplify`` / ``cons
 
 from __future__ import annotations
 
-from autosched.schedule.arith import intervals as _iv
-from autosched.schedule.arith.analyzer import Analyzer, Bounds
-from autosched.schedule.arith.symbolic import interval, interval_extent
 from autosched.te import expr as E
+from autosched.tir.arith import intervals as _iv
+from autosched.tir.arith.analyzer import Analyzer, Bounds
+from autosched.tir.arith.symbolic import interval, interval_extent
 
 
 def simplify(e: E.Expr, bounds: Bounds | None = None) -> E.Expr:

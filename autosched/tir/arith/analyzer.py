@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from autosched.schedule.arith import intervals as iv
-from autosched.schedule.arith.intervals import INF, Ival
-from autosched.schedule.arith.linear import Key, Lin
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.tir.arith import intervals as iv
+from autosched.tir.arith.intervals import INF, Ival
+from autosched.tir.arith.linear import Key, Lin
 
 INDEX_TYPES = ("int32", "int64")
 _DIVMOD = ("floordiv", "floormod", "truncdiv", "truncmod")
