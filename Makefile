@@ -18,9 +18,9 @@ test: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests
 	# every operator and schedule test on the cuda target: NVRTC compiles each kernel (no GPU
-	# needed), g++ runs the generated CUDA C on the host (AUTOSCHED_CUDA_EMULATE=ir: the
-	# reference evaluator on the bound IR instead)
-	AUTOSCHED_CUDA_EMULATE=1 PYTHONPATH=benchmarks $(BIN)/python -m pytest -p gpu_run_plugin \
+	# needed), g++ runs the generated CUDA C on the host (-emulate=ir: the reference evaluator
+	# on the bound IR instead)
+	AUTOSCHED_TEST_TARGETS="cuda -emulate=host" $(BIN)/python -m pytest \
 		tests/test_ops_*.py tests/test_schedule.py -k cuda
 
 # the slow tier: every model of the real-model corpus (benchmarks/corpus.toml) against

@@ -18,8 +18,7 @@ from autosched.errors import (
     ScheduleError,
     TEError,
 )
-
-__version__ = "0.1.0"
+from autosched.version import __version__ as __version__
 
 
 def lower(sch, args, name: str = "main"):  # noqa: ANN001, ANN201

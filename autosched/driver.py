@@ -5,23 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autosched.targets.backend import Module
 from autosched.targets.target import Target, parse
 from autosched.tir.ir import PrimFunc
 
 
-def build_func(func: PrimFunc, target: str | Target = "llvm") -> Any:
+def build_func(func: PrimFunc, target: Target) -> Module:
     """Compile an already-lowered function for ``target``; returns a callable module."""
-    tgt = parse(target)
-    if tgt.kind == "llvm":
-        from autosched.targets.llvm import build_module
-    elif tgt.kind == "cuda":
-        from autosched.targets.cuda import build_module
-    else:
-        from autosched.targets.ref import build_module
-    return build_module(func, tgt)
+    return target.backend.build(func, target)
 
 
-def build(sch: Any, args: Sequence[Any], target: str | Target = "llvm", name: str = "main") -> Any:
+def build(sch: Any, args: Sequence[Any], target: str | Target = "llvm", name: str = "main"
+          ) -> Module:
     """Lower ``sch`` with ``args`` as the parameter list and compile it for ``target``."""
     from autosched.schedule.lower import lower
 

@@ -384,42 +384,10 @@ def _times(model: Any, sess: Any, feeds: dict[str, np.ndarray], rounds: int = 3
 
 def compile_model(graph: Any, target: str) -> Any:
     """``aus.compile`` with default schedules; target ``cuda-host`` builds for CUDA and runs
-    each kernel's CUDA C on the CPU (in place of the device executor, as
-    benchmarks/gpu_run_plugin.py does for single operators)."""
+    each kernel's CUDA C on the CPU (the target ``cuda -emulate=host``)."""
     import autosched as aus
 
-    if target != CUDA_HOST:
-        return aus.compile(graph, target=target)
-    import autosched.graph.executor_cuda as executor_cuda
-
-    real = executor_cuda.CudaModel
-    executor_cuda.CudaModel = _host_model
-    try:
-        return aus.compile(graph, target="cuda")
-    finally:
-        executor_cuda.CudaModel = real
-
-
-class _OnHost:
-    """A CUDA module called like a CPU kernel: its CUDA C runs on the CPU."""
-
-    def __init__(self, module: Any) -> None:
-        self.module = module
-
-    def __call__(self, *arrays: np.ndarray) -> None:
-        from autosched.targets.cuda.host_emulate import run_on_host
-
-        run_on_host(self.module, *arrays)
-
-
-def _host_model(graph: Any, kernels: list[Any], target: Any, constants: dict[str, np.ndarray],
-                aliases: dict[str, str] | None = None) -> Any:
-    import dataclasses
-
-    from autosched.graph.executor import CompiledModel
-
-    on_host = [dataclasses.replace(k, module=_OnHost(k.module)) for k in kernels]
-    return CompiledModel(graph, on_host, target, constants, aliases)
+    return aus.compile(graph, target="cuda -emulate=host" if target == CUDA_HOST else target)
 
 
 def _ort_ms(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: float = 0.5

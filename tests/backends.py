@@ -20,9 +20,12 @@ def _has(module: str) -> bool:
 
 
 _ALL = ["ref"] + (["llvm"] if _has("autosched.targets.llvm") else [])
-# AUTOSCHED_TEST_TARGETS=ref limits the numeric tests to some backends (comma-separated).
+# AUTOSCHED_TEST_TARGETS=ref limits the numeric tests to some backends (comma-separated); any
+# other target string named there ("cuda -emulate=host", a backend a plugin registers) is added
+# ("interp" and a plain "cuda" are tests/helpers.py's).
 _WANT = [t for t in os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",") if t]
-CPU_TARGETS = [t for t in _ALL if not _WANT or t in _WANT]
+CPU_TARGETS = [t for t in _ALL if not _WANT or t in _WANT] + [
+    t for t in _WANT if t not in (*_ALL, "interp", "cuda")]
 
 
 def tolerance(dtype: str) -> dict[str, float]:

@@ -280,7 +280,7 @@ def test_missing_packages_name_what_to_install(monkeypatch) -> None:  # noqa: AN
     monkeypatch.setitem(sys.modules, "pycuda", None)
     monkeypatch.setitem(sys.modules, "pycuda.driver", None)
     with pytest.raises(RuntimeError_, match="pycuda"):
-        runtime._driver()
+        runtime.driver()
 
 
 def test_module_without_gpu_keeps_source_and_cubin(rng: np.random.Generator) -> None:

@@ -13,6 +13,7 @@ from autosched.driver import build_func
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.ref.evaluate import compile_func, evaluate
 from autosched.targets.ref.pyrender import kernels
+from autosched.targets.target import parse
 from autosched.te import intrin
 from autosched.te.expr import Call, Cast, Var, as_expr, cast, const, select
 from autosched.tir import ir
@@ -723,20 +724,20 @@ def test_gpu_errors_name_kernel_block_and_thread() -> None:
 
 def test_ref_target_module(rng: np.random.Generator) -> None:
     f = matmul_kernel(9, 10, 11, T=4)
-    mod = build_func(f, "ref")
+    mod = build_func(f, parse("ref"))
     assert mod.func is f
     assert "def matmul_gpu(A, B, C)" in mod.get_source()
     a, b, out = rand(rng, (9, 11)), rand(rng, (11, 10)), np.zeros((9, 10), F32)
     mod(a, b, out)
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    seconds = mod.time(a, b, out, repeat=3)
+    seconds = mod.time(a, b, out, repeat=3).median
     assert 0 < seconds < 30
     assert "_oob" not in mod.get_source()  # every index is provably in bounds: no checks
     assert "_tstore" in mod.get_source() and "_tstore" not in build_func(
-        f, "ref -check-races=0").get_source()
+        f, parse("ref -check-races=0")).get_source()
     conv, _, _ = _pad_conv(guarded=False)  # reads A[i + k - 1]: must be checked
-    assert "_oob" in build_func(conv, "ref").get_source()
-    assert "_oob" not in build_func(conv, "ref -check-bounds=0").get_source()
+    assert "_oob" in build_func(conv, parse("ref")).get_source()
+    assert "_oob" not in build_func(conv, parse("ref -check-bounds=0")).get_source()
     assert compile_func(f) is compile_func(f)  # rendered once per function
     again = pickle.loads(pickle.dumps(mod))  # for measurement in worker processes
     out2 = np.zeros_like(out)
@@ -748,14 +749,14 @@ def test_ref_target_refuses_kernels_a_gpu_cannot_launch() -> None:
     big = matmul_kernel(64, 64, 8, T=64)  # 64 x 64 = 4096 threads per block
     with pytest.raises(CompileError, match=r"matmul_gpu_kernel0 launches 4096 threads per block "
                                            r"\(64x64x1\); target ref allows 1024"):
-        build_func(big, "ref")
+        build_func(big, parse("ref"))
     Out = buf("Out", (4,))
     sh = buf("sh", (128, 128), "float32", "shared")  # 64 KiB
     tx = Var("tx")
     f = ir.PrimFunc("big_shared", (Out,), ir.Allocate(sh, thread(tx, 4, "threadIdx.x", ir.seq(
         st(sh, (tx, 0), 1.0), ir.Barrier(), st(Out, (tx,), ld(sh, tx, 0))))))
     with pytest.raises(CompileError, match=r"big_shared_kernel0 needs 65536 bytes of shared"):
-        build_func(f, "ref")
+        build_func(f, parse("ref"))
     out = np.zeros(4, F32)
     evaluate(f, out)  # the evaluator itself has no limits
     np.testing.assert_array_equal(out, 1.0)

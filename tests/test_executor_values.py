@@ -113,8 +113,8 @@ def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
             return super().mem_alloc(n)
 
     drv = Driver()
-    monkeypatch.setattr(rt, "_driver", lambda: drv)
-    monkeypatch.setattr(rt, "_context", lambda: None)
+    monkeypatch.setattr(rt, "driver", lambda: drv)
+    monkeypatch.setattr(rt, "context", lambda: None)
     cpu = aus.compile(load_graph(_chain([3, 50])), target="llvm")
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]

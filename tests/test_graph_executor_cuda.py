@@ -12,6 +12,7 @@ import pytest
 
 import autosched as aus
 from autosched.graph.compiler import load_graph
+from autosched.targets.cuda.runtime import Launch, Launches
 from autosched.targets.target import parse
 from benchmarks.models import _Builder, ort_run
 
@@ -75,14 +76,9 @@ class _FakeModule:
     def __init__(self, drv: _FakeDriver, host_module: object, task: object) -> None:
         self.fn = _FakeFn(drv, host_module, task)
 
-    def _bind_shapes(self, args: tuple) -> dict:
-        return {}
-
-    def _load(self) -> None:
-        return None
-
-    def _prepare(self, loaded: object, args: tuple, env: dict) -> tuple[list, list, list]:
-        return [(self.fn, (1, 1, 1), (1, 1, 1), [int(a) for a in args], "k")], [], []
+    def launches(self, *args: object) -> Launches:
+        return Launches([Launch(self.fn, (1, 1, 1), (1, 1, 1), [int(a) for a in args], "k")],
+                        [], [])
 
 
 def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,8 +97,8 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     cpu = aus.compile(graph, "llvm")
 
     drv = _FakeDriver()
-    monkeypatch.setattr(rt, "_driver", lambda: drv)
-    monkeypatch.setattr(rt, "_context", lambda: None)
+    monkeypatch.setattr(rt, "driver", lambda: drv)
+    monkeypatch.setattr(rt, "context", lambda: None)
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]
     assert cpu.aliases

@@ -203,8 +203,8 @@ def test_time_returns_positive_statistics(rng):
     a, b = rand(rng, (4, 6), "float32"), rand(rng, (4, 6), "int32")
     c = garbage((4, 6), "float32")
     res = mod.time(a, b, c, number=5, repeat=4, min_repeat_ms=2)
-    assert len(res.all) == 4 and all(t > 0 for t in res.all)
-    assert min(res.all) <= res.median <= max(res.all) and res.mean > 0
+    assert len(res.samples) == 4 and all(t > 0 for t in res.samples)
+    assert res.min <= res.median <= max(res.samples) and res.mean > 0
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 

@@ -17,10 +17,11 @@ from autosched import te
 from autosched.errors import MeasureError
 from autosched.schedule import steps as S
 from autosched.search.error_codes import ErrorCode
-from autosched.search.measure import Measurer, UnexpectedWorkerError, llc_bytes
+from autosched.search.measure import Measurer, UnexpectedWorkerError
 from autosched.search.measure_worker import compare, random_inputs
 from autosched.search.record import RecordLog, apply_history_best, ir_hash, records_from
 from autosched.search.task import Task
+from autosched.targets.host import llc_bytes
 
 REPEAT = 2
 
@@ -105,7 +106,7 @@ def test_failures_are_recorded_and_the_job_goes_on(measurer: Measurer, task: Tas
     assert [r.error_code for r in loaded] == [c.name for c in codes]
     (best,) = log.best(task.workload_key, task.target)
     assert best.cost == min(results[3].cost, results[6].cost)
-    assert log.measured_ir_hashes(task.workload_key, "llvm") >= {results[3].ir_hash}
+    assert log.measured_ir_hashes(task.workload_key, task.target) >= {results[3].ir_hash}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the task has a record: no fallback warning
         sch = apply_history_best([task], log)[task.workload_key]

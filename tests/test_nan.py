@@ -154,6 +154,7 @@ def test_onnx_model_keeps_nan_like_onnxruntime(rng: np.random.Generator) -> None
 def test_horizontal_vector_reduction_keeps_nan(rng: np.random.Generator) -> None:
     # acc = max(acc, A[v]) in a loop vectorized over v: one vector reduction, then one combine
     from autosched.driver import build_func
+    from autosched.targets.target import parse
     from autosched.te import expr as E
     from autosched.tir import ir
 
@@ -165,5 +166,5 @@ def test_horizontal_vector_reduction_keeps_nan(rng: np.random.Generator) -> None
     a = rng.uniform(-1, 1, 16).astype("float32")
     a[rng.integers(16)] = np.nan
     c = np.array([-np.inf], "float32")
-    build_func(ir.PrimFunc("hred", (A, C), body), "llvm")(a, c)
+    build_func(ir.PrimFunc("hred", (A, C), body), parse("llvm"))(a, c)
     assert np.isnan(c[0])

@@ -28,6 +28,7 @@ from autosched.search.record import (
     target_fingerprint,
 )
 from autosched.search.task import Task
+from autosched.targets.target import parse
 
 
 def _matmul_task(m: int = 24, n: int = 20, k: int = 12, name: str = "C") -> Task:
@@ -52,19 +53,19 @@ def _record(task: Task, cost: float | None, steps: list | None = None, ir: str =
 
 
 def test_fingerprint_llvm_and_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    fp = target_fingerprint("llvm")
+    fp = target_fingerprint(parse("llvm"))
     for key in ("triple", "cpu", "features", "num_cores", "llvmlite", "llvm"):
         assert key in fp, key
-    assert fingerprint_key(fp) == fingerprint_key("llvm") == fingerprint_key(json.loads(
+    assert fingerprint_key(fp) == fingerprint_key(parse("llvm")) == fingerprint_key(json.loads(
         json.dumps(fp)))
     assert fingerprint_key(fp).startswith(f"llvm/{fp['triple']}/{fp['cpu']}/")
     # the thread count is part of the key: schedules tuned for 1 thread differ from 2
     monkeypatch.setenv("AUTOSCHED_NUM_THREADS", "7")
-    assert target_fingerprint("llvm")["num_cores"] == 7
-    assert fingerprint_key("llvm").endswith("/t7")
-    cross = fingerprint_key("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
-    assert "aarch64" in cross and cross != fingerprint_key("llvm")
-    cuda = target_fingerprint("cuda -arch=sm_80")
+    assert target_fingerprint(parse("llvm"))["num_cores"] == 7
+    assert fingerprint_key(parse("llvm")).endswith("/t7")
+    cross = fingerprint_key(parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
+    assert "aarch64" in cross and cross != fingerprint_key(parse("llvm"))
+    cuda = target_fingerprint(parse("cuda -arch=sm_80"))
     assert cuda["arch"] == "sm_80" and fingerprint_key(cuda) == "cuda/sm_80"
 
 
@@ -126,18 +127,18 @@ def test_best_matches_target_and_ignores_errors(tmp_path: Path) -> None:
     task = _matmul_task()
     other = _matmul_task(24, 20, 13)  # another workload
     log = RecordLog(tmp_path / "mm.jsonl")
-    aarch64 = target_fingerprint("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
+    aarch64 = target_fingerprint(parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     log.append([
         _record(task, 3e-3, ir="a"), _record(task, None, ir="b"), _record(task, 1e-3, ir="c"),
         _record(task, 1e-4, ir="d", target=aarch64),  # fastest, but on another machine
         _record(other, 1e-5, ir="e"), _record(task, 2e-3, ir="f"),
     ])
-    (top,) = log.best(task.workload_key, "llvm")
+    (top,) = log.best(task.workload_key, task.target)
     assert top.ir_hash == "c"
     assert [r.ir_hash for r in log.best(task.workload_key, task.target, k=5)] == ["c", "f", "a"]
     assert [r.ir_hash for r in log.best(task.workload_key, aarch64, k=5)] == ["d"]
-    assert log.best("no-such-key", "llvm") == []
-    assert log.measured_ir_hashes(task.workload_key, "llvm") == {"a", "b", "c", "f"}
+    assert log.best("no-such-key", task.target) == []
+    assert log.measured_ir_hashes(task.workload_key, task.target) == {"a", "b", "c", "f"}
 
 
 def test_records_from_measure_results() -> None:
@@ -149,7 +150,7 @@ def test_records_from_measure_results() -> None:
     recs = records_from(task, [sch, [S.Split("C", "i", factor=2)]], results,
                         extras=[{"p": 1}, {"p": 2}])
     assert recs[0].steps == [S.Split("C", "j", factor=8).to_dict()] and recs[0].cost == 2e-3
-    assert recs[0].ir_hash == h and recs[0].target_key == fingerprint_key("llvm")
+    assert recs[0].ir_hash == h and recs[0].target_key == fingerprint_key(parse("llvm"))
     assert recs[1].error_code == "WRONG_ANSWER" and len(recs[1].error_msg) == 2000
     assert recs[1].extra == {"p": 2} and recs[0].workload_key == task.workload_key
     back = MeasureRecord.from_json(json.loads(recs[1].to_json_line()))

@@ -21,6 +21,7 @@ from autosched.search.space import SearchSpace
 from autosched.search.task_scheduler import TaskScheduler
 from autosched.search.workloads import make
 from autosched.targets.ref import build_module as ref_module
+from autosched.targets.target import parse
 from tests.backends import random_array, tolerance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_random_sketch_candidates_are_correct(name, shape, target, rng):
         if low is None:
             continue
         outs = [np.full(tuple(o.shape), np.nan, o.dtype) for o in task.outputs]
-        ref_module(low.func)(*inputs, *outs)
+        ref_module(low.func, parse("ref"))(*inputs, *outs)
         for got, exp in zip(outs, want):
             np.testing.assert_allclose(got, exp, **tolerance("float32"))
         checked += 1
@@ -287,7 +288,6 @@ def test_cold_round_samples_and_a_trained_round_evolves():
 def test_register_tiles_fit_the_register_file():
     from autosched.search.sketch import accumulator_registers
     from autosched.search.space import Candidate
-    from autosched.targets.target import parse
 
     assert parse("llvm -mcpu=haswell -mattr=+avx2,+fma").vector_registers == 16
     assert parse("llvm -mcpu=skylake-avx512 -mattr=+avx512f,+avx2,+fma").vector_registers == 32

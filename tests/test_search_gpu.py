@@ -11,6 +11,7 @@ import autosched as aus
 from autosched.search.space import Candidate, SearchSpace
 from autosched.search.workloads import make
 from autosched.targets.ref import build_module as ref_module
+from autosched.targets.target import parse
 
 # knob values of failing candidates (the log's extra.candidate)
 FAILING = [
@@ -38,7 +39,7 @@ def test_candidate_ir_is_right_in_the_evaluator(params, rng):
     task, low = _lowered(params, 64)
     a, b = rng.uniform(-1, 1, (64, 64)).astype("float32"), rng.uniform(-1, 1, (64, 64)).astype("float32")
     c = np.full((64, 64), np.nan, "float32")
-    ref_module(low.func)(a, b, c)
+    ref_module(low.func, parse("ref"))(a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 

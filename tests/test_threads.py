@@ -110,8 +110,8 @@ def test_cuda_model_serialises_threads(monkeypatch: pytest.MonkeyPatch, rng):
     drv = _FakeDriver()
     ctx = Context()
     drv.Context.pop = Context.pop
-    monkeypatch.setattr(rt, "_driver", lambda: drv)
-    monkeypatch.setattr(rt, "_context", lambda: ctx)
+    monkeypatch.setattr(rt, "driver", lambda: drv)
+    monkeypatch.setattr(rt, "context", lambda: ctx)
     onnx_model = small_cnn(image=10, seed=5)
     cpu = aus.compile(load_graph(onnx_model), target="llvm")
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))

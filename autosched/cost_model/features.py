@@ -152,7 +152,7 @@ class _Walker:
 
     def __init__(self, func: ir.PrimFunc, target: Target):
         self.target = target
-        self.gpu = target.kind == "cuda"
+        self.gpu = target.device == "gpu"
         hw = "gpu" if self.gpu else "cpu"
         self.line = LINE_BYTES[hw]
         self.caches = CACHE_BYTES[hw]

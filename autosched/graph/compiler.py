@@ -144,7 +144,7 @@ def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
     )
 
     g = optimize(graph)
-    if target is None or parse(target).kind == "cuda":
+    if target is None or parse(target).device == "gpu":
         return g
     return pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
 
@@ -225,7 +225,8 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
             log: str | os.PathLike | None = None) -> Any:
     """Compile a graph: each fused group with its best record in ``log`` (the untuned default
     schedule when there is none, with a warning listing those tasks). Returns a CompiledModel
-    (CPU targets) or a CudaModel (target "cuda") with ``run({name: array}) -> [arrays]``.
+    (modules on host arrays) or a CudaModel (a GPU's memory) with
+    ``run({name: array}) -> [arrays]``.
 
     Example::
 
@@ -256,7 +257,7 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     if untuned and log is not None:
         warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): "
                       f"{', '.join(untuned)}; they use default schedules", stacklevel=2)
-    if tgt.kind == "cuda":
+    if tgt.backend.device_memory(tgt) is not None:  # intermediates stay on the device
         from autosched.graph.executor_cuda import CudaModel
 
         return CudaModel(g, kernels, tgt, constants, aliases)

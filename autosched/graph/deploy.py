@@ -48,9 +48,9 @@ from autosched.targets.status import KernelFailure
 def export(model: Any, build_dir: str | os.PathLike) -> Path:
     """Write ``model`` (a CompiledModel for an llvm target) to ``build_dir``; returns the
     manifest's path."""
-    if model.target.kind != "llvm":
-        raise RuntimeError_(f"export writes CPU models (target llvm); this one is for "
-                            f"{model.target}")
+    if not model.target.backend.exports:
+        raise RuntimeError_(f"export writes models whose kernels export as libraries (target "
+                            f"llvm); this one is for {model.target}")
     out = Path(build_dir)
     out.mkdir(parents=True, exist_ok=True)
     libs: dict[int, str] = {}

@@ -161,12 +161,6 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def _bind(module: Any, args: list[np.ndarray]) -> Callable[[], None]:
-    """``module`` called on ``args`` with no per-call argument checks where it can bind."""
-    bind = getattr(module, "bind", None)
-    return bind(*args) if bind is not None else (lambda: module(*args))
-
-
 @dataclass
 class _Arena:
     """One set of planned buffers and the kernels bound to them (those that read no input)."""
@@ -238,13 +232,13 @@ class CompiledModel:
     def _calls(self, inputs: dict[str, Any], arena: _Arena) -> list[Callable[[], None]]:
         """Every kernel bound to these inputs and the arena's buffers, in execution order."""
         vals = self._values(inputs, arena)
-        return [_bind(k.module, [vals[v] for v in k.args]) for k in self.kernels]
+        return [k.module.bind(*(vals[v] for v in k.args)) for k in self.kernels]
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         with self._arena() as arena:
             vals = self._values(inputs, arena)
             if arena.bound is None:  # kernels on planned buffers and constants only: bound once
-                arena.bound = [_bind(k.module, [vals[v] for v in k.args])
+                arena.bound = [k.module.bind(*(vals[v] for v in k.args))
                                if not self._inputs.intersection(k.args) else None
                                for k in self.kernels]
             for kern, call in zip(self.kernels, arena.bound):

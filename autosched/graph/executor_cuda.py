@@ -29,6 +29,7 @@ import numpy as np
 from autosched.errors import RuntimeError_
 from autosched.graph.executor import allocate, check_inputs, memory_plan, nbytes
 from autosched.graph.graph import Graph
+from autosched.targets.cuda.runtime import Launch
 from autosched.targets.target import Target
 
 
@@ -40,8 +41,8 @@ class CudaModel:
                  constants: dict[str, np.ndarray], aliases: dict[str, str] | None = None):
         from autosched.targets.cuda import runtime as rt
 
-        self.drv = drv = rt._driver()
-        self._context = rt._context()
+        self.drv = drv = rt.driver()
+        self._context = rt.context()
         self._lock = threading.Lock()
         self.graph = graph
         self.kernels = kernels
@@ -64,27 +65,24 @@ class CudaModel:
                 drv.memcpy_htod(buf, a)
                 self.device[name] = buf
                 self.constant_bytes += a.nbytes
-        # launches prepared once: (function, grid, block, argument values, kernel name, task)
-        self._launches: list[tuple[Any, ...]] = []
+        # launches prepared once, each with the name of its task
+        self._launches: list[tuple[Launch, str]] = []
         self._keep: list[Any] = []
         for k in kernels:
-            mod = k.module
-            args = tuple(self.device[a] for a in k.args)
-            env = mod._bind_shapes(args)
-            calls, _copy_back, keep = mod._prepare(mod._load(), args, env)
-            self._keep.append(keep)
-            self._launches += [(*c, k.task.name) for c in calls]
+            launches = k.module.launches(*(self.device[a] for a in k.args))
+            self._keep.append(launches.keep)
+            self._launches += [(launch, k.task.name) for launch in launches.calls]
 
     def _launch(self, sync_each: bool = False) -> None:
         drv = self.drv
-        for fn, grid, block, values, name, task in self._launches:
+        for launch, task in self._launches:
             try:
-                fn.prepared_call(grid, block, *values)
+                launch()
                 if sync_each:
                     drv.Context.synchronize()
             except drv.Error as exc:
-                raise RuntimeError_(f"task {task}: kernel {name} (grid {grid}, block {block}) "
-                                    f"failed: {exc}") from exc
+                raise RuntimeError_(f"task {task}: kernel {launch.name} (grid {launch.grid}, "
+                                    f"block {launch.block}) failed: {exc}") from exc
 
     def _mem_alloc(self, n: int) -> Any:
         """Device memory; the driver's out-of-memory error as Python's, which ``allocate``

@@ -67,8 +67,7 @@ from autosched.search.task import Task
 from autosched.targets.llvm.compile import default_wait_policy
 from autosched.targets.target import Target, parse
 
-__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "llc_bytes",
-           "records_from"]
+__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "records_from"]
 
 STARTUP_TIMEOUT = 120.0  # seconds for a fresh worker to import autosched and say ready
 
@@ -110,22 +109,6 @@ def _error(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
                          timestamp=time.time(), **kw)
 
 
-def llc_bytes() -> int:
-    """The largest CPU cache of this machine (bytes), from sysfs; 32 MiB when unknown."""
-    best = 0
-    root = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in os.listdir(root):
-            with contextlib.suppress(OSError, ValueError):
-                with open(os.path.join(root, entry, "size")) as f:
-                    text = f.read().strip().upper()
-                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-                best = max(best, int(text.rstrip("KMG")) * mult)
-    except OSError:
-        pass
-    return best or 32 << 20
-
-
 # -- worker processes -------------------------------------------------------------------------
 
 
@@ -160,9 +143,7 @@ main(sys.argv)
 
 
 def _worker_argv(fd: int, kind: str) -> list[str]:
-    import autosched
-
-    root = os.path.dirname(os.path.abspath(autosched.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this autosched
     cwd = os.path.realpath(os.getcwd())
     # the parent's current directory ("" or its path) is left out: hostile files would lie
     # there; the other entries are where the parent itself imports from
@@ -323,7 +304,7 @@ class Measurer:
         self._env = _worker_env(worker_env)
         self._builders: list[_Worker | None] = [None] * self.build_workers
         self._runner: _Worker | None = None
-        self._kind: str | None = None
+        self._target: Target | None = None  # of the tasks the workers were started for
         self._tokens: dict[int, tuple[Task, int, bytes]] = {}
         self._home: str | None = None  # the workers' private current directory
         self._states: dict[int, tuple[list, list | None]] = {}
@@ -347,7 +328,7 @@ class Measurer:
                                f"{task.target}")
         if not candidates:
             return []
-        self._set_kind(task.target.kind)
+        self._set_target(task.target)
         hooks = dict(test_hooks or {})
         step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
                       for c in candidates]
@@ -368,7 +349,7 @@ class Measurer:
         worker fails or takes over ``build_timeout`` is left out (the caller lowers it)."""
         if not candidates:
             return {}
-        self._set_kind(task.target.kind)
+        self._set_target(task.target)
         token = self._token(task)
         dicts = [c.as_dict() for c in candidates]
         slots = range(min(self.build_workers, len(dicts)))
@@ -433,18 +414,18 @@ class Measurer:
                 return data
         raise KeyError(token)
 
-    def _set_kind(self, kind: str) -> None:
-        # workers preload one backend; a Measurer used for another kind starts fresh ones
-        if self._kind is not None and self._kind != kind:
+    def _set_target(self, target: Target) -> None:
+        # workers preload one backend; a Measurer used for another backend starts fresh ones
+        if self._target is not None and self._target.backend is not target.backend:
             self.close()
-        self._kind = kind
+        self._target = target
 
     def _start(self) -> _Worker:
-        assert self._kind is not None
+        assert self._target is not None
         if self._home is None:  # the workers' current directory: private and empty
             self._home = tempfile.mkdtemp(prefix="autosched-measure-")
         self.worker_starts += 1
-        return _Worker(self._kind, self._env, self._home)
+        return _Worker(self._target.kind, self._env, self._home)
 
     def _prepare(self, w: _Worker, token: int) -> None:
         """Wait until ``w`` is ready and holds the task of ``token``."""
@@ -457,7 +438,7 @@ class Measurer:
         return {"strict": self.strict, "hook": hook, "repeat": self.repeat,
                 "number": self.number, "min_repeat_ms": self.min_repeat_ms,
                 "check": self.check, "flush_cache": self.flush_cache,
-                "flush_bytes": 2 * llc_bytes() if self._kind != "cuda" else 2 * (64 << 20)}
+                "flush_bytes": self._target.backend.flush_bytes(self._target)}
 
     def _bug(self, where: str, tb: str) -> None:
         raise UnexpectedWorkerError(f"unexpected error in the measure worker while {where}:\n{tb}")

@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import AutoschedError, LowerError, RuntimeError_, ScheduleError
+from autosched.targets import backend as backends
+from autosched.targets.backend import DeviceMemory
+from autosched.targets.target import Target
 from autosched.te.tensor import PlaceholderOp
 
 # Tolerances (rtol, atol relative to the largest reference magnitude) per dtype kind: float32
@@ -57,7 +60,7 @@ class _TaskState:
         self.task = task
         self.inputs: list[np.ndarray | None] | None = None  # by argument position; None = output
         self.reference: list[np.ndarray] | None = None     # outputs of the default schedule
-        self.device_inputs: dict[int, Any] = {}            # cuda: inputs uploaded once
+        self.device_inputs: dict[int, Any] = {}            # on a device: inputs uploaded once
         self.space: Any = None                             # its SearchSpace, made on first use
 
 
@@ -141,26 +144,6 @@ def _hook(opts: dict, stage: str) -> None:
         time.sleep(3600)  # a stopped worker never gets here before the parent's timeout
 
 
-# -- artifacts: built modules as bytes ---------------------------------------------------------
-
-
-def _artifact(mod: Any, func: Any, kind: str) -> bytes:
-    if kind in ("llvm", "cuda"):
-        # HostModule pickles as its object code (re-JIT on load, ~1 ms); CudaModule as source +
-        # cubin, loaded into the run worker's context
-        return pickle.dumps(("module", mod))
-    return pickle.dumps(("func", func))  # ref: the evaluator's compiled Python does not pickle
-
-
-def _load(artifact: bytes, target: Any) -> Any:
-    kind, payload = pickle.loads(artifact)
-    if kind == "module":
-        return payload
-    from autosched.driver import build_func
-
-    return build_func(payload, target)
-
-
 # -- the server --------------------------------------------------------------------------------
 
 
@@ -169,7 +152,7 @@ class Server:
         self.conn = conn
         self.tasks: dict[int, _TaskState] = {}
         self._flush: np.ndarray | None = None
-        self._gpu_flush: Any = None
+        self._memories: dict[Target, DeviceMemory | None] = {}
 
     def serve(self) -> None:
         self.conn.send(("ready", os.getpid()))
@@ -235,7 +218,9 @@ class Server:
         try:
             _hook(opts, "build")
             mod = build_func(func, task.target)
-            artifact = _artifact(mod, func, task.target.kind)
+            # a module pickles as what the run worker needs to load it: object code (re-JIT,
+            # ~1 ms), source + cubin, or the loop IR (the evaluator renders it again)
+            artifact = pickle.dumps(mod)
         except AutoschedError as exc:
             raise _Fail("COMPILE_ERROR", f"{type(exc).__name__}: {exc}", ir_hash=h,
                         build_time=time.perf_counter() - t0) from None
@@ -250,37 +235,38 @@ class Server:
         task = st.task
         try:
             mod = build_func(task.lower(task.schedule()), task.target)
-            args = self._args(st, mod)
+            args = self._args(st)
             mod(*args)
         except AutoschedError as exc:
             raise _Fail("RUNTIME_ERROR", f"the default schedule of {task.name} failed: "
                         f"{type(exc).__name__}: {exc}") from None
-        st.reference = [self._host(a) for a, x in zip(args, inputs) if x is None]
+        st.reference = [self._host(st, a) for a, x in zip(args, inputs) if x is None]
         return ("ref", st.reference)
 
     # -- run --------------------------------------------------------------------------------
     def _run(self, token: int, artifact: bytes, opts: dict) -> tuple:
         st = self.tasks[token]
-        target = st.task.target
+        memory = self._memory(st.task.target)
         try:
-            mod = _load(artifact, target)
+            mod = pickle.loads(artifact)
         except AutoschedError as exc:
             raise _Fail("COMPILE_ERROR", f"loading the built module: {exc}") from None
         try:
-            args = self._args(st, mod)
+            args = self._args(st)
             _hook(opts, "run")
             if opts.get("check") and st.reference is not None:
                 mod(*args)
                 self._check(st, args, opts)
                 self.conn.send(("beat",))
-            costs = self._time(mod, args, opts, target.kind)
+            costs = self._time(mod, args, opts, memory)
         except RuntimeError_ as exc:
-            raise _Fail("RUNTIME_ERROR", str(exc), restart=target.kind == "cuda") from None
+            # a device context may be poisoned by a faulting kernel: start afresh
+            raise _Fail("RUNTIME_ERROR", str(exc), restart=memory is not None) from None
         except _Fail:
             raise
         except Exception as exc:
-            if target.kind == "cuda" and _is_cuda_error(exc):
-                raise _Fail("RUNTIME_ERROR", f"CUDA: {exc}", restart=True) from None
+            if memory is not None and memory.is_device_error(exc):
+                raise _Fail("RUNTIME_ERROR", f"device: {exc}", restart=True) from None
             raise
         return ("ran", costs)
 
@@ -288,7 +274,7 @@ class Server:
         assert st.inputs is not None and st.reference is not None
         outs = [(a, t) for a, t, x in zip(args, st.task.args, st.inputs) if x is None]
         for (arr, t), want in zip(outs, st.reference):
-            got = self._host(arr)
+            got = self._host(st, arr)
             if opts.get("hook") == "corrupt":
                 got = got.copy()
                 got.flat[got.size // 2] += 1 if got.dtype.kind != "b" else True
@@ -296,81 +282,64 @@ class Server:
             if problem:
                 raise _Fail("WRONG_ANSWER", problem)
 
-    def _time(self, mod: Any, args: list, opts: dict, kind: str) -> list[float]:
+    def _time(self, mod: Any, args: list, opts: dict, memory: DeviceMemory | None
+              ) -> list[float]:
         repeat, number = max(1, int(opts["repeat"])), opts.get("number")
         min_s = float(opts["min_repeat_ms"]) * 1e-3
-        if kind == "cuda":
-            first = mod.time(*args, warmup=1, repeat=1, number=1).median
-        elif kind == "llvm":
-            first = mod.time(*args, number=1, repeat=1, warmup=1).all[0]
-        else:
-            first = mod.time(*args, repeat=1)
+        first = mod.time(*args, number=1, repeat=1, warmup=1).median
         self.conn.send(("beat",))
         if number is None:
             number = 1 if first <= 0 else min(10**6, max(1, math.ceil(min_s / first)))
         costs = []
         for _ in range(repeat):
             if opts.get("flush_cache"):
-                self._flush_caches(kind, int(opts["flush_bytes"]))
-            if kind == "cuda":
-                costs.append(mod.time(*args, warmup=0, repeat=1, number=number).median)
-            elif kind == "llvm":
-                costs.append(mod.time(*args, number=number, repeat=1, warmup=0).all[0])
-            else:
-                costs.append(mod.time(*args, repeat=1))
+                self._flush_caches(memory, int(opts["flush_bytes"]))
+            costs.append(mod.time(*args, number=number, repeat=1, warmup=0).median)
             self.conn.send(("beat",))
         return costs
 
-    def _flush_caches(self, kind: str, nbytes: int) -> None:
-        if kind == "cuda":
-            import pycuda.driver as drv
-
-            if self._gpu_flush is None:
-                self._gpu_flush = drv.mem_alloc(nbytes)
-            drv.memset_d32(self._gpu_flush, 0x3F800000, nbytes // 4)
-            drv.Context.synchronize()
+    def _flush_caches(self, memory: DeviceMemory | None, nbytes: int) -> None:
+        if memory is not None:
+            memory.flush_caches(nbytes)
             return
         if self._flush is None or self._flush.nbytes != nbytes:
             self._flush = np.ones(nbytes // 8, dtype=np.int64)
         # read and write every line: evicts the kernel's data from every cache level
         np.add(self._flush, 1, out=self._flush)
 
+    def _memory(self, target: Target) -> DeviceMemory | None:
+        """Where the target's arguments live (None: host arrays), one per target."""
+        if target not in self._memories:
+            self._memories[target] = target.backend.device_memory(target)
+        return self._memories[target]
+
     # -- arguments ---------------------------------------------------------------------------
-    def _args(self, st: _TaskState, mod: Any) -> list:
+    def _args(self, st: _TaskState) -> list:
         """Fresh argument arrays: copies of the inputs (a bad kernel may scribble on them) and
-        outputs filled with NaN (or a sentinel), so an unwritten element cannot pass."""
+        outputs filled with NaN (or a sentinel), so an unwritten element cannot pass. On a
+        device, the inputs are uploaded once per task."""
         assert st.inputs is not None
-        cuda = st.task.target.kind == "cuda"
+        memory = self._memory(st.task.target)
         args: list[Any] = []
         for n, (t, x) in enumerate(zip(st.task.args, st.inputs)):
+            if x is not None and memory is not None:
+                if n not in st.device_inputs:
+                    st.device_inputs[n] = memory.to_device(x)
+                args.append(st.device_inputs[n])
+                continue
             if x is None:
-                shape = tuple(int(d) for d in t.shape)
                 dtype = np.dtype(t.dtype)
-                arr = _aligned(shape, dtype)
+                arr = _aligned(tuple(int(d) for d in t.shape), dtype)
                 arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
             else:
-                arr = x if cuda else _aligned_copy(x)
-            if cuda:
-                args.append(self._device(st, n, arr, x is not None))
-            else:
-                args.append(arr)
+                arr = _aligned_copy(x)
+            args.append(arr if memory is None else memory.to_device(arr))
         return args
 
-    def _device(self, st: _TaskState, n: int, arr: np.ndarray, is_input: bool) -> Any:
-        from autosched.targets.cuda.runtime import _context
+    def _host(self, st: _TaskState, arr: Any) -> np.ndarray:
+        memory = self._memory(st.task.target)
+        return arr if memory is None else memory.to_host(arr)
 
-        _context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
-        import pycuda.gpuarray as gpuarray
-
-        if is_input:
-            if n not in st.device_inputs:
-                st.device_inputs[n] = gpuarray.to_gpu(arr)
-            return st.device_inputs[n]
-        return gpuarray.to_gpu(arr)
-
-    @staticmethod
-    def _host(arr: Any) -> np.ndarray:
-        return arr if isinstance(arr, np.ndarray) else arr.get()
 
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
@@ -385,14 +354,6 @@ def _aligned_copy(x: np.ndarray) -> np.ndarray:
     out = _aligned(x.shape, x.dtype)
     np.copyto(out, x)
     return out
-
-
-def _is_cuda_error(exc: Exception) -> bool:
-    try:
-        import pycuda.driver as drv
-    except ImportError:
-        return False
-    return isinstance(exc, drv.Error)
 
 
 def _die_with_parent() -> None:
@@ -410,13 +371,7 @@ def _preload(kind: str) -> None:
     import autosched.schedule.lower  # noqa: F401
     import autosched.search.record  # noqa: F401
 
-    if kind == "llvm":
-        import autosched.targets.llvm  # noqa: F401
-        from autosched.targets.llvm.compile import _load_runtime_libraries
-
-        _load_runtime_libraries()
-    elif kind == "cuda":
-        import autosched.targets.cuda  # noqa: F401
+    backends.get(kind).preload()
 
 
 def main(argv: list[str]) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
 import json
 import math
@@ -41,8 +40,10 @@ from autosched.schedule.steps import (
     step_from_dict,
 )
 from autosched.search.error_codes import ErrorCode
-from autosched.targets.target import Target, parse
+from autosched.targets import backend as backends
+from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
+from autosched.version import __version__
 
 if TYPE_CHECKING:
     from autosched.schedule.schedule import Schedule
@@ -57,76 +58,34 @@ MIN_FREE_BYTES = 1 << 20  # a job refuses to start when its log's device has les
 # -- target fingerprints ---------------------------------------------------------------------
 
 
-def target_fingerprint(target: str | Target) -> dict[str, Any]:
-    """What the measured code depended on: for llvm the triple, CPU, features, thread count
-    and the llvmlite / LLVM versions; for cuda the arch and the NVRTC and driver versions (when
-    this machine has them).
+def target_fingerprint(target: Target) -> dict[str, Any]:
+    """What the measured code depended on, as the target's backend describes it (for llvm the
+    triple, CPU, features, thread count and the llvmlite / LLVM versions; for cuda the arch and
+    the NVRTC and driver versions).
 
     Example::
 
-        fp = target_fingerprint("llvm")   # {"kind": "llvm", "triple": "x86_64-...", ...}
+        fp = target_fingerprint(parse("llvm"))   # {"kind": "llvm", "triple": "x86_64-...", ...}
         fingerprint_key(fp)               # "llvm/x86_64-unknown-linux-gnu/znver4/f3a9c01d2/t2"
     """
-    tgt = parse(target)
-    fp: dict[str, Any] = {"kind": tgt.kind, "target": str(tgt)}
-    if tgt.kind == "llvm":
-        from autosched.targets.llvm.runtime import num_threads_setting
-
-        fp.update(triple=tgt.triple, cpu=tgt.cpu, features=tgt.features,
-                  num_cores=num_threads_setting(tgt), **_llvm_versions())
-    elif tgt.kind == "cuda":
-        fp.update(arch=tgt.arch, **_cuda_versions())
-    return fp
+    return target.backend.fingerprint(target)
 
 
-@functools.cache
-def _llvm_versions() -> dict[str, str]:
-    import llvmlite
-    import llvmlite.binding as llvm
-
-    return {"llvmlite": llvmlite.__version__,
-            "llvm": ".".join(map(str, llvm.llvm_version_info))}
-
-
-@functools.cache
-def _cuda_versions() -> dict[str, str]:
-    out: dict[str, str] = {}
-    try:
-        from autosched.targets.cuda.nvrtc import nvrtc_version
-
-        out["nvrtc"] = ".".join(map(str, nvrtc_version()))
-    except Exception:  # no cuda-bindings or no libnvrtc: the fingerprint just lacks it
-        pass
-    try:
-        # cuDriverGetVersion needs libcuda but no cuInit, so the tuner never owns a context
-        from cuda.bindings import driver
-
-        err, version = driver.cuDriverGetVersion()
-        if int(err) == 0:
-            out["driver"] = f"{version // 1000}.{version % 1000 // 10}"
-    except Exception:  # no driver on this machine (compile-only CI)
-        pass
-    return out
-
-
-def fingerprint_key(fp: dict[str, Any] | str | Target) -> str:
+def fingerprint_key(fp: dict[str, Any] | Target) -> str:
     """A short stable string for lookups: the fields that change which schedule is fastest
-    (kind, triple, CPU, features, threads / GPU arch), not library versions.
+    (kind, triple, CPU, features, threads / GPU arch), not library versions. A fingerprint read
+    from a log whose kind no backend knows keys as its kind alone.
 
     Example::
 
-        fingerprint_key(target_fingerprint("cuda -arch=sm_90"))   # "cuda/sm_90"
+        fingerprint_key(parse("cuda -arch=sm_90"))   # "cuda/sm_90"
     """
-    if not isinstance(fp, dict):
+    if isinstance(fp, Target):
         fp = target_fingerprint(fp)
-    kind = fp.get("kind", "")
-    if kind == "llvm":
-        feats = ",".join(sorted(f for f in str(fp.get("features", "")).split(",") if f))
-        fhash = hashlib.sha256(feats.encode()).hexdigest()[:9]
-        return f"llvm/{fp.get('triple', '')}/{fp.get('cpu', '')}/f{fhash}/t{fp.get('num_cores', 0)}"
-    if kind == "cuda":
-        return f"cuda/{fp.get('arch', '')}"
-    return str(kind)
+    kind = str(fp.get("kind", ""))
+    if kind not in backends.kinds():
+        return kind
+    return backends.get(kind).fingerprint_key(fp)
 
 
 def ir_hash(func: PrimFunc) -> str:
@@ -138,12 +97,6 @@ def ir_hash(func: PrimFunc) -> str:
         h = ir_hash(task.lower(sch))      # 32 hex digits
     """
     return hashlib.sha256(str(func).encode()).hexdigest()[:32]
-
-
-def _autosched_version() -> str:
-    import autosched
-
-    return autosched.__version__
 
 
 # -- records ------------------------------------------------------------------------------
@@ -315,7 +268,7 @@ def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
     if len(schedules) != len(results):
         raise ValueError(f"{len(schedules)} schedules but {len(results)} results")
     fp = target_fingerprint(task.target)
-    version = _autosched_version()
+    version = __version__
     out = []
     for n, (sch, res) in enumerate(zip(schedules, results)):
         steps = sch.steps if hasattr(sch, "steps") else list(sch)
@@ -340,8 +293,8 @@ class RecordLog:
 
         log = RecordLog("tuning_logs/matmul.jsonl")   # parent directories made on append
         log.append(records)
-        log.best(task.workload_key, "llvm", k=3)      # fastest first, errors ignored
-        log.measured_ir_hashes(task.workload_key, "llvm")
+        log.best(task.workload_key, task.target, k=3)   # fastest first, errors ignored
+        log.measured_ir_hashes(task.workload_key, task.target)
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -454,20 +407,21 @@ class RecordLog:
                           f"{RECORD_VERSION}: lines {shown}{more}", stacklevel=3)
         return out
 
-    def records_for(self, workload_key: str, target: str | Target | dict) -> list[MeasureRecord]:
-        """The measurements (errors included) of one workload on a matching target; records
-        cut short from outside (``transient``) measured nothing and are left out."""
-        key = fingerprint_key(target if isinstance(target, dict) else target_fingerprint(target))
+    def records_for(self, workload_key: str, target: Target | dict) -> list[MeasureRecord]:
+        """The measurements (errors included) of one workload on a matching target (a Target, or
+        a fingerprint read from a log); records cut short from outside (``transient``) measured
+        nothing and are left out."""
+        key = fingerprint_key(target)
         return [r for r in self.load() if r.workload_key == workload_key
                 and r.target_key == key and not r.transient]
 
-    def best(self, workload_key: str, target: str | Target | dict, k: int = 1
+    def best(self, workload_key: str, target: Target | dict, k: int = 1
              ) -> list[MeasureRecord]:
         """The ``k`` fastest successful records of ``workload_key`` on ``target``."""
         ok = [r for r in self.records_for(workload_key, target) if r.ok]
         return sorted(ok, key=lambda r: r.cost)[:k]
 
-    def measured_ir_hashes(self, workload_key: str, target: str | Target | dict) -> set[str]:
+    def measured_ir_hashes(self, workload_key: str, target: Target | dict) -> set[str]:
         """IR hashes already measured (with or without error): never measure them again."""
         return {r.ir_hash for r in self.records_for(workload_key, target) if r.ir_hash}
 

@@ -533,7 +533,7 @@ class Sketch:
 
 def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
     """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
-    gpu = getattr(target, "kind", "llvm") == "cuda"
+    gpu = target is not None and target.device == "gpu"
     if gpu:
         from autosched.search import sketch_gpu as G
 

@@ -45,22 +45,6 @@ class Lowered:
     features: np.ndarray | None = field(default=None, repr=False)
 
 
-def shared_bytes(func: PrimFunc) -> int:
-    """Shared memory the function allocates (an upper bound: nested allocations summed)."""
-    from autosched.te.expr import Const
-    from autosched.tir import ir
-    from autosched.tir.visit import walk
-
-    total = 0
-    for s in walk(func.body):
-        if isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
-            n = s.buffer.itemsize
-            for d in s.buffer.shape:
-                n *= d.value if isinstance(d, Const) else 1
-            total += n
-    return total
-
-
 class SearchSpace:
     """Sampling, mutation and crossover over a task's sketches."""
 
@@ -132,7 +116,7 @@ class SearchSpace:
             func = self.task.lower(sch)
         except (ScheduleError, LowerError):
             return None
-        if self.task.target.kind == "cuda" and shared_bytes(func) > self.task.target.max_shared_memory_per_block:
+        if self.task.target.backend.unfit(func, self.task.target) is not None:
             return None
         return Lowered(c, sch, func, ir_hash(func))
 

@@ -27,7 +27,6 @@ from autosched.search.record import (
     RecordLog,
     fingerprint_key,
     records_from,
-    target_fingerprint,
 )
 from autosched.search.space import Candidate, Lowered, SearchSpace
 from autosched.search.task import Task
@@ -64,7 +63,7 @@ class TaskTuner:
         self.search = EvolutionarySearch(
             self.space, _featurizer(task.target), rng,
             EvolutionConfig(population=opts.population, generations=opts.generations), lowerer)
-        self.target_key = fingerprint_key(target_fingerprint(task.target))
+        self.target_key = fingerprint_key(task.target)
         self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target)
         self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
         self.best_cost = min((r.cost for r in self.records), default=math.inf)

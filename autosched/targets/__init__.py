@@ -1,4 +1,5 @@
-"""Targets: descriptions (target.py) and one module per backend (llvm/, cuda/)."""
+"""Targets: descriptions (target.py), the Backend / Module interface and its registry
+(backend.py), and one package per backend (llvm/, cuda/, ref/)."""
 
 from autosched.targets.target import Target
 

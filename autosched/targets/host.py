@@ -1,7 +1,9 @@
-"""What the host machine is: LLVM triple, CPU name, features, cores; and the GPU arch if any."""
+"""What the host machine is: LLVM triple, CPU name, features, cores, the largest cache; and the
+GPU arch if any."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -89,3 +91,19 @@ def detect_cuda_arch() -> str:
         return f"sm_{major}{minor}"
     except Exception:  # no pycuda, no driver, no device: compile for the default arch
         return "sm_90"
+
+
+def llc_bytes() -> int:
+    """The largest CPU cache of this machine (bytes), from sysfs; 32 MiB when unknown."""
+    best = 0
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(root):
+            with contextlib.suppress(OSError, ValueError):
+                with open(os.path.join(root, entry, "size")) as f:
+                    text = f.read().strip().upper()
+                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+                best = max(best, int(text.rstrip("KMG")) * mult)
+    except OSError:
+        pass
+    return best or 32 << 20

@@ -7,22 +7,22 @@
     "ref"                                            the reference evaluator (slow, exact semantics)
 
 Limits the search and the code generators need are attributes here, never constants elsewhere.
+Each kind's backend (targets/backend.py) parses its options and fills in the defaults.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from autosched.errors import CompileError
-
-KINDS = ("llvm", "cuda", "ref")
+from autosched.targets import backend as backends
 
 
 @dataclass(frozen=True)
 class Target:
     kind: str
     options: tuple[tuple[str, str], ...] = ()
+    device: str = "cpu"  # "cpu" or "gpu": which schedules suit it (sketch rules, features, passes)
     # CPU
     triple: str = ""
     cpu: str = ""
@@ -45,6 +45,11 @@ class Target:
 
         return self.triple in ("", host_triple())
 
+    @property
+    def backend(self) -> backends.Backend:
+        """The backend registered for this target's kind."""
+        return backends.get(self.kind)
+
     def option(self, key: str, default: str = "") -> str:
         return dict(self.options).get(key, default)
 
@@ -57,24 +62,12 @@ def parse(text: str | Target) -> Target:
     if isinstance(text, Target):
         return text
     parts = text.split()
-    if not parts or parts[0] not in KINDS:
-        raise CompileError(f"unknown target {text!r}; expected it to start with one of {KINDS}")
-    kind, options = parts[0], []
+    if not parts:
+        raise CompileError(f"empty target {text!r}; expected one of {backends.kinds()}")
+    options = []
     for p in parts[1:]:
         if not p.startswith("-"):
             raise CompileError(f"target {text!r}: option {p!r} must look like -key=value")
         key, _, value = p.lstrip("-").partition("=")
         options.append((key, value))
-    opts = dict(options)
-    if kind == "llvm":
-        from autosched.targets.host import cpu_target_fields
-
-        return Target(kind, tuple(options), **cpu_target_fields(opts))
-    if kind == "cuda":
-        arch = opts.get("arch", "")
-        if not arch:
-            from autosched.targets.host import detect_cuda_arch
-
-            arch = detect_cuda_arch()
-        return Target(kind, tuple(options), arch=arch, max_shared_memory_per_block=48 * 1024)
-    return Target(kind, tuple(options), num_cores=os.cpu_count() or 1)
+    return backends.get(parts[0]).target(tuple(options))

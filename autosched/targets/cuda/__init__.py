@@ -3,21 +3,38 @@
 Building needs cuda-bindings and an NVRTC library but no GPU; running needs pycuda and a GPU.
 Neither is imported until used, so ``import autosched`` works without them.
 
+Targets: ``cuda -arch=sm_90`` (arch detected when a GPU is present), ``-fast-math``, and host
+emulation for machines without a GPU: the kernels are still generated and compiled with NVRTC,
+then ``-emulate=host`` runs the generated CUDA C itself, compiled with g++, on the CPU with
+checked buffers (host_emulate.py; without g++ or off x86-64 it falls back to "ir", with a
+warning), and ``-emulate=ir`` runs the bound loop IR with the reference evaluator.
+
 Example::
 
     mod = aus.build(s, [A, B, C], target="cuda -arch=sm_90")
     print(mod.get_source())       # the CUDA C
     mod.cubin                     # bytes, also on a machine without a GPU
     mod(a, b, c)                  # on a GPU: numpy arrays in, c written in place
+    aus.build(s, [A, B, C], target="cuda -emulate=host")(a, b, c)   # the same CUDA C, on the CPU
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
+from typing import Any
+
+from autosched.errors import CompileError
+from autosched.targets.backend import Backend, DeviceMemory, Module, register
 from autosched.targets.target import Target
-from autosched.tir.ir import PrimFunc
+from autosched.te.expr import Const
+from autosched.tir import ir
+from autosched.tir.visit import walk
+
+EMULATE = ("host", "ir")
 
 
-def build_module(func: PrimFunc, target: Target):  # noqa: ANN201  (CudaModule, lazily imported)
+def build_module(func: ir.PrimFunc, target: Target):  # noqa: ANN201  (CudaModule, lazily imported)
     """Bind any unbound nest (default schedule), render CUDA C, compile it with NVRTC."""
     from autosched.targets.cuda.codegen import generate
     from autosched.targets.cuda.default_schedule import bind_unbound
@@ -34,4 +51,112 @@ def build_module(func: PrimFunc, target: Target):  # noqa: ANN201  (CudaModule, 
     return CudaModule(func, target, source, binary)
 
 
-__all__ = ["build_module"]
+def shared_bytes(func: ir.PrimFunc) -> int:
+    """Shared memory the function allocates (an upper bound: nested allocations summed)."""
+    total = 0
+    for s in walk(func.body):
+        if isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
+            n = s.buffer.itemsize
+            for d in s.buffer.shape:
+                n *= d.value if isinstance(d, Const) else 1
+            total += n
+    return total
+
+
+class CudaBackend(Backend):
+    """NVIDIA GPUs: CUDA C compiled by NVRTC, launched through pycuda (or emulated on the host)."""
+
+    kind = "cuda"
+
+    def target(self, options: tuple[tuple[str, str], ...]) -> Target:
+        opts = dict(options)
+        if opts.get("emulate", EMULATE[0]) not in EMULATE:
+            raise CompileError(f"cuda -emulate={opts['emulate']}: expected one of {EMULATE}")
+        arch = opts.get("arch", "")
+        if not arch:
+            from autosched.targets.host import detect_cuda_arch
+
+            arch = detect_cuda_arch()
+        return Target(self.kind, options, device="gpu", arch=arch,
+                      max_shared_memory_per_block=48 * 1024)
+
+    def build(self, func: ir.PrimFunc, target: Target) -> Module:
+        mod = build_module(func, target)
+        mode = _emulation(target)
+        if mode is None:
+            return mod
+        from autosched.targets.cuda.host_emulate import EmulatedModule
+
+        return EmulatedModule(mod, mode)
+
+    def fingerprint(self, target: Target) -> dict[str, Any]:
+        """The arch and the NVRTC and driver versions (when this machine has them)."""
+        return {**super().fingerprint(target), "arch": target.arch, **_versions()}
+
+    def fingerprint_key(self, fp: dict[str, Any]) -> str:
+        return f"cuda/{fp.get('arch', '')}"
+
+    def unfit(self, func: ir.PrimFunc, target: Target) -> str | None:
+        need = shared_bytes(func)
+        if need > target.max_shared_memory_per_block:
+            return (f"{need} bytes of shared memory per block; {target} allows "
+                    f"{target.max_shared_memory_per_block}")
+        return None
+
+    def preload(self) -> None:
+        import autosched.targets.cuda.codegen  # noqa: F401
+        import autosched.targets.cuda.nvrtc  # noqa: F401
+
+    def device_memory(self, target: Target) -> DeviceMemory | None:
+        if _emulation(target) is not None:
+            return None
+        from autosched.targets.cuda.runtime import CudaMemory
+
+        return CudaMemory()
+
+    def flush_bytes(self, target: Target) -> int:
+        return 2 * (64 << 20)  # twice the L2 of the largest GPUs
+
+
+def _emulation(target: Target) -> str | None:
+    """How the target's kernels run without a GPU: "host", "ir", or None (on the GPU)."""
+    mode = target.option("emulate") or None
+    if mode == "host":
+        from autosched.targets.cuda.host_emulate import unavailable
+
+        if unavailable() is not None:
+            _fall_back_once(unavailable())
+            return "ir"
+    return mode
+
+
+@functools.cache
+def _fall_back_once(why: str) -> None:
+    warnings.warn(f"{why}; cuda -emulate=host runs the loop IR instead of the CUDA C",
+                  stacklevel=3)
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        from autosched.targets.cuda.nvrtc import nvrtc_version
+
+        out["nvrtc"] = ".".join(map(str, nvrtc_version()))
+    except Exception:  # no cuda-bindings or no libnvrtc: the fingerprint just lacks it
+        pass
+    try:
+        # cuDriverGetVersion needs libcuda but no cuInit, so the tuner never owns a context
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+        if int(err) == 0:
+            out["driver"] = f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # no driver on this machine (compile-only CI)
+        pass
+    return out
+
+
+register(CudaBackend())
+
+__all__ = ["CudaBackend", "build_module", "shared_bytes"]

@@ -18,11 +18,15 @@ Shared libraries are cached by a hash of their text
 (``$AUTOSCHED_CACHE_DIR/cuda-host`` or ``~/.cache/autosched/cuda-host``) and loaded only after
 the checks of autosched/cache.py (owner, mode, SHA-256); a refused one is compiled again.
 
+The target ``cuda -emulate=host`` builds EmulatedModules, which run this way (``-emulate=ir``:
+the reference evaluator on the module's bound loop IR instead).
+
 Example::
 
     mod = aus.build(s, [A, B, C], target="cuda -arch=sm_90")   # NVRTC, no GPU needed
     run = run_on_host(mod, a, b, c)       # c written in place; HostEmulationError on a bug
     run.warnings                          # e.g. reads of shared memory no thread wrote
+    aus.build(s, [A, B, C], target="cuda -emulate=host")(a, b, c)   # the same, as a module
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +50,13 @@ import numpy as np
 
 from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
+from autosched.targets.backend import Timing, time_repeats, wall_clock
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
-from autosched.targets.cuda.runtime import _nbytes
+from autosched.targets.cuda.runtime import CudaModule, _nbytes
+from autosched.targets.ref.evaluate import evaluate
 from autosched.tir import ir
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
@@ -95,7 +102,7 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
                 time_limit: float = 60.0) -> HostRun:
     """Run every kernel of ``mod`` (a CudaModule) on the CPU with numpy ``args`` (one per
     parameter); the arrays it writes are updated in place, as ``mod(*args)`` would on a GPU."""
-    env = mod._bind_shapes(args)
+    env = mod.shape_env(args)
     for buf, a in zip(mod.func.params, args):
         if not isinstance(a, np.ndarray):
             raise RuntimeError_(f"run_on_host takes numpy arrays; {buf.name} is "
@@ -126,6 +133,39 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
         if buf in mod.source.written:
             a[...] = mem[buf].array(a.shape, a.dtype)
     return HostRun(tuple(warnings))
+
+
+class EmulatedModule:
+    """A CudaModule run on the CPU: its CUDA C through run_on_host (``mode`` "host") or its
+    bound loop IR through the reference evaluator ("ir"), after the GPU module's own argument
+    checks. Pickles as the CudaModule it wraps."""
+
+    def __init__(self, module: CudaModule, mode: str) -> None:
+        self.module = module
+        self.mode = mode
+        self.target = module.target
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        if self.mode == "ir":
+            self.module.shape_env(arrays)
+            evaluate(self.module.func, *arrays)
+        else:
+            run_on_host(self.module, *arrays)
+
+    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
+        return lambda: self(*arrays)
+
+    def time(self, *arrays: np.ndarray, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
+        """Wall-clock seconds of the emulation (says nothing of the GPU's speed)."""
+        return time_repeats(wall_clock(self.bind(*arrays)), number=number, repeat=repeat,
+                            warmup=warmup, min_repeat_ms=min_repeat_ms)
+
+    def get_source(self) -> str:
+        return self.module.get_source()
+
+    def __repr__(self) -> str:
+        return f"EmulatedModule({self.module!r}, {self.mode})"
 
 
 # -- rewriting the CUDA C --------------------------------------------------------------------

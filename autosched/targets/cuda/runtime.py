@@ -8,20 +8,20 @@ Example::
 
     mod = aus.build(s, [A, B, C], target="cuda")
     mod(a, b, c)                         # numpy in, c written in place
-    t = mod.time(a, b, c, repeat=50)     # Timing(median=..., ...) in seconds per call
+    t = mod.time(a, b, c, repeat=50)     # Timing: .median, .mean, .min seconds per call
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import statistics
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from autosched.errors import RuntimeError_
+from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.nvrtc import CompiledBinary
@@ -33,17 +33,8 @@ from autosched.tir import ir
 INSTALL_HINT = "pip install autosched[cuda]  (or: pip install pycuda)"
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Seconds per call: median, mean and min over ``samples``."""
-
-    median: float
-    mean: float
-    min: float
-    samples: tuple[float, ...]
-
-
-def _driver():  # noqa: ANN202
+def driver():  # noqa: ANN201
+    """pycuda's driver module (RuntimeError_ with an install hint when pycuda is missing)."""
     try:
         import pycuda.driver as drv
     except ImportError as exc:
@@ -54,9 +45,9 @@ def _driver():  # noqa: ANN202
 
 
 @functools.cache
-def _context() -> Any:
+def context() -> Any:
     """The current CUDA context, or device 0's primary context (shared with torch / cupy)."""
-    drv = _driver()
+    drv = driver()
     try:
         drv.init()
         if drv.Device.count() == 0:
@@ -85,8 +76,8 @@ class _Loaded:
     """A module loaded into the CUDA context, with its kernel functions prepared."""
 
     def __init__(self, source: CudaSource, binary: CompiledBinary) -> None:
-        drv = _driver()
-        _context()
+        drv = driver()
+        context()
         self.drv = drv
         try:
             self.module = drv.module_from_buffer(binary.data)
@@ -112,6 +103,28 @@ class _Loaded:
                 "q" if v.dtype == "int64" else "i" for v in k.scalars)
             fn.prepare(fmt)
             self.functions.append(fn)
+
+
+class Launch(NamedTuple):
+    """One kernel launch with its arguments bound."""
+
+    function: Any
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    values: list[Any]
+    name: str
+
+    def __call__(self) -> None:
+        self.function.prepared_call(self.grid, self.block, *self.values)
+
+
+class Launches(NamedTuple):
+    """The launches of one call on given arguments, the (host array, device buffer) pairs to
+    copy back after them, and the device buffers they use (kept alive with them)."""
+
+    calls: list[Launch]
+    copy_back: list[tuple[np.ndarray, Any]]
+    keep: list[Any]
 
 
 class CudaModule:
@@ -161,56 +174,57 @@ class CudaModule:
 
     def __call__(self, *args: Any) -> None:
         """Run on ``args`` (one per parameter, in order); numpy outputs are written in place."""
-        env = self._bind_shapes(args)  # argument errors need no GPU
-        loaded = self._load()
-        calls, copy_back, _keep = self._prepare(loaded, args, env)
-        drv = loaded.drv
-        for fn, grid, block, values, name in calls:
+        env = self.shape_env(args)  # argument errors need no GPU
+        launches = self._launches(args, env)
+        drv = driver()
+        for launch in launches.calls:
             try:  # synchronize per kernel so that a fault names its kernel
-                fn.prepared_call(grid, block, *values)
+                launch()
                 drv.Context.synchronize()
             except drv.Error as exc:
                 raise RuntimeError_(
-                    f"{self.func.name}: kernel {name} (grid {grid}, block {block}) failed: {exc}"
+                    f"{self.func.name}: kernel {launch.name} (grid {launch.grid}, block "
+                    f"{launch.block}) failed: {exc}"
                 ) from exc
-        for host, dev in copy_back:
+        for host, dev in launches.copy_back:
             drv.memcpy_dtoh(host, dev)
 
-    def time(self, *args: Any, warmup: int = 3, repeat: int = 20, number: int = 1) -> Timing:
+    def bind(self, *args: Any) -> Callable[[], None]:
+        return lambda: self(*args)
+
+    def time(self, *args: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
         """Time all kernels of one call with CUDA events (data stays on the device)."""
-        env = self._bind_shapes(args)
-        loaded = self._load()
-        calls, _copy, _keep = self._prepare(loaded, args, env)
-        drv = loaded.drv
+        calls = self.launches(*args).calls
+        drv = driver()
+        start, end = drv.Event(), drv.Event()
 
-        def launch() -> None:
-            for fn, grid, block, values, _name in calls:
-                fn.prepared_call(grid, block, *values)
-
-        samples = []
-        try:
-            for _ in range(warmup):
-                launch()
-            drv.Context.synchronize()
-            start, end = drv.Event(), drv.Event()
-            for _ in range(repeat):
-                start.record()
-                for _ in range(number):
+        def run(n: int) -> float:
+            start.record()
+            for _ in range(n):
+                for launch in calls:
                     launch()
-                end.record()
-                end.synchronize()
-                samples.append(start.time_till(end) / 1e3 / number)
+            end.record()
+            end.synchronize()
+            return start.time_till(end) / 1e3
+
+        try:
+            return time_repeats(run, number=number, repeat=repeat, warmup=warmup,
+                                min_repeat_ms=min_repeat_ms)
         except drv.Error as exc:
             raise RuntimeError_(
                 f"{self.func.name}: running kernels {list(self.kernel_names)} failed: {exc}"
             ) from exc
-        return Timing(statistics.median(samples), statistics.fmean(samples), min(samples),
-                      tuple(samples))
+
+    def launches(self, *args: Any) -> Launches:
+        """The kernels of one call bound to ``args`` (device arrays, used in place, or numpy
+        arrays, copied to fresh device buffers), for callers that launch them many times."""
+        return self._launches(args, self.shape_env(args))
 
     # -- arguments and launches --------------------------------------------------------------
 
-    def _prepare(self, loaded: _Loaded, args: tuple[Any, ...],
-                 env: dict[int, int]) -> tuple[list, list, list]:
+    def _launches(self, args: tuple[Any, ...], env: dict[int, int]) -> Launches:
+        loaded = self._load()
         params = self.func.params
         drv = loaded.drv
         ptrs: dict[ir.Buffer, int] = {}
@@ -239,10 +253,12 @@ class CudaModule:
                 continue
             self._check_limits(loaded, info, fn, grid, block)
             values = [ptrs[b] for b in info.buffers] + [env[v.uid] for v in info.scalars]
-            calls.append((fn, grid, block, values, info.name))
-        return calls, copy_back, keep
+            calls.append(Launch(fn, grid, block, values, info.name))
+        return Launches(calls, copy_back, keep)
 
-    def _bind_shapes(self, args: tuple[Any, ...]) -> dict[int, int]:
+    def shape_env(self, args: tuple[Any, ...]) -> dict[int, int]:
+        """Check ``args`` against the parameters (count, dtype, shape; no GPU needed) and bind
+        the shape variables: {variable uid: size}."""
         params = self.func.params
         if len(args) != len(params):
             raise RuntimeError_(
@@ -317,6 +333,36 @@ class CudaModule:
                     f"kernel {info.name}: grid {grid} exceeds the device's limit {m} on "
                     f"axis {'xyz'[axis]}"
                 )
+
+
+class CudaMemory:
+    """Device arrays for measurement (targets/backend.py's DeviceMemory), through pycuda."""
+
+    def __init__(self) -> None:
+        self._flush: Any = None
+
+    def to_device(self, arr: np.ndarray) -> Any:
+        context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
+        import pycuda.gpuarray as gpuarray
+
+        return gpuarray.to_gpu(arr)
+
+    def to_host(self, arg: Any) -> np.ndarray:
+        return arg if isinstance(arg, np.ndarray) else arg.get()
+
+    def flush_caches(self, nbytes: int) -> None:
+        drv = driver()
+        if self._flush is None:
+            self._flush = drv.mem_alloc(nbytes)
+        drv.memset_d32(self._flush, 0x3F800000, nbytes // 4)
+        drv.Context.synchronize()
+
+    def is_device_error(self, exc: Exception) -> bool:
+        try:
+            import pycuda.driver as drv
+        except ImportError:
+            return False
+        return isinstance(exc, drv.Error)
 
 
 def _shape_dtype(arg: Any) -> tuple[tuple[int, ...] | None, Any]:

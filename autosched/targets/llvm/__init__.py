@@ -10,14 +10,21 @@ Example::
     cross = build_module(func, parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     cross.export_library("kernel.so")                 # linked with aarch64-linux-gnu-gcc
 
-The exported C signature is described in abi.py.
+The exported C signature is described in abi.py. Targets: ``llvm -mtriple=... -mcpu=...
+-mattr=... -num-cores=N`` (host CPU, features and cores detected when not given).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from typing import Any
+
+from autosched.targets.backend import Backend, register
+from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
-from autosched.targets.llvm.compile import compile_ir, target_machine
-from autosched.targets.llvm.runtime import CPUModule, HostModule, TimingResult
+from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
+from autosched.targets.llvm.runtime import CPUModule, HostModule, num_threads_setting
 from autosched.targets.llvm.walk import stored_buffers
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
@@ -36,4 +43,43 @@ def build_module(func: PrimFunc, target: Target) -> CPUModule:
     return cls(sig, target, ir_text, compiled, uses_threads, written)
 
 
-__all__ = ["CPUModule", "HostModule", "TimingResult", "build_module"]
+class LLVMBackend(Backend):
+    """CPUs through LLVM: the host (JIT) or any triple (object files, shared libraries)."""
+
+    kind = "llvm"
+    exports = True
+
+    def target(self, options: tuple[tuple[str, str], ...]) -> Target:
+        return Target(self.kind, options, device="cpu", **cpu_target_fields(dict(options)))
+
+    def build(self, func: PrimFunc, target: Target) -> CPUModule:
+        return build_module(func, target)
+
+    def fingerprint(self, target: Target) -> dict[str, Any]:
+        """The triple, CPU, features, thread count and the llvmlite / LLVM versions."""
+        return {**super().fingerprint(target), "triple": target.triple, "cpu": target.cpu,
+                "features": target.features, "num_cores": num_threads_setting(target),
+                **_versions()}
+
+    def fingerprint_key(self, fp: dict[str, Any]) -> str:
+        """llvm/<triple>/<cpu>/f<hash of the sorted features>/t<threads>"""
+        feats = ",".join(sorted(f for f in str(fp.get("features", "")).split(",") if f))
+        fhash = hashlib.sha256(feats.encode()).hexdigest()[:9]
+        return f"llvm/{fp.get('triple', '')}/{fp.get('cpu', '')}/f{fhash}/t{fp.get('num_cores', 0)}"
+
+    def preload(self) -> None:
+        load_runtime_libraries()
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    return {"llvmlite": llvmlite.__version__,
+            "llvm": ".".join(map(str, llvm.llvm_version_info))}
+
+
+register(LLVMBackend())
+
+__all__ = ["CPUModule", "HostModule", "LLVMBackend", "build_module"]

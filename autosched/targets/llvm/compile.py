@@ -122,7 +122,7 @@ def default_wait_policy(env: MutableMapping[str, str]) -> None:
 
 
 @functools.cache
-def _load_runtime_libraries() -> None:
+def load_runtime_libraries() -> None:
     """libgomp (parallel loops), libm (math calls) and libgcc_s (helpers LLVM calls for
     conversions the CPU lacks, e.g. __truncdfhf2 for float64 -> float16) for the JIT.
 
@@ -143,7 +143,7 @@ class JitEngine:
     """An MCJIT engine holding one compiled object (kept alive as long as the module)."""
 
     def __init__(self, compiled: Compiled, target: Target) -> None:
-        _load_runtime_libraries()
+        load_runtime_libraries()
         tm = _new_target_machine(target.triple, target.cpu, target.features)
         empty = llvm.parse_assembly("")
         empty.triple = target.triple

@@ -13,41 +13,22 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from autosched.errors import CompileError, RuntimeError_
+from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.llvm import compile as cc
 from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te.expr import Const, Var
 from autosched.tir.ir import Buffer
-
-
-@dataclass(frozen=True)
-class TimingResult:
-    """Seconds per call: ``all`` holds one mean per repeat."""
-
-    all: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.all)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.all)
-
-    def __str__(self) -> str:
-        return f"median {self.median * 1e3:.4f} ms, mean {self.mean * 1e3:.4f} ms ({len(self.all)})"
 
 
 def num_threads_setting(target: Target) -> int:
@@ -127,11 +108,21 @@ class CPUModule:
             raise CompileError(f"linking failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
         return os.fspath(path)
 
-    def __call__(self, *arrays: Any) -> None:
-        raise RuntimeError_(
+    def _elsewhere(self) -> RuntimeError_:
+        return RuntimeError_(
             f"{self.entry_name} was compiled for {self.target.triple}, which is not this machine; "
             "use export_library() / save_object() and run it there"
         )
+
+    def __call__(self, *arrays: Any) -> None:
+        raise self._elsewhere()
+
+    def bind(self, *arrays: Any) -> Callable[[], None]:
+        raise self._elsewhere()
+
+    def time(self, *arrays: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
+        raise self._elsewhere()
 
 
 _CTYPES_INT64 = ctypes.c_int64
@@ -230,38 +221,27 @@ class HostModule(CPUModule):
 
         return call
 
-    def time(self, *arrays: Any, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0.0,
-             warmup: int = 1, flush_cache: bool = False) -> TimingResult:
+    def time(self, *arrays: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
         """Seconds per call: ``repeat`` means of ``number`` calls each, after ``warmup`` calls.
         With ``min_repeat_ms``, ``number`` grows until one repeat lasts that long."""
         args, copies = self._prepare(arrays)
         fn = self._cfunc
-        for _ in range(max(warmup, 0)):
-            self.check_status(fn(*args))
-        if min_repeat_ms > 0:
-            while True:
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    fn(*args)
-                elapsed = time.perf_counter() - t0
-                if elapsed * 1e3 >= min_repeat_ms:
-                    break
-                grow = min_repeat_ms / max(elapsed * 1e3, 1e-3)
-                number = max(number * 2, int(number * grow * 1.1) + 1)
-        flush = np.empty(32 << 20, dtype=np.uint8) if flush_cache else None
-        out = []
         status = 0
-        for _ in range(repeat):
-            if flush is not None:
-                flush += 1
+
+        def run(n: int) -> float:
+            nonlocal status
             t0 = time.perf_counter()
-            for _ in range(number):
+            for _ in range(n):
                 status |= fn(*args)
-            out.append((time.perf_counter() - t0) / number)
+            return time.perf_counter() - t0
+
+        timing = time_repeats(run, number=number, repeat=repeat, warmup=warmup,
+                              min_repeat_ms=min_repeat_ms)
         self.check_status(status)
         for aligned, orig in copies:
             np.copyto(orig, aligned)
-        return TimingResult(tuple(out))
+        return timing
 
 
 def _check_array(fname: str, buf: Buffer, arr: Any, sizes: dict[int, int], written: bool) -> None:

@@ -12,20 +12,21 @@ Example::
     mod = aus.build(s, [A, B, C], target="ref")   # or build_module(func, parse("ref"))
     mod(a, b, c)                                  # c written in place
     print(mod.get_source())                       # the Python it runs
-    seconds = mod.time(a, b, c, repeat=3)
+    seconds = mod.time(a, b, c, repeat=3).median
 """
 
 from __future__ import annotations
 
-import statistics
-import time as _time
+import os
+from collections.abc import Callable
 
 import numpy as np
 
 from autosched.errors import CompileError
+from autosched.targets.backend import Backend, Timing, register, time_repeats, wall_clock
 from autosched.targets.ref.evaluate import Program, compile_func
 from autosched.targets.ref.pyrender import kernels
-from autosched.targets.target import Target, parse
+from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
 
 
@@ -47,18 +48,18 @@ class RefModule:
     def __call__(self, *arrays: np.ndarray) -> None:
         self._program(*arrays)
 
+    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
+        return lambda: self._program(*arrays)
+
     def get_source(self) -> str:
         """The generated Python source."""
         return self._program.source
 
-    def time(self, *arrays: np.ndarray, repeat: int = 3) -> float:
-        """Median wall-clock seconds of ``repeat`` runs on ``arrays`` (which it overwrites)."""
-        runs = []
-        for _ in range(max(1, repeat)):
-            start = _time.perf_counter()
-            self._program(*arrays)
-            runs.append(_time.perf_counter() - start)
-        return statistics.median(runs)
+    def time(self, *arrays: np.ndarray, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
+        """Wall-clock seconds per call on ``arrays`` (which it overwrites)."""
+        return time_repeats(wall_clock(self.bind(*arrays)), number=number, repeat=repeat,
+                            warmup=warmup, min_repeat_ms=min_repeat_ms)
 
     def __repr__(self) -> str:
         return f"RefModule({self.func.name}, target={self.target})"
@@ -82,13 +83,27 @@ def check_launch_limits(func: PrimFunc, target: Target) -> None:
             )
 
 
-def build_module(func: PrimFunc, target: Target | str = "ref") -> RefModule:
+def build_module(func: PrimFunc, target: Target) -> RefModule:
     """Compile ``func`` for the reference evaluator (the "ref" target of aus.build); kernels
     must fit the target's GPU limits (threads and shared memory per block)."""
-    tgt = parse(target)
-    check_launch_limits(func, tgt)
+    check_launch_limits(func, target)
 
     def on(option: str) -> bool:
-        return tgt.option(option, "1").lower() not in ("0", "false", "off", "no")
+        return target.option(option, "1").lower() not in ("0", "false", "off", "no")
 
-    return RefModule(func, tgt, check_bounds=on("check-bounds"), check_races=on("check-races"))
+    return RefModule(func, target, check_bounds=on("check-bounds"), check_races=on("check-races"))
+
+
+class RefBackend(Backend):
+    """The reference evaluator: any schedule, CPU or GPU, as plain Python on numpy arrays."""
+
+    kind = "ref"
+
+    def target(self, options: tuple[tuple[str, str], ...]) -> Target:
+        return Target(self.kind, options, num_cores=os.cpu_count() or 1)
+
+    def build(self, func: PrimFunc, target: Target) -> RefModule:
+        return build_module(func, target)
+
+
+register(RefBackend())
