@@ -22,6 +22,7 @@ from autosched.search.measure_worker import compare, random_inputs
 from autosched.search.record import RecordLog, apply_history_best, ir_hash, records_from
 from autosched.search.task import Task
 from autosched.targets.host import llc_bytes
+from autosched.targets.target import parse
 
 REPEAT = 2
 
@@ -47,7 +48,7 @@ def _good_steps() -> list[list[S.Step]]:
 
 @pytest.fixture(scope="module")
 def measurer() -> Iterator[Measurer]:
-    with Measurer("llvm", build_workers=2, repeat=REPEAT, min_repeat_ms=5, strict=True,
+    with Measurer(parse("llvm"), build_workers=2, repeat=REPEAT, min_repeat_ms=5, strict=True,
                   run_timeout=20, build_timeout=60) as m:
         yield m
 
@@ -124,7 +125,7 @@ def test_unexpected_worker_error_surfaces_in_strict_mode(measurer: Measurer, tas
 
 def test_timeouts_kill_the_worker_and_the_job_goes_on() -> None:
     task = _matmul(16, 16, 16)
-    with Measurer("llvm", build_workers=1, build_timeout=3, run_timeout=2, repeat=1,
+    with Measurer(parse("llvm"), build_workers=1, build_timeout=3, run_timeout=2, repeat=1,
                   min_repeat_ms=1, strict=False) as m:
         t0 = time.monotonic()
         results = m.measure(task, [[], [], [], []],
@@ -138,7 +139,7 @@ def test_timeouts_kill_the_worker_and_the_job_goes_on() -> None:
 
 
 def test_wrong_target_is_refused(task: Task) -> None:
-    m = Measurer("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
+    m = Measurer(parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     with pytest.raises(MeasureError, match="aarch64"):
         m.measure(task, [[]])
     m.close()
@@ -195,7 +196,7 @@ def test_cuda_measure() -> None:
     i_split = [S.Split("C", "i", factor=16), S.Split("C", "j", factor=16),
                S.Bind("C", "i.outer", "blockIdx.y"), S.Bind("C", "j.outer", "blockIdx.x"),
                S.Bind("C", "i.inner", "threadIdx.y"), S.Bind("C", "j.inner", "threadIdx.x")]
-    with Measurer("cuda", repeat=3, min_repeat_ms=5, strict=True) as m:
+    with Measurer(parse("cuda"), repeat=3, min_repeat_ms=5, strict=True) as m:
         results = m.measure(task, [[], i_split, i_split, i_split, [S.Split("C", "x", 2)]],
                             test_hooks={2: "corrupt", 3: "run_segfault"})
     codes = [r.error_code for r in results]
@@ -209,7 +210,7 @@ def test_cuda_without_a_gpu_is_a_clear_error() -> None:
 
     if _GPU_SKIP is None:
         pytest.skip("this machine has a GPU")
-    with Measurer("cuda -arch=sm_90", strict=True) as m:
+    with Measurer(parse("cuda -arch=sm_90"), strict=True) as m:
         with pytest.raises(MeasureError, match="cannot check candidates of C: .*(pycuda|GPU)"):
             m.measure(_matmul(8, 8, 8, target="cuda -arch=sm_90"), [[]])
 
@@ -241,7 +242,7 @@ def test_workers_start_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "import pathlib\npathlib.Path(__file__).with_name('planted_ran').write_text('ran')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AUTOSCHED_CACHE_DIR", "rel-cache")  # relative: must stay ours
-    with Measurer("llvm", build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
+    with Measurer(parse("llvm"), build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
         (res,) = m.measure(_matmul(9, 7, 5), [[]])
         assert m._runner is not None
         cwd = Path(os.readlink(f"/proc/{m._runner.proc.pid}/cwd"))
@@ -282,7 +283,7 @@ def test_a_worker_killed_from_outside_is_retried_once(measurer: Measurer, task: 
 
 def test_a_stopped_worker_is_retried_not_timed_out() -> None:
     task = _matmul(16, 16, 16)
-    with Measurer("llvm", build_workers=1, build_timeout=3, run_timeout=2, repeat=1,
+    with Measurer(parse("llvm"), build_workers=1, build_timeout=3, run_timeout=2, repeat=1,
                   min_repeat_ms=1, strict=True) as m:
         once, always, hang, build_once = m.measure(task, [[]] * 4, test_hooks={
             0: "run_sigstop_once", 1: "run_sigstop", 2: "run_hang", 3: "build_sigstop_once"})
@@ -305,7 +306,7 @@ def test_a_run_worker_killed_while_preparing_is_replaced_once(
         real(self, w, token)
 
     monkeypatch.setattr(Measurer, "_prepare", prepare)
-    with Measurer("llvm", build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
+    with Measurer(parse("llvm"), build_workers=1, repeat=1, min_repeat_ms=1, strict=True) as m:
         if kills == 1:
             (res,) = m.measure(_matmul(9, 7, 5), [[]])
             assert res.ok, res.error_msg

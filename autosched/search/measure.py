@@ -52,7 +52,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -61,13 +61,16 @@ import numpy as np
 from autosched.errors import MeasureError
 from autosched.schedule.schedule import Schedule
 from autosched.schedule.steps import Step
+from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
+from autosched.search.protocol import MeasureOptions
 from autosched.search.record import MAX_ERROR_MSG, fingerprint_key, records_from
 from autosched.search.task import Task
 from autosched.targets.llvm.compile import default_wait_policy
-from autosched.targets.target import Target, parse
+from autosched.targets.target import Target
 
-__all__ = ["ErrorCode", "MeasureResult", "Measurer", "UnexpectedWorkerError", "records_from"]
+__all__ = ["ErrorCode", "MeasureOptions", "MeasureResult", "Measurer", "UnexpectedWorkerError",
+           "records_from"]
 
 STARTUP_TIMEOUT = 120.0  # seconds for a fresh worker to import autosched and say ready
 
@@ -175,11 +178,11 @@ class _Worker:
         if self.ready:
             return
         msg = self.recv(timeout)
-        if msg[0] != "ready":
+        if not isinstance(msg, P.Ready):
             raise MeasureError(f"measure worker sent {msg!r} instead of ready")
         self.ready = True
 
-    def send(self, msg: tuple) -> None:
+    def send(self, msg: Any) -> None:
         try:
             self.conn.send(msg)
         except (OSError, EOFError) as exc:
@@ -240,7 +243,7 @@ class _Worker:
 
     def close(self) -> None:
         with contextlib.suppress(_Died, OSError):
-            self.send(("stop",))
+            self.send(P.Stop())
         self.kill()
         self.log.close()
 
@@ -271,38 +274,24 @@ class Measurer:
 
     Example::
 
-        m = Measurer("llvm", build_workers=2, repeat=3, min_repeat_ms=100)
+        m = Measurer(parse("llvm"), MeasureOptions(build_workers=2, min_repeat_ms=100))
+        m = Measurer(parse("llvm"), build_workers=2, min_repeat_ms=100)   # the same
         results = m.measure(task, schedules)     # list[MeasureResult], same order
         m.close()                                # or use it as a context manager
 
-    ``target`` (optional) pins the target: measuring a task for another target raises. ``number``
-    None chooses calls per repeat so a repeat lasts ``min_repeat_ms`` (3 x 40 ms by default:
-    a robust median for about what MetaSchedule's runner spends per candidate: 3 calls, at
-    least 100 ms in one repeat). ``run_timeout`` bounds
-    one call (the check, the warm-up) or one repeat; ``reference_timeout`` the default
-    schedule's build and run. ``worker_env`` adds to the workers' environment (defaults:
-    OMP_WAIT_POLICY=passive, OPENBLAS_NUM_THREADS=1). ``seed`` fixes the random inputs.
+    ``target`` (optional) pins the target: measuring a task for another target raises.
+    ``options`` (protocol.MeasureOptions), with any of its fields overridden by keyword, say how
+    candidates are built, run, checked and timed. The workers' environment adds ``worker_env``
+    to OPENBLAS_NUM_THREADS=1 and the OpenMP wait policy compiled models run with.
     """
 
-    def __init__(self, target: str | Target | None = None, *, build_workers: int | None = None,
-                 build_timeout: float = 60.0, run_timeout: float = 10.0, repeat: int = 3,
-                 number: int | None = None, min_repeat_ms: float = 40.0, check: bool = True,
-                 flush_cache: bool = True, strict: bool = False,
-                 reference_timeout: float = 300.0, worker_env: Mapping[str, str] | None = None,
-                 seed: int | None = None):
-        if repeat < 1:
-            raise MeasureError(f"repeat must be at least 1, got {repeat}")
-        if number is not None and number < 1:
-            raise MeasureError(f"number must be at least 1 or None (automatic), got {number}")
-        self.target = parse(target) if target is not None else None
-        self.build_workers = max(1, build_workers or min(os.cpu_count() or 1, 8))
-        self.build_timeout, self.run_timeout = float(build_timeout), float(run_timeout)
-        self.reference_timeout = float(reference_timeout)
-        self.repeat, self.number, self.min_repeat_ms = repeat, number, float(min_repeat_ms)
-        self.check, self.flush_cache, self.strict = check, flush_cache, strict
-        self.rng = np.random.default_rng(seed)
-        self._env = _worker_env(worker_env)
-        self._builders: list[_Worker | None] = [None] * self.build_workers
+    def __init__(self, target: Target | None = None, options: MeasureOptions | None = None,
+                 **overrides: Any):
+        self.target = target
+        self.options = replace(options or MeasureOptions(), **overrides)
+        self.rng = np.random.default_rng(self.options.seed)
+        self._env = _worker_env(self.options.worker_env)
+        self._builders: list[_Worker | None] = [None] * self.options.build_workers
         self._runner: _Worker | None = None
         self._target: Target | None = None  # of the tasks the workers were started for
         self._tokens: dict[int, tuple[Task, int, bytes]] = {}
@@ -352,7 +341,7 @@ class Measurer:
         self._set_target(task.target)
         token = self._token(task)
         dicts = [c.as_dict() for c in candidates]
-        slots = range(min(self.build_workers, len(dicts)))
+        slots = range(min(self.options.build_workers, len(dicts)))
         chunks = {slot: list(range(slot, len(dicts), len(slots))) for slot in slots}
         for slot in slots:
             self._builder(slot)
@@ -362,11 +351,11 @@ class Measurer:
             w = self._builder(slot)
             try:
                 self._prepare(w, token)
-                w.send(("lower", token, [dicts[i] for i in chunks[slot]], {"strict": False}))
+                w.send(P.Lower(token, [dicts[i] for i in chunks[slot]]))
                 sent.append(slot)
             except (_Died, _TimedOut):
                 self._drop_builder(slot)
-        deadline = time.monotonic() + self.build_timeout
+        deadline = time.monotonic() + self.options.build_timeout
         for slot in sent:
             w = self._builders[slot]
             assert w is not None
@@ -375,8 +364,8 @@ class Measurer:
             except (_Died, _TimedOut):
                 self._drop_builder(slot)
                 continue
-            if msg[0] == "lowered":
-                out.update(zip(chunks[slot], msg[1]))
+            if isinstance(msg, P.LoweredBatch):
+                out.update(zip(chunks[slot], msg.results))
         return out
 
     def close(self) -> None:
@@ -384,7 +373,7 @@ class Measurer:
         for w in [*self._builders, self._runner]:
             if w is not None:
                 w.close()
-        self._builders = [None] * self.build_workers
+        self._builders = [None] * self.options.build_workers
         self._runner = None
         if self._home is not None:
             shutil.rmtree(self._home, ignore_errors=True)
@@ -431,22 +420,15 @@ class Measurer:
         """Wait until ``w`` is ready and holds the task of ``token``."""
         w.wait_ready(STARTUP_TIMEOUT)
         if token not in w.tokens:
-            w.send(("task", token, self._task_bytes(token)))
+            w.send(P.LoadTask(token, self._task_bytes(token)))
             w.tokens.add(token)
-
-    def _opts(self, hook: str | None) -> dict[str, Any]:
-        return {"strict": self.strict, "hook": hook, "repeat": self.repeat,
-                "number": self.number, "min_repeat_ms": self.min_repeat_ms,
-                "check": self.check, "flush_cache": self.flush_cache,
-                "flush_bytes": self._target.backend.flush_bytes(self._target)}
 
     def _bug(self, where: str, tb: str) -> None:
         raise UnexpectedWorkerError(f"unexpected error in the measure worker while {where}:\n{tb}")
 
-    def _result_of_error(self, msg: tuple, **kw: Any) -> MeasureResult:
-        _, code, text, h, build_time, _restart = msg
-        return _error(ErrorCode.parse(code), text, ir_hash=h or kw.pop("ir_hash", ""),
-                      build_time=build_time or kw.pop("build_time", 0.0), **kw)
+    def _result_of_error(self, msg: P.Failed, **kw: Any) -> MeasureResult:
+        return _error(ErrorCode.parse(msg.code), msg.msg, ir_hash=msg.ir_hash or kw.pop(
+            "ir_hash", ""), build_time=msg.build_time or kw.pop("build_time", 0.0), **kw)
 
     # -- building ---------------------------------------------------------------------------
     def _builder(self, slot: int) -> _Worker:
@@ -470,7 +452,7 @@ class Measurer:
         built: list[_Built] = []
         retried: set[int] = set()  # candidates whose build was cut short from outside once
         restarted = False  # a worker killed from outside while starting is replaced once
-        slots = range(min(self.build_workers, len(step_lists)))
+        slots = range(min(self.options.build_workers, len(step_lists)))
         for slot in slots:  # start missing workers together: their imports overlap
             self._builder(slot)
         while queue or busy:
@@ -481,8 +463,8 @@ class Measurer:
                 try:
                     self._prepare(w, token)
                     idx = queue[0]
-                    w.send(("build", token, step_lists[idx],
-                            self._opts(_hook(hooks, idx, idx in retried))))
+                    w.send(P.Build(token, step_lists[idx], self.options,
+                                 _hook(hooks, idx, idx in retried)))
                     queue.popleft()
                 except (_Died, _TimedOut):
                     report = w.death_report()
@@ -491,7 +473,7 @@ class Measurer:
                     restarted = True
                     self._drop_builder(slot)
                     continue
-                busy[slot] = (idx, time.monotonic() + self.build_timeout)
+                busy[slot] = (idx, time.monotonic() + self.options.build_timeout)
             if not busy:
                 continue
             now = time.monotonic()
@@ -517,10 +499,10 @@ class Measurer:
                                                                          outside),
                                               transient=outside)
                     continue
-                if msg[0] == "built":
-                    built.append(_Built(idx, msg[1], msg[2], msg[3]))
-                elif msg[0] == "bug":
-                    self._bug(f"building candidate {idx}", msg[1])
+                if isinstance(msg, P.Built):
+                    built.append(_Built(idx, msg.ir_hash, msg.build_time, msg.artifact))
+                elif isinstance(msg, P.Bug):
+                    self._bug(f"building candidate {idx}", msg.traceback)
                 else:
                     results[idx] = self._result_of_error(msg)
             now = time.monotonic()
@@ -537,11 +519,12 @@ class Measurer:
                     elif stopped:
                         results[idx] = _error(ErrorCode.CRASH, _died_msg(
                             f"the build worker pid {pid} was stopped from outside", True),
-                            transient=True, build_time=self.build_timeout)
+                            transient=True, build_time=self.options.build_timeout)
                     else:
                         results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
-                                              f"building took over {self.build_timeout:g} s; "
-                                              "worker killed", build_time=self.build_timeout)
+                                              f"building took over "
+                                              f"{self.options.build_timeout:g} s; worker killed",
+                                              build_time=self.options.build_timeout)
         built.sort(key=lambda b: b.index)
         return built
 
@@ -566,7 +549,7 @@ class Measurer:
                     self._states[token] = self._reference(task, token, w)
                 else:
                     inputs, ref = self._states[token]
-                    w.send(("state", token, inputs, ref))
+                    w.send(P.SetState(token, inputs, ref))
                 w.states.add(token)
         except (_Died, _TimedOut):
             report = w.death_report()
@@ -582,16 +565,16 @@ class Measurer:
         from autosched.search.measure_worker import random_inputs
 
         inputs = random_inputs(task, self.rng)
-        if not self.check:
-            w.send(("state", token, inputs, None))
+        if not self.options.check:
+            w.send(P.SetState(token, inputs, None))
             return inputs, None
-        w.send(("reference", token, inputs, self._opts(None)))
-        msg = w.recv(self.reference_timeout)
-        if msg[0] == "bug":
-            self._bug(f"running the default schedule of {task.name}", msg[1])
-        if msg[0] != "ref":
-            raise MeasureError(f"cannot check candidates of {task.name}: {msg[2]}")
-        return inputs, msg[1]
+        w.send(P.Reference(token, inputs, self.options))
+        msg = w.recv(self.options.reference_timeout)
+        if isinstance(msg, P.Bug):
+            self._bug(f"running the default schedule of {task.name}", msg.traceback)
+        if isinstance(msg, P.Failed):
+            raise MeasureError(f"cannot check candidates of {task.name}: {msg.msg}")
+        return inputs, msg.outputs
 
     def _run_all(self, task: Task, token: int, built: list[_Built], hooks: dict[int, str],
                  results: list[MeasureResult | None]) -> None:
@@ -606,10 +589,10 @@ class Measurer:
         t0 = time.perf_counter()
         kw = {"ir_hash": b.ir_hash, "build_time": b.build_time}
         try:
-            w.send(("run", token, b.artifact, self._opts(hook)))
+            w.send(P.Run(token, b.artifact, self.options, hook))
             while True:
-                msg = w.recv(self.run_timeout)
-                if msg[0] != "beat":
+                msg = w.recv(self.options.run_timeout)
+                if not isinstance(msg, P.Beat):
                     break
         except _TimedOut:
             stopped, pid = w.stopped(), w.proc.pid
@@ -620,7 +603,8 @@ class Measurer:
                     f"the run worker pid {pid} was stopped from outside", True),
                     transient=True, run_time=run_time, **kw)
             return _error(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
-                          f"{self.run_timeout:g} s; worker killed", run_time=run_time, **kw)
+                          f"{self.options.run_timeout:g} s; worker killed", run_time=run_time,
+                          **kw)
         except _Died:
             report = w.death_report()
             outside = w.killed_from_outside()
@@ -628,12 +612,12 @@ class Measurer:
             return _error(ErrorCode.CRASH, _died_msg("the run " + report, outside),
                           transient=outside, run_time=time.perf_counter() - t0, **kw)
         run_time = time.perf_counter() - t0
-        if msg[0] == "ran":
-            return MeasureResult(tuple(msg[1]), ErrorCode.NO_ERROR, "", b.build_time, run_time,
-                                 time.time(), b.ir_hash)
-        if msg[0] == "bug":
-            self._bug(f"running candidate {b.index}", msg[1])
-        if msg[5]:  # the worker restarts itself (e.g. poisoned CUDA context)
+        if isinstance(msg, P.Ran):
+            return MeasureResult(tuple(msg.costs), ErrorCode.NO_ERROR, "", b.build_time,
+                                 run_time, time.time(), b.ir_hash)
+        if isinstance(msg, P.Bug):
+            self._bug(f"running candidate {b.index}", msg.traceback)
+        if msg.restart:  # the worker exits (e.g. a poisoned CUDA context)
             self._drop_runner()
         return self._result_of_error(msg, run_time=run_time, **kw)
 

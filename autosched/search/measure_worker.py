@@ -5,16 +5,7 @@ message at a time. A worker is persistent: it receives a task once (pickled) and
 candidates. It dies with the parent (PR_SET_PDEATHSIG) and writes a faulthandler traceback to
 its stderr (a file the parent reads when the worker dies).
 
-Messages (tuples) and replies:
-
-    ("task", token, task_pickle)                        no reply
-    ("state", token, inputs, reference_outputs)         no reply
-    ("build", token, step_dicts, opts)    -> ("built", ir_hash, build_s, artifact)
-    ("lower", token, candidate_dicts, opts) -> ("lowered", [(ir_hash, features) or None, ...])
-    ("reference", token, inputs, opts)    -> ("ref", outputs)
-    ("run", token, artifact, opts)        -> ("beat",)* then ("ran", costs)
-    any request may instead answer          ("error", code_name, msg, ir_hash, build_s, restart)
-                                            ("bug", traceback)   (unexpected error, strict mode)
+The messages and their replies are the types of protocol.py.
 """
 
 from __future__ import annotations
@@ -28,14 +19,17 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 
 from autosched.errors import AutoschedError, LowerError, RuntimeError_, ScheduleError
+from autosched.search import protocol as P
+from autosched.search.protocol import MeasureOptions
 from autosched.targets import backend as backends
-from autosched.targets.backend import DeviceMemory
+from autosched.targets.backend import DeviceMemory, Module
 from autosched.targets.target import Target
 from autosched.te.tensor import PlaceholderOp
 
@@ -46,13 +40,11 @@ TOLERANCES = {"float16": (2e-2, 2e-3), "bfloat16": (5e-2, 1e-2), "float32": (1e-
 
 
 class _Fail(Exception):
-    """An expected failure, with the error code name for the record."""
+    """An expected failure: the Failed reply (with the error code name for the record)."""
 
-    def __init__(self, code: str, msg: str, restart: bool = False, ir_hash: str = "",
-                 build_time: float = 0.0):
+    def __init__(self, code: str, msg: str, **kw: Any):
         super().__init__(msg)
-        self.code, self.msg, self.restart = code, msg, restart
-        self.ir_hash, self.build_time = ir_hash, build_time
+        self.reply = P.Failed(code, msg, **kw)
 
 
 class _TaskState:
@@ -124,10 +116,10 @@ def _segfault() -> None:
 _OUTSIDE = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigstop": signal.SIGSTOP}
 
 
-def _hook(opts: dict, stage: str) -> None:
+def _hook(name: str | None, stage: str) -> None:
     """Test-only misbehaviour at ``stage`` ("build" or "run"), asked for by
     Measurer.measure(test_hooks=...) as "<stage>_<kind>"."""
-    name = opts.get("hook") or ""
+    name = name or ""
     if not name.startswith(f"{stage}_"):
         return
     kind = name[len(stage) + 1:].removesuffix("_once")
@@ -155,68 +147,69 @@ class Server:
         self._memories: dict[Target, DeviceMemory | None] = {}
 
     def serve(self) -> None:
-        self.conn.send(("ready", os.getpid()))
+        self.conn.send(P.Ready(os.getpid()))
+        handlers: dict[type, Callable[[Any], Any]] = {
+            P.Lower: self._lower, P.Build: self._build, P.Reference: self._reference,
+            P.Run: self._run}
         while True:
             try:
                 msg = self.conn.recv()
             except (EOFError, OSError):
                 return
-            kind = msg[0]
-            if kind == "stop":
+            if isinstance(msg, P.Stop):
                 return
-            if kind == "task":
-                self.tasks[msg[1]] = _TaskState(pickle.loads(msg[2]))
+            if isinstance(msg, P.LoadTask):
+                self.tasks[msg.token] = _TaskState(pickle.loads(msg.task))
                 continue
-            if kind == "state":
-                st = self.tasks[msg[1]]
-                st.inputs, st.reference, st.device_inputs = msg[2], msg[3], {}
+            if isinstance(msg, P.SetState):
+                st = self.tasks[msg.token]
+                st.inputs, st.reference, st.device_inputs = msg.inputs, msg.reference, {}
                 continue
-            opts = msg[-1]
             try:
-                reply = getattr(self, f"_{kind}")(*msg[1:])
+                reply = handlers[type(msg)](msg)
             except _Fail as f:
-                reply = ("error", f.code, f.msg, f.ir_hash, f.build_time, f.restart)
+                reply = f.reply
             except Exception:
                 tb = traceback.format_exc()
-                reply = ("bug", tb) if opts.get("strict") else \
-                    ("error", "UNKNOWN", tb, "", 0.0, False)
+                strict = not isinstance(msg, P.Lower) and msg.options.strict
+                reply = P.Bug(tb) if strict else P.Failed("UNKNOWN", tb)
             self.conn.send(reply)
-            if reply[0] == "error" and reply[5]:
+            if isinstance(reply, P.Failed) and reply.restart:
                 return  # e.g. a CUDA context poisoned by a faulting kernel: start afresh
 
     # -- lower (for the search: the cost model's features of many candidates) --------------
-    def _lower(self, token: int, cand_dicts: list[dict], opts: dict) -> tuple:
+    def _lower(self, msg: P.Lower) -> P.LoweredBatch:
         from autosched.cost_model.features import extract_features
         from autosched.search.space import Candidate, SearchSpace
 
-        st = self.tasks[token]
+        st = self.tasks[msg.token]
         if st.space is None:
             st.space = SearchSpace(st.task)
         out: list[tuple[str, np.ndarray] | None] = []
-        for d in cand_dicts:
+        for d in msg.candidates:
             c = Candidate.from_dict(d)
             low = st.space.lower(c) if st.space.knows(c) else None
             out.append(None if low is None else
                        (low.ir_hash, extract_features(low.func, st.task.target)))
-        return ("lowered", out)
+        return P.LoweredBatch(out)
 
     # -- build ----------------------------------------------------------------------------
-    def _build(self, token: int, step_dicts: list[dict], opts: dict) -> tuple:
+    def _build(self, msg: P.Build) -> P.Built:
         from autosched.driver import build_func
         from autosched.schedule.steps import step_from_dict
         from autosched.search.record import ir_hash
 
-        task = self.tasks[token].task
+        task = self.tasks[msg.token].task
         t0 = time.perf_counter()
         try:
-            steps = [step_from_dict(d) for d in step_dicts]
+            steps = [step_from_dict(d) for d in msg.steps]
             sch = task.schedule(steps)
             func = task.lower(sch)
         except (ScheduleError, LowerError, AutoschedError) as exc:
             raise _Fail("LOWER_ERROR", f"{type(exc).__name__}: {exc}") from None
         h = ir_hash(func)
         try:
-            _hook(opts, "build")
+            _hook(msg.hook, "build")
             mod = build_func(func, task.target)
             # a module pickles as what the run worker needs to load it: object code (re-JIT,
             # ~1 ms), source + cubin, or the loop IR (the evaluator renders it again)
@@ -224,14 +217,14 @@ class Server:
         except AutoschedError as exc:
             raise _Fail("COMPILE_ERROR", f"{type(exc).__name__}: {exc}", ir_hash=h,
                         build_time=time.perf_counter() - t0) from None
-        return ("built", h, time.perf_counter() - t0, artifact)
+        return P.Built(h, time.perf_counter() - t0, artifact)
 
     # -- reference --------------------------------------------------------------------------
-    def _reference(self, token: int, inputs: list, opts: dict) -> tuple:
+    def _reference(self, msg: P.Reference) -> P.ReferenceOutputs:
         from autosched.driver import build_func
 
-        st = self.tasks[token]
-        st.inputs, st.reference, st.device_inputs = inputs, None, {}
+        st = self.tasks[msg.token]
+        st.inputs, st.reference, st.device_inputs = msg.inputs, None, {}
         task = st.task
         try:
             mod = build_func(task.lower(task.schedule()), task.target)
@@ -240,25 +233,26 @@ class Server:
         except AutoschedError as exc:
             raise _Fail("RUNTIME_ERROR", f"the default schedule of {task.name} failed: "
                         f"{type(exc).__name__}: {exc}") from None
-        st.reference = [self._host(st, a) for a, x in zip(args, inputs) if x is None]
-        return ("ref", st.reference)
+        st.reference = [self._host(st, a) for a, x in zip(args, msg.inputs) if x is None]
+        return P.ReferenceOutputs(st.reference)
 
     # -- run --------------------------------------------------------------------------------
-    def _run(self, token: int, artifact: bytes, opts: dict) -> tuple:
-        st = self.tasks[token]
+    def _run(self, msg: P.Run) -> P.Ran:
+        st = self.tasks[msg.token]
         memory = self._memory(st.task.target)
+        opts = msg.options
         try:
-            mod = pickle.loads(artifact)
+            mod = pickle.loads(msg.artifact)
         except AutoschedError as exc:
             raise _Fail("COMPILE_ERROR", f"loading the built module: {exc}") from None
         try:
             args = self._args(st)
-            _hook(opts, "run")
-            if opts.get("check") and st.reference is not None:
+            _hook(msg.hook, "run")
+            if opts.check and st.reference is not None:
                 mod(*args)
-                self._check(st, args, opts)
-                self.conn.send(("beat",))
-            costs = self._time(mod, args, opts, memory)
+                self._check(st, args, corrupt=msg.hook == "corrupt")
+                self.conn.send(P.Beat())
+            costs = self._time(mod, args, opts, st.task.target)
         except RuntimeError_ as exc:
             # a device context may be poisoned by a faulting kernel: start afresh
             raise _Fail("RUNTIME_ERROR", str(exc), restart=memory is not None) from None
@@ -268,34 +262,35 @@ class Server:
             if memory is not None and memory.is_device_error(exc):
                 raise _Fail("RUNTIME_ERROR", f"device: {exc}", restart=True) from None
             raise
-        return ("ran", costs)
+        return P.Ran(costs)
 
-    def _check(self, st: _TaskState, args: list, opts: dict) -> None:
+    def _check(self, st: _TaskState, args: list, corrupt: bool) -> None:
         assert st.inputs is not None and st.reference is not None
         outs = [(a, t) for a, t, x in zip(args, st.task.args, st.inputs) if x is None]
         for (arr, t), want in zip(outs, st.reference):
             got = self._host(st, arr)
-            if opts.get("hook") == "corrupt":
+            if corrupt:
                 got = got.copy()
                 got.flat[got.size // 2] += 1 if got.dtype.kind != "b" else True
             problem = compare(t.name, got, want)
             if problem:
                 raise _Fail("WRONG_ANSWER", problem)
 
-    def _time(self, mod: Any, args: list, opts: dict, memory: DeviceMemory | None
+    def _time(self, mod: Module, args: list, opts: MeasureOptions, target: Target
               ) -> list[float]:
-        repeat, number = max(1, int(opts["repeat"])), opts.get("number")
-        min_s = float(opts["min_repeat_ms"]) * 1e-3
+        memory, flush_bytes = self._memory(target), target.backend.flush_bytes(target)
+        number = opts.number
         first = mod.time(*args, number=1, repeat=1, warmup=1).median
-        self.conn.send(("beat",))
+        self.conn.send(P.Beat())
         if number is None:
+            min_s = opts.min_repeat_ms * 1e-3
             number = 1 if first <= 0 else min(10**6, max(1, math.ceil(min_s / first)))
         costs = []
-        for _ in range(repeat):
-            if opts.get("flush_cache"):
-                self._flush_caches(memory, int(opts["flush_bytes"]))
+        for _ in range(opts.repeat):
+            if opts.flush_cache:
+                self._flush_caches(memory, flush_bytes)
             costs.append(mod.time(*args, number=number, repeat=1, warmup=0).median)
-            self.conn.send(("beat",))
+            self.conn.send(P.Beat())
         return costs
 
     def _flush_caches(self, memory: DeviceMemory | None, nbytes: int) -> None:

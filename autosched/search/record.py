@@ -302,9 +302,10 @@ class RecordLog:
         self._cache: tuple[tuple[int, int], list[MeasureRecord]] | None = None
 
     @staticmethod
-    def default_path(name: str) -> Path:
-        """tuning_logs/<name>.jsonl"""
-        return Path(DEFAULT_LOG_DIR) / f"{name}.jsonl"
+    def default_path(name: str, target: Target) -> Path:
+        """Where a job tuning ``name`` for ``target`` logs unless told: the one default,
+        tuning_logs/<name>-<kind>.jsonl."""
+        return Path(DEFAULT_LOG_DIR) / f"{name}-{target.kind}.jsonl"
 
     def append(self, records: Iterable[MeasureRecord]) -> None:
         """Append each record as one line, flushed and fsynced before the next. A write that

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from autosched.search.evolution import EvolutionarySearch
+from autosched.search.protocol import MeasureOptions
 from autosched.search.record import (
     ApplyHistoryBest,
     MeasureRecord,
@@ -32,14 +33,14 @@ from autosched.search.space import Candidate, Lowered, SearchSpace
 from autosched.search.task import Task
 
 
-@dataclass
+@dataclass(frozen=True)
 class TuneOptions:
     """How a tuning job runs. Measurement options go to the Measurer."""
 
     batch_size: int = 16           # candidates measured per round
     seed: int | None = None
     verbose: bool = True
-    measure: dict[str, Any] = field(default_factory=dict)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     population: int = 128
     generations: int = 3
 
@@ -169,7 +170,7 @@ def _with_hash(r: MeasureRecord, h: str) -> MeasureRecord:
 
 def _default_log(tasks: Sequence[Task]) -> Path:
     name = tasks[0].name if len(tasks) == 1 else f"{tasks[0].name}_and_{len(tasks) - 1}_more"
-    return RecordLog.default_path(f"{name}-{tasks[0].target.kind}")
+    return RecordLog.default_path(name, tasks[0].target)
 
 
 def _lowerer(measurer: Any, task: Task) -> Any:
@@ -211,17 +212,17 @@ def tune(
     """Tune ``tasks`` for ``trials`` measurements in all (counting those already in ``log``:
     rerunning the same command resumes and measures nothing twice). Returns the best seconds
     per task name. Several tasks share the trials through the gradient task scheduler;
-    ``on_round(trials_done)`` is called after each round (e.g. to print a per-task table)."""
+    ``on_round(trials_done)`` is called after each round (e.g. to print a per-task table).
+    ``measure_kwargs`` override fields of ``options.measure`` (protocol.MeasureOptions)."""
     task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
     opts = options or TuneOptions()
-    opts.measure.update(measure_kwargs)
     record_log = RecordLog(log if log is not None else _default_log(task_list))
     record_log.check_writable()  # before any measurement: an unwritable log would lose them
     rng = np.random.default_rng(opts.seed)
     if measurer is None:
         from autosched.search.measure import Measurer
 
-        measurer = Measurer(task_list[0].target, **opts.measure)
+        measurer = Measurer(task_list[0].target, opts.measure, **measure_kwargs)
     tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t)) for t in task_list]
     if model is None:
         model = _make_model()

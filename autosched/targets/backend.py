@@ -117,6 +117,22 @@ class Module(Protocol):
     def get_source(self) -> str: ...
 
 
+class WallClockModule:
+    """``bind`` and ``time`` for a Module whose calls are timed on the host clock (a subclass
+    defines ``__call__``)."""
+
+    def __call__(self, *args: Any) -> None:
+        raise NotImplementedError
+
+    def bind(self, *args: Any) -> Callable[[], None]:
+        return lambda: self(*args)
+
+    def time(self, *args: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
+             min_repeat_ms: float = 0.0) -> Timing:
+        return time_repeats(wall_clock(self.bind(*args)), number=number, repeat=repeat,
+                            warmup=warmup, min_repeat_ms=min_repeat_ms)
+
+
 class DeviceMemory(Protocol):
     """Where a backend's arguments live when they are not host arrays (a GPU's memory)."""
 

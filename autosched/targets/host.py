@@ -93,6 +93,7 @@ def detect_cuda_arch() -> str:
         return "sm_90"
 
 
+@functools.cache
 def llc_bytes() -> int:
     """The largest CPU cache of this machine (bytes), from sysfs; 32 MiB when unknown."""
     best = 0

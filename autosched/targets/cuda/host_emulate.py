@@ -41,7 +41,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ import numpy as np
 
 from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
-from autosched.targets.backend import Timing, time_repeats, wall_clock
+from autosched.targets.backend import WallClockModule
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
@@ -135,10 +134,10 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
     return HostRun(tuple(warnings))
 
 
-class EmulatedModule:
+class EmulatedModule(WallClockModule):
     """A CudaModule run on the CPU: its CUDA C through run_on_host (``mode`` "host") or its
     bound loop IR through the reference evaluator ("ir"), after the GPU module's own argument
-    checks. Pickles as the CudaModule it wraps."""
+    checks. Pickles as the CudaModule it wraps; ``time`` says nothing of the GPU's speed."""
 
     def __init__(self, module: CudaModule, mode: str) -> None:
         self.module = module
@@ -151,15 +150,6 @@ class EmulatedModule:
             evaluate(self.module.func, *arrays)
         else:
             run_on_host(self.module, *arrays)
-
-    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
-        return lambda: self(*arrays)
-
-    def time(self, *arrays: np.ndarray, number: int = 1, repeat: int = 3, warmup: int = 1,
-             min_repeat_ms: float = 0.0) -> Timing:
-        """Wall-clock seconds of the emulation (says nothing of the GPU's speed)."""
-        return time_repeats(wall_clock(self.bind(*arrays)), number=number, repeat=repeat,
-                            warmup=warmup, min_repeat_ms=min_repeat_ms)
 
     def get_source(self) -> str:
         return self.module.get_source()

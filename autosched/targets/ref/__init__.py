@@ -18,19 +18,18 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.targets.backend import Backend, Timing, register, time_repeats, wall_clock
+from autosched.targets.backend import Backend, WallClockModule, register
 from autosched.targets.ref.evaluate import Program, compile_func
 from autosched.targets.ref.pyrender import kernels
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
 
 
-class RefModule:
+class RefModule(WallClockModule):
     """A PrimFunc ready to run on numpy arrays (outputs written in place)."""
 
     def __init__(
@@ -48,18 +47,10 @@ class RefModule:
     def __call__(self, *arrays: np.ndarray) -> None:
         self._program(*arrays)
 
-    def bind(self, *arrays: np.ndarray) -> Callable[[], None]:
-        return lambda: self._program(*arrays)
 
     def get_source(self) -> str:
         """The generated Python source."""
         return self._program.source
-
-    def time(self, *arrays: np.ndarray, number: int = 1, repeat: int = 3, warmup: int = 1,
-             min_repeat_ms: float = 0.0) -> Timing:
-        """Wall-clock seconds per call on ``arrays`` (which it overwrites)."""
-        return time_repeats(wall_clock(self.bind(*arrays)), number=number, repeat=repeat,
-                            warmup=warmup, min_repeat_ms=min_repeat_ms)
 
     def __repr__(self) -> str:
         return f"RefModule({self.func.name}, target={self.target})"
