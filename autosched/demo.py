@@ -123,13 +123,9 @@ def model_demo(trials: int, log: str | None, target: str) -> None:
     np.testing.assert_allclose(outs[0], ref[0], rtol=1e-4, atol=1e-4)
     t_after = after.time(feeds), after.time(feeds, stat="min")
     # one thread each too: on a loaded machine those numbers move least
-    saved = os.environ.get("AUTOSCHED_NUM_THREADS")
-    os.environ["AUTOSCHED_NUM_THREADS"] = "1"
+    after.set_threads(1)
     t_after1 = after.time(feeds), after.time(feeds, stat="min")
-    if saved is None:
-        del os.environ["AUTOSCHED_NUM_THREADS"]
-    else:
-        os.environ["AUTOSCHED_NUM_THREADS"] = saved
+    after.set_threads(None)
     _, t_ort1 = _ort_time(proto, feeds, threads=1)
     if tmp is not None:
         tmp.cleanup()

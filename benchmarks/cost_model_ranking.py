@@ -4,7 +4,7 @@
     python benchmarks/cost_model_ranking.py evaluate /tmp/mm_timings.jsonl
 
 benchmarks/results/cost_model_mm_timings.jsonl holds 400 schedules measured this way on a
-16-core Xeon (Emerald Rapids) with AUTOSCHED_NUM_THREADS=4.
+16-core Xeon (Emerald Rapids) with 4 threads (target llvm -num-cores=4).
 
 ``measure`` builds random schedules (splits, orders, vectorize / parallel / unroll) of two
 matmul shapes with the LLVM backend, times each one (median of 3 repeats of at least 20 ms)
@@ -68,12 +68,12 @@ def measure(n: int, out: str, seed: int) -> None:
                 if key in seen:
                     continue
                 seen.add(key)
-                mod = aus.build(s, [A, B, C], "llvm")
+                mod = aus.build(s, [A, B, C], tgt)
                 res = mod.time(a, b, c, repeat=3, min_repeat_ms=20)
                 fh.write(json.dumps({"shape": shape, "steps": [st.to_dict() for st in s.steps],
-                                     "costs": list(res.all), "cost": res.median,
+                                     "costs": list(res.samples), "cost": res.median,
                                      "cpu": tgt.cpu, "vector_bits": tgt.vector_bits,
-                                     "threads": os.environ.get("AUTOSCHED_NUM_THREADS", "")})
+                                     "threads": tgt.num_cores})
                          + "\n")
                 fh.flush()
             print(f"{shape}: {n} schedules in {time.time() - t0:.0f} s", flush=True)

@@ -9,8 +9,8 @@ parallel. conv2d 3x3, stride 1, pad 1, (1,64,56,56) -> 64 channels: padding as i
 4 output channels x 56 columns of accumulators per tile. numpy runs in the same process (np.matmul;
 for the convolution im2col + matmul, im2col included in its time) with OpenBLAS's own kernel for
 this CPU (benchmarks/baseline.py), alternating with ours over a few rounds. Prints GFLOPS of the
-median round and of the best round, and the ratios. AUTOSCHED_NUM_THREADS sets our thread count
-(default: all cores); OPENBLAS_NUM_THREADS numpy's.
+median round and of the best round, and the ratios. --threads sets our thread count (the target
+llvm -num-cores=N; default: all cores); OPENBLAS_NUM_THREADS numpy's.
 """
 
 from __future__ import annotations
@@ -110,10 +110,11 @@ def im2col_conv(a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (w.reshape(w.shape[0], -1) @ cols).reshape(1, w.shape[0], h, wd)
 
 
-def gemm_row(rng: np.random.Generator, min_ms: float, repeat: int, rounds: int) -> tuple:
+def gemm_row(rng: np.random.Generator, target: str, min_ms: float, repeat: int, rounds: int
+             ) -> tuple:
     M = N = K = 1024
     s, args = gemm_schedule(M, N, K)
-    mod = aus.build(s, args, target="llvm")
+    mod = aus.build(s, args, target=target)
     a = rng.uniform(-1, 1, (M, K)).astype("float32")
     b = rng.uniform(-1, 1, (K, N)).astype("float32")
     c = np.empty((M, N), "float32")
@@ -125,10 +126,11 @@ def gemm_row(rng: np.random.Generator, min_ms: float, repeat: int, rounds: int) 
     return "GEMM 1024x1024x1024 f32", 2.0 * M * N * K, got
 
 
-def conv_row(rng: np.random.Generator, min_ms: float, repeat: int, rounds: int) -> tuple:
+def conv_row(rng: np.random.Generator, target: str, min_ms: float, repeat: int, rounds: int
+             ) -> tuple:
     ci, h, w, co = 64, 56, 56, 64
     s, args = conv_schedule(ci, h, w, co)
-    mod = aus.build(s, args, target="llvm")
+    mod = aus.build(s, args, target=target)
     x = rng.uniform(-1, 1, (1, ci, h, w)).astype("float32")
     wt = rng.uniform(-1, 1, (co, ci, 3, 3)).astype("float32")
     out = np.empty((1, co, h, w), "float32")
@@ -144,14 +146,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter timing runs")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="our threads")
     opts = ap.parse_args()
     min_ms, repeat = (50, 3) if opts.quick else (200, 5)
-    threads = os.environ.get("AUTOSCHED_NUM_THREADS", str(os.cpu_count()))
+    threads = opts.threads
+    target = f"llvm -num-cores={threads}"
     print(baseline.header())
     print(f"# autosched {threads} threads, OMP_WAIT_POLICY {baseline.omp_wait_policy()}; "
           f"peer {baseline.numpy_peer()}", flush=True)
     rng = np.random.default_rng()
-    rows = [make(rng, min_ms, repeat, opts.rounds) for make in (gemm_row, conv_row)]
+    rows = [make(rng, target, min_ms, repeat, opts.rounds) for make in (gemm_row, conv_row)]
     print(f"# {opts.rounds} alternating rounds; load average {baseline.load()} at the end")
     print(f"| {'workload':34} | autosched GFLOPS median (best) | numpy GFLOPS median (best) "
           "| ratio median (best) |")

@@ -47,8 +47,7 @@ def ort_timer(proto: object, feeds: dict, threads: int | None):  # noqa: ANN201
 def compare(tuned: object, proto: object, feeds: dict, threads: int | None, rounds: int,
             rows: dict) -> None:
     """Time the tuned model and onnxruntime in alternating rounds on ``threads`` threads."""
-    if threads:
-        os.environ["AUTOSCHED_NUM_THREADS"] = str(threads)
+    tuned.set_threads(threads)
     print(f"# threads {threads or os.cpu_count()}: autosched OMP_WAIT_POLICY "
           f"{baseline.omp_wait_policy()}; {baseline.ort_peer(threads)}", flush=True)
     got = baseline.alternate({"autosched": lambda: tuned.time(feeds, min_s=2.0),

@@ -13,6 +13,7 @@ from autosched.graph import Graph, Node, ValueInfo
 from autosched.graph.compiler import extract_tasks, load_graph, plan, prepare
 from autosched.graph.graph import KERNEL_LAYOUT
 from autosched.graph.passes import eliminate_dead, fold_batch_norm, fold_constants
+from autosched.targets.target import parse
 from benchmarks.models import _Builder, ort_run, small_cnn
 
 
@@ -45,7 +46,7 @@ def test_batch_norm_folds_into_conv(second_reader: bool, rng: np.random.Generato
 def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> None:
     m = _conv_bn_model(rng, second_reader=False)
     g = load_graph(m)
-    cpu, gpu = prepare(g, "llvm"), prepare(g, "cuda")
+    cpu, gpu = prepare(g, parse("llvm")), prepare(g, parse("cuda"))
     (conv,) = [n for n in cpu.nodes if n.op_type == "Conv"]
     (orig,) = [n for n in gpu.nodes if n.op_type == "Conv"]
     assert conv.attrs[KERNEL_LAYOUT] == "IHWO" and KERNEL_LAYOUT not in orig.attrs
@@ -67,10 +68,10 @@ def test_cpu_gemm_weights_are_stored_k_by_n(trans_b: int, rng: np.random.Generat
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 11])], inits),
         opset_imports=[helper.make_opsetid("", 17)])
     g = load_graph(m)
-    (gemm,) = prepare(g, "llvm").nodes
-    (orig,) = prepare(g, "cuda").nodes
+    (gemm,) = prepare(g, parse("llvm")).nodes
+    (orig,) = prepare(g, parse("cuda")).nodes
     assert int(gemm.attrs.get("transB", 0)) == 0 and int(orig.attrs.get("transB", 0)) == trans_b
-    assert prepare(g, "llvm").constants[gemm.inputs[1]].shape == (6, 11)
+    assert prepare(g, parse("llvm")).constants[gemm.inputs[1]].shape == (6, 11)
     x = {"x": _f32(rng, 3, 6)}
     (y,) = aus.compile(g, "llvm").run(x)
     np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)

@@ -4,27 +4,29 @@ the compile cache."""
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
 
-from autosched.errors import RuntimeError_
+from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.llvm import compile as llvm_compile
+from autosched.targets.target import parse
 from autosched.te import expr as E
 from autosched.tir import ir
 from tests.test_llvm_helpers import buf, build, garbage, loop, rand
 
 
-def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial"):
+def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial", target: str = "llvm"):
     """C[i, j] = A[i, j] * 2 + i with the i loop parallel."""
     A, C = buf("A", (m, n)), buf("C", (m, n))
     i, j = E.Var("i"), E.Var("j")
     value = ir.Load(A, (i, j)) * 2.0 + E.cast("float32", i)
-    return build(loop(i, m, loop(j, n, ir.Store(C, (i, j), value), inner), "parallel"), [A, C])
+    return build(loop(i, m, loop(j, n, ir.Store(C, (i, j), value), inner), "parallel"), [A, C],
+                 target=target)
 
 
-def test_parallel_runs_on_several_threads(rng, monkeypatch):
-    monkeypatch.delenv("AUTOSCHED_NUM_THREADS", raising=False)
+def test_parallel_runs_on_several_threads(rng):
     mod = _par_kernel()
     assert "GOMP_parallel" in mod.get_llvm_ir()
     a = rand(rng, (37, 29), "float32")
@@ -39,7 +41,6 @@ def test_parallel_runs_on_several_threads(rng, monkeypatch):
 def test_process_with_spinning_openmp_threads_exits_cleanly():
     # llvmlite dlcloses its libraries at exit; libgomp's workers still spin with the active
     # wait policy, so without autosched pinning libgomp the exiting process segfaulted
-    import os
     import subprocess
     import sys
     import textwrap
@@ -64,19 +65,19 @@ def test_process_with_spinning_openmp_threads_exits_cleanly():
     assert out.returncode == 0 and "ran" in out.stdout, (out.returncode, out.stderr[-2000:])
 
 
-def test_thread_count_from_the_environment(rng, monkeypatch):
-    mod = _par_kernel(5, 3, inner="vectorized")
+def test_thread_count_from_the_target(rng):
     a = rand(rng, (5, 3), "float32")
     for n in (1, 2, 7):  # 7 threads for 5 iterations: two threads get no work, still correct
-        monkeypatch.setenv("AUTOSCHED_NUM_THREADS", str(n))
+        mod = _par_kernel(5, 3, inner="vectorized", target=f"llvm -num-cores={n}")
         out = garbage((5, 3), "float32")
         before = mod.threads_ran
         mod(a, out)
-        assert mod.threads_ran - before == n
+        assert mod.threads == n and mod.threads_ran - before == n
         np.testing.assert_allclose(out, a * 2 + np.arange(5)[:, None], rtol=1e-6)
-    monkeypatch.setenv("AUTOSCHED_NUM_THREADS", "zero")
-    with pytest.raises(RuntimeError_, match="AUTOSCHED_NUM_THREADS"):
-        mod(a, out)
+    assert parse("llvm").num_cores == os.cpu_count()
+    for bad in ("zero", "0", "-2"):
+        with pytest.raises(CompileError, match=f"-num-cores={bad}: expected a positive"):
+            parse(f"llvm -num-cores={bad}")
 
 
 def test_nested_parallel_runs_serially_inside(rng):
@@ -160,7 +161,7 @@ def test_misaligned_arrays_are_copied_and_written_back(rng):
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 
-def test_bound_call_sees_new_contents_and_thread_count(rng, monkeypatch):
+def test_bound_call_sees_new_contents_and_thread_count(rng):
     mod = _par_kernel()
     a = rand(rng, (37, 29), "float32")
     out = garbage((37, 29), "float32")
@@ -168,7 +169,7 @@ def test_bound_call_sees_new_contents_and_thread_count(rng, monkeypatch):
     call()
     np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)
     a[:] = rand(rng, (37, 29), "float32")  # same arrays, new contents
-    monkeypatch.setenv("AUTOSCHED_NUM_THREADS", "2")
+    mod.num_threads = 2
     before = mod.threads_ran
     call()
     np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)

@@ -52,7 +52,7 @@ def _record(task: Task, cost: float | None, steps: list | None = None, ir: str =
     )
 
 
-def test_fingerprint_llvm_and_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fingerprint_llvm_and_cuda() -> None:
     fp = target_fingerprint(parse("llvm"))
     for key in ("triple", "cpu", "features", "num_cores", "llvmlite", "llvm"):
         assert key in fp, key
@@ -60,9 +60,8 @@ def test_fingerprint_llvm_and_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
         json.dumps(fp)))
     assert fingerprint_key(fp).startswith(f"llvm/{fp['triple']}/{fp['cpu']}/")
     # the thread count is part of the key: schedules tuned for 1 thread differ from 2
-    monkeypatch.setenv("AUTOSCHED_NUM_THREADS", "7")
-    assert target_fingerprint(parse("llvm"))["num_cores"] == 7
-    assert fingerprint_key(parse("llvm")).endswith("/t7")
+    assert target_fingerprint(parse("llvm -num-cores=7"))["num_cores"] == 7
+    assert fingerprint_key(parse("llvm -num-cores=7")).endswith("/t7")
     cross = fingerprint_key(parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     assert "aarch64" in cross and cross != fingerprint_key(parse("llvm"))
     cuda = target_fingerprint(parse("cuda -arch=sm_80"))

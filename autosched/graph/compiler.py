@@ -132,7 +132,7 @@ def runtime_values(graph: Graph) -> set[str]:
     return out
 
 
-def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
+def prepare(graph: Graph, target: Target | None = None) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
     target, stride-1 3x3 convolutions split into Winograd steps, the other conv weights
     packed output channels last and Gemm weights (K, N))."""
@@ -144,7 +144,7 @@ def prepare(graph: Graph, target: str | Target | None = None) -> Graph:
     )
 
     g = optimize(graph)
-    if target is None or parse(target).device == "gpu":
+    if target is None or target.device == "gpu":
         return g
     return pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
 
@@ -169,11 +169,10 @@ def kernel_groups(graph: Graph) -> tuple[list[tuple[int, Group]], dict[str, str]
     return out, aliases
 
 
-def group_tasks(graph: Graph, target: str | Target = "llvm") -> list[GroupTask]:
+def group_tasks(graph: Graph, target: Target) -> list[GroupTask]:
     """One GroupTask per kernel of the optimized graph, in execution order."""
-    tgt = parse(target)
-    g = prepare(graph, tgt)
-    return [group_task(g, grp, tgt, k) for k, grp in kernel_groups(g)[0]]
+    g = prepare(graph, target)
+    return [group_task(g, grp, target, k) for k, grp in kernel_groups(g)[0]]
 
 
 def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Task], list[int]]:
@@ -185,7 +184,7 @@ def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Tas
     """
     tasks: dict[str, Task] = {}
     counts: dict[str, int] = {}
-    for gt in group_tasks(graph, target):
+    for gt in group_tasks(graph, parse(target)):
         key = gt.task.workload_key
         tasks.setdefault(key, gt.task)
         counts[key] = counts.get(key, 0) + 1
@@ -285,7 +284,7 @@ def _view_of(graph: Graph, group: Group, written: set[str], aliases: dict[str, s
     return src
 
 
-def tasks_table(graph: Graph, target: str | Target = "llvm") -> Sequence[str]:
+def tasks_table(graph: Graph, target: Target) -> Sequence[str]:
     tasks, weights = extract_tasks(graph, target)
     return [f"{t.name} x{w}: {t.flop_count / 1e6:.1f} MFLOP, key {t.workload_key}"
             for t, w in zip(tasks, weights)]

@@ -274,6 +274,13 @@ class CompiledModel:
             times.append(time.perf_counter() - t0)
         return float(np.min(times) if stat == "min" else np.median(times))
 
+    def set_threads(self, n: int | None) -> None:
+        """Run the kernels' parallel loops on ``n`` threads (None: the target's cores, as
+        ``llvm -num-cores=N`` says); the tuned schedules stay those of the target's count."""
+        for k in self.kernels:
+            if hasattr(k.module, "num_threads"):
+                k.module.num_threads = n
+
     def kernel_times(self, inputs: dict[str, Any], repeat: int = 20) -> list[tuple[str, float]]:
         """(task name, median seconds) per kernel in execution order, each timed in place
         while the whole model runs ``repeat`` times (after a warm-up): caches and DRAM traffic

@@ -29,6 +29,7 @@ from typing import Any
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
+from autosched.targets.target import Target
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, PlaceholderOp
 from autosched.te.visit import post_order
@@ -531,7 +532,7 @@ class Sketch:
         return sch
 
 
-def generate_sketches(sch0: Schedule, target: Any = None) -> list[Sketch]:
+def generate_sketches(sch0: Schedule, target: Target | None = None) -> list[Sketch]:
     """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
     gpu = target is not None and target.device == "gpu"
     if gpu:

@@ -7,6 +7,8 @@ import contextlib
 import functools
 import os
 
+from autosched.errors import CompileError
+
 
 @functools.cache
 def _llvm():  # noqa: ANN202
@@ -59,17 +61,18 @@ def _vector_registers(triple: str, features: str) -> int:
 
 
 def cpu_target_fields(opts: dict[str, str]) -> dict:
+    """The Target fields of an llvm target's options: the host's triple, CPU, features and cores
+    unless they say otherwise (a cross target: a generic CPU with 4 cores)."""
     triple = opts.get("mtriple", "")
     host = not triple or triple == host_triple()
     if host:
         triple = host_triple()
         cpu = opts.get("mcpu", host_cpu())
         features = opts.get("mattr", host_features() if "mcpu" not in opts else "")
-        cores = int(opts.get("num-cores", os.cpu_count() or 1))
     else:
         cpu = opts.get("mcpu", "generic")
         features = opts.get("mattr", "")
-        cores = int(opts.get("num-cores", 4))
+    cores = _cores(opts.get("num-cores"), default=(os.cpu_count() or 1) if host else 4)
     return {
         "triple": triple,
         "cpu": cpu,
@@ -78,6 +81,16 @@ def cpu_target_fields(opts: dict[str, str]) -> dict:
         "vector_bits": _vector_bits(triple, cpu, features),
         "vector_registers": _vector_registers(triple, features),
     }
+
+
+def _cores(text: str | None, default: int) -> int:
+    """The thread count of ``-num-cores=N`` (CompileError unless N is a positive integer)."""
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise CompileError(f"-num-cores={text}: expected a positive integer (the threads that "
+                           "parallel loops run on)")
+    return int(text)
 
 
 @functools.cache

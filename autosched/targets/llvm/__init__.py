@@ -24,7 +24,7 @@ from autosched.targets.backend import Backend, register
 from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
-from autosched.targets.llvm.runtime import CPUModule, HostModule, num_threads_setting
+from autosched.targets.llvm.runtime import CPUModule, HostModule
 from autosched.targets.llvm.walk import stored_buffers
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
@@ -58,7 +58,7 @@ class LLVMBackend(Backend):
     def fingerprint(self, target: Target) -> dict[str, Any]:
         """The triple, CPU, features, thread count and the llvmlite / LLVM versions."""
         return {**super().fingerprint(target), "triple": target.triple, "cpu": target.cpu,
-                "features": target.features, "num_cores": num_threads_setting(target),
+                "features": target.features, "num_cores": target.num_cores,
                 **_versions()}
 
     def fingerprint_key(self, fp: dict[str, Any]) -> str:

@@ -31,20 +31,6 @@ from autosched.te.expr import Const, Var
 from autosched.tir.ir import Buffer
 
 
-def num_threads_setting(target: Target) -> int:
-    """AUTOSCHED_NUM_THREADS (read at call time), else the target's core count."""
-    env = os.environ.get("AUTOSCHED_NUM_THREADS", "")
-    if env:
-        try:
-            n = int(env)
-        except ValueError as exc:
-            raise RuntimeError_(f"AUTOSCHED_NUM_THREADS={env!r} is not an integer") from exc
-        if n < 1:
-            raise RuntimeError_(f"AUTOSCHED_NUM_THREADS={n} must be at least 1")
-        return n
-    return max(1, target.num_cores)
-
-
 def cross_compiler(triple: str, host: bool) -> str:
     """The C compiler that links shared libraries for ``triple`` (AUTOSCHED_CC overrides)."""
     if os.environ.get("AUTOSCHED_CC"):
@@ -144,7 +130,7 @@ class HostModule(CPUModule):
                 self._engine.global_address(sig.num_threads_symbol))
             self._ran = ctypes.c_int32.from_address(
                 self._engine.global_address(sig.threads_ran_symbol))
-        self.num_threads: int | None = None  # None: AUTOSCHED_NUM_THREADS or target.num_cores
+        self.num_threads: int | None = None  # None: the target's cores (llvm -num-cores=N)
         # status bits that do not raise: STATUS_INDEX for runs on random data (measurement),
         # whose out-of-range indices read a clamped element, the same in every schedule
         self.ignored_status = 0
@@ -159,6 +145,11 @@ class HostModule(CPUModule):
         """The same compiled code without the JIT engine (picklable, exportable)."""
         return CPUModule(self.signature, self.target, self._ir, self._compiled,
                          self.uses_threads, self._written)
+
+    @property
+    def threads(self) -> int:
+        """How many threads parallel loops run on (read at each call)."""
+        return self.num_threads or self.target.num_cores
 
     @property
     def threads_ran(self) -> int:
@@ -187,8 +178,7 @@ class HostModule(CPUModule):
         _check_overlap(self.entry_name, params, arrays, self._written)
         args += [sizes[v.uid] for v in self.signature.sym_vars]
         if self._threads is not None:
-            n = self.num_threads or num_threads_setting(self.target)
-            self._threads.value = n
+            self._threads.value = self.threads
         return args, copies
 
     def check_status(self, status: int) -> None:
@@ -216,7 +206,7 @@ class HostModule(CPUModule):
 
         def call() -> None:
             if threads is not None:
-                threads.value = self.num_threads or num_threads_setting(self.target)
+                threads.value = self.threads
             check(fn(*args))
 
         return call
