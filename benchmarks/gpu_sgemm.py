@@ -62,7 +62,7 @@ def main() -> None:
         torch.cuda.synchronize()
         err = ((c.double() - ref).norm() / ref_norm).item()
         t = mod.time(a, b, c, warmup=5, repeat=args.repeat).median
-        fn = mod._load().functions[0]
+        fn = mod.launches(a, b, c).calls[0].function
         import pycuda.driver as drv
 
         regs = fn.get_attribute(drv.function_attribute.NUM_REGS)

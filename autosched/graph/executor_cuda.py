@@ -60,11 +60,11 @@ class CudaModel:
         self.constant_bytes = 0
         for name, arr in constants.items():
             if name in used and name not in self.device:
-                a = np.ascontiguousarray(arr)
-                buf = drv.mem_alloc(max(a.nbytes, 1))
-                drv.memcpy_htod(buf, a)
+                host = np.ascontiguousarray(arr)
+                buf = drv.mem_alloc(max(host.nbytes, 1))
+                drv.memcpy_htod(buf, host)
                 self.device[name] = buf
-                self.constant_bytes += a.nbytes
+                self.constant_bytes += host.nbytes
         # launches prepared once, each with the name of its task
         self._launches: list[tuple[Launch, str]] = []
         self._keep: list[Any] = []

@@ -357,8 +357,7 @@ class Measurer:
                 self._drop_builder(slot)
         deadline = time.monotonic() + self.options.build_timeout
         for slot in sent:
-            w = self._builders[slot]
-            assert w is not None
+            w = self._live_builder(slot)
             try:
                 msg = w.recv(max(0.0, deadline - time.monotonic()))
             except (_Died, _TimedOut):
@@ -439,6 +438,11 @@ class Measurer:
             w = self._builders[slot] = self._start()
         return w
 
+    def _live_builder(self, slot: int) -> _Worker:
+        w = self._builders[slot]
+        assert w is not None
+        return w
+
     def _drop_builder(self, slot: int) -> None:
         w = self._builders[slot]
         if w is not None:
@@ -483,8 +487,7 @@ class Measurer:
             for conn in ready:
                 slot = by_conn[conn]  # type: ignore[index]
                 idx, _ = busy.pop(slot)
-                w = self._builders[slot]
-                assert w is not None
+                w = self._live_builder(slot)
                 try:
                     msg = w.recv(0.0)
                 except (_Died, _TimedOut):
@@ -509,8 +512,7 @@ class Measurer:
             for slot, (idx, deadline) in list(busy.items()):
                 if now >= deadline:
                     busy.pop(slot)
-                    w = self._builders[slot]
-                    assert w is not None
+                    w = self._live_builder(slot)
                     stopped, pid = w.stopped(), w.proc.pid
                     self._drop_builder(slot)
                     if stopped and idx not in retried:

@@ -64,6 +64,7 @@ def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None
             out.append(None)
             continue
         shape, dtype = tuple(int(d) for d in t.shape), np.dtype(t.dtype)
+        arr: np.ndarray
         if dtype.kind == "f":
             arr = rng.uniform(-1.0, 1.0, shape)
         elif dtype.kind == "i":

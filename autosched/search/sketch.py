@@ -532,9 +532,9 @@ class Sketch:
         return sch
 
 
-def generate_sketches(sch0: Schedule, target: Target | None = None) -> list[Sketch]:
+def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
     """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
-    gpu = target is not None and target.device == "gpu"
+    gpu = target.device == "gpu"
     if gpu:
         from autosched.search import sketch_gpu as G
 
@@ -543,8 +543,8 @@ def generate_sketches(sch0: Schedule, target: Target | None = None) -> list[Sket
         reduce = lambda n, reader, s: G.gpu_reduce_rule(n, s)  # noqa: E731
         injective = G.gpu_injective_rule
     else:
-        lanes = max(getattr(target, "vector_bits", 256) // 32, 1)
-        registers = getattr(target, "vector_registers", 16)
+        lanes = max(target.vector_bits // 32, 1)
+        registers = target.vector_registers
         tile = lambda n, into, s, order: _tile_rule(n, into, s, lanes, order, registers)  # noqa: E731
         reduce, injective = _reduce_rule, _injective_rule
     info = DagInfo(sch0)

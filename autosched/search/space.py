@@ -72,7 +72,7 @@ class SearchSpace:
         low = self.lower(self.default_candidate())
         rng = np.random.default_rng(0)
         for _ in range(64):
-            if low is not None:
+            if low is not None and low.schedule is not None:
                 return low.schedule
             low = self.lower(self.sample(rng))
         return self.task.schedule()

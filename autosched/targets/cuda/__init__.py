@@ -58,7 +58,7 @@ def shared_bytes(func: ir.PrimFunc) -> int:
         if isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
             n = s.buffer.itemsize
             for d in s.buffer.shape:
-                n *= d.value if isinstance(d, Const) else 1
+                n *= int(d.value) if isinstance(d, Const) else 1
             total += n
     return total
 
