@@ -1,7 +1,7 @@
 """The Backend / Module interface: the registry, the protocol, no target-kind branches outside
 autosched/targets/, and a toy backend (below, under 150 lines) that runs the operator tests.
 
-The toy backend is also a pytest plugin: ``pytest -p tests.test_backend`` registers it, and
+The toy backend is also a pytest plugin: ``pytest -p <this module>`` registers it, and
 ``AUTOSCHED_TEST_TARGETS=toy`` (or ``--targets toy``) runs the numeric tests on it.
 """
 
@@ -134,8 +134,11 @@ def test_a_registered_backend_is_a_target(toy: Backend, rng: np.random.Generator
 def test_the_toy_backend_runs_the_operator_tests() -> None:
     """A subprocess pytest: the plugin registers "toy", the target selection picks it."""
     env = {**os.environ, "AUTOSCHED_TEST_TARGETS": "toy"}
-    cmd = [sys.executable, "-m", "pytest", "-p", "tests.test_backend", "-p", "no:cacheprovider",
-           "tests/test_ops_elemwise.py", "tests/test_ops_matmul.py", "-k", "toy"]
+    files = [str(p.relative_to(ROOT)) for name in ("test_ops_elemwise.py", "test_ops_matmul.py")
+             for p in (ROOT / "tests").rglob(name)]
+    plugin = ".".join(Path(__file__).resolve().relative_to(ROOT).with_suffix("").parts)
+    cmd = [sys.executable, "-m", "pytest", "-p", plugin, "-p", "no:cacheprovider", *files,
+           "-k", "toy"]
     if _has_option("--targets"):
         cmd.append("--targets=toy")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

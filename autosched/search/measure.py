@@ -28,7 +28,7 @@ mode (tests) an unexpected exception inside a worker is raised here as Unexpecte
 
 Example::
 
-    with Measurer("llvm", repeat=3, min_repeat_ms=50) as m:
+    with Measurer(parse("llvm"), repeat=3, min_repeat_ms=50) as m:
         results = m.measure(task, [sch1, sch2.steps])
     results[0].error_code, results[0].cost      # ErrorCode.NO_ERROR, seconds (median)
     RecordLog("tuning_logs/mm.jsonl").append(records_from(task, [sch1, sch2], results))
