@@ -25,7 +25,7 @@ for s in "$@"; do
         model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
             IFS=: read -r _ name secs <<< "$s"
             onnx=$(python3 -c "from benchmarks import models; print(models.save('$name'))")
-            step "tune-$name" "$secs" python3 -m autosched.cli tune "$onnx" --target cuda \
+            step "tune-$name" "$secs" python3 -m autosched tune "$onnx" --target cuda \
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "$OUT/$name-cuda.jsonl" ;;
