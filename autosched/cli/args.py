@@ -53,11 +53,6 @@ def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.add_argument("--seed", type=int, default=None)
 
 
-def default_log(name: str, target_kind: str) -> str:
-    """Where a tuning job logs when ``--log`` is not given."""
-    return f"tuning_logs/{name}-{target_kind}.jsonl"
-
-
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     """The ``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}

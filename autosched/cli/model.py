@@ -22,7 +22,6 @@ from autosched.cli.args import (
     ArgumentError,
     add_shape_option,
     add_tuning_options,
-    default_log,
     positive,
     require_regular,
     shapes,
@@ -60,11 +59,12 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike) -> 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.graph.compiler import extract_tasks
+    from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
 
     graph = _graph(args)
     tasks, weights = extract_tasks(graph, args.target)
-    log = args.log or default_log(Path(args.model).stem, tasks[0].target.kind)
+    log = args.log or RecordLog.default_path(f"{Path(args.model).stem}-{tasks[0].target.kind}")
     print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {args.trials} trials, "
           f"log {log}")
     # one tune() call (one task scheduler, one set of workers); a table every ~1/8 of the budget

@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from autosched.cli.args import add_tuning_options, default_log, positive
+from autosched.cli.args import add_tuning_options, positive
 
 
 def _op_task(args: argparse.Namespace) -> Any:
@@ -27,10 +27,11 @@ def _op_task(args: argparse.Namespace) -> Any:
 
 
 def cmd_tune_op(args: argparse.Namespace) -> int:
+    from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, best_schedule, tune
 
     task = _op_task(args)
-    log = args.log or default_log(task.name, task.target.kind)
+    log = args.log or RecordLog.default_path(f"{task.name}-{task.target.kind}")
     best = tune(task, trials=args.trials, log=log,
                 options=TuneOptions(batch_size=args.batch_size, seed=args.seed))[task.name]
     if math.isfinite(best):
