@@ -17,7 +17,7 @@ import sys
 import traceback
 
 from autosched.cli import demo, model, op
-from autosched.cli.args import check_paths
+from autosched.cli.args import SHAPE_FORM, check_paths
 from autosched.errors import AutoschedError, ModelImportError
 
 
@@ -69,7 +69,7 @@ def _as_cli_error(exc: BaseException) -> BaseException:
     from importers.onnx import UnboundDimError
 
     if isinstance(exc, UnboundDimError):
-        return exc.bound_with(f"--shape {exc.input}=D0,D1,...")
+        return exc.bound_with("--shape " + SHAPE_FORM.replace("NAME", exc.input, 1))
     return exc
 
 
