@@ -87,14 +87,16 @@ def _cumsum(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("DepthToSpace")
 def _depth_to_space(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [scatter.depth_to_space(tensor_input(ctx, node, ins, 0),
-                                   int(node.attrs["blocksize"]), str(node.attrs.get("mode", "DCR")))]
+    x = tensor_input(ctx, node, ins, 0)
+    return [scatter.depth_to_space(x, int(node.attrs["blocksize"]),
+                                   str(node.attrs.get("mode", "DCR")))]
 
 
 @register("SpaceToDepth")
 def _space_to_depth(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [scatter.space_to_depth(tensor_input(ctx, node, ins, 0),
-                                   int(node.attrs["blocksize"]), str(node.attrs.get("mode", "DCR")))]
+    x = tensor_input(ctx, node, ins, 0)
+    return [scatter.space_to_depth(x, int(node.attrs["blocksize"]),
+                                   str(node.attrs.get("mode", "DCR")))]
 
 
 @register("TopK", const_inputs=lambda opset: (1,) if opset >= 10 else ())

@@ -121,7 +121,8 @@ def _elu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value
 
 @register("Selu")
 def _selu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.selu(tensor_input(ctx, node, ins, 0), float(node.attrs.get("alpha", 1.67326319217681884765625)),
+    x = tensor_input(ctx, node, ins, 0)
+    return [ops.selu(x, float(node.attrs.get("alpha", 1.67326319217681884765625)),
                      float(node.attrs.get("gamma", 1.05070102214813232421875)))]
 
 

@@ -160,7 +160,8 @@ def conv(node: Node, x: Tensor, w: Tensor, bias: Value | None, ctx: ConvertConte
 def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """passes.winograd_convs' first step (attributes m, pads as ONNX orders them)."""
     pads = tuple(int(v) for v in node.attrs["pads"])
-    return [ops.winograd_input(tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1), int(node.attrs["m"]), pads)]
+    data, bt = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
+    return [ops.winograd_input(data, bt, int(node.attrs["m"]), pads)]
 
 
 @register("WinogradOutput")
@@ -264,8 +265,9 @@ def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     if nd == 1:
         x = _lift(x)
         k, strides, dil, begins, ends = [1, *k], [1, *strides], [1, *dil], [0, *begins], [0, *ends]
-    geometry: dict[str, Any] = dict(pool_size=tuple(k), strides=tuple(strides), padding=(*begins, *ends),
-                    dilation=tuple(dil), ceil_mode=ceil_mode)
+    geometry: dict[str, Any] = dict(pool_size=tuple(k), strides=tuple(strides),
+                                    padding=(*begins, *ends), dilation=tuple(dil),
+                                    ceil_mode=ceil_mode)
     if node.op_type == "MaxPool":
         y = ops.max_pool2d(x, **geometry)
     else:

@@ -510,7 +510,7 @@ def _constant_of_shape(node: Node, ins: list[Value | None], ctx: ConvertContext)
 
 @register("Range", const_inputs=(0, 1, 2))
 def _range(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    start, limit, delta = (np.asarray(required(node, ins, pos)).reshape(-1)[0] for pos in range(3))
+    start, limit, delta = (np.asarray(required(node, ins, pos)).reshape(1)[0] for pos in range(3))
     return [np.arange(start, limit, delta, dtype=start.dtype)]
 
 
