@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m autosched.demo
+	$(BIN)/python -m autosched demo
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -6,6 +6,8 @@ Example::
     from autosched import te
     s = te.create_schedule(C.op)
     print(aus.lower(s, [A, B, C]))
+    graph = aus.from_onnx("model.onnx", shapes={"x": (1, 3, 224, 224)})   # importers.onnx
+    model = aus.compile(graph, target="llvm", log="tuning_logs/model-llvm.jsonl")
 """
 
 from autosched import te
@@ -45,10 +47,14 @@ def __getattr__(name: str):  # noqa: ANN202
         from autosched.search import tune as _tune
 
         return getattr(_tune, name)
-    if name in ("compile", "tune_graph", "extract_tasks", "load_graph"):
+    if name in ("compile", "tune_graph", "extract_tasks"):
         from autosched.graph import compiler as _compiler
 
         return getattr(_compiler, name)
+    if name == "from_onnx":
+        from importers.onnx import from_onnx
+
+        return from_onnx
     raise AttributeError(f"module 'autosched' has no attribute {name!r}")
 
 

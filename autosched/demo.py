@@ -6,14 +6,13 @@ imports it, compiles it with default schedules, tunes every task for a short bud
 scheduler shares the trials), compiles it again with the best records, checks the outputs
 against onnxruntime and prints the three end-to-end latencies.
 
-    python -m autosched.demo                 # ~2-3 minutes on 2 cores
-    python -m autosched.demo --trials 200 --log tuning_logs/demo.jsonl   # longer; resumes
-    python -m autosched.demo --gemm          # the hand-scheduled GEMM demo
+    autosched demo                 # ~2-3 minutes on 2 cores
+    autosched demo --trials 200 --log tuning_logs/demo.jsonl   # longer; resumes
+    autosched demo --gemm          # the hand-scheduled GEMM demo
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -90,13 +89,14 @@ def _ort_time(model: Any, feeds: dict[str, np.ndarray], threads: int = 0
 
 
 def model_demo(trials: int, log: str | None, target: str) -> None:
-    from autosched.graph.compiler import extract_tasks, load_graph
+    from autosched.graph.compiler import extract_tasks
     from autosched.graph.executor import random_inputs
     from autosched.search.tune import TuneOptions
+    from importers.onnx import from_onnx
 
     t_start = time.perf_counter()
     proto = small_cnn()
-    graph = load_graph(proto)
+    graph = from_onnx(proto)
     feeds = random_inputs(graph, seed=1)
     tasks, weights = extract_tasks(graph, target)
     print(f"small CNN, input {graph.inputs[0]}: {len(graph.nodes)} nodes, {len(tasks)} tasks "
@@ -201,21 +201,3 @@ def gemm_demo(n: int, target: str) -> None:
     print(f"{'numpy':10}{t_np * 1e3:10.2f}{flops / t_np / 1e9:10.1f}")
     print(f"ratio autosched / numpy: {t_np / t_ours:.2f}")
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=64, help="tuning trials in all")
-    parser.add_argument("--log", default=None, help="keep the tuning log here (resumes)")
-    parser.add_argument("--target", default="llvm")
-    parser.add_argument("--gemm", action="store_true", help="the hand-scheduled GEMM demo")
-    parser.add_argument("--n", type=int, default=512, help="GEMM size for --gemm")
-    args = parser.parse_args()
-    if args.gemm:
-        gemm_demo(args.n, args.target)
-    else:
-        model_demo(args.trials, args.log, args.target)
-
-
-if __name__ == "__main__":
-    main()

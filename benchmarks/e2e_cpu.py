@@ -31,11 +31,12 @@ baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads i
 import numpy as np  # noqa: E402
 
 import autosched as aus  # noqa: E402
-from autosched.graph.cli_model import task_table  # noqa: E402
-from autosched.graph.compiler import extract_tasks, load_graph  # noqa: E402
+from autosched.cli.model import task_table  # noqa: E402
+from autosched.graph.compiler import extract_tasks  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
 from autosched.search.tune import TuneOptions  # noqa: E402
 from benchmarks import models  # noqa: E402
+from importers.onnx import from_onnx  # noqa: E402
 
 
 def ort_timer(proto: object, feeds: dict, threads: int | None):  # noqa: ANN201
@@ -71,7 +72,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     args = ap.parse_args()
     proto = models.resnet18(image=args.image)
-    graph = load_graph(proto)
+    graph = from_onnx(proto)
     feeds = random_inputs(graph)
     tasks, weights = extract_tasks(graph, "llvm")
     print(baseline.header())

@@ -39,9 +39,10 @@ except ImportError as exc:
 
 import numpy as np  # noqa: E402
 
-from autosched.graph.compiler import compile, load_graph  # noqa: E402
+from autosched.graph.compiler import compile  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
 from benchmarks import models  # noqa: E402
+from importers.onnx import from_onnx  # noqa: E402
 
 BUILD = {"resnet18": lambda: models.resnet18(image=224),
          "mobilenet_v2": lambda: models.mobilenet_v2(image=224),
@@ -90,7 +91,7 @@ def torch_timers(mod: Any, x: Any, repeat: int, compiled: bool, row: dict) -> di
 
 def run_model(name: str, args: argparse.Namespace) -> dict:
     proto = BUILD[name]()
-    graph = load_graph(proto)
+    graph = from_onnx(proto)
     feeds = random_inputs(graph)
     t0 = time.perf_counter()
     model = compile(graph, target="cuda", log=args.log)

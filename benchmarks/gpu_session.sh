@@ -25,18 +25,18 @@ for s in "$@"; do
         model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
             IFS=: read -r _ name secs <<< "$s"
             onnx=$(python3 -c "from benchmarks import models; print(models.save('$name'))")
-            step "tune-$name" "$secs" python3 -m autosched.cli tune "$onnx" --target cuda \
+            step "tune-$name" "$secs" python3 -m autosched tune "$onnx" --target cuda \
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "$OUT/$name-cuda.jsonl" ;;
-        replay:*)  # replay:<name>: time <name> with its bundled H200 log (benchmarks/results)
+        replay:*)  # replay:<name>: time <name> with its bundled H200 log (tuning_logs/)
             name=${s#replay:}
-            zcat "benchmarks/results/${name}_cuda_h200.jsonl.gz" > "/tmp/${name}-cuda.jsonl"
+            zcat "tuning_logs/${name}_cuda_h200.jsonl.gz" > "/tmp/${name}-cuda.jsonl"
             step "replay-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
                 --log "/tmp/${name}-cuda.jsonl" ;;
         peers)  # both bundled H200 logs against torch eager / compile / reduce-overhead, TF32 on and off
-            zcat benchmarks/results/resnet18_cuda_h200.jsonl.gz \
-                benchmarks/results/mobilenet_v2_cuda_h200.jsonl.gz > /tmp/models-cuda.jsonl
+            zcat tuning_logs/resnet18_cuda_h200.jsonl.gz \
+                tuning_logs/mobilenet_v2_cuda_h200.jsonl.gz > /tmp/models-cuda.jsonl
             step peers 590 python3 benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 \
                 --log /tmp/models-cuda.jsonl --out "$OUT/e2e_gpu_peers.json" ;;
         cputests) step cputests 300 python3 -m pytest -q -x tests/test_ops_sketch.py \

@@ -183,6 +183,22 @@ def _value_type(vi: Any, where: str) -> tuple[list[Any], str]:
     return dims, dtype
 
 
+class UnboundDimError(ModelImportError):
+    """An input has a symbolic dim that no given shape binds; ``bound_with`` words the advice
+    for the caller (``shapes={...}`` here, ``--shape NAME=...`` on the command line)."""
+
+    def __init__(self, where: str, name: str, dim: int, dims: list[Any],
+                 how: str | None = None) -> None:
+        self.where, self.input, self.dim, self.dims = where, name, dim, dims
+        sym = f" {dims[dim]!r}" if dims[dim] else ""
+        how = how or f"shapes={{{name!r}: (...)}}"
+        super().__init__(f"{where}: input {name!r} has symbolic dim {dim}{sym} {dims}; bind it "
+                         f"with {how}")
+
+    def bound_with(self, how: str) -> UnboundDimError:
+        return UnboundDimError(self.where, self.input, self.dim, self.dims, how)
+
+
 def _bind(name: str, dims: list[Any], given: tuple[int, ...] | None,
           where: str) -> tuple[int, ...]:
     if given is not None:
@@ -201,10 +217,7 @@ def _bind(name: str, dims: list[Any], given: tuple[int, ...] | None,
     out = []
     for k, d in enumerate(dims):
         if not isinstance(d, int):
-            sym = f" {d!r}" if d else ""
-            raise ModelImportError(
-                f"{where}: input {name!r} has symbolic dim {k}{sym} {dims}; bind it with "
-                f"shapes={{{name!r}: (...)}}")
+            raise UnboundDimError(where, name, k, dims)
         out.append(d)
     return tuple(out)
 

@@ -16,68 +16,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-import autosched as aus
-from autosched import te
 from autosched.errors import ModelImportError
-from autosched.graph.graph import Graph, Node
-from autosched.graph.ops import ConvertContext, Value, convert
-from autosched.te.tensor import PlaceholderOp, Tensor
-
-
-def run_node(node: Node, ins: list[np.ndarray | None], constant: list[bool], opset: int,
-             target: str = "llvm") -> list[np.ndarray]:
-    """Outputs of ``node`` on concrete inputs; inputs flagged ``constant`` reach the converter
-    as numpy arrays, the others as placeholders."""
-    ctx = ConvertContext(opset=opset)
-    feeds: dict[Tensor, np.ndarray] = {}
-    args: list[Value | None] = []
-    for k, (v, is_const) in enumerate(zip(ins, constant)):
-        if v is None or is_const:
-            args.append(v)
-            continue
-        ph = te.placeholder(v.shape, dtype=str(v.dtype), name=f"in{k}")
-        feeds[ph] = v
-        args.append(ph)
-    outs = convert(node, args, ctx)
-    results: list[np.ndarray | None] = [None] * len(outs)
-    kernels: list[tuple[int, Tensor]] = []
-    for n, o in enumerate(outs):
-        if not isinstance(o, Tensor):
-            results[n] = np.asarray(o)
-        elif isinstance(o.op, PlaceholderOp):
-            results[n] = {**feeds, **ctx.constants}[o]
-        elif node.outputs[n]:
-            kernels.append((n, o))
-    if kernels:
-        tensors = [t for _, t in kernels]
-        bound = {**feeds, **ctx.constants}
-        read = _placeholders_read(tensors)
-        params = [p for p in bound if p.op in read]
-        s = te.create_schedule([t.op for t in tensors])
-        mod = aus.build(s, params + tensors, target=target)
-        arrays = [np.empty(tuple(int(d) for d in t.shape), dtype=t.dtype) for t in tensors]
-        # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them 1-d)
-        mod(*[np.require(bound[p], requirements="C") for p in params], *arrays)
-        for (n, _), a in zip(kernels, arrays):
-            results[n] = a
-    return [r if r is not None else np.empty(0) for r in results]
-
-
-def _placeholders_read(outputs: list[Tensor]) -> set[PlaceholderOp]:
-    """The placeholders the outputs depend on (the kernel's parameters)."""
-    seen: set[int] = set()
-    found: set[PlaceholderOp] = set()
-    stack = [t.op for t in outputs]
-    while stack:
-        op = stack.pop()
-        if op.uid in seen:
-            continue
-        seen.add(op.uid)
-        if isinstance(op, PlaceholderOp):
-            found.add(op)
-        else:
-            stack.extend(t.op for t in op.input_tensors)
-    return found
+from autosched.graph.evaluate import run_node
+from autosched.graph.graph import Graph
 
 
 def run_nodes(graph: Graph, feeds: Mapping[str, np.ndarray], target: str = "llvm"

@@ -76,7 +76,7 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     wrong = tmp_path / "wrong.npy"
     np.save(wrong, np.random.default_rng().standard_normal((3, 2)).astype(np.float32))
     _one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")
-    _one_line_error(capsys, ["tune-op", "nosuchop", "--shape", "4"], "TEError", "gemm")
+    _one_line_error(capsys, ["tune-op", "nosuchop", "4"], "TEError", "gemm")
 
 
 @pytest.mark.parametrize("kind", [errors.TEError, errors.ScheduleError, errors.LowerError,
@@ -85,7 +85,7 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_every_error_type_is_one_line(kind: type[Exception], tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    import autosched.graph.inspect as inspect
+    import importers.inspect as inspect
 
     def fail(*args: object, **kwargs: object) -> str:
         raise kind("stage C: split factor 0 for axis i\nsecond line of detail")
@@ -102,7 +102,7 @@ def test_every_error_type_is_one_line(kind: type[Exception], tmp_path: Path,
 
 
 def test_a_bug_keeps_its_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import autosched.graph.inspect as inspect
+    import importers.inspect as inspect
 
     def bug(*args: object, **kwargs: object) -> str:
         raise KeyError("internal")
@@ -114,7 +114,7 @@ def test_a_bug_keeps_its_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_ctrl_c_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                             capsys: pytest.CaptureFixture[str]) -> None:
-    import autosched.graph.inspect as inspect
+    import importers.inspect as inspect
 
     def interrupted(*args: object, **kwargs: object) -> str:
         raise KeyboardInterrupt
@@ -139,10 +139,11 @@ def test_command_line_smoke(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("argv", [["tune", "M", "--batch-size", "0"],
-                                  ["tune", "M", "--trials", "-5"], ["run", "M", "--repeat", "x"],
-                                  ["tune-op", "gemm", "--shape", "0", "8", "8"]])
-def test_numbers_out_of_range_are_argument_errors(argv: list[str], tmp_path: Path,
+@pytest.mark.parametrize("argv,bad", [(["tune", "M", "--batch-size", "0"], "--batch-size: '0'"),
+                                      (["tune", "M", "--trials", "-5"], "--trials: '-5'"),
+                                      (["run", "M", "--repeat", "x"], "--repeat: 'x'"),
+                                      (["tune-op", "gemm", "8", "0", "8"], "sizes: '0'")])
+def test_numbers_out_of_range_are_argument_errors(argv: list[str], bad: str, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """argparse's own error (status 2), before anything runs: a batch size of 0 divided by
     zero, a zero-size operator failed deep in the search."""
@@ -151,7 +152,7 @@ def test_numbers_out_of_range_are_argument_errors(argv: list[str], tmp_path: Pat
         main([path if a == "M" else a for a in argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
-    assert f"argument {argv[2]}: '{argv[3]}' is not an integer >=" in err
+    assert f"argument {bad} is not an integer >=" in err
 
 
 def test_bench_when_onnxruntime_cannot_run_the_model(tmp_path: Path,
@@ -167,3 +168,20 @@ def test_bench_when_onnxruntime_cannot_run_the_model(tmp_path: Path,
     assert main(["bench", path, "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "onnxruntime could not run the model (RuntimeError: [ONNXRuntimeError]" in out
+
+
+def test_unbound_dim_names_the_shape_option(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The importer's advice is spelt as the option that binds the dim."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "m", [x], [y])
+    path = tmp_path / "batch.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    err = _one_line_error(capsys, ["run", str(path)], "symbolic dim 0 'batch'",
+                          "bind it with --shape x=D0,D1,...")
+    assert "shapes=" not in err
+    assert main(["run", str(path), "--shape", "x=2,3"]) == 0

@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autosched as aus
 from autosched.errors import ModelImportError
-from autosched.graph.compiler import load_graph
 from benchmarks.models import ort_run
+from importers.onnx import from_onnx
 
 
 def _model(x_shape: tuple, w: np.ndarray, b: np.ndarray, **attrs: object) -> object:
@@ -32,7 +32,7 @@ def test_depth1_conv_matches_onnxruntime(d, k, s, p, c, o, h, g, rng):
     m = _model((1, c, d, h, h), w, b, kernel_shape=[1, k, k], strides=[1, s, s],
                pads=[0, p, p, 0, p, p], group=g)
     x = rng.uniform(-1, 1, (1, c, d, h, h)).astype("float32")
-    got = aus.compile(load_graph(m), target="llvm").run({"x": x})[0]
+    got = aus.compile(from_onnx(m), target="llvm").run({"x": x})[0]
     np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
@@ -40,4 +40,4 @@ def test_deeper_kernels_are_refused_by_name(rng):
     w = rng.uniform(-1, 1, (4, 3, 3, 3, 3)).astype("float32")
     m = _model((1, 3, 5, 8, 8), w, rng.uniform(-1, 1, 4).astype("float32"))
     with pytest.raises(ModelImportError, match=r"conv3d.*kernels of depth 1"):
-        load_graph(m)
+        from_onnx(m)

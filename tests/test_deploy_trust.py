@@ -50,10 +50,10 @@ def _reference(proto: Any, x: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def compiled() -> tuple[Any, Any]:
     import autosched as aus
-    from autosched.graph.compiler import load_graph
+    from importers.onnx import from_onnx
 
     proto = _model_proto(np.random.default_rng())
-    return aus.compile(load_graph(proto), target="llvm"), proto
+    return aus.compile(from_onnx(proto), target="llvm"), proto
 
 
 @pytest.fixture(scope="module")
@@ -263,9 +263,9 @@ def test_constants_are_checked(build: Path, rng: np.random.Generator) -> None:
                     reason="needs the aarch64 cross compiler on an x86-64 host")
 def test_a_build_for_another_cpu_says_which(tmp_path: Path) -> None:
     import autosched as aus
-    from autosched.graph.compiler import load_graph
+    from importers.onnx import from_onnx
 
-    graph = load_graph(_model_proto(np.random.default_rng()))
+    graph = from_onnx(_model_proto(np.random.default_rng()))
     out = tmp_path / "build_arm"
     export(aus.compile(graph, target="llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"), out)
     with pytest.raises(ModelImportError, match="is for aarch64 .*this machine is x86_64"):
@@ -319,14 +319,14 @@ def test_a_kernel_failure_stops_the_run(tmp_path: Path, rng: np.random.Generator
 
     import autosched as aus
     from autosched.errors import RuntimeError_
-    from autosched.graph.compiler import load_graph
+    from importers.onnx import from_onnx
 
     d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 3])
     i = helper.make_tensor_value_info("i", TensorProto.INT64, [4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
     node = helper.make_node("Gather", ["d", "i"], ["y"])
     proto = helper.make_model(helper.make_graph([node], "gather", [d, i], [y]))
-    export(aus.compile(load_graph(proto), target="llvm"), tmp_path / "gather")
+    export(aus.compile(from_onnx(proto), target="llvm"), tmp_path / "gather")
     m = load(tmp_path / "gather")
     data = rng.standard_normal((5, 3)).astype(np.float32)
     index = rng.integers(-5, 5, 4)

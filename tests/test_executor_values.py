@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import autosched as aus
 from autosched.errors import CompileError, ModelImportError, RuntimeError_
-from autosched.graph.compiler import load_graph
 from benchmarks.models import ort_run
+from importers.onnx import from_onnx
 
 
 def _model(nodes: list, inputs: dict[str, list[int]], outputs: list[str]) -> object:
@@ -21,7 +21,7 @@ def _model(nodes: list, inputs: dict[str, list[int]], outputs: list[str]) -> obj
 
 
 def _compare(model: object, inputs: dict[str, np.ndarray]) -> None:
-    graph = load_graph(model, shapes={k: v.shape for k, v in inputs.items()})
+    graph = from_onnx(model, shapes={k: v.shape for k, v in inputs.items()})
     got = aus.compile(graph, target="llvm").run(inputs)
     want = ort_run(model, inputs)
     for g, w in zip(got, want, strict=True):
@@ -35,7 +35,7 @@ def test_scalar_inputs_stay_0d(rng):
     model = _model(nodes, {"s": [], "v": [7]}, ["y", "z"])
     s = np.array(rng.uniform(-2, 2), "float32")
     _compare(model, {"s": s, "v": rng.uniform(-1, 1, 7).astype("float32")})
-    compiled = aus.compile(load_graph(model), target="llvm")
+    compiled = aus.compile(from_onnx(model), target="llvm")
     (_, z) = compiled.run({"s": np.float32(s), "v": np.ones(7, "float32")})  # a numpy scalar
     assert z.shape == () and z == -s
 
@@ -61,7 +61,7 @@ def test_zero_size_intermediate_runs_in_a_deployed_build(tmp_path, rng):
 
     nodes = [helper.make_node("Relu", ["a"], ["t"]), helper.make_node("Exp", ["t"], ["y"])]
     model = _model(nodes, {"a": [0, 4]}, ["y"])
-    compiled = aus.compile(load_graph(model, shapes={"a": (0, 4)}), target="llvm")
+    compiled = aus.compile(from_onnx(model, shapes={"a": (0, 4)}), target="llvm")
     export(compiled, tmp_path / "build")
     a = rng.uniform(-1, 1, (0, 4)).astype("float32")
     (y,) = load(tmp_path / "build").run({"a": a})
@@ -85,14 +85,14 @@ def test_byte_count_that_overflows_int64_names_the_value():
         nbytes(ValueInfo("neg", (3, -1), "float32"))
     # compiling such a model stops earlier, at the first kernel that cannot count that far
     with pytest.raises(CompileError, match="too large"):
-        aus.compile(load_graph(_chain([1 << 40, 1 << 40])), target="llvm")
+        aus.compile(from_onnx(_chain([1 << 40, 1 << 40])), target="llvm")
 
 
 def test_shape_too_large_to_allocate_names_the_value():
     """2**58 bytes: more than any address space, so no overcommit setting lets it through."""
     with pytest.raises(RuntimeError_, match=rf"out of memory allocating {2**58} bytes for "
                                             r"value \w+ \(float32\[268435456, 268435456\]\)"):
-        aus.compile(load_graph(_chain([1 << 28, 1 << 28])), target="llvm")
+        aus.compile(from_onnx(_chain([1 << 28, 1 << 28])), target="llvm")
 
 
 def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
@@ -115,7 +115,7 @@ def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
     drv = Driver()
     monkeypatch.setattr(rt, "driver", lambda: drv)
     monkeypatch.setattr(rt, "context", lambda: None)
-    cpu = aus.compile(load_graph(_chain([3, 50])), target="llvm")
+    cpu = aus.compile(from_onnx(_chain([3, 50])), target="llvm")
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]
     with pytest.raises(RuntimeError_, match=r"out of memory allocating 600 bytes for value "

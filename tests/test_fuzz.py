@@ -46,13 +46,13 @@ def _onnxruntime(model, x: np.ndarray) -> list[np.ndarray] | None:  # noqa: ANN0
 @given(graphs())
 def test_random_graph_matches_onnxruntime(case) -> None:  # noqa: ANN001
     import autosched as aus
-    from autosched.graph.compiler import load_graph
+    from importers.onnx import from_onnx
 
     model, x = case
     want = _onnxruntime(model, x)
     if want is None:
         return
-    graph = load_graph(model)
+    graph = from_onnx(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no tuning record": expected
         got = aus.compile(graph, target="llvm").run({"x": x})

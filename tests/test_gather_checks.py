@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 import autosched as aus
 from autosched import te
 from autosched.errors import ModelImportError, RuntimeError_
-from autosched.graph.compiler import load_graph
 from autosched.te import ops
 from benchmarks.models import ort_run
+from importers.onnx import from_onnx
 
 N = 23  # rows of the table: the axis indices point into
 
@@ -52,7 +52,7 @@ def compiled(request: pytest.FixtureRequest) -> tuple:
     op, tshape, ishape, axis = CASES[name]
     table = np.random.default_rng().uniform(-1, 1, tshape).astype("float32")
     onnx_model = _model(op, table, ishape, axis, shift)
-    return onnx_model, aus.compile(load_graph(onnx_model), target="llvm"), ishape, shift
+    return onnx_model, aus.compile(from_onnx(onnx_model), target="llvm"), ishape, shift
 
 
 def _indices(rng: np.random.Generator, shape: tuple, shift: bool) -> np.ndarray:
@@ -89,7 +89,7 @@ def test_constant_indices_out_of_range_fail_at_import(op):
     table = np.random.default_rng().uniform(-1, 1, (N, 4)).astype("float32")
     ids = np.array([[1, N, 2, 0]], np.int64) if op == "GatherElements" else np.array([1, N])
     with pytest.raises(ModelImportError, match=rf"lookup.*indices \[{N}\] are out of range"):
-        load_graph(_model(op, table, ids.shape, 0, False, const_idx=ids))
+        from_onnx(_model(op, table, ids.shape, 0, False, const_idx=ids))
 
 
 def test_take_strict_reports_int64_index_beyond_int32(rng):
@@ -124,7 +124,7 @@ def test_random_inputs_stay_within_the_axis_they_index():
 
     table = np.random.default_rng().uniform(-1, 1, (4, 6)).astype("float32")
     onnx_model = _model("Gather", table, (50,), 0, False)
-    graph = load_graph(onnx_model)
+    graph = from_onnx(onnx_model)
     feeds = random_inputs(graph, seed=int(np.random.default_rng().integers(2**31)))
     assert 0 <= feeds["ids"].min() and feeds["ids"].max() < 4
     (got,) = aus.compile(graph, target="llvm").run(feeds)
@@ -159,7 +159,7 @@ def _index_checks(onnx_model: object) -> int:
     from autosched.te.tensor import ComputeOp
     from autosched.te.visit import post_order
 
-    tasks, _ = extract_tasks(load_graph(onnx_model), "llvm")
+    tasks, _ = extract_tasks(from_onnx(onnx_model), "llvm")
     return sum(isinstance(e, Call) and e.name == INDEX_CHECK
                for t in tasks for op in topo_ops(t.outputs) if isinstance(op, ComputeOp)
                for e in post_order(op.body))
@@ -227,6 +227,6 @@ def test_zero_size_matmul_runs_like_onnxruntime(shapes, rng):
          for n, s in (("a", a_shape), ("b", b_shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    got = aus.compile(load_graph(model, shapes={"a": a_shape, "b": b_shape}),
+    got = aus.compile(from_onnx(model, shapes={"a": a_shape, "b": b_shape}),
                       target="llvm").run({"a": a, "b": b})
     np.testing.assert_allclose(got[0], ort_run(model, {"a": a, "b": b})[0], atol=1e-6)

@@ -10,11 +10,12 @@ from onnx import TensorProto, helper
 import autosched as aus
 from autosched.errors import ModelImportError
 from autosched.graph import Graph, Node, ValueInfo
-from autosched.graph.compiler import extract_tasks, load_graph, plan, prepare
+from autosched.graph.compiler import extract_tasks, plan, prepare
 from autosched.graph.graph import KERNEL_LAYOUT
 from autosched.graph.passes import eliminate_dead, fold_batch_norm, fold_constants
 from autosched.targets.target import parse
 from benchmarks.models import _Builder, ort_run, small_cnn
+from importers.onnx import from_onnx
 
 
 def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -32,7 +33,7 @@ def _conv_bn_model(rng: np.random.Generator, second_reader: bool) -> object:
 @pytest.mark.parametrize("second_reader", [False, True])
 def test_batch_norm_folds_into_conv(second_reader: bool, rng: np.random.Generator) -> None:
     m = _conv_bn_model(rng, second_reader)
-    g = load_graph(m)
+    g = from_onnx(m)
     folded = fold_batch_norm(g)
     counts = folded.op_counts()
     # folded only when the BatchNormalization is the conv output's only reader
@@ -45,7 +46,7 @@ def test_batch_norm_folds_into_conv(second_reader: bool, rng: np.random.Generato
 
 def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> None:
     m = _conv_bn_model(rng, second_reader=False)
-    g = load_graph(m)
+    g = from_onnx(m)
     cpu, gpu = prepare(g, parse("llvm")), prepare(g, parse("cuda"))
     (conv,) = [n for n in cpu.nodes if n.op_type == "Conv"]
     (orig,) = [n for n in gpu.nodes if n.op_type == "Conv"]
@@ -67,7 +68,7 @@ def test_cpu_gemm_weights_are_stored_k_by_n(trans_b: int, rng: np.random.Generat
         nodes, "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 11])], inits),
         opset_imports=[helper.make_opsetid("", 17)])
-    g = load_graph(m)
+    g = from_onnx(m)
     (gemm,) = prepare(g, parse("llvm")).nodes
     (orig,) = prepare(g, parse("cuda")).nodes
     assert int(gemm.attrs.get("transB", 0)) == 0 and int(orig.attrs.get("transB", 0)) == trans_b
@@ -120,7 +121,7 @@ def _resnet_block_model(seed: int) -> object:
 
 def test_fusion_groups_and_task_weights(rng: np.random.Generator) -> None:
     m = _resnet_block_model(int(rng.integers(1 << 30)))
-    g = load_graph(m)
+    g = from_onnx(m)
     names = [grp.name for grp in plan(prepare(g))]
     # conv + bias (folded batch norm) + residual add + relu in one kernel
     assert names == ["conv_relu", "conv_relu", "conv_add_relu", "conv_relu", "conv_add_relu"]
@@ -143,7 +144,7 @@ def test_injective_chain_is_one_kernel(rng: np.random.Generator) -> None:
     m = helper.make_model(helper.make_graph(nodes, "inj", [x], [out], [shape]),
                           opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    g = load_graph(m)
+    g = from_onnx(m)
     assert [grp.name for grp in plan(prepare(g))] == ["exp_reshape_transpose_neg"]
     xv = {"x": _f32(rng, 2, 6, 4)}
     (y,) = aus.compile(g, "llvm").run(xv)
@@ -158,7 +159,7 @@ def test_fusion_never_makes_a_cycle(rng: np.random.Generator) -> None:
     c = b.conv(s0, 4, 4, 3)
     y = b.op("Add", [s1, c])
     m = b.model(("x", (1, 8, 5, 5)), y, "split")
-    g = load_graph(m)
+    g = from_onnx(m)
     xv = {"x": _f32(rng, 1, 8, 5, 5)}
     (out,) = aus.compile(g, "llvm").run(xv)
     np.testing.assert_allclose(out, ort_run(m, xv)[0], rtol=1e-4, atol=1e-4)
@@ -167,7 +168,7 @@ def test_fusion_never_makes_a_cycle(rng: np.random.Generator) -> None:
 @pytest.fixture(scope="module")
 def cnn() -> tuple[object, object]:
     m = small_cnn(image=12)
-    return m, aus.compile(load_graph(m), "llvm")
+    return m, aus.compile(from_onnx(m), "llvm")
 
 
 def test_executor_rejects_bad_inputs(cnn: tuple[object, object]) -> None:
@@ -256,7 +257,7 @@ def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
     line = next(ln for ln in out.splitlines() if "estimated end-to-end latency" in ln)
     assert line.endswith(" ms")  # the one task has a measured best
     x = {"x": np.random.default_rng().standard_normal((1, 3, 6, 5)).astype(np.float32)}
-    (tuned,) = aus.compile(load_graph(path), "llvm", log=log).run(x)
+    (tuned,) = aus.compile(from_onnx(path), "llvm", log=log).run(x)
     np.testing.assert_allclose(tuned, ort_run(str(path), x)[0], rtol=1e-4, atol=1e-4)
 
 
@@ -276,7 +277,7 @@ def _gelu_model(rng: np.random.Generator, extra_reader: bool) -> object:
 def test_converging_elementwise_region_fuses(extra_reader: bool,
                                              rng: np.random.Generator) -> None:
     m = _gelu_model(rng, extra_reader)
-    g = load_graph(m)
+    g = from_onnx(m)
     names = [grp.name for grp in plan(prepare(g))]
     if extra_reader:
         assert names == ["matmul_add", "div_erf_add_mul_mul", "matmul_add"]

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import autosched as aus
-from autosched.graph.compiler import load_graph
 from autosched.targets.cuda.runtime import Launch, Launches
 from autosched.targets.target import parse
 from benchmarks.models import _Builder, ort_run
+from importers.onnx import from_onnx
 
 
 class _FakeDriver:
@@ -93,7 +93,7 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     y = b.op("GlobalAveragePool", [b.conv_bn(y, 8, 8, 3)])
     y = b.op("Flatten", [y], axis=1)  # the output is a view of the pool's buffer
     proto = b.model(("x", (1, 3, 10, 9)), y, "fake_gpu")
-    graph = load_graph(proto)
+    graph = from_onnx(proto)
     cpu = aus.compile(graph, "llvm")
 
     drv = _FakeDriver()

@@ -9,9 +9,9 @@ from onnx import TensorProto, helper
 
 import autosched as aus
 from autosched.errors import CompileError, ModelImportError, RuntimeError_
-from autosched.graph.compiler import load_graph
 from autosched.te import expr as E
 from autosched.tir import ir
+from importers.onnx import from_onnx
 from tests.test_llvm_helpers import buf, build, garbage, loop, rand
 
 
@@ -58,7 +58,7 @@ def test_conv_whose_padded_input_overflows_int64_is_a_compile_error():
 @pytest.mark.parametrize("pad, stride", [(100_000, 200_000), (2147483640, 4294967295)])
 def test_onnx_conv_pads_beyond_the_input_name_the_node(pad, stride):
     with pytest.raises(ModelImportError, match=r"node 'conv0' \(Conv\): pads .* must lie in \[0, 10\]"):
-        load_graph(_conv_model(pad, stride))
+        from_onnx(_conv_model(pad, stride))
 
 
 @pytest.mark.parametrize("stride", [9, 4294967295])
@@ -67,7 +67,7 @@ def test_onnx_conv_stride_past_the_input_runs_like_onnxruntime(stride, rng):
 
     model = _conv_model(1, stride)
     x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")
-    got = aus.compile(load_graph(model), target="llvm").run({"x": x})
+    got = aus.compile(from_onnx(model), target="llvm").run({"x": x})
     np.testing.assert_allclose(got[0], ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import autosched as aus
-from autosched.graph.compiler import load_graph
 from autosched.graph.executor import random_inputs
 from benchmarks import models
+from importers.onnx import from_onnx
 
 MODELS = {
     "resnet18": lambda: models.resnet18(image=224),
@@ -28,7 +28,7 @@ _CACHE: dict[str, tuple[object, object]] = {}
 def _model(name: str) -> tuple[object, object]:
     if name not in _CACHE:
         proto = MODELS[name]()
-        _CACHE[name] = (proto, load_graph(proto))
+        _CACHE[name] = (proto, from_onnx(proto))
     return _CACHE[name]
 
 

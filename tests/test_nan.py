@@ -137,13 +137,13 @@ def _onnx_model() -> object:
 def test_onnx_model_keeps_nan_like_onnxruntime(rng: np.random.Generator) -> None:
     # onnxruntime's ReduceMax / ReduceMin / MaxPool drop a NaN in some lanes of their vector
     # kernels and keep it in others; those outputs are compared with numpy, which keeps it
-    from autosched.graph.compiler import load_graph
     from benchmarks.models import ort_run
+    from importers.onnx import from_onnx
 
     model = _onnx_model()
     inputs = {n: _with_specials(rng, SHAPE) for n in "xy"}
     x = inputs["x"]
-    got = aus.compile(load_graph(model), target="llvm").run(inputs)
+    got = aus.compile(from_onnx(model), target="llvm").run(inputs)
     want = ort_run(model, inputs)
     pool = _pool_ref(x)
     want[4:] = [x.max(axis=(2, 3)), x.min(axis=1, keepdims=True), pool, np.maximum(pool, 0)]

@@ -329,3 +329,13 @@ def test_inspect_does_not_fold_what_import_left_unfolded(rng: np.random.Generato
         tracemalloc.stop()
     assert "Expand" in report
     assert peak < 16 << 20  # numpy reports its arrays to tracemalloc
+
+
+@pytest.mark.parametrize("op,inputs,missing", [
+    ("MatMul", ["x", ""], 1), ("Conv", ["x", ""], 1), ("Gemm", ["", "x"], 0),
+    ("Reshape", ["x", ""], 1), ("Where", ["x", "x", ""], 2)])
+def test_omitted_required_input_names_the_node(op: str, inputs: list[str], missing: int) -> None:
+    m = _model([helper.make_node(op, inputs, ["y"], name="n0")], [_f32("x", [2, 3])], ["y"])
+    with pytest.raises(ModelImportError) as err:
+        from_onnx(m)
+    _one_line(err, f"node 'n0' ({op})", f"input {missing} is missing")

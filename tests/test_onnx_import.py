@@ -502,7 +502,8 @@ def test_unsupported_ops_listed_all(rng: np.random.Generator) -> None:
 def test_inspect_report(tmp_path: Any, rng: np.random.Generator,
                         capsys: pytest.CaptureFixture[str]) -> None:
     from autosched.cli import main
-    from autosched.graph.inspect import flops_by_op, inspect, inspect_model
+    from autosched.graph.inspect import flops_by_op, inspect
+    from importers.inspect import inspect_model
 
     x = rand(rng, 1, 3, 6, 6)
     m = model([node("Conv", ["x", "w"], ["c"]), node("Relu", ["c"], ["r"]),

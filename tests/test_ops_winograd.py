@@ -10,10 +10,11 @@ import pytest
 import autosched as aus
 from autosched import te
 from autosched.errors import TEError
-from autosched.graph.compiler import load_graph, prepare
+from autosched.graph.compiler import prepare
 from autosched.targets.target import parse
 from autosched.te import ops
 from benchmarks.models import _Builder, ort_run
+from importers.onnx import from_onnx
 from tests.helpers import run_te
 
 
@@ -87,7 +88,7 @@ def _model(seed: int) -> object:
 def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
         rng: np.random.Generator) -> None:
     proto = _model(int(rng.integers(1 << 30)))
-    g = load_graph(proto)
+    g = from_onnx(proto)
     cpu, gpu = prepare(g, parse("llvm")), prepare(g, parse("cuda"))
     counts = cpu.op_counts()
     assert counts["WinogradInput"] == counts["WinogradOutput"] == 2 and counts["Conv"] == 1

@@ -224,7 +224,7 @@ def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
 def test_cli_tune_op(tmp_path):
     log = tmp_path / "cli.jsonl"
     out = subprocess.run(
-        [sys.executable, "-m", "autosched.cli", "tune-op", "softmax", "--shape", "8", "64",
+        [sys.executable, "-m", "autosched", "tune-op", "softmax", "8", "64",
          "--trials", "4", "--batch-size", "4", "--log", str(log)],
         env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

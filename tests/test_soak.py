@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _start(log: Path, trials: int, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "autosched.cli", "tune-op", "gemm", "--shape", "24", "20",
+    cmd = [sys.executable, "-m", "autosched", "tune-op", "gemm", "24", "20",
            "28", "--trials", str(trials), "--batch-size", "2", "--log", str(log)]
     with open(out, "ab") as f:
         return subprocess.Popen(cmd, cwd=log.parent, stdout=f, stderr=subprocess.STDOUT,

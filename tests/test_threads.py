@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import autosched as aus
-from autosched.graph.compiler import load_graph
 from benchmarks.models import ort_run, small_cnn
+from importers.onnx import from_onnx
 
 SLOW = os.environ.get("AUTOSCHED_SLOW") == "1"
 
@@ -22,7 +22,7 @@ SLOW = os.environ.get("AUTOSCHED_SLOW") == "1"
 @pytest.fixture(scope="module")
 def cnn() -> tuple[object, object]:
     onnx_model = small_cnn(image=12, seed=3)
-    return onnx_model, aus.compile(load_graph(onnx_model), target="llvm")
+    return onnx_model, aus.compile(from_onnx(onnx_model), target="llvm")
 
 
 def _hammer(model: object, inputs: list[dict[str, np.ndarray]], want: list[list[np.ndarray]],
@@ -84,7 +84,7 @@ def test_soak_ten_thousand_calls_from_eight_threads(cnn, rng):
 def test_cuda_model_shared_by_threads(rng):
     """On the GPU: the threads take turns on the device buffers, each pushing the context."""
     onnx_model = small_cnn(image=12, seed=3)
-    model = aus.compile(load_graph(onnx_model), target="cuda")
+    model = aus.compile(from_onnx(onnx_model), target="cuda")
     _check((onnx_model, model), rng, threads=8, calls=400, tol=1e-4)
 
 
@@ -113,7 +113,7 @@ def test_cuda_model_serialises_threads(monkeypatch: pytest.MonkeyPatch, rng):
     monkeypatch.setattr(rt, "driver", lambda: drv)
     monkeypatch.setattr(rt, "context", lambda: ctx)
     onnx_model = small_cnn(image=10, seed=5)
-    cpu = aus.compile(load_graph(onnx_model), target="llvm")
+    cpu = aus.compile(from_onnx(onnx_model), target="llvm")
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]
     model = CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)

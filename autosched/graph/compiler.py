@@ -288,10 +288,3 @@ def tasks_table(graph: Graph, target: Target) -> Sequence[str]:
     tasks, weights = extract_tasks(graph, target)
     return [f"{t.name} x{w}: {t.flop_count / 1e6:.1f} MFLOP, key {t.workload_key}"
             for t, w in zip(tasks, weights)]
-
-
-def load_graph(model: Any, shapes: dict[str, tuple[int, ...]] | None = None) -> Graph:
-    """An ONNX model (path or ModelProto) as a Graph, through importers.onnx.from_onnx."""
-    from importers.onnx import from_onnx
-
-    return from_onnx(model, shapes=shapes)

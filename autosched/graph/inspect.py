@@ -1,17 +1,15 @@
-"""A text report on a model: operator counts, converter coverage, FLOPs per op type and the
-tasks the graph compiler would tune (``autosched inspect model.onnx``).
+"""A text report on a graph: operator counts, converter coverage, FLOPs per op type and the
+tasks the graph compiler would tune (``autosched inspect model.onnx`` through
+importers.inspect.inspect_model).
 
 Example::
 
-    from autosched.graph.inspect import inspect, inspect_model
-    print(inspect_model("resnet18.onnx", shapes={"input": (1, 3, 224, 224)}))
-    print(inspect(graph))              # for a Graph already imported
+    from autosched.graph.inspect import inspect
+    print(inspect(graph))
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -57,7 +55,8 @@ def flops_by_op(graph: Graph) -> dict[str, int]:
     return out
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
+def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
+    """Report lines: the header and rows in columns, the first left-aligned."""
     widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
     fmt = "  ".join(f"{{:{'<' if k == 0 else '>'}{w}}}" for k, w in enumerate(widths))
     return ["  " + fmt.format(*header)] + ["  " + fmt.format(*r) for r in rows]
@@ -68,7 +67,7 @@ def _gflops(n: int) -> str:
 
 
 def inspect(graph: Graph, target: str = "llvm", tasks: bool = True) -> str:
-    """Counts, FLOPs per op type and (when the graph compiler is available) its tasks."""
+    """Counts, FLOPs per op type and (unless ``tasks`` is false) the tasks to tune."""
     lines = [f"model {graph.name} (opset {graph.opset})"]
     lines += [f"  input  {v}" for v in graph.inputs]
     lines += [f"  output {graph.values[o]}" for o in graph.outputs]
@@ -82,7 +81,7 @@ def inspect(graph: Graph, target: str = "llvm", tasks: bool = True) -> str:
     rows = [(op, str(n), _gflops(flops.get(op, 0)),
              f"{100 * flops.get(op, 0) / total:.1f}%" if total else "-")
             for op, n in sorted(counts.items(), key=lambda kv: (-flops.get(kv[0], 0), kv[0]))]
-    lines += _table(rows, ("op type", "count", "GFLOP", "share"))
+    lines += table(rows, ("op type", "count", "GFLOP", "share"))
     lines.append(f"  total {_gflops(total)} GFLOP")
     n_supported = sum(n for op, n in counts.items() if supported(op))
     lines.append(f"coverage: {n_supported}/{sum(counts.values())} nodes supported")
@@ -92,38 +91,11 @@ def inspect(graph: Graph, target: str = "llvm", tasks: bool = True) -> str:
 
 
 def _tasks(graph: Graph, target: str) -> list[str]:
-    try:
-        from autosched.graph.compiler import extract_tasks
-    except ImportError:
-        return ["tasks: (the graph compiler is not available)"]
+    from autosched.graph.compiler import extract_tasks  # the search, with xgboost: on demand
+
     found, weights = extract_tasks(graph, target)
     lines = [f"tasks to tune ({target}): {len(found)} distinct, {sum(weights)} kernels"]
     rows = [(t.name, str(w), _gflops(t.flop_count), _gflops(t.flop_count * w))
             for t, w in zip(found, weights)]
-    return lines + _table(rows, ("task", "weight", "GFLOP", "GFLOP x weight"))
+    return lines + table(rows, ("task", "weight", "GFLOP", "GFLOP x weight"))
 
-
-def inspect_model(model: str | os.PathLike | Any,
-                  shapes: Mapping[str, tuple[int, ...]] | None = None,
-                  target: str = "llvm", tasks: bool = True) -> str:
-    """The report for an ONNX file or ModelProto. A model with unsupported ops still gets its
-    operator counts and coverage, with the unsupported nodes listed."""
-    from importers.onnx import from_onnx, load
-
-    proto = load(model)
-    counts: dict[str, int] = {}
-    for n in proto.graph.node:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    missing = {op: n for op, n in counts.items() if not supported(op)}
-    if missing:
-        total = sum(counts.values())
-        lines = [f"model {proto.graph.name or 'model'}: {len(proto.graph.node)} nodes"]
-        lines += _table(sorted(((op, str(n), "yes" if supported(op) else "NO")
-                                for op, n in counts.items())), ("op type", "count", "supported"))
-        lines.append(f"coverage: {total - sum(missing.values())}/{total} nodes supported; "
-                     f"unsupported: {', '.join(sorted(missing))}")
-        return "\n".join(lines)
-    graph = from_onnx(proto, shapes)
-    folded = len(proto.graph.node) - len(graph.nodes)
-    report = inspect(graph, target, tasks)
-    return report + (f"\n({folded} nodes folded into constants at import)" if folded else "")

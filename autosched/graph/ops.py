@@ -38,10 +38,11 @@ import numpy as np
 from autosched import te
 from autosched.errors import ModelImportError, TEError
 from autosched.graph.graph import Node
+from autosched.te.ops.args import static_shape
 from autosched.te.tensor import Tensor
 
 Value = Tensor | np.ndarray
-Converter = Callable[[Node, list[Value | None], "ConvertContext"], list[Value]]
+Converter = Callable[[Node, list[Value | None], "ConvertContext"], Sequence[Value]]
 
 CONVERTERS: dict[str, Converter] = {}
 CONST_INPUTS: dict[str, Callable[[int], tuple[int, ...]]] = {}
@@ -110,10 +111,11 @@ def convert(node: Node, inputs: Sequence[Value | None], ctx: ConvertContext) -> 
         raise ModelImportError(f"node {node.name!r}: op type {node.op_type} is not supported")
     ins = list(inputs)
     for n in const_inputs(node.op_type, ctx.opset):
-        if n < len(ins) and isinstance(ins[n], Tensor):
+        value = optional(ins, n)
+        if isinstance(value, Tensor):
             raise ModelImportError(
                 f"node {node.name!r} ({node.op_type}): input {n} ({node.inputs[n]!r}) must be a "
-                f"constant (it fixes the output shape), got a runtime tensor {ins[n].shape}"
+                f"constant (it fixes the output shape), got a runtime tensor {value.shape}"
             )
     for name, v in zip(node.inputs, ins):
         if isinstance(v, np.ndarray):
@@ -158,6 +160,29 @@ class OpError(ModelImportError):
 
 def fail(node: Node, msg: str) -> OpError:
     return OpError(f"node {node.name!r} ({node.op_type}): {msg}")
+
+
+def optional(ins: Sequence[Value | None], pos: int) -> Value | None:
+    """Input ``pos``, or None where the node omits it."""
+    return ins[pos] if pos < len(ins) else None
+
+
+def required(node: Node, ins: Sequence[Value | None], pos: int) -> Value:
+    """Input ``pos``, which the op cannot do without."""
+    value = optional(ins, pos)
+    if value is None:
+        raise fail(node, f"input {pos} is missing; the op requires it")
+    return value
+
+
+def tensor_input(ctx: ConvertContext, node: Node, ins: Sequence[Value | None], pos: int) -> Tensor:
+    """Required input ``pos`` as a tensor (a constant becomes a placeholder bound to it)."""
+    return ctx.const(required(node, ins, pos))
+
+
+def shape_of(value: Value) -> tuple[int, ...]:
+    """The static shape of a converter input (the importer binds every symbolic dim first)."""
+    return value.shape if isinstance(value, np.ndarray) else static_shape(value, "import")
 
 
 # the converters register themselves on import

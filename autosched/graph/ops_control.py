@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.graph.ops import ConvertContext, Value, fail, optional, register, required
 
 
 @register("If", const_inputs=(0,))
@@ -76,14 +76,14 @@ def non_max_suppression(boxes: np.ndarray, scores: np.ndarray, max_per_class: in
 
 @register("NonMaxSuppression", const_inputs=(0, 1, 2, 3, 4))
 def _nms(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    boxes, scores = ins[0], ins[1]
+    boxes, scores = (np.asarray(required(node, ins, pos)) for pos in (0, 1))
     if boxes.ndim != 3 or scores.ndim != 3 or boxes.shape[-1] != 4 or (
             boxes.shape[:2] != (scores.shape[0], scores.shape[2])):
         raise fail(node, f"boxes {boxes.shape} must be (B, N, 4) and scores {scores.shape} "
                          "(B, C, N)")
 
     def scalar(pos: int, default: float | None) -> float | None:
-        v = ins[pos] if len(ins) > pos else None
+        v = optional(ins, pos)
         return default if v is None else float(np.asarray(v).reshape(-1)[0])
 
     max_per_class = int(scalar(2, 0) or 0)

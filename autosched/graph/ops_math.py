@@ -9,7 +9,16 @@ from typing import Any
 import numpy as np
 
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    fail,
+    optional,
+    register,
+    required,
+    shape_of,
+    tensor_input,
+)
 from autosched.te import intrin as I
 from autosched.te import ops
 from autosched.te.tensor import Tensor
@@ -72,7 +81,7 @@ _UNARY: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.nd
 @register(*_UNARY)
 def _unary(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     fn, np_fn = _UNARY[node.op_type]
-    (x,) = ins[:1]
+    x = required(node, ins, 0)
     if isinstance(x, np.ndarray) and np_fn is not None:
         return [np.asarray(np_fn(x)).astype(x.dtype)]
     return [fn(ctx.const(x))]
@@ -80,56 +89,58 @@ def _unary(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
 
 @register("Identity")
 def _identity(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     # a copy, so the output is its own buffer when the graph returns it
     return [x if isinstance(x, np.ndarray) else ops.identity(x)]
 
 
 @register("Dropout", const_inputs=(1, 2))
 def _dropout(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
-    training = ins[2] if len(ins) > 2 else None
-    ratio = float(np.asarray(ins[1]).reshape(())) if len(ins) > 1 and ins[1] is not None else (
-        float(node.attrs.get("ratio", 0.5)))
+    x = required(node, ins, 0)
+    given_ratio, given_training = optional(ins, 1), optional(ins, 2)
+    ratio = float(node.attrs.get("ratio", 0.5)) if given_ratio is None else float(
+        np.asarray(given_ratio).reshape(()))
     # before opset 7 is_test chose the mode; runtimes treat those models as inference too
-    training = isinstance(training, np.ndarray) and bool(training)
+    training = isinstance(given_training, np.ndarray) and bool(given_training)
     if training and ratio != 0.0:
         raise fail(node, f"training mode with ratio {ratio} is not supported (inference only)")
     out = x if isinstance(x, np.ndarray) else ops.identity(x)
-    mask = np.ones(tuple(int(d) for d in x.shape), dtype=bool)
+    mask = np.ones(shape_of(x), dtype=bool)
     return [out, mask]
 
 
 @register("LeakyRelu")
 def _leaky(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.leaky_relu(ctx.const(ins[0]), float(node.attrs.get("alpha", 0.01)))]
+    return [ops.leaky_relu(tensor_input(ctx, node, ins, 0), float(node.attrs.get("alpha", 0.01)))]
 
 
 @register("Elu")
 def _elu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.elu(ctx.const(ins[0]), float(node.attrs.get("alpha", 1.0)))]
+    return [ops.elu(tensor_input(ctx, node, ins, 0), float(node.attrs.get("alpha", 1.0)))]
 
 
 @register("Selu")
 def _selu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.selu(ctx.const(ins[0]), float(node.attrs.get("alpha", 1.67326319217681884765625)),
+    x = tensor_input(ctx, node, ins, 0)
+    return [ops.selu(x, float(node.attrs.get("alpha", 1.67326319217681884765625)),
                      float(node.attrs.get("gamma", 1.05070102214813232421875)))]
 
 
 @register("HardSigmoid")
 def _hard_sigmoid(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.hard_sigmoid(ctx.const(ins[0]), float(node.attrs.get("alpha", 0.2)),
+    return [ops.hard_sigmoid(tensor_input(ctx, node, ins, 0), float(node.attrs.get("alpha", 0.2)),
                              float(node.attrs.get("beta", 0.5)))]
 
 
 @register("Gelu")
 def _gelu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [ops.gelu(ctx.const(ins[0]), str(node.attrs.get("approximate", "none")))]
+    return [ops.gelu(tensor_input(ctx, node, ins, 0), str(node.attrs.get("approximate", "none")))]
 
 
 @register("PRelu")
 def _prelu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x, slope = ctx.const(ins[0]), _operand(ctx, ins[1], [ins[0]])
+    given = required(node, ins, 0)
+    x, slope = ctx.const(given), _operand(ctx, required(node, ins, 1), [given])
     if isinstance(slope, Tensor) and ops.broadcast_shape([x.shape, slope.shape], "PRelu") != tuple(
             x.shape):
         raise fail(node, f"slope {slope.shape} does not broadcast to the input {x.shape}")
@@ -138,12 +149,12 @@ def _prelu(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
 
 @register("Clip", const_inputs=())
 def _clip(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     if ctx.opset < 11:
         lo, hi = node.attrs.get("min"), node.attrs.get("max")
         bounds: list[Any] = [lo, hi]
     else:
-        bounds = [ins[n] if len(ins) > n else None for n in (1, 2)]
+        bounds = [optional(ins, 1), optional(ins, 2)]
     if isinstance(x, np.ndarray) and all_const(bounds):
         lo_v = -np.inf if bounds[0] is None else bounds[0]
         hi_v = np.inf if bounds[1] is None else bounds[1]
@@ -192,7 +203,7 @@ _BINARY: dict[str, tuple[Callable[[Any, Any], Tensor], Callable[..., np.ndarray]
 @register(*_BINARY)
 def _binary(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     fn, np_fn = _BINARY[node.op_type]
-    a, b = ins[0], ins[1]
+    a, b = required(node, ins, 0), required(node, ins, 1)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         out = np.asarray(np_fn(a, b))
         return [out if out.dtype == bool else out.astype(np.result_type(a, b))]
@@ -201,7 +212,7 @@ def _binary(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("Mod")
 def _mod(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    a, b = ins[0], ins[1]
+    a, b = required(node, ins, 0), required(node, ins, 1)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return [np.asarray(_np_mod(node)(a, b)).astype(a.dtype)]
     fn = ops.mod if node.attrs.get("fmod", 0) else ops.floor_mod
@@ -210,14 +221,14 @@ def _mod(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value
 
 @register("Pow")
 def _pow(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    a, b = ins[0], ins[1]
+    a, b = required(node, ins, 0), required(node, ins, 1)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return [np.power(a, b.astype(a.dtype)).astype(a.dtype)]
     # ONNX lets the exponent have another type; the result has the base's
     if isinstance(b, np.ndarray) and b.dtype != np.dtype(a.dtype):
         b = b.astype(a.dtype)
     elif isinstance(b, Tensor) and b.dtype != a.dtype:
-        b = ops.cast(b, a.dtype)
+        b = ops.cast(b, str(a.dtype))
     if isinstance(b, np.ndarray) and b.size == 1 and b.ndim <= a.ndim:
         e = float(b.reshape(()))
         base = ctx.const(a)
@@ -242,13 +253,14 @@ def _variadic(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[
     values = [v for v in ins if v is not None]
     if not values:
         raise fail(node, "needs at least one input")
-    if all_const(values):
-        out = values[0]
-        for v in values[1:]:
-            out = np_fn(out, v)
+    arrays = [v for v in values if isinstance(v, np.ndarray)]
+    if len(arrays) == len(values):
+        out = arrays[0]
+        for arr in arrays[1:]:
+            out = np_fn(out, arr)
         if node.op_type == "Mean":
-            out = out / len(values)
-        return [np.asarray(out).astype(values[0].dtype)]
+            out = out / len(arrays)
+        return [np.asarray(out).astype(arrays[0].dtype)]
     acc: Any = ctx.const(values[0])
     for v in values[1:]:
         acc = fn(acc, _operand(ctx, v, [acc]))
@@ -259,11 +271,10 @@ def _variadic(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[
 
 @register("Where")
 def _where(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    c, a, b = ins[0], ins[1], ins[2]
-    if all_const([c, a, b]):
+    c, a, b = (required(node, ins, pos) for pos in range(3))
+    if isinstance(c, np.ndarray) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return [np.where(c, a, b).astype(np.result_type(a, b))]
-    cond = ctx.const(c)
-    return [ops.where(cond, ctx.const(a), ctx.const(b))]
+    return [ops.where(ctx.const(c), ctx.const(a), ctx.const(b))]
 
 
 def cast_to(x: Value, to: str) -> Value:
@@ -280,9 +291,9 @@ def cast_to(x: Value, to: str) -> Value:
 
 @register("Cast")
 def _cast(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [cast_to(ins[0], onnx_dtype(int(node.attrs["to"])))]
+    return [cast_to(required(node, ins, 0), onnx_dtype(int(node.attrs["to"])))]
 
 
 @register("CastLike")
 def _cast_like(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [cast_to(ins[0], str(ins[1].dtype))]
+    return [cast_to(required(node, ins, 0), str(required(node, ins, 1).dtype))]

@@ -9,10 +9,20 @@ import numpy as np
 
 from autosched import te
 from autosched.graph.graph import KERNEL_LAYOUT, Node
-from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    fail,
+    optional,
+    register,
+    required,
+    shape_of,
+    tensor_input,
+)
 from autosched.graph.ops_math import _operand
 from autosched.te import intrin as I
 from autosched.te import ops
+from autosched.te.expr import Expr
 from autosched.te.ops.norm import moments
 from autosched.te.ops.tags import BROADCAST
 from autosched.te.tensor import Tensor, compute
@@ -80,13 +90,17 @@ def _lift(x: Tensor) -> Tensor:
     return ops.expand_dims(x, 2)
 
 
-def _channel_bias(y: Tensor, b: Tensor) -> Tensor:
+def _channel_bias(ctx: ConvertContext, y: Tensor, bias: Value | None) -> Tensor:
+    """``y`` plus the optional per-output-channel ``bias``."""
+    if bias is None:
+        return y
+    b = ctx.const(bias)
     if b.ndim != 1 or b.shape[0] != y.shape[1]:
         raise ValueError(f"bias {b.shape} must be ({y.shape[1]},), one per output channel")
     return compute(y.shape, lambda *i: y[i] + b[i[1]], name="T_bias_add", tag=BROADCAST)
 
 
-def _conv_depth1(node: Node, x: Tensor, w: Tensor, ins: list[Value | None],
+def _conv_depth1(node: Node, x: Tensor, w: Tensor, bias: Value | None,
                  ctx: ConvertContext) -> Tensor:
     """A 3-d Conv whose kernel has depth 1 (stride 1, no depth padding or dilation): a 2-d
     Conv of every depth slice, with the slices folded into the batch (RivaGAN's (1, k, k)
@@ -95,74 +109,78 @@ def _conv_depth1(node: Node, x: Tensor, w: Tensor, ins: list[Value | None],
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
     pads = _ints(node, "pads", [0] * 2 * nd)
-    ks = _ints(node, "kernel_shape", [int(v) for v in w.shape[2:]])
+    ks = _ints(node, "kernel_shape", list(shape_of(w)[2:]))
     auto = node.attrs.get("auto_pad", "NOTSET")
-    if (int(w.shape[2]) != 1 or ks[0] != 1 or strides[0] != 1 or dil[0] != 1
+    if (shape_of(w)[2] != 1 or ks[0] != 1 or strides[0] != 1 or dil[0] != 1
             or len(pads) != 2 * nd or pads[0] or pads[nd] or auto not in ("NOTSET", "")):
         raise fail(node, f"3-d convolution is supported for kernels of depth 1 (stride 1, no "
                          f"depth padding) only; got kernel {ks}, strides {strides}, pads {pads}")
-    n, c, d, h, wd = (int(v) for v in x.shape)
+    n, c, d, h, wd = shape_of(x)
     slices = ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (n * d, c, h, wd))
     attrs = {**node.attrs, "kernel_shape": ks[1:], "strides": strides[1:], "dilations": dil[1:],
              "pads": [pads[1], pads[2], pads[4], pads[5]]}
     flat = Node(node.name, node.op_type, node.inputs, node.outputs, attrs)
-    (y,) = _conv(flat, [slices, ops.squeeze(w, 2), *ins[2:]], ctx)
-    o, oh, ow = (int(v) for v in y.shape[1:])
+    y = conv(flat, slices, ops.squeeze(w, 2), bias, ctx)
+    o, oh, ow = shape_of(y)[1:]
     return ops.transpose(ops.reshape(y, (n, d, o, oh, ow)), (0, 2, 1, 3, 4))
 
 
 @register("Conv")
 def _conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x, w = ctx.const(ins[0]), ctx.const(ins[1])
+    x, w = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
+    return [conv(node, x, w, optional(ins, 2), ctx)]
+
+
+def conv(node: Node, x: Tensor, w: Tensor, bias: Value | None, ctx: ConvertContext) -> Tensor:
+    """The Conv ``node`` of input ``x``, weight ``w`` and an optional bias."""
     if x.ndim == 5 and w.ndim == 5 and node.attrs.get(KERNEL_LAYOUT, "OIHW") == "OIHW":
-        return [_conv_depth1(node, x, w, ins, ctx)]
+        return _conv_depth1(node, x, w, bias, ctx)
     nd = _spatial(node, x)
     if w.ndim != x.ndim:
         raise fail(node, f"weight {w.shape} must have the rank of the input {x.shape}")
     layout = node.attrs.get(KERNEL_LAYOUT, "OIHW")  # IHWO: from passes.pack_conv_weights
-    k = [int(v) for v in (w.shape[2:] if layout == "OIHW" else w.shape[1:-1])]
+    k = list(shape_of(w)[2:] if layout == "OIHW" else shape_of(w)[1:-1])
     ks = _ints(node, "kernel_shape", k)
     if ks != k:
         raise fail(node, f"kernel_shape {ks} disagrees with the weight {w.shape}")
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
-    strides, begins, ends = _window(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    strides, begins, ends = _window(node, list(shape_of(x)[2:]), k, strides, dil)
     if nd == 1:
         x, w = _lift(x), _lift(w)
         strides, dil, begins, ends = [1, *strides], [1, *dil], [0, *begins], [0, *ends]
     y = ops.conv2d_nchw(x, w, stride=tuple(strides), padding=(*begins, *ends),
                         dilation=tuple(dil), groups=int(node.attrs.get("group", 1)),
                         kernel_layout=layout)
-    if len(ins) > 2 and ins[2] is not None:
-        y = _channel_bias(y, ctx.const(ins[2]))
-    return [ops.squeeze(y, 2) if nd == 1 else y]
+    y = _channel_bias(ctx, y, bias)
+    return ops.squeeze(y, 2) if nd == 1 else y
 
 
 @register("WinogradInput")
 def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """passes.winograd_convs' first step (attributes m, pads as ONNX orders them)."""
     pads = tuple(int(v) for v in node.attrs["pads"])
-    return [ops.winograd_input(ctx.const(ins[0]), ctx.const(ins[1]), int(node.attrs["m"]), pads)]
+    data, bt = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
+    return [ops.winograd_input(data, bt, int(node.attrs["m"]), pads)]
 
 
 @register("WinogradOutput")
 def _winograd_output(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """passes.winograd_convs' last step: inputs the product, A^T and the optional bias;
     attributes m and the Conv's output shape."""
-    prod, at = ctx.const(ins[0]), ctx.const(ins[1])
+    prod, at = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
     m = int(node.attrs["m"])
-    y = ops.winograd_output(prod, at, m, tuple(int(d) for d in node.attrs["shape"]))
-    if len(ins) > 2 and ins[2] is not None:
-        y = _channel_bias(y, ctx.const(ins[2]))
-    return [y]
+    n, k, oh, ow = (int(d) for d in node.attrs["shape"])
+    y = ops.winograd_output(prod, at, m, (n, k, oh, ow))
+    return [_channel_bias(ctx, y, optional(ins, 2))]
 
 
 @register("ConvTranspose")
 def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x, w = ctx.const(ins[0]), ctx.const(ins[1])
+    x, w = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
     nd = _spatial(node, x)
-    sizes = [int(v) for v in x.shape[2:]]
-    k = [int(v) for v in w.shape[2:]]
+    sizes = list(shape_of(x)[2:])
+    k = list(shape_of(w)[2:])
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
     opad = _ints(node, "output_padding", [0] * nd)
@@ -194,8 +212,7 @@ def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
     y = ops.conv2d_transpose_nchw(x, w, stride=tuple(strides), padding=(*begins, *ends),
                                   output_padding=tuple(opad),
                                   groups=int(node.attrs.get("group", 1)), dilation=tuple(dil))
-    if len(ins) > 2 and ins[2] is not None:
-        y = _channel_bias(y, ctx.const(ins[2]))
+    y = _channel_bias(ctx, y, optional(ins, 2))
     return [ops.squeeze(y, 2) if nd == 1 else y]
 
 
@@ -204,13 +221,13 @@ def _gemm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     alpha = float(node.attrs.get("alpha", 1.0))
     beta = float(node.attrs.get("beta", 1.0))
     ta, tb = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
-    a, b = ctx.const(ins[0]), ctx.const(ins[1])
+    a, b = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
     if a.ndim != 2 or b.ndim != 2:
         raise fail(node, f"A {a.shape} and B {b.shape} must be 2-d")
     y = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
     if alpha != 1.0:
         y = ops.multiply(y, alpha)
-    c = ins[2] if len(ins) > 2 else None
+    c = optional(ins, 2)
     if c is not None and beta != 0.0:
         if isinstance(c, np.ndarray) and beta != 1.0:
             c, beta = (c * beta).astype(c.dtype), 1.0
@@ -223,14 +240,14 @@ def _gemm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
 
 @register("MatMul")
 def _matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    a, b = ins[0], ins[1]
+    a, b = required(node, ins, 0), required(node, ins, 1)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return [np.matmul(a, b)]
     return [ops.matmul(ctx.const(a), ctx.const(b))]
 
 
 def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     nd = x.ndim - 2
     if nd != 3:
         _spatial(node, x)
@@ -241,15 +258,16 @@ def _pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
         raise fail(node, f"kernel_shape {k} must have {nd} entries for input {x.shape}")
     strides = _ints(node, "strides", [1] * nd)
     dil = _ints(node, "dilations", [1] * nd)
-    strides, begins, ends = _window(node, [int(v) for v in x.shape[2:]], k, strides, dil)
+    strides, begins, ends = _window(node, list(shape_of(x)[2:]), k, strides, dil)
     ceil_mode = bool(node.attrs.get("ceil_mode", 0))
     if nd == 3:
         return [_pool3d(node, x, k, strides, dil, begins, ends, ceil_mode)]
     if nd == 1:
         x = _lift(x)
         k, strides, dil, begins, ends = [1, *k], [1, *strides], [1, *dil], [0, *begins], [0, *ends]
-    geometry = dict(pool_size=tuple(k), strides=tuple(strides), padding=(*begins, *ends),
-                    dilation=tuple(dil), ceil_mode=ceil_mode)
+    geometry: dict[str, Any] = dict(pool_size=tuple(k), strides=tuple(strides),
+                                    padding=(*begins, *ends), dilation=tuple(dil),
+                                    ceil_mode=ceil_mode)
     if node.op_type == "MaxPool":
         y = ops.max_pool2d(x, **geometry)
     else:
@@ -268,7 +286,7 @@ def _pool3d(node: Node, x: Tensor, k: list[int], strides: list[int], dil: list[i
     from autosched.te.ops.pool import _Window
 
     op = node.op_type
-    sizes = [int(v) for v in x.shape[2:]]
+    sizes = list(shape_of(x)[2:])
     wins = [_Window(n, *geo, ceil_mode, op) for n, geo in zip(sizes, zip(k, strides, dil, begins,
                                                                       ends))]
     rs = [te.reduce_axis((0, w.k), f"r{d}") for d, w in enumerate(wins)]
@@ -281,7 +299,7 @@ def _pool3d(node: Node, x: Tensor, k: list[int], strides: list[int], dil: list[i
     def window(*i: Any) -> Any:
         rows = [w.row(i[2 + d], r) for d, (w, r) in enumerate(zip(wins, rs))]
         conds = [c for w, row in zip(wins, rows) for c in w.guards(row)]
-        v = x[(i[0], i[1], *rows)]
+        v: Expr = x[(i[0], i[1], *rows)]
         v = I.if_then_else(I.all(*conds), v, fill) if conds else v
         return (te.max if is_max else te.sum)(v, axis=rs)
 
@@ -303,7 +321,7 @@ def _pool3d(node: Node, x: Tensor, k: list[int], strides: list[int], dil: list[i
 
 @register("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     avg = node.op_type == "GlobalAveragePool"
     if x.ndim == 4:
         return [ops.global_avg_pool2d(x) if avg else ops.global_max_pool2d(x)]
@@ -315,7 +333,7 @@ def _global_pool(node: Node, ins: list[Value | None], ctx: ConvertContext) -> li
 
 @register("Softmax", "LogSoftmax")
 def _softmax(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     fn = ops.softmax if node.op_type == "Softmax" else ops.log_softmax
     axis = int(node.attrs.get("axis", 1 if ctx.opset < 13 else -1))
     ax = axis + x.ndim if axis < 0 else axis
@@ -325,7 +343,7 @@ def _softmax(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[V
         return [fn(x, ax)]
     # before opset 13 the input is flattened to 2-d at axis and normalised along dim 1
     flat = ops.flatten(x, ax)
-    return [ops.reshape(fn(flat, 1), tuple(int(d) for d in x.shape))]
+    return [ops.reshape(fn(flat, 1), shape_of(x))]
 
 
 def _param(ctx: ConvertContext, v: Value | None, shape: tuple[int, ...]) -> Tensor | None:
@@ -339,14 +357,14 @@ def _param(ctx: ConvertContext, v: Value | None, shape: tuple[int, ...]) -> Tens
 
 @register("LayerNormalization")
 def _layer_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     axis = int(node.attrs.get("axis", -1))
     ax = axis + x.ndim if axis < 0 else axis
     axes = tuple(range(ax, x.ndim))
     eps = float(node.attrs.get("epsilon", 1e-5))
-    shape = tuple(int(x.shape[d]) for d in axes)
-    g = _param(ctx, ins[1] if len(ins) > 1 else None, shape)
-    b = _param(ctx, ins[2] if len(ins) > 2 else None, shape)
+    shape = tuple(shape_of(x)[d] for d in axes)
+    g = _param(ctx, optional(ins, 1), shape)
+    b = _param(ctx, optional(ins, 2), shape)
     outs: list[Value] = [ops.layer_norm(x, g, b, axis=axes, eps=eps)]
     if any(node.outputs[1:]):
         mean, var = moments(x, axes, "LayerNormalization")
@@ -359,17 +377,18 @@ def _layer_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> lis
 def _batch_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     if node.attrs.get("training_mode", 0):
         raise fail(node, "training_mode=1 is not supported (inference only)")
-    x = ctx.const(ins[0])
-    params = [ctx.const(v) for v in ins[1:5]]
-    if len(params) != 4:
+    x = tensor_input(ctx, node, ins, 0)
+    if len(ins) < 5:
         raise fail(node, f"needs X, scale, B, mean and var; got {len(ins)} inputs")
-    return [ops.batch_norm_inference(x, *params, eps=float(node.attrs.get("epsilon", 1e-5)))]
+    scale, bias, mean, var = (tensor_input(ctx, node, ins, pos) for pos in range(1, 5))
+    return [ops.batch_norm_inference(x, scale, bias, mean, var,
+                                     eps=float(node.attrs.get("epsilon", 1e-5)))]
 
 
 @register("InstanceNormalization")
 def _instance_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ctx.const(ins[0])
-    return [ops.instance_norm(x, ctx.const(ins[1]), ctx.const(ins[2]),
+    x = tensor_input(ctx, node, ins, 0)
+    return [ops.instance_norm(x, tensor_input(ctx, node, ins, 1), tensor_input(ctx, node, ins, 2),
                               eps=float(node.attrs.get("epsilon", 1e-5)))]
 
 
@@ -377,14 +396,14 @@ def _instance_norm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> 
 @register("LRN")
 def _lrn(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta."""
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     if x.ndim < 3:
         raise fail(node, f"needs (N, C, spatial...) input, got {x.shape}")
     size = int(node.attrs["size"])
     alpha = float(node.attrs.get("alpha", 1e-4))
     beta = float(node.attrs.get("beta", 0.75))
     bias = float(node.attrs.get("bias", 1.0))
-    c = int(x.shape[1])
+    c = shape_of(x)[1]
     lo = (size - 1) // 2
     sq = compute(x.shape, lambda *i: x[i] * x[i], name="T_lrn_square")
     r = te.reduce_axis((0, size), "rc")

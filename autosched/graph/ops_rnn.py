@@ -10,12 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, fail, register
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    fail,
+    optional,
+    register,
+    required,
+    shape_of,
+    tensor_input,
+)
 from autosched.te.ops import rnn
 from autosched.te.ops.transform import concat, expand_dims, transpose
 from autosched.te.tensor import Tensor, compute
@@ -50,6 +59,10 @@ def _check_lengths(node: Node, lens: Value | None, steps: int) -> None:
                          f"{steps}; only full-length sequences are supported")
 
 
+@overload
+def _slice0(ctx: ConvertContext, v: Value, d: int) -> Tensor: ...
+@overload
+def _slice0(ctx: ConvertContext, v: Value | None, d: int) -> Tensor | None: ...
 def _slice0(ctx: ConvertContext, v: Value | None, d: int) -> Tensor | None:
     """Direction ``d`` of a (directions, ...) parameter."""
     if v is None:
@@ -68,13 +81,13 @@ def _recurrent(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list
     kind = node.op_type.lower()
 
     def get(k: int) -> Value | None:
-        return ins[k] if len(ins) > k else None
+        return optional(ins, k)
 
     layout = int(node.attrs.get("layout", 0))
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     if layout:
         x = transpose(x, (1, 0, 2))          # (B, T, I) -> (T, B, I)
-    steps = int(x.shape[0])
+    steps = shape_of(x)[0]
     _check_lengths(node, get(4), steps)
     if int(node.attrs.get("input_forget", 0)):
         raise fail(node, "input_forget=1 (coupled input and forget gates) is not supported")
@@ -83,19 +96,19 @@ def _recurrent(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list
     clip = node.attrs.get("clip")
     h0, c0 = get(5), get(6) if kind == "lstm" else None
     if layout and h0 is not None:
-        h0 = ctx.const(h0)
-        h0 = transpose(h0, (1, 0, 2))
+        h0 = transpose(ctx.const(h0), (1, 0, 2))
     if layout and c0 is not None:
         c0 = transpose(ctx.const(c0), (1, 0, 2))
-    hidden = int(node.attrs.get("hidden_size", int(np.asarray(ins[2].shape)[-1])))
+    w, r = required(node, ins, 1), required(node, ins, 2)
+    hidden = int(node.attrs.get("hidden_size", shape_of(r)[-1]))
     ys: list[Tensor] = []
     hs: list[Tensor] = []
-    cs: list[Tensor] = []
+    cs: list[Tensor | None] = []
     for d in range(directions):
         cell = rnn.Cell(kind, hidden, acts[d], None if clip is None else float(clip),
                         bool(node.attrs.get("linear_before_reset", 0)))
         states, h, c = rnn.unroll(
-            cell, x, _slice0(ctx, ins[1], d), _slice0(ctx, ins[2], d),
+            cell, x, _slice0(ctx, w, d), _slice0(ctx, r, d),
             _slice0(ctx, get(3), d), _slice0(ctx, h0, d), _slice0(ctx, c0, d),
             _slice0(ctx, get(7), d) if kind == "lstm" else None, reverse[d])
         ys.append(_stack(states, 0))           # (T, B, H)
@@ -104,15 +117,17 @@ def _recurrent(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list
     return _outputs(ys, hs, cs, layout)
 
 
-def _outputs(ys: list[Tensor], hs: list[Tensor], cs: list[Any], layout: int) -> list[Value]:
+def _outputs(ys: list[Tensor], hs: list[Tensor], cs: list[Tensor | None], layout: int
+             ) -> list[Value]:
     y = _stack(ys, 1)                          # (T, D, B, H)
     h = _stack(hs, 0)                          # (D, B, H)
-    c = _stack(cs, 0) if cs[0] is not None else None
+    cells = [c for c in cs if c is not None]
+    c = _stack(cells, 0) if cells else None
     if layout:
         y = transpose(y, (2, 0, 1, 3))         # (B, T, D, H)
         h = transpose(h, (1, 0, 2))
         c = transpose(c, (1, 0, 2)) if c is not None else None
-    return [y, h] + ([c] if c is not None else [])
+    return [y, h] if c is None else [y, h, c]
 
 
 # --- one node per time step ------------------------------------------------------------------
@@ -252,8 +267,9 @@ def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
                     bool(a.get("linear_before_reset", 0)))
 
     def opt(k: int) -> Tensor | None:
-        return ctx.const(ins[k]) if len(ins) > k and ins[k] is not None else None
+        v = optional(ins, k)
+        return None if v is None else ctx.const(v)
 
-    h, c = rnn.step(cell, ctx.const(ins[0]), ctx.const(ins[1]), opt(2), ctx.const(ins[3]),
-                    opt(4), opt(5))
+    h, c = rnn.step(cell, tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1),
+                    opt(2), tensor_input(ctx, node, ins, 3), opt(4), opt(5))
     return [h] if c is None else [h, c]

@@ -4,24 +4,33 @@ ConstantOfShape, Range, Constant) that always give numpy arrays."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, fail, register
-from autosched.graph.ops_math import all_const
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    fail,
+    optional,
+    register,
+    required,
+    shape_of,
+    tensor_input,
+)
 from autosched.te import intrin as I
 from autosched.te import ops
 from autosched.te.ops.tags import BROADCAST
 from autosched.te.tensor import Tensor, compute
 
 
-def shape_of(v: Value) -> tuple[int, ...]:
-    return tuple(int(d) for d in v.shape)
-
-
+@overload
+def _ints(v: Value) -> list[int]: ...
+@overload
+def _ints(v: Value | None) -> list[int] | None: ...
 def _ints(v: Value | None) -> list[int] | None:
     return None if v is None else [int(e) for e in np.asarray(v).reshape(-1)]
 
@@ -32,7 +41,7 @@ def _axes_of(node: Node, ins: list[Value | None], ctx: ConvertContext, input_fro
     if ctx.opset < input_from:
         a = node.attrs.get("axes")
         return None if a is None else [int(v) for v in a]
-    return _ints(ins[pos]) if len(ins) > pos else None
+    return _ints(optional(ins, pos))
 
 
 def _norm_axes(node: Node, axes: list[int], rank: int) -> list[int]:
@@ -57,9 +66,9 @@ def empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
 
 @register("Reshape", const_inputs=lambda opset: (1,) if opset >= 5 else ())
 def _reshape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
-    target = _ints(ins[1]) if ctx.opset >= 5 else [int(v) for v in node.attrs["shape"]]
-    assert target is not None
+    x = required(node, ins, 0)
+    target = (_ints(required(node, ins, 1)) if ctx.opset >= 5
+              else [int(v) for v in node.attrs["shape"]])
     in_shape = shape_of(x)
     allowzero = bool(node.attrs.get("allowzero", 0))
     shape = []
@@ -90,7 +99,7 @@ def _reshape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[V
 
 @register("Flatten")
 def _flatten(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     axis = int(node.attrs.get("axis", 1))
     s = shape_of(x)
     ax = axis + len(s) if axis < 0 else axis
@@ -103,7 +112,7 @@ def _flatten(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[V
 
 @register("Transpose")
 def _transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     perm = node.attrs.get("perm")
     perm = None if perm is None else [int(p) for p in perm]
     if isinstance(x, np.ndarray):
@@ -113,7 +122,7 @@ def _transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list
 
 @register("Squeeze", const_inputs=lambda opset: (1,) if opset >= 13 else ())
 def _squeeze(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
     axes = _axes_of(node, ins, ctx, 13)
     drop = [d for d, v in enumerate(s) if v == 1] if axes is None else _norm_axes(
@@ -129,7 +138,7 @@ def _squeeze(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[V
 
 @register("Unsqueeze", const_inputs=lambda opset: (1,) if opset >= 13 else ())
 def _unsqueeze(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
     axes = _axes_of(node, ins, ctx, 13)
     if not axes:
@@ -148,8 +157,9 @@ def _concat(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
     axis = int(node.attrs["axis"]) if "axis" in node.attrs else None
     if axis is None:
         raise fail(node, "needs the axis attribute")
-    if all_const(values):
-        return [np.concatenate(values, axis=axis)]
+    arrays = [v for v in values if isinstance(v, np.ndarray)]
+    if len(arrays) == len(values):
+        return [np.concatenate(arrays, axis=axis)]
     # ONNX allows empty inputs along the axis; they add nothing
     kept = [v for v in values if shape_of(v)[axis] != 0]
     if len(kept) == 1:
@@ -159,12 +169,12 @@ def _concat(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("Split", const_inputs=lambda opset: (1,) if opset >= 13 else ())
 def _split(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
     axis = int(node.attrs.get("axis", 0))
     ax = axis + len(s) if axis < 0 else axis
     n = s[ax]
-    sizes = _ints(ins[1]) if ctx.opset >= 13 and len(ins) > 1 else (
+    sizes = _ints(optional(ins, 1)) if ctx.opset >= 13 and len(ins) > 1 else (
         [int(v) for v in node.attrs["split"]] if "split" in node.attrs else None)
     if sizes is None:
         parts = int(node.attrs.get("num_outputs", len(node.outputs)))
@@ -190,16 +200,15 @@ def _split(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
 
 @register("Slice", const_inputs=lambda opset: (1, 2, 3, 4) if opset >= 10 else ())
 def _slice(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
+    steps: list[int] | None = None
     if ctx.opset < 10:
         starts, ends = list(node.attrs["starts"]), list(node.attrs["ends"])
-        axes, steps = node.attrs.get("axes"), None
+        axes = node.attrs.get("axes")
     else:
-        starts, ends = _ints(ins[1]), _ints(ins[2])
-        axes = _ints(ins[3]) if len(ins) > 3 else None
-        steps = _ints(ins[4]) if len(ins) > 4 else None
-    assert starts is not None and ends is not None
+        starts, ends = _ints(required(node, ins, 1)), _ints(required(node, ins, 2))
+        axes, steps = _ints(optional(ins, 3)), _ints(optional(ins, 4))
     axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -236,7 +245,7 @@ def _mode(idx: Value) -> str:
 
 @register("Gather")
 def _gather(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x, idx = ins[0], ins[1]
+    x, idx = required(node, ins, 0), required(node, ins, 1)
     axis = int(node.attrs.get("axis", 0))
     _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
@@ -246,7 +255,7 @@ def _gather(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("GatherElements")
 def _gather_elements(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x, idx = ins[0], ins[1]
+    x, idx = required(node, ins, 0), required(node, ins, 1)
     axis = int(node.attrs.get("axis", 0))
     _check_indices(node, idx, shape_of(x)[axis], axis)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
@@ -256,8 +265,8 @@ def _gather_elements(node: Node, ins: list[Value | None], ctx: ConvertContext) -
 
 @register("Expand", const_inputs=(1,))
 def _expand(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
-    target = tuple(_ints(ins[1]) or [])
+    x = required(node, ins, 0)
+    target = tuple(_ints(required(node, ins, 1)))
     try:
         shape = tuple(int(d) for d in np.broadcast_shapes(shape_of(x), target))
     except ValueError:
@@ -269,8 +278,8 @@ def _expand(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("Tile", const_inputs=(1,))
 def _tile(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
-    reps = _ints(ins[1]) or []
+    x = required(node, ins, 0)
+    reps = _ints(required(node, ins, 1))
     s = shape_of(x)
     if len(reps) != len(s) or min(reps, default=1) < 1:
         raise fail(node, f"repeats {reps} must be one positive count per dim of {s}")
@@ -341,7 +350,7 @@ def _empty_value(op: str, dtype: str) -> Any:
 
 def _reduce(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     te_fn, np_fn, first = _REDUCE[node.op_type]
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
     axes = _axes_of(node, ins, ctx, first)
     keep = bool(node.attrs.get("keepdims", 1))
@@ -372,14 +381,14 @@ for _op in _REDUCE:
 @register("ArgMax", "ArgMin")
 def _arg(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     fn = ops.argmax if node.op_type == "ArgMax" else ops.argmin
-    return [fn(ctx.const(ins[0]), int(node.attrs.get("axis", 0)),
+    return [fn(tensor_input(ctx, node, ins, 0), int(node.attrs.get("axis", 0)),
                keepdims=bool(node.attrs.get("keepdims", 1)),
                select_last_index=bool(node.attrs.get("select_last_index", 0)))]
 
 
 @register("Pad", const_inputs=lambda opset: (1, 2, 3) if opset >= 11 else ())
 def _pad(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = ins[0]
+    x = required(node, ins, 0)
     s = shape_of(x)
     mode = node.attrs.get("mode", "constant")
     if ctx.opset < 11:
@@ -387,10 +396,10 @@ def _pad(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value
         value: Any = float(node.attrs.get("value", 0.0))
         axes = list(range(len(s)))
     else:
-        pads = _ints(ins[1]) or []
-        cv = ins[2] if len(ins) > 2 else None
+        pads = _ints(required(node, ins, 1))
+        cv = optional(ins, 2)
         value = 0 if cv is None or np.asarray(cv).size == 0 else np.asarray(cv).reshape(-1)[0]
-        ax = _ints(ins[3]) if len(ins) > 3 else None
+        ax = _ints(optional(ins, 3))
         axes = list(range(len(s))) if ax is None else _norm_axes(node, ax, len(s))
     if len(pads) != 2 * len(axes):
         raise fail(node, f"pads {pads} must have 2 entries per padded axis ({len(axes)})")
@@ -429,11 +438,17 @@ def _wrap_pad(node: Node, x: Tensor, before: list[int], after: list[int]) -> Ten
     return compute(shape, body, name="T_pad_wrap", tag=BROADCAST)
 
 
+def _given(ins: list[Value | None], pos: int) -> np.ndarray | None:
+    """Constant input ``pos``, or None where it is omitted or empty (Resize's scales, sizes)."""
+    v = optional(ins, pos)
+    return None if v is None or np.asarray(v).size == 0 else np.asarray(v)
+
+
 @register("Resize", const_inputs=(1, 2, 3))
 def _resize(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     if ctx.opset < 11:
         raise fail(node, "Resize before opset 11 is not supported")
-    x = ctx.const(ins[0])
+    x = tensor_input(ctx, node, ins, 0)
     s = shape_of(x)
     mode = node.attrs.get("mode", "nearest")
     coord = node.attrs.get("coordinate_transformation_mode", "half_pixel")
@@ -445,8 +460,7 @@ def _resize(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
         raise fail(node, "keep_aspect_ratio_policy other than stretch is not supported")
     if coord == "tf_crop_and_resize":
         raise fail(node, "coordinate_transformation_mode tf_crop_and_resize is not supported")
-    scales = ins[2] if len(ins) > 2 and ins[2] is not None and ins[2].size else None
-    sizes = ins[3] if len(ins) > 3 and ins[3] is not None and ins[3].size else None
+    scales, sizes = _given(ins, 2), _given(ins, 3)
     axes = node.attrs.get("axes")
     axes = list(range(len(s))) if axes is None else _norm_axes(node, list(axes), len(s))
     full_scales = [1.0] * len(s)
@@ -476,7 +490,7 @@ def _resize(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
 
 @register("Shape")
 def _shape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    s = shape_of(ins[0])
+    s = shape_of(required(node, ins, 0))
     start = int(node.attrs.get("start", 0))
     end = node.attrs.get("end")
     return [np.array(s[start:None if end is None else int(end)], dtype=np.int64)]
@@ -484,19 +498,19 @@ def _shape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Val
 
 @register("Size")
 def _size(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    return [np.array(int(np.prod(shape_of(ins[0]))), dtype=np.int64)]
+    return [np.array(math.prod(shape_of(required(node, ins, 0))), dtype=np.int64)]
 
 
 @register("ConstantOfShape", const_inputs=(0,))
 def _constant_of_shape(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     value = node.attrs.get("value")
     fill = np.zeros((1,), np.float32) if value is None else np.asarray(value).reshape(-1)
-    return [np.full(tuple(_ints(ins[0]) or []), fill[0], dtype=fill.dtype)]
+    return [np.full(tuple(_ints(required(node, ins, 0))), fill[0], dtype=fill.dtype)]
 
 
 @register("Range", const_inputs=(0, 1, 2))
 def _range(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    start, limit, delta = (np.asarray(v).reshape(()) for v in ins[:3])
+    start, limit, delta = (np.asarray(required(node, ins, pos)).reshape(1)[0] for pos in range(3))
     return [np.arange(start, limit, delta, dtype=start.dtype)]
 
 

@@ -17,6 +17,7 @@ import copy
 
 import numpy as np
 
+from autosched.graph.evaluate import run_node
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
 from autosched.graph.graph import KERNEL_LAYOUT, Graph, Node, ValueInfo
 
@@ -34,22 +35,6 @@ def _readers(g: Graph) -> dict[str, list[Node]]:
             if i:
                 out.setdefault(i, []).append(n)
     return out
-
-
-def _evaluate(node: Node, outs: list, ctx) -> list[np.ndarray]:  # noqa: ANN001
-    """Values of TE outputs whose inputs are all constants: build with the default schedule
-    and run on this CPU."""
-    from autosched.search.space import SearchSpace
-    from autosched.search.task import Task
-
-    phs = list(ctx.constants)
-    task = Task(lambda: phs + outs, target="llvm", name=f"fold_{node.op_type}")
-    mod = task.build(SearchSpace(task).default_schedule())
-    # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them 1-d)
-    arrays = [np.require(ctx.constants[p], requirements="C") for p in task.args[: len(phs)]]
-    results = [np.empty([int(d) for d in t.shape], t.dtype) for t in outs]
-    mod(*arrays, *results)
-    return results
 
 
 # Inputs per node of the ops that split_wide_nodes turns into trees: a converter builds one
@@ -103,12 +88,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 def fold_constants(graph: Graph) -> Graph:
     """Replace every node whose inputs are all constants by its outputs' values (the importer
     folds what its converters return as numpy; this folds the rest, e.g. a Conv of constants,
-    by running it once), unless they would take more than FOLD_LIMIT_BYTES: then a kernel
-    computes them at run time."""
-    from autosched.graph.ops import ConvertContext, convert
-    from autosched.te.dag import ComputeDAG
-    from autosched.te.tensor import Tensor
-
+    by running it once on the reference backend), unless they would take more than
+    FOLD_LIMIT_BYTES: then a kernel computes them at run time."""
     g = _copy(graph)
     kept = []
     for node in g.nodes:
@@ -121,17 +102,9 @@ def fold_constants(graph: Graph) -> Graph:
         if size is not None and size > FOLD_LIMIT_BYTES:
             kept.append(runtime_node(node, values))  # a kernel computes it at run time
             continue
-        ctx = ConvertContext(opset=g.opset or 17)
-        outs = convert(node, values, ctx)
-        tensors = [o for o in outs if isinstance(o, Tensor)]
-        if tensors:
-            # placeholders the converter made for constant inputs, in the DAG's order
-            ctx.constants = {p: ctx.constants[p] for p in ComputeDAG(tensors).placeholders}
-            vals = iter(_evaluate(node, tensors, ctx))
-            outs = [next(vals) if isinstance(o, Tensor) else o for o in outs]
-        for name, v in zip(node.outputs, outs):
+        outs = run_node(node, values, [True] * len(values), g.opset or 17, target="ref")
+        for name, arr in zip(node.outputs, outs):
             if name:
-                arr = np.asarray(v)
                 g.constants[name] = arr
                 g.values[name] = ValueInfo(name, tuple(arr.shape), str(arr.dtype))
     g.nodes = kept

@@ -1,4 +1,4 @@
-"""Tensor expressions: declare what to compute. See DESIGN.md for the API tour.
+"""Tensor expressions: declare what to compute (the bottom layer; see docs/ARCHITECTURE.md).
 
 Example::
 

@@ -13,15 +13,15 @@ from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import tensors_read
 
 
-def _producers(op: Operation) -> Iterator[Operation]:
+def _producers(op: Operation) -> Iterator[PlaceholderOp | ComputeOp]:
     return (t.op for t in tensors_read(op.body)) if isinstance(op, ComputeOp) else iter(())
 
 
-def topo_ops(outputs: Sequence[Tensor]) -> list[Operation]:
+def topo_ops(outputs: Sequence[Tensor]) -> list[PlaceholderOp | ComputeOp]:
     """Every operation the outputs depend on, producers before consumers, in a stable order:
     a depth-first post-order, inputs in first-read order (iterative, since a chain of
     stages can be deeper than Python's recursion limit)."""
-    order: list[Operation] = []
+    order: list[PlaceholderOp | ComputeOp] = []
     seen: set[int] = set()
     for t in outputs:
         if t.op.uid in seen:
@@ -106,6 +106,7 @@ class _Canon:
             return list(x)
         if isinstance(x, E.Node):
             return [type(x).__name__] + [
+                # every Node subclass is a dataclass, the base itself is not
                 getattr(x, f.name) for f in fields(x)  # type: ignore[arg-type]
                 if not (isinstance(x, E.CommReducer) and f.name == "name")]
         return None

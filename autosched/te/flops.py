@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, Operation
 from autosched.te.visit import post_order
 
 
 def _extent(iv: E.IterVar) -> int:
-    return iv.dom.extent.value if isinstance(iv.dom.extent, E.Const) else 1
+    return int(iv.dom.extent.value) if isinstance(iv.dom.extent, E.Const) else 1
 
 
 def _count(e: E.Expr) -> int:
@@ -22,7 +24,7 @@ def _count(e: E.Expr) -> int:
     return n
 
 
-def flop_count(ops: list[Operation]) -> int:
+def flop_count(ops: Sequence[Operation]) -> int:
     """Arithmetic operations per output element times the iteration space, summed over ops;
     a reduction counts its source plus one combine per element."""
     total = 0

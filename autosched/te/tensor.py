@@ -38,6 +38,7 @@ class Operation:
         return isinstance(other, Operation) and other.uid == self.uid
 
     def output(self, index: int = 0) -> Tensor:
+        assert isinstance(self, PlaceholderOp | ComputeOp), "an operation is one of the two kinds"
         return Tensor(self, index)
 
 
@@ -77,6 +78,7 @@ class ComputeOp(Operation):
 
     @property
     def dtype(self) -> str:
+        # set by __post_init__, outside the fields that identify the op
         return self._dtype  # type: ignore[attr-defined]
 
     @property
@@ -104,7 +106,7 @@ class Tensor:
     @property
     def shape(self) -> tuple[int | Expr, ...]:
         """Static dims as Python ints, symbolic dims as expressions."""
-        return tuple(s.value if isinstance(s, Const) else s for s in self.op.shape)
+        return tuple(int(s.value) if isinstance(s, Const) else s for s in self.op.shape)
 
     @property
     def ndim(self) -> int:
@@ -137,10 +139,9 @@ class Tensor:
 
 
 def _shape(shape: Sequence[ExprLike] | ExprLike, what: str) -> tuple[Expr, ...]:
-    if not isinstance(shape, (tuple, list)):
-        shape = (shape,)
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
     out = []
-    for n, s in enumerate(shape):
+    for n, s in enumerate(dims):
         e = as_expr(s, like=dt.INDEX)
         if not dt.is_int(e.dtype):
             raise TEError(f"dim {n} of {what} must be an integer, got {e.dtype} ({e})")
@@ -179,7 +180,7 @@ def thread_axis(dom: str | ExprLike | tuple | Range | None = None, tag: str = ""
     """A GPU thread index: ``te.thread_axis("threadIdx.x")``; ``name`` names its variable (the
     tag by default), as in ``te.thread_axis((0, 2), "vthread", name="vx")``."""
     if isinstance(dom, str):
-        dom, tag = None, dom
+        tag, dom = dom, None
     if not tag:
         raise TEError("thread_axis needs a tag such as 'blockIdx.x' or 'threadIdx.x'")
     if not isinstance(name, str):

@@ -25,13 +25,15 @@ def tensor(x: Any, op: str, what: str = "input") -> Tensor:
 
 def static_shape(x: Tensor, op: str) -> tuple[int, ...]:
     """The shape as ints; symbolic dims are refused by operators that need to know sizes."""
+    dims = []
     for n, s in enumerate(x.shape):
         if not isinstance(s, int):
             raise TEError(
                 f"{op}: dim {n} of {x.name} {x.shape} is symbolic ({s}); this operator needs "
                 "static shapes (bind the size first)"
             )
-    return tuple(x.shape)  # type: ignore[arg-type]
+        dims.append(s)
+    return tuple(dims)
 
 
 def ndim_is(x: Tensor, n: int, op: str, what: str) -> None:

@@ -52,7 +52,7 @@ def broadcast_shape(shapes: Sequence[Shape], op: str) -> Shape:
     return tuple(out)
 
 
-def broadcast_index(x: Tensor, out_shape: Shape, index: Sequence[Expr]) -> tuple[Expr, ...]:
+def broadcast_index(x: Tensor, out_shape: Shape, index: Sequence[Expr]) -> tuple[args.Dim, ...]:
     """The index into ``x`` that output element ``index`` (of ``out_shape``) reads."""
     lead = len(out_shape) - x.ndim
     return tuple(

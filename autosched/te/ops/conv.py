@@ -49,7 +49,7 @@ def _as(v: Expr, dtype: str) -> Expr:
 
 def _geometry(
     op: str, hw: tuple[int, int], khw: tuple[int, int], stride: Any, padding: Any, dilation: Any
-) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int], tuple[int, int]]:
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, int, int, int], tuple[int, int]]:
     strides = args.int_tuple(stride, 2, op, "stride")
     dil = args.int_tuple(dilation, 2, op, "dilation")
     pads = args.padding2d(padding, op)
@@ -62,7 +62,7 @@ def _geometry(
                 f"(padding {pads})"
             )
         out.append(span // strides[d] + 1)
-    return strides, dil, pads, (out[0], out[1])  # type: ignore[return-value]
+    return strides, dil, pads, (out[0], out[1])
 
 
 def accumulator_rows(rows: int) -> int:

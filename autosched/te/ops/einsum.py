@@ -98,11 +98,12 @@ def einsum(equation: str, *tensors: Tensor) -> Tensor:
 
     def body(*o: Expr) -> Expr:
         at: dict[Label, Expr] = {**dict(zip(out, o)), **{c: v.var for c, v in rvs.items()}}
-        prod: Expr | None = None
-        for t, term in zip(tensors, labels):
-            v = t[tuple(0 if n == 1 and size[c] != 1 else at[c]
-                        for c, n in zip(term, args.static_shape(t, "einsum")))]
-            prod = v if prod is None else prod * v
+        reads = [t[tuple(0 if n == 1 and size[c] != 1 else at[c]
+                         for c, n in zip(term, args.static_shape(t, "einsum")))]
+                 for t, term in zip(tensors, labels)]
+        prod: Expr = reads[0]
+        for v in reads[1:]:
+            prod = prod * v
         return R.sum(prod, axis=list(rvs.values())) if rvs else prod
 
     return compute(tuple(size[c] for c in out), body, name="T_einsum",

@@ -103,12 +103,12 @@ def matmul(
         raise TEError(f"matmul: operands must be at least 1-d, got {a.shape} and {b.shape}")
     from autosched.te.ops.transform import reshape
 
-    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
-    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    a2 = reshape(a, (1, *args.static_shape(a, "matmul"))) if a.ndim == 1 else a
+    b2 = reshape(b, (*args.static_shape(b, "matmul"), 1)) if b.ndim == 1 else b
     out = _product(a2, b2, transpose_a and a.ndim > 1, transpose_b and b.ndim > 1, out_dtype,
                    "T_matmul", "matmul", "matmul")
     if a.ndim == 1 or b.ndim == 1:
-        shape = list(out.shape)
+        shape = list(args.static_shape(out, "matmul"))
         if b.ndim == 1:
             shape.pop(-1)
         if a.ndim == 1:

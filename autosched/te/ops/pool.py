@@ -99,7 +99,7 @@ def _setup(
     return ha, wa, wh, ww
 
 
-def _out_shape(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window) -> tuple[int, ...]:
+def _out_shape(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window) -> tuple[args.Dim, ...]:
     return tuple(wh.out if d == ha else ww.out if d == wa else s
                  for d, s in enumerate(data.shape))
 

@@ -91,7 +91,7 @@ class Cell:
 
 def _matmul_t(a: Tensor, w: Tensor, name: str) -> Tensor:
     """a (..., K) times w (N, K) transposed: (..., N)."""
-    k = reduce_axis((0, int(a.shape[-1])), name="k")
+    k = reduce_axis((0, args.static_shape(a, "rnn")[-1]), name="k")
     return compute((*a.shape[:-1], w.shape[0]),
                    lambda *i: R.sum(a[(*i[:-1], k.var)] * w[i[-1], k.var], axis=k),
                    name=name, tag=REDUCE)
@@ -177,7 +177,7 @@ def _lstm_states(cell: Cell, p: Weights, h: Tensor, c: Tensor | None,
     hn = cell.hidden
     assert c is not None
 
-    def peep(k: int, j: Expr, state: Expr) -> Expr:
+    def peep(k: int, j: Expr, state: Expr) -> Expr | float:
         return 0.0 if p.peep is None else p.peep[k * hn + j] * state
 
     def new_c(b: Expr, j: Expr) -> Expr:
@@ -217,9 +217,14 @@ def unroll(cell: Cell, x: Tensor, w: Tensor, r: Tensor, bias: Tensor | None = No
     c = (c0 if c0 is not None else zero) if cell.kind == "lstm" else None
     out: list[Tensor] = []
     for t in (reversed(range(steps)) if reverse else range(steps)):
-        h, c = _step(cell, p, lambda b, col, t=t: xw[t, b, col], h, c)
+        h, c = _step(cell, p, _at_step(xw, t), h, c)
         out.append(h)
     return (out[::-1] if reverse else out), h, c
+
+
+def _at_step(xw: Tensor, t: int) -> Projection:
+    """Step ``t`` of the (T, B, G*H) input projection."""
+    return lambda b, col: xw[t, b, col]
 
 
 def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor,

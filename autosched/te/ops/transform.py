@@ -75,12 +75,12 @@ def _reshape_groups(
     return groups
 
 
-def reshape(x: Tensor, newshape: Sequence[int]) -> Tensor:
+def reshape(x: Tensor, newshape: int | Sequence[int]) -> Tensor:
     """numpy.reshape in row-major order; one dim may be -1 (inferred). Dims must be positive
     (ONNX's 0 = "copy this dim" is the importer's job)."""
     args.tensor(x, "reshape")
     shape = args.static_shape(x, "reshape")
-    items = list(newshape) if isinstance(newshape, (tuple, list)) else [newshape]
+    items: list[Any] = list(newshape) if isinstance(newshape, (tuple, list)) else [newshape]
     if any(isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1) for v in items):
         raise TEError(f"reshape: new shape {tuple(items)} of {x.name} {shape} must hold positive "
                       "ints and at most one -1")

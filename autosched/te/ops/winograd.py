@@ -100,7 +100,7 @@ def winograd_input(data: Tensor, bt: Tensor, m: int, padding: Any = 1) -> Tensor
     args.tensor(data, op, "data")
     args.ndim_is(data, 4, op, "data (N, C, H, W)")
     alpha = m + KERNEL - 1
-    if tuple(int(d) for d in bt.shape) != (alpha, alpha):
+    if args.static_shape(bt, op) != (alpha, alpha):
         raise TEError(f"{op}: bt must be ({alpha}, {alpha}) for m={m}, got {bt.shape}")
     n, c, h, w = args.static_shape(data, op)
     pads = args.padding2d(padding, op)
@@ -141,10 +141,10 @@ def winograd_output(prod: Tensor, at: Tensor, m: int, shape: tuple[int, int, int
     n, k, oh, ow = (int(d) for d in shape)
     th, tw = _tiles(oh, m), _tiles(ow, m)
     want = (alpha * alpha, k, n * th * tw)
-    if tuple(int(d) for d in prod.shape) != want:
+    if args.static_shape(prod, op) != want:
         raise TEError(f"{op}: prod must be {want} for output {shape} and m={m}, "
                       f"got {prod.shape}")
-    if tuple(int(d) for d in at.shape) != (m, alpha):
+    if args.static_shape(at, op) != (m, alpha):
         raise TEError(f"{op}: at must be ({m}, {alpha}) for m={m}, got {at.shape}")
     re = reduce_axis((0, alpha), "re")
     rows = compute((m, alpha, k, n * th * tw),

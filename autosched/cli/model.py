@@ -1,5 +1,6 @@
-"""The model subcommands of the ``autosched`` command line: tune, compile, run, bench.
+"""The model subcommands of the ``autosched`` command line: tune, compile, run, bench, inspect.
 
+    autosched inspect model.onnx --shape input=1,3,224,224
     autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
     autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
     autosched run build/model            # or model.onnx [--log L]; random inputs by default
@@ -17,66 +18,20 @@ from typing import Any
 
 import numpy as np
 
-from autosched.errors import AutoschedError
-
-
-class ArgumentError(AutoschedError):
-    """A command-line argument is malformed; the message names it and its expected form."""
-
-
-def positive(text: str) -> int:
-    """An argparse type: an integer >= 1 (sizes, batch sizes, repeats)."""
-    return _int_at_least(text, 1)
-
-
-def count(text: str) -> int:
-    """An argparse type: an integer >= 0 (trial budgets)."""
-    return _int_at_least(text, 0)
-
-
-def _int_at_least(text: str, low: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}")
-    return value
-
-
-def check_paths(args: argparse.Namespace) -> None:
-    """The model (or build dir) and log named on the command line, when they exist, are
-    regular files (a build dir may be a directory): reading a FIFO or a device would block or
-    never end."""
-    if getattr(args, "model", None):
-        require_regular(args.model, "model", dir_ok=args.command in ("run", "bench"))
-    if getattr(args, "log", None):
-        require_regular(args.log, "--log")
-
-
-def require_regular(path: str, what: str, dir_ok: bool = False) -> None:
-    if os.path.exists(path) and not (os.path.isfile(path) or dir_ok and os.path.isdir(path)):
-        kind = "a regular file or a build dir" if dir_ok else "a regular file"
-        raise ArgumentError(f"{what}: {path} is not {kind}")
-
-
-def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
-    out = {}
-    for item in items or []:
-        name, _, dims = item.rpartition("=")
-        parts = dims.replace("x", ",").split(",")
-        if not name or not all(p.strip().isdigit() for p in parts):
-            raise ArgumentError(f"--shape {item!r}: expected NAME=D0,D1,... with dims that are "
-                                "integers >= 0, e.g. input=1,3,224,224")
-        out[name] = tuple(int(p) for p in parts)
-    return out
+from autosched.cli.args import (
+    ArgumentError,
+    add_shape_option,
+    add_tuning_options,
+    positive,
+    require_regular,
+    shapes,
+)
 
 
 def _graph(args: argparse.Namespace) -> Any:
-    from autosched.graph.compiler import load_graph
+    from importers.onnx import from_onnx
 
-    return load_graph(args.model, parse_shapes(args.shape))
+    return from_onnx(args.model, shapes(args))
 
 
 def _ms(s: float) -> str:
@@ -104,11 +59,12 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike) -> 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.graph.compiler import extract_tasks
+    from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
 
     graph = _graph(args)
     tasks, weights = extract_tasks(graph, args.target)
-    log = args.log or f"tuning_logs/{Path(args.model).stem}-{tasks[0].target.kind}.jsonl"
+    log = args.log or RecordLog.default_path(Path(args.model).stem, tasks[0].target)
     print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {args.trials} trials, "
           f"log {log}")
     # one tune() call (one task scheduler, one set of workers); a table every ~1/8 of the budget
@@ -226,27 +182,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from importers.inspect import inspect_model
+
+    print(inspect_model(args.model, shapes(args), target=args.target, tasks=not args.no_tasks))
+    return 0
+
+
 def add_subcommands(sub: Any) -> None:
-    """Add tune / compile / run / bench to the ``autosched`` parser's subparsers."""
+    """Add tune / compile / run / bench / inspect to the ``autosched`` parser's subparsers."""
     specs = (("tune", cmd_tune, "tune every task of an ONNX model"),
              ("compile", cmd_compile, "compile an ONNX model into a build dir"),
              ("run", cmd_run, "run an ONNX model or a build dir on random or given inputs"),
-             ("bench", cmd_bench, "latency of an ONNX model next to onnxruntime"))
+             ("bench", cmd_bench, "latency of an ONNX model next to onnxruntime"),
+             ("inspect", cmd_inspect, "operator counts, coverage, FLOPs and tasks of a model"))
     for name, fn, helptext in specs:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("model", help="model.onnx" + (" or a build dir" if name == "run" else ""))
         p.add_argument("--target", default="llvm")
-        p.add_argument("--log", default=None, help="tuning log (JSON lines)")
-        p.add_argument("--shape", action="append", metavar="NAME=D0,D1,...",
-                       help="bind an input's shape (symbolic dims)")
+        add_shape_option(p)
+        if name != "inspect":
+            p.add_argument("--log", default=None, help="tuning log (JSON lines)")
         if name == "tune":
-            p.add_argument("--trials", type=count, default=200)
-            p.add_argument("--batch-size", type=positive, default=16)
-            p.add_argument("--seed", type=int, default=None)
+            add_tuning_options(p, trials=200)
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
         if name in ("run", "bench"):
             p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
             p.add_argument("--repeat", type=positive, default=10)
+        if name == "inspect":
+            p.add_argument("--no-tasks", action="store_true", help="skip task extraction")
         p.set_defaults(fn=fn)
-

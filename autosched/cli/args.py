@@ -1,0 +1,83 @@
+"""Arguments shared by the subcommands of the ``autosched`` command line: number types, the one
+``--shape NAME=D0,D1,...`` option, and checks on the paths a user names.
+
+Example::
+
+    p.add_argument("--trials", type=count, default=200)
+    add_shape_option(p)
+    shapes(args)        # {"input": (1, 3, 224, 224)} from --shape input=1,3,224,224
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from autosched.errors import AutoschedError
+
+SHAPE_FORM = "NAME=D0,D1,..."
+
+
+class ArgumentError(AutoschedError):
+    """A command-line argument is malformed; the message names it and its expected form."""
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1 (sizes, batch sizes, repeats)."""
+    return _int_at_least(text, 1)
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer >= 0 (trial budgets)."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}")
+    return value
+
+
+def add_shape_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", action="append", metavar=SHAPE_FORM,
+                        help="bind an input's shape (symbolic dims)")
+
+
+def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
+    parser.add_argument("--trials", type=count, default=trials)
+    parser.add_argument("--batch-size", type=positive, default=16)
+    parser.add_argument("--seed", type=int, default=None)
+
+
+def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    """The ``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
+    out = {}
+    for item in args.shape or []:
+        name, _, dims = item.rpartition("=")
+        parts = dims.replace("x", ",").split(",")
+        if not name or not all(p.strip().isdigit() for p in parts):
+            raise ArgumentError(f"--shape {item!r}: expected {SHAPE_FORM} with dims that are "
+                                "integers >= 0, e.g. input=1,3,224,224")
+        out[name] = tuple(int(p) for p in parts)
+    return out
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """The model (or build dir) and log named on the command line, when they exist, are
+    regular files (a build dir may be a directory): reading a FIFO or a device would block or
+    never end."""
+    if getattr(args, "model", None):
+        require_regular(args.model, "model", dir_ok=args.command in ("run", "bench"))
+    if getattr(args, "log", None):
+        require_regular(args.log, "--log")
+
+
+def require_regular(path: str, what: str, dir_ok: bool = False) -> None:
+    if os.path.exists(path) and not (os.path.isfile(path) or dir_ok and os.path.isdir(path)):
+        kind = "a regular file or a build dir" if dir_ok else "a regular file"
+        raise ArgumentError(f"{what}: {path} is not {kind}")
+
