@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from autosched.errors import CompileError
+from autosched.targets.host import llc_bytes
 
 if TYPE_CHECKING:
     from autosched.targets.target import Target
@@ -185,8 +186,6 @@ class Backend:
 
     def flush_bytes(self, target: Target) -> int:
         """How many bytes to touch between timed repeats to flush the caches."""
-        from autosched.targets.host import llc_bytes
-
         return 2 * llc_bytes()
 
 

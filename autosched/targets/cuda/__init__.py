@@ -26,6 +26,7 @@ from typing import Any
 
 from autosched.errors import CompileError
 from autosched.targets.backend import Backend, DeviceMemory, Module, register
+from autosched.targets.host import detect_cuda_arch
 from autosched.targets.target import Target
 from autosched.te.expr import Const
 from autosched.tir import ir
@@ -72,11 +73,7 @@ class CudaBackend(Backend):
         opts = dict(options)
         if opts.get("emulate", EMULATE[0]) not in EMULATE:
             raise CompileError(f"cuda -emulate={opts['emulate']}: expected one of {EMULATE}")
-        arch = opts.get("arch", "")
-        if not arch:
-            from autosched.targets.host import detect_cuda_arch
-
-            arch = detect_cuda_arch()
+        arch = opts.get("arch") or detect_cuda_arch()
         return Target(self.kind, options, device="gpu", arch=arch,
                       max_shared_memory_per_block=48 * 1024)
 
