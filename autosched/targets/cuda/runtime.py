@@ -195,14 +195,14 @@ class CudaModule:
     def time(self, *args: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
              min_repeat_ms: float = 0.0) -> Timing:
         """Time all kernels of one call with CUDA events (data stays on the device)."""
-        calls = self.launches(*args).calls
+        launches = self.launches(*args)  # holds the device buffers of numpy arguments
         drv = driver()
         start, end = drv.Event(), drv.Event()
 
         def run(n: int) -> float:
             start.record()
             for _ in range(n):
-                for launch in calls:
+                for launch in launches.calls:
                     launch()
             end.record()
             end.synchronize()
