@@ -24,7 +24,7 @@ for s in "$@"; do
         e2e) step e2e 400 python3 benchmarks/e2e_gpu.py ;;
         model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
             IFS=: read -r _ name secs <<< "$s"
-            onnx=$(python3 -c "from benchmarks import models; print(models.save('$name'))")
+            onnx=$(python3 -c "from autosched.testing import models; print(models.save('$name'))")
             step "tune-$name" "$secs" python3 -m autosched.cli tune "$onnx" --target cuda \
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \

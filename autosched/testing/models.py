@@ -3,7 +3,7 @@ is downloaded): ResNet-18, MobileNetV2, a BERT-base encoder layer and a small CN
 
 Example::
 
-    from benchmarks.models import resnet18, save
+    from autosched.testing.models import resnet18, save
     proto = resnet18(image=64)                    # ModelProto, input "input" (1, 3, 64, 64)
     path = save("resnet18", image=224)            # build/models/resnet18-224.onnx (cached)
 """
@@ -20,7 +20,7 @@ OPSET = 17
 CACHE = Path(os.environ.get("AUTOSCHED_MODEL_CACHE", "build/models"))
 
 
-class _Builder:
+class Builder:
     """Nodes, initializers and unique names for one model."""
 
     def __init__(self, seed: int = 0) -> None:
@@ -99,7 +99,7 @@ class _Builder:
             self.nodes, name, [helper.make_tensor_value_info(x[0], TensorProto.FLOAT, x[1])],
             [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], self.inits)
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="autosched.benchmarks.models")
+                              producer_name="autosched.testing.models")
         m.ir_version = 8
         return m
 
@@ -107,7 +107,7 @@ class _Builder:
 def resnet18(image: int = 224, batch: int = 1, classes: int = 1000, seed: int = 0) -> Any:
     """ResNet-18: conv-bn-relu stem, max pool, 4 stages of 2 basic blocks with residual adds
     (1x1 strided projections where shapes change), global average pool, Gemm."""
-    b = _Builder(seed)
+    b = Builder(seed)
     x = "input"
     y = b.conv_bn(x, 3, 64, 7, stride=2)
     y = b.op("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -131,7 +131,7 @@ def mobilenet_v2(image: int = 224, batch: int = 1, classes: int = 1000, width: f
                  seed: int = 0) -> Any:
     """MobileNetV2: inverted residual blocks (1x1 expand, 3x3 depthwise, 1x1 project, relu6 as
     Clip, residual add when the stride is 1 and channels match)."""
-    b = _Builder(seed)
+    b = Builder(seed)
 
     def ch(c: int) -> int:
         return max(8, int(c * width + 4) // 8 * 8)
@@ -164,7 +164,7 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
     """One BERT-base encoder layer: Q/K/V MatMul + Add, Reshape / Transpose into heads, scaled
     QK^T, Softmax, context, output projection, residual + LayerNormalization, FFN with Gelu in
     its Erf form, residual + LayerNormalization."""
-    b = _Builder(seed)
+    b = Builder(seed)
     d = hidden // heads
     x = "input"
 

@@ -1,14 +1,13 @@
 """Fuzzing tier: random small ONNX graphs compiled for llvm (default schedules) and compared with
 onnxruntime.
 
-CI runs AUTOSCHED_FUZZ_CASES (500 by default) seeded cases; `make test-fuzz` runs 5,000 with a
-fresh seed (AUTOSCHED_FUZZ_SEED replays one). A failure prints the model's nodes; hypothesis
+CI runs ``--fuzz-cases`` (500 by default) seeded cases; `make test-fuzz` runs 5,000 with a
+fresh seed (``--fuzz-seed`` replays one). A failure prints the model's nodes; hypothesis
 shrinks it to a small graph first.
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -18,15 +17,16 @@ pytest.importorskip("hypothesis")
 pytest.importorskip("onnxruntime")
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
-from tests.fuzz_graphs import graphs  # noqa: E402
+from tests.support.fuzz_graphs import graphs  # noqa: E402
+from tests.support.options import FUZZ  # noqa: E402
 
-CASES = int(os.environ.get("AUTOSCHED_FUZZ_CASES", "500"))
-SEED = int(os.environ.get("AUTOSCHED_FUZZ_SEED", "20261204"))
+CASES = FUZZ.cases
+SEED = FUZZ.seed
 
 
 def test_fuzz_settings_are_stated(capsys) -> None:  # noqa: ANN001
     with capsys.disabled():
-        print(f"\nfuzzing tier: {CASES} graph cases, AUTOSCHED_FUZZ_SEED={SEED}")
+        print(f"\nfuzzing tier: {CASES} graph cases, --fuzz-seed={SEED}")
     assert CASES >= 1
 
 

@@ -4,8 +4,8 @@ A log holds one good record and lines made from another good record by replacing
 (anywhere: a top-level field, a step's field, a knob of extra.candidate) with random JSON, by
 dropping a key, or by random bytes. Loading, resuming and applying the best record must never
 raise; a loaded record that counts as a success has a finite positive cost; the chosen best
-replays, lowers and builds. AUTOSCHED_FUZZ_CASES sets the count (a third of it), the seed
-AUTOSCHED_FUZZ_SEED.
+replays, lowers and builds. ``--fuzz-cases`` sets the count (a third of it), the seed
+``--fuzz-seed``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import warnings
 
 import pytest
@@ -30,9 +29,10 @@ from autosched.search.record import (  # noqa: E402
     RecordLog,
     target_fingerprint,
 )
+from tests.support.options import FUZZ  # noqa: E402
 
-CASES = max(1, int(os.environ.get("AUTOSCHED_FUZZ_CASES", "500")) // 3)
-SEED = int(os.environ.get("AUTOSCHED_FUZZ_SEED", "20261204"))
+CASES = max(1, FUZZ.cases // 3)
+SEED = FUZZ.seed
 
 
 def _task() -> aus.Task:

@@ -4,12 +4,10 @@ Each step (split, fuse, reorder, vectorize, unroll, parallel, compute_at, comput
 compute_root, cache_write, rfactor) is drawn at random and applied through the stage API. A step
 may be refused with a ScheduleError (that is its job), when applied or, for what only the whole
 loop nest shows, when lowered; whatever lowers must build for llvm and match numpy, and the recorded steps must replay from JSON to the same loop nest.
-AUTOSCHED_FUZZ_CASES sets the count (a third of it runs here), AUTOSCHED_FUZZ_SEED the seed.
+``--fuzz-cases`` sets the count (a third of it runs here), ``--fuzz-seed`` the seed.
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
@@ -22,9 +20,10 @@ import autosched as aus  # noqa: E402
 from autosched import te  # noqa: E402
 from autosched.errors import ScheduleError  # noqa: E402
 from autosched.schedule.schedule import Schedule  # noqa: E402
+from tests.support.options import FUZZ  # noqa: E402
 
-CASES = max(1, int(os.environ.get("AUTOSCHED_FUZZ_CASES", "500")) // 3)
-SEED = int(os.environ.get("AUTOSCHED_FUZZ_SEED", "20261204"))
+CASES = max(1, FUZZ.cases // 3)
+SEED = FUZZ.seed
 
 
 def _gemm_bias_relu(m: int, n: int, k: int):  # noqa: ANN202

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import autosched as aus
 from autosched.errors import ModelImportError
 from autosched.graph.compiler import load_graph
-from benchmarks.models import ort_run
+from autosched.testing.models import ort_run
 
 
 def _model(x_shape: tuple, w: np.ndarray, b: np.ndarray, **attrs: object) -> object:

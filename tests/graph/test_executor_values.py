@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import autosched as aus
 from autosched.errors import CompileError, ModelImportError, RuntimeError_
 from autosched.graph.compiler import load_graph
-from benchmarks.models import ort_run
+from autosched.testing.models import ort_run
 
 
 def _model(nodes: list, inputs: dict[str, list[int]], outputs: list[str]) -> object:
@@ -101,7 +101,7 @@ def test_gpu_out_of_memory_names_the_value(monkeypatch: pytest.MonkeyPatch):
     from autosched.graph.executor_cuda import CudaModel
     from autosched.targets.cuda import runtime as rt
     from autosched.targets.target import parse
-    from tests.test_graph_executor_cuda import _FakeDriver, _FakeModule
+    from tests.graph.test_graph_executor_cuda import _FakeDriver, _FakeModule
 
     class Driver(_FakeDriver):
         class MemoryError(_FakeDriver.Error):  # noqa: A001  (pycuda's name)

@@ -13,7 +13,7 @@ from autosched import te
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.compiler import load_graph
 from autosched.te import ops
-from benchmarks.models import ort_run
+from autosched.testing.models import ort_run
 
 N = 23  # rows of the table: the axis indices point into
 
@@ -199,7 +199,7 @@ def test_take_strict_on_the_other_targets(target, rng):
         with pytest.raises(RuntimeError_, match="out of range"):
             mod(a, iv, out)
         return
-    from tests.test_cuda_cases import NVRTC_SKIP
+    from tests.support.nvrtc import NVRTC_SKIP
 
     if NVRTC_SKIP is not None:
         pytest.skip(f"NVRTC unavailable: {NVRTC_SKIP}")

@@ -13,7 +13,7 @@ from autosched.graph import Graph, Node, ValueInfo
 from autosched.graph.compiler import extract_tasks, load_graph, plan, prepare
 from autosched.graph.graph import KERNEL_LAYOUT
 from autosched.graph.passes import eliminate_dead, fold_batch_norm, fold_constants
-from benchmarks.models import _Builder, ort_run, small_cnn
+from autosched.testing.models import Builder, ort_run, small_cnn
 
 
 def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -21,7 +21,7 @@ def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
 
 
 def _conv_bn_model(rng: np.random.Generator, second_reader: bool) -> object:
-    b = _Builder(int(rng.integers(1 << 30)))
+    b = Builder(int(rng.integers(1 << 30)))
     y = b.conv("x", 3, 5, 3, bias=True)
     z = b.op("Relu", [b.bn(y, 5)])
     out = b.op("Add", [z, y]) if second_reader else z
@@ -108,7 +108,7 @@ def test_constant_subgraph_folds_and_dead_nodes_go(rng: np.random.Generator) -> 
 
 
 def _resnet_block_model(seed: int) -> object:
-    b = _Builder(seed)
+    b = Builder(seed)
     y = b.conv_bn("x", 8, 8, 3)
     for _ in range(2):  # two identical basic blocks: the same tasks twice
         h = b.conv_bn(y, 8, 8, 3)
@@ -152,7 +152,7 @@ def test_injective_chain_is_one_kernel(rng: np.random.Generator) -> None:
 def test_fusion_never_makes_a_cycle(rng: np.random.Generator) -> None:
     # Split's second half reaches the Add directly, its first half through a Conv: the Add
     # must not join the Split's group (the Conv reads that group and the Add reads the Conv)
-    b = _Builder(int(rng.integers(1 << 30)))
+    b = Builder(int(rng.integers(1 << 30)))
     s0, s1 = b.node("Split", ["x", b.const(np.array([4, 4], np.int64), "split")], 2, axis=1)
     c = b.conv(s0, 4, 4, 3)
     y = b.op("Add", [s1, c])
@@ -244,7 +244,7 @@ def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
 
     from autosched.cli import main
 
-    b = _Builder(0)
+    b = Builder(0)
     y = b.op("Relu", [b.conv("x", 3, 4, 3, bias=True)])
     path = tmp_path / "tiny.onnx"
     onnx.save(b.model(("x", (1, 3, 6, 5)), y, "tiny"), str(path))
@@ -260,7 +260,7 @@ def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
 
 
 def _gelu_model(rng: np.random.Generator, extra_reader: bool) -> object:
-    b = _Builder(int(rng.integers(1 << 30)))
+    b = Builder(int(rng.integers(1 << 30)))
     w = b.weight((6, 10), 6)
     f = b.op("Add", [b.op("MatMul", ["x", w]), b.const(_f32(rng, 10), "b")])
     e = b.op("Erf", [b.op("Div", [f, b.const(np.array(np.sqrt(2), np.float32), "c")])])

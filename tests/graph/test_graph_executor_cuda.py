@@ -13,7 +13,7 @@ import pytest
 import autosched as aus
 from autosched.graph.compiler import load_graph
 from autosched.targets.target import parse
-from benchmarks.models import _Builder, ort_run
+from autosched.testing.models import Builder, ort_run
 
 
 class _FakeDriver:
@@ -90,7 +90,7 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     from autosched.targets.cuda import runtime as rt
 
     rng = np.random.default_rng()
-    b = _Builder(int(rng.integers(1 << 30)))
+    b = Builder(int(rng.integers(1 << 30)))
     y = b.conv_bn("x", 3, 8, 3)
     h = b.conv_bn(y, 8, 8, 3, act=None)
     y = b.op("Relu", [b.op("Add", [h, y])])

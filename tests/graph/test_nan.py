@@ -14,7 +14,7 @@ import autosched as aus
 from autosched import te
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable
 from autosched.te import ops
-from tests.test_cuda_cases import needs_nvrtc
+from tests.support.nvrtc import needs_nvrtc
 
 SHAPE = (3, 5, 9, 11)
 
@@ -138,7 +138,7 @@ def test_onnx_model_keeps_nan_like_onnxruntime(rng: np.random.Generator) -> None
     # onnxruntime's ReduceMax / ReduceMin / MaxPool drop a NaN in some lanes of their vector
     # kernels and keep it in others; those outputs are compared with numpy, which keeps it
     from autosched.graph.compiler import load_graph
-    from benchmarks.models import ort_run
+    from autosched.testing.models import ort_run
 
     model = _onnx_model()
     inputs = {n: _with_specials(rng, SHAPE) for n in "xy"}

@@ -12,13 +12,12 @@ cases until the importer calls importers.control_flow.expand, after which they p
 All 9 light models pass (4.5 minutes in all, measured 2026-12-02).
 
 Light real models (AlexNet, ResNet-50, VGG-19, ...) take seconds to minutes each with default
-(untuned) schedules: they are marked slow and run only with ``AUTOSCHED_SLOW=1``.
+(untuned) schedules: they are marked slow and run only with ``--slow``.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import warnings
 
 import pytest
@@ -84,10 +83,8 @@ backend_test = onnx.backend.test.BackendTest(AutoschedBackend, __name__)
 for _name in SUPPORTED_CASES:
     if not _excluded(_name):
         backend_test.include(rf"^{_name}_cpu$")
-_run_light = os.environ.get("AUTOSCHED_SLOW") == "1"
 for _name in LIGHT_MODELS:
-    if _run_light:
-        backend_test.include(rf"^{_name}_cpu$")
+    backend_test.include(rf"^{_name}_cpu$")
 
 _cases = backend_test.test_cases
 for _cls_name, _cls in _cases.items():

@@ -14,9 +14,9 @@ from autosched.graph.compiler import group_tasks, kernel_groups, prepare  # noqa
 from autosched.search.space import SearchSpace  # noqa: E402
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
-from tests.onnx_node import RNG, model, rand, run_autosched  # noqa: E402
-from tests.test_cuda_cases import needs_nvrtc  # noqa: E402
-from tests.test_ops_onnx_rnn import _case  # noqa: E402
+from tests.importers.test_ops_onnx_rnn import _case  # noqa: E402
+from tests.support.nvrtc import needs_nvrtc  # noqa: E402
+from tests.support.onnx_node import RNG, model, rand, run_autosched  # noqa: E402
 
 pytestmark = [needs_nvrtc,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import importers.onnx as importer  # noqa: E402
 from autosched.errors import ModelImportError  # noqa: E402
-from tests.onnx_node import RNG, compare, model, rand, run_autosched  # noqa: E402
+from tests.support.onnx_node import RNG, compare, model, rand, run_autosched  # noqa: E402
 
 # the importer expands control flow through importers.control_flow.expand
 hooked = pytest.mark.skipif("expand(" not in inspect.getsource(importer.from_onnx),
@@ -114,7 +114,7 @@ def test_non_max_suppression(center: int) -> None:
     consts = {"b": boxes, "s": scores, "m": np.array([5], "int64"),
               "iou": np.array([0.3], "float32"), "st": np.array([0.2], "float32")}
     m = model([node], {}, consts, ("y",))
-    from tests.onnx_node import run_ort
+    from tests.support.onnx_node import run_ort
 
     (want,) = run_ort(m, {})
     got = importer.from_onnx(m).constants["y"]

@@ -11,7 +11,7 @@ pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
 from autosched.errors import ModelImportError  # noqa: E402
-from tests.onnx_node import RNG, compare, model, rand, run_autosched  # noqa: E402
+from tests.support.onnx_node import RNG, compare, model, rand, run_autosched  # noqa: E402
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])

@@ -12,7 +12,7 @@ from onnx import helper  # noqa: E402
 from autosched import te  # noqa: E402
 from autosched.errors import TEError  # noqa: E402
 from autosched.te.ops.einsum import einsum  # noqa: E402
-from tests.onnx_node import compare, rand  # noqa: E402
+from tests.support.onnx_node import compare, rand  # noqa: E402
 
 EQUATIONS = [
     ("ij,jk->ik", [(5, 7), (7, 3)]),              # matmul
@@ -56,7 +56,7 @@ def test_group_norm_opset18_per_group_scale() -> None:
     node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
     x, s, b = rand((2, 6, 4, 3)), rand((2,)), rand((2,))
     # onnxruntime dropped opset 18's per-group form: check against numpy
-    from tests.onnx_node import model, run_autosched
+    from tests.support.onnx_node import model, run_autosched
 
     (y,) = run_autosched(model([node], {"x": x}, {"s": s, "b": b}, ("y",), opset=18), {"x": x})
     g = x.reshape(2, 2, -1)
@@ -71,7 +71,7 @@ def test_group_norm_opset18_per_group_scale() -> None:
 def test_einsum_ellipsis_broadcast_like_numpy(equation: str, shapes: list[tuple]) -> None:
     """Ellipses of different widths align to the right; size-1 dims broadcast (onnxruntime
     refuses both, numpy is the reference)."""
-    from tests.helpers import run_te
+    from tests.support.helpers import run_te
 
     arrays = [rand(s) for s in shapes]
     phs = [te.placeholder(s, name=f"x{k}") for k, s in enumerate(shapes)]

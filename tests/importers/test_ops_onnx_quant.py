@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
-from tests.onnx_node import RNG, model, rand, run_autosched, run_ort  # noqa: E402
+from tests.support.onnx_node import RNG, model, rand, run_autosched, run_ort  # noqa: E402
 
 
 def _q(shape: tuple, dtype: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from onnx import helper  # noqa: E402
 
 import importers.onnx as importer  # noqa: E402
 from autosched.errors import ModelImportError  # noqa: E402
-from tests.onnx_node import compare, model, rand, run_autosched, run_ort  # noqa: E402
+from tests.support.onnx_node import compare, model, rand, run_autosched, run_ort  # noqa: E402
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 

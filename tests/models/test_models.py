@@ -1,4 +1,4 @@
-"""Whole models (benchmarks/models.py, built with onnx.helper, random weights) import, compile
+"""Whole models (autosched/testing/models.py, built with onnx.helper, random weights) import, compile
 with default schedules and match onnxruntime at rtol 1e-4, atol 1e-4 on random float32 inputs.
 
 Sizes: ResNet-18 and MobileNetV2 at batch 1 and 224x224 (the real input size) and the BERT-base
@@ -14,7 +14,7 @@ import pytest
 import autosched as aus
 from autosched.graph.compiler import load_graph
 from autosched.graph.executor import random_inputs
-from benchmarks import models
+from autosched.testing import models
 
 MODELS = {
     "resnet18": lambda: models.resnet18(image=224),

@@ -12,7 +12,7 @@ import autosched as aus
 from autosched import te
 from autosched.errors import LowerError, ScheduleError
 from autosched.schedule.schedule import Schedule
-from tests.backends import CPU_TARGETS, random_array, run, tolerance
+from tests.support.backends import CPU_TARGETS, random_array, run, tolerance
 
 # -- workloads ---------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from autosched.targets.ref.evaluate import evaluate
 from autosched.te import expr as E
 from autosched.tir import ir
 from autosched.tir.visit import map_stmt
-from tests.backends import CPU_TARGETS, random_array, run, tolerance
-from tests.test_cuda_cases import needs_nvrtc
+from tests.support.backends import CPU_TARGETS, random_array, run, tolerance
+from tests.support.nvrtc import needs_nvrtc
 
 CUDA = "cuda -arch=sm_90"
 

@@ -14,8 +14,8 @@ import pytest
 import autosched as aus
 from autosched import te
 from autosched.targets.cuda.host_emulate import run_on_host, unavailable
-from tests.test_cuda_cases import needs_nvrtc
-from tests.test_schedule import check_replay
+from tests.schedule.test_schedule import check_replay
+from tests.support.nvrtc import needs_nvrtc
 
 # sizes that the tiles (32, 64, 4, 8) do not divide, except N for the packed layout
 M, N, K = 70, 64, 50

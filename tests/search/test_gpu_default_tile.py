@@ -13,7 +13,7 @@ from autosched import te
 from autosched.search.sketch_gpu import MIN_BLOCKS, default_tiles
 from autosched.search.space import SearchSpace
 from autosched.te.ops.conv import conv2d_nchw
-from tests.test_cuda_cases import needs_nvrtc
+from tests.support.nvrtc import needs_nvrtc
 
 TARGET = "cuda -arch=sm_90"
 

@@ -204,9 +204,9 @@ def test_cuda_measure() -> None:
 
 
 def test_cuda_without_a_gpu_is_a_clear_error() -> None:
-    from tests.conftest import _GPU_SKIP
+    from tests.support.backends import GPU_SKIP
 
-    if _GPU_SKIP is None:
+    if GPU_SKIP is None:
         pytest.skip("this machine has a GPU")
     with Measurer("cuda -arch=sm_90", strict=True) as m:
         with pytest.raises(MeasureError, match="cannot check candidates of C: .*(pycuda|GPU)"):

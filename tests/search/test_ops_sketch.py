@@ -15,8 +15,8 @@ from autosched.schedule.schedule import create_schedule
 from autosched.search.sketch import generate_sketches
 from autosched.targets.target import parse
 from autosched.te import ops
-from tests.helpers import check, target  # noqa: F401
-from tests.te_interp import evaluate
+from tests.support.helpers import check
+from tests.support.te_interp import evaluate
 
 P = te.placeholder
 

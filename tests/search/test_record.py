@@ -28,6 +28,7 @@ from autosched.search.record import (
     target_fingerprint,
 )
 from autosched.search.task import Task
+from tests.support import ROOT
 
 
 def _matmul_task(m: int = 24, n: int = 20, k: int = 12, name: str = "C") -> Task:
@@ -193,8 +194,7 @@ def test_apply_history_best_replays_and_warns_on_missing(tmp_path: Path) -> None
 def test_killed_writer_loses_at_most_the_line_in_flight(tmp_path: Path) -> None:
     path = tmp_path / "kill.jsonl"
     script = f"""
-import sys, time
-sys.path.insert(0, {os.getcwd()!r})
+import time
 from autosched.search.record import MeasureRecord, RecordLog
 log = RecordLog({str(path)!r})
 n = 0
@@ -205,7 +205,8 @@ while True:
     if n == 20:
         print("go", flush=True)
 """
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
     time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)

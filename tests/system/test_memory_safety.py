@@ -12,7 +12,8 @@ from autosched.errors import CompileError, ModelImportError, RuntimeError_
 from autosched.graph.compiler import load_graph
 from autosched.te import expr as E
 from autosched.tir import ir
-from tests.test_llvm_helpers import buf, build, garbage, loop, rand
+from tests.support.backends import garbage
+from tests.support.llvm_ir import buf, build, loop, rand
 
 
 def _conv_model(pad: int, stride: int) -> object:
@@ -63,7 +64,7 @@ def test_onnx_conv_pads_beyond_the_input_name_the_node(pad, stride):
 
 @pytest.mark.parametrize("stride", [9, 4294967295])
 def test_onnx_conv_stride_past_the_input_runs_like_onnxruntime(stride, rng):
-    from benchmarks.models import ort_run
+    from autosched.testing.models import ort_run
 
     model = _conv_model(1, stride)
     x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype("float32")

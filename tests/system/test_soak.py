@@ -1,8 +1,8 @@
 """A tuning job (``autosched tune-op``) killed with SIGKILL at random moments and resumed each
 time: no record once written is ever lost, and no candidate is measured twice.
 
-CI kills it 3 times; the soak version (20 kills) runs with AUTOSCHED_SLOW=1. The seed is
-printed; AUTOSCHED_TEST_SEED replays the kill moments."""
+CI kills it 3 times; the soak version (20 kills) runs with ``--slow``. The seed is
+printed; ``--seed`` replays the kill moments."""
 
 from __future__ import annotations
 
@@ -18,9 +18,7 @@ import numpy as np
 import pytest
 
 from autosched.search.record import MeasureRecord, RecordLog
-
-SLOW = os.environ.get("AUTOSCHED_SLOW") == "1"
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def _start(log: Path, trials: int, out: Path) -> subprocess.Popen:
@@ -103,6 +101,5 @@ def test_killed_and_resumed_job_loses_and_repeats_nothing(tmp_path: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SLOW, reason="soak test: set AUTOSCHED_SLOW=1")
 def test_soak_20_kills(tmp_path: Path, rng: np.random.Generator) -> None:
     _soak(tmp_path, rng, kills=20, trials=96)

@@ -2,11 +2,10 @@
 outputs are fresh arrays. Each output is checked against a single-threaded run on the same
 input (bit for bit: a kernel computes the same way on every call).
 
-The soak version (10,000 calls from 8 threads) runs with AUTOSCHED_SLOW=1."""
+The soak version (10,000 calls from 8 threads) runs with ``--slow``."""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -14,9 +13,7 @@ import pytest
 
 import autosched as aus
 from autosched.graph.compiler import load_graph
-from benchmarks.models import ort_run, small_cnn
-
-SLOW = os.environ.get("AUTOSCHED_SLOW") == "1"
+from autosched.testing.models import ort_run, small_cnn
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +72,6 @@ def test_eight_threads_share_one_model(cnn, rng):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SLOW, reason="soak test: set AUTOSCHED_SLOW=1")
 def test_soak_ten_thousand_calls_from_eight_threads(cnn, rng):
     _check(cnn, rng, threads=8, calls=10_000)
 
@@ -95,7 +91,7 @@ def test_cuda_model_serialises_threads(monkeypatch: pytest.MonkeyPatch, rng):
     from autosched.graph.executor_cuda import CudaModel
     from autosched.targets.cuda import runtime as rt
     from autosched.targets.target import parse
-    from tests.test_graph_executor_cuda import _FakeDriver, _FakeModule
+    from tests.graph.test_graph_executor_cuda import _FakeDriver, _FakeModule
 
     class Context:
         current: dict[int, list[object]] = {}

@@ -18,7 +18,7 @@ from autosched.targets.cuda.host_emulate import run_on_host, unavailable
 from autosched.targets.cuda.nvrtc import compile_cuda
 from autosched.targets.names import c_identifier
 from autosched.targets.target import parse
-from tests.test_cuda_cases import needs_nvrtc
+from tests.support.nvrtc import needs_nvrtc
 
 CUDA_MATH = """
 sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh sinpi cospi sincos sincospi

@@ -8,7 +8,7 @@ import pytest
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
+from tests.support.helpers import check, run_te
 
 SHAPES = [((4, 1, 5), (3, 1)), ((1,), (2, 3)), ((2, 3), (2, 3)), ((3, 1, 1), (1, 4, 2)),
           ((5,), ())]

@@ -10,7 +10,7 @@ import pytest
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
+from tests.support.helpers import check, run_te
 
 _erf = np.vectorize(math.erf)
 

@@ -6,9 +6,9 @@ import numpy as np
 
 from autosched import te
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
-from tests.test_ops_conv import conv_nchw_ref
-from tests.test_ops_pool import pool_ref
+from tests.support.helpers import check, run_te
+from tests.te.test_ops_conv import conv_nchw_ref
+from tests.te.test_ops_pool import pool_ref
 
 
 def test_small_cnn(target: str) -> None:  # noqa: F811

@@ -8,7 +8,7 @@ import pytest
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
+from tests.support.helpers import check, run_te
 
 
 def _rand(shape: tuple, dtype: str = "float32", lo: float = -3, hi: float = 3) -> np.ndarray:

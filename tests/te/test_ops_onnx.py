@@ -9,7 +9,7 @@ import pytest
 
 from autosched import te
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
+from tests.support.helpers import check, run_te
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")

@@ -8,7 +8,7 @@ import pytest
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
-from tests.helpers import check, run_te, target  # noqa: F401
+from tests.support.helpers import check, run_te
 
 CASES = {"sum": (ops.sum, np.sum), "mean": (ops.mean, np.mean), "max": (ops.max, np.max),
          "min": (ops.min, np.min), "prod": (ops.prod, np.prod)}

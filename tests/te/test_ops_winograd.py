@@ -12,8 +12,8 @@ from autosched import te
 from autosched.errors import TEError
 from autosched.graph.compiler import load_graph, prepare
 from autosched.te import ops
-from benchmarks.models import _Builder, ort_run
-from tests.helpers import run_te
+from autosched.testing.models import Builder, ort_run
+from tests.support.helpers import run_te
 
 
 def _conv_ref(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]) -> np.ndarray:
@@ -76,7 +76,7 @@ def test_bad_arguments_name_the_value() -> None:
 
 
 def _model(seed: int) -> object:
-    b = _Builder(seed)
+    b = Builder(seed)
     y = b.op("Relu", [b.conv("x", 16, 16, 3, bias=True)])          # Winograd
     z = b.op("Relu", [b.op("Add", [b.conv(y, 16, 16, 3, bias=True), y])])  # Winograd + residual
     s = b.conv(z, 16, 32, 3, stride=2, bias=True)                   # strided: direct

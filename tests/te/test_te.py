@@ -11,7 +11,7 @@ import pytest
 import autosched as aus
 from autosched import te
 from autosched.errors import TEError
-from tests.backends import CPU_TARGETS, random_array, run, tolerance
+from tests.support.backends import CPU_TARGETS, random_array, run, tolerance
 
 
 def test_structural_equality_and_hash():

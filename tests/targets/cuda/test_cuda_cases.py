@@ -5,37 +5,19 @@ tests/test_cuda_gpu.py runs the same cases on a GPU."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import autosched as aus
 from autosched import te
-from autosched.errors import CompileError
 from autosched.targets.target import parse
-from tests.backends import random_array, tolerance
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from tests.support.backends import random_array, tolerance
+from tests.support.nvrtc import needs_nvrtc
 
 TARGET = "cuda -arch=sm_90"
-
-
-def nvrtc_skip_reason() -> str | None:
-    try:
-        from autosched.targets.cuda.nvrtc import nvrtc_version
-
-        nvrtc_version()
-    except CompileError as exc:
-        return str(exc)
-    return None
-
-
-NVRTC_SKIP = nvrtc_skip_reason()
-needs_nvrtc = pytest.mark.skipif(NVRTC_SKIP is not None, reason=f"NVRTC unavailable: {NVRTC_SKIP}")
 
 
 @dataclass(frozen=True)
@@ -188,7 +170,7 @@ def tiled_matmul(M: int, N: int, K: int, tile: int = 16, bk: int = 8):
 
 
 def sgemm(M: int, N: int, K: int, tile: int = 32, reg: int = 4, bk: int = 8):
-    from gpu_sgemm_schedule import sgemm_schedule
+    from autosched.testing.gpu_sgemm_schedule import sgemm_schedule
 
     return lambda: sgemm_schedule(M, N, K, tile=tile, reg=reg, bk=bk)
 

@@ -17,7 +17,7 @@ from autosched.targets.ref.evaluate import evaluate
 from autosched.targets.target import parse
 from autosched.te import expr as E
 from autosched.tir import ir
-from tests.test_cuda_cases import needs_nvrtc
+from tests.support.nvrtc import needs_nvrtc
 
 pytestmark = needs_nvrtc
 

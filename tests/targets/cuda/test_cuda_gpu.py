@@ -8,7 +8,14 @@ import pytest
 
 import autosched as aus
 from autosched import te
-from tests.test_cuda_cases import CASES, Case, check_close, make_inputs, output_for, sgemm
+from tests.targets.cuda.test_cuda_cases import (
+    CASES,
+    Case,
+    check_close,
+    make_inputs,
+    output_for,
+    sgemm,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -84,7 +91,7 @@ def test_sampled_search_schedules_match_the_evaluator(workload: str, shape: list
     from autosched.search.task import Task
     from autosched.targets.cuda import build_module
     from autosched.targets.ref.evaluate import evaluate
-    from tests.backends import random_array, tolerance
+    from tests.support.backends import random_array, tolerance
 
     task = Task(getattr(workloads, workload), args=shape, target="cuda")
     space = space_mod.SearchSpace(task)

@@ -16,8 +16,8 @@ from autosched.search.workloads import make
 from autosched.targets.cuda.host_emulate import HostEmulationError, run_on_host, unavailable
 from autosched.targets.cuda.runtime import CudaModule
 from autosched.te import expr as E
-from tests.test_cuda_cases import needs_nvrtc
-from tests.test_search_gpu import FAILING, _lowered
+from tests.search.test_search_gpu import FAILING, _lowered
+from tests.support.nvrtc import needs_nvrtc
 
 pytestmark = [needs_nvrtc,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]

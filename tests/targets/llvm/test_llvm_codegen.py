@@ -13,7 +13,8 @@ from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te import intrin
 from autosched.tir import ir
-from tests.test_llvm_helpers import buf, build, c, garbage, loop, rand, tol
+from tests.support.backends import garbage
+from tests.support.llvm_ir import buf, build, c, loop, rand, tol
 
 ALL = list(dt.ALL_TYPES)
 

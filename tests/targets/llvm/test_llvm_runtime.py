@@ -12,7 +12,9 @@ from autosched.errors import RuntimeError_
 from autosched.targets.llvm import compile as llvm_compile
 from autosched.te import expr as E
 from autosched.tir import ir
-from tests.test_llvm_helpers import buf, build, garbage, loop, rand
+from tests.support import ROOT
+from tests.support.backends import garbage
+from tests.support.llvm_ir import buf, build, loop, rand
 
 
 def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial"):
@@ -43,11 +45,10 @@ def test_process_with_spinning_openmp_threads_exits_cleanly():
     import subprocess
     import sys
     import textwrap
-    from pathlib import Path
 
     code = textwrap.dedent("""
         import numpy as np
-        from tests.test_llvm_runtime import _par_kernel
+        from tests.targets.llvm.test_llvm_runtime import _par_kernel
         mod = _par_kernel(64, 33)
         a = np.random.default_rng(1).uniform(-1, 1, (64, 33)).astype("float32")
         c = np.empty_like(a)
@@ -57,10 +58,9 @@ def test_process_with_spinning_openmp_threads_exits_cleanly():
         assert np.allclose(c, expect) and mod.threads_ran > 0
         print("ran")
     """)
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, OMP_WAIT_POLICY="active", PYTHONPATH=str(root))
+    env = dict(os.environ, OMP_WAIT_POLICY="active", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=root)
+                         timeout=120, cwd=ROOT)
     assert out.returncode == 0 and "ran" in out.stdout, (out.returncode, out.stderr[-2000:])
 
 
