@@ -18,9 +18,8 @@ from tests.support import backends, options
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("autosched")
-    group.addoption("--targets", default=backends.default_targets(),
-                    help="comma-separated backends of the numeric tests (default: %(default)s; "
-                         "also interp, cuda)")
+    group.addoption("--targets", help="comma-separated backends of the numeric tests (default: "
+                    f"{','.join(backends.CPU_TARGETS)}; also interp, cuda)")
     group.addoption("--slow", action="store_true", help="run the tests marked slow too")
     group.addoption("--seed", type=int, help="seed of the rng fixture (replays a failure)")
     group.addoption("--fuzz-cases", type=int, default=options.DEFAULT_FUZZ_CASES,

@@ -14,11 +14,6 @@ import autosched as aus
 
 INTERP = "interp"
 
-CPU_TARGETS: list = []
-"""The targets that build a schedule (``run``): ``@pytest.mark.parametrize("target", CPU_TARGETS)``."""
-TARGETS: list = []
-"""CPU_TARGETS and the interpreter: what an operator test's ``target`` fixture runs on."""
-
 
 def _has(module: str) -> bool:
     try:
@@ -28,16 +23,22 @@ def _has(module: str) -> bool:
     return hasattr(mod, "build_module")
 
 
-def default_targets() -> str:
-    return ",".join(["ref"] + (["llvm"] if _has("autosched.targets.llvm") else []))
+CPU_TARGETS: list = ["ref"] + (["llvm"] if _has("autosched.targets.llvm") else [])
+"""What a test that builds a schedule runs on: ``parametrize("target", CPU_TARGETS)``."""
+TARGETS: list = []
+"""CPU_TARGETS and the interpreter: what a test that takes a ``target`` fixture runs on."""
 
 
-def configure(names: str) -> None:
-    """Fill CPU_TARGETS and TARGETS in place (test modules hold the lists) from ``--targets``."""
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    params = [pytest.param(n, marks=pytest.mark.gpu) if n == "cuda" else n for n in wanted]
-    CPU_TARGETS[:] = [p for p in params if p != INTERP]
-    TARGETS[:] = params
+def configure(names: str | None) -> None:
+    """Fill CPU_TARGETS and TARGETS in place (test modules hold the lists): with the targets
+    ``--targets`` names, else with the defaults."""
+    if names is not None:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        params = [pytest.param(n, marks=pytest.mark.gpu) if n == "cuda" else n for n in wanted]
+        CPU_TARGETS[:] = [p for p in params if p != INTERP]
+        TARGETS[:] = params
+    else:
+        TARGETS[:] = CPU_TARGETS
 
 
 def gpu_skip_reason() -> str | None:
