@@ -1,6 +1,6 @@
 """What every test shares: the suite's options, the one GPU marker (tests marked ``gpu`` skip
-without a GPU), the ``slow`` marker (deselected unless ``--slow`` or ``-m`` names it), the
-backends a ``target`` runs on and a fresh random generator per test.
+without a GPU), the ``slow`` marker (deselected unless ``--slow`` or ``-m`` names it) and a
+fresh random generator per test. Each layer's folder has its own conftest.py.
 
     pytest tests --targets ref              # the numeric tests on the reference evaluator only
     pytest tests --slow                     # with the soak tests and the heavy models
@@ -45,19 +45,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test that takes ``target`` without parametrizing it runs on every backend of
-    ``--targets``, the interpreter included."""
-    if "target" in metafunc.fixturenames and not any(
-            "target" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize")):
-        metafunc.parametrize("target", backends.TARGETS)
-
-
-def _argnames(mark: pytest.Mark) -> list[str]:
-    names = mark.args[0]
-    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
 
 
 @pytest.fixture

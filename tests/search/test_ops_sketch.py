@@ -124,7 +124,7 @@ def _array(rng: np.random.Generator, t: te.Tensor) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", list(GRAPHS))
-def test_sampled_sketches(name: str, target: str) -> None:  # noqa: F811
+def test_sampled_sketches(name: str, target: str) -> None:
     rng = np.random.default_rng()
     # schedule choices are seeded per graph so a failure replays; inputs are fresh
     knob_rng = np.random.default_rng(zlib.crc32(name.encode()))

@@ -41,6 +41,19 @@ def configure(names: str | None) -> None:
         TARGETS[:] = CPU_TARGETS
 
 
+def parametrize_target(metafunc: pytest.Metafunc) -> None:
+    """A test that takes ``target`` without parametrizing it runs on every one of TARGETS (a
+    ``pytest_generate_tests`` hook: the lists are filled when the options are parsed)."""
+    if "target" in metafunc.fixturenames and not any(
+            "target" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize")):
+        metafunc.parametrize("target", TARGETS)
+
+
+def _argnames(mark: pytest.Mark) -> list[str]:
+    names = mark.args[0]
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+
 def gpu_skip_reason() -> str | None:
     """Why tests marked gpu cannot run here, or None on a machine with a usable GPU."""
     try:

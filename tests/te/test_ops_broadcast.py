@@ -52,7 +52,7 @@ def _pair(rng: np.random.Generator, sa: tuple, sb: tuple, dtype: str, name: str)
 
 @pytest.mark.parametrize("sa,sb", SHAPES)
 @pytest.mark.parametrize("name", sorted(ARITH))
-def test_arith_float(name: str, sa: tuple, sb: tuple, target: str) -> None:  # noqa: F811
+def test_arith_float(name: str, sa: tuple, sb: tuple, target: str) -> None:
     rng = np.random.default_rng()
     op, ref = ARITH[name]
     x, y = te.placeholder(sa, name="x"), te.placeholder(sb, name="y")
@@ -67,7 +67,7 @@ def test_arith_float(name: str, sa: tuple, sb: tuple, target: str) -> None:  # n
 
 @pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "maximum", "minimum",
                                   "floor_divide", "floor_mod", "mod"])
-def test_arith_int(name: str, target: str) -> None:  # noqa: F811
+def test_arith_int(name: str, target: str) -> None:
     rng = np.random.default_rng()
     op, ref = ARITH[name]
     if name == "divide":  # integers divide toward zero, as C and ONNX
@@ -80,7 +80,7 @@ def test_arith_int(name: str, target: str) -> None:  # noqa: F811
     check(got, ref(a, b).astype("int32"), "int32")
 
 
-def test_int32_int64_widen(target: str) -> None:  # noqa: F811
+def test_int32_int64_widen(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((2, 3), dtype="int32", name="x")
     y = te.placeholder((3,), dtype="int64", name="y")
@@ -92,7 +92,7 @@ def test_int32_int64_widen(target: str) -> None:  # noqa: F811
     check(got, a.astype(np.int64) + b, "int64")
 
 
-def test_float16(target: str) -> None:  # noqa: F811
+def test_float16(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((3, 1), dtype="float16", name="x")
     y = te.placeholder((1, 5), dtype="float16", name="y")
@@ -102,7 +102,7 @@ def test_float16(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("name", sorted(COMPARE))
-def test_compare(name: str, target: str) -> None:  # noqa: F811
+def test_compare(name: str, target: str) -> None:
     rng = np.random.default_rng()
     op, ref = COMPARE[name]
     x = te.placeholder((2, 1, 4), dtype="int32", name="x")
@@ -116,7 +116,7 @@ def test_compare(name: str, target: str) -> None:  # noqa: F811
     np.testing.assert_array_equal(got[1], ref(a, 1))
 
 
-def test_scalars(target: str) -> None:  # noqa: F811
+def test_scalars(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((3, 2), name="x")
     a = rng.standard_normal((3, 2)).astype("float32")
@@ -127,7 +127,7 @@ def test_scalars(target: str) -> None:  # noqa: F811
         check(g, w, "float32")
 
 
-def test_logical(target: str) -> None:  # noqa: F811
+def test_logical(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((2, 3), dtype="bool", name="x")
     y = te.placeholder((3,), dtype="bool", name="y")
@@ -140,7 +140,7 @@ def test_logical(target: str) -> None:  # noqa: F811
         np.testing.assert_array_equal(g, w)
 
 
-def test_where(target: str) -> None:  # noqa: F811
+def test_where(target: str) -> None:
     rng = np.random.default_rng()
     c = te.placeholder((3, 1), dtype="bool", name="c")
     x = te.placeholder((1, 4), name="x")
@@ -154,7 +154,7 @@ def test_where(target: str) -> None:  # noqa: F811
         check(g, w, "float32")
 
 
-def test_broadcast_to(target: str) -> None:  # noqa: F811
+def test_broadcast_to(target: str) -> None:
     x = te.placeholder((3, 1), name="x")
     a = np.random.default_rng().standard_normal((3, 1)).astype("float32")
     (got,) = run_te(ops.broadcast_to(x, (2, 3, 4)), {x: a}, target)

@@ -62,7 +62,7 @@ CASES = [  # (data shape, out channels, kernel hw, stride, padding, dilation, gr
 
 
 @pytest.mark.parametrize("shape,o,k,stride,padding,dilation,groups", CASES)
-def test_conv2d_nchw(shape, o, k, stride, padding, dilation, groups, target: str) -> None:  # noqa: ANN001, F811
+def test_conv2d_nchw(shape, o, k, stride, padding, dilation, groups, target: str) -> None:  # noqa: ANN001
     x = te.placeholder(shape, name="x")
     w = te.placeholder((o, shape[1] // groups, *k), name="w")
     a, wv = _rand(shape), _rand((o, shape[1] // groups, *k))
@@ -74,7 +74,7 @@ def test_conv2d_nchw(shape, o, k, stride, padding, dilation, groups, target: str
 
 
 @pytest.mark.parametrize("shape,o,k,stride,padding,dilation,groups", CASES[:4])
-def test_conv2d_nhwc(shape, o, k, stride, padding, dilation, groups, target: str) -> None:  # noqa: ANN001, F811
+def test_conv2d_nhwc(shape, o, k, stride, padding, dilation, groups, target: str) -> None:  # noqa: ANN001
     n, c, h, wd = shape
     x = te.placeholder((n, h, wd, c), name="x")
     w = te.placeholder((*k, c // groups, o), name="w")
@@ -87,7 +87,7 @@ def test_conv2d_nhwc(shape, o, k, stride, padding, dilation, groups, target: str
     check(got, want)
 
 
-def test_conv2d_int8_out_int32(target: str) -> None:  # noqa: F811
+def test_conv2d_int8_out_int32(target: str) -> None:
     x = te.placeholder((1, 3, 5, 6), dtype="int8", name="x")
     w = te.placeholder((2, 3, 3, 3), dtype="int8", name="w")
     a, wv = _rand((1, 3, 5, 6), "int8"), _rand((2, 3, 3, 3), "int8")
@@ -97,7 +97,7 @@ def test_conv2d_int8_out_int32(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("m,stride,padding", [(1, 1, 1), (2, 2, (0, 1, 1, 0))])
-def test_depthwise_conv2d_nchw(m: int, stride, padding, target: str) -> None:  # noqa: ANN001, F811
+def test_depthwise_conv2d_nchw(m: int, stride, padding, target: str) -> None:  # noqa: ANN001
     x = te.placeholder((2, 3, 7, 6), name="x")
     w = te.placeholder((3, m, 3, 3), name="w")
     a, wv = _rand((2, 3, 7, 6)), _rand((3, m, 3, 3))
@@ -137,7 +137,7 @@ def conv_transpose_ref(x: np.ndarray, w: np.ndarray, stride, padding, output_pad
     ((1, 2, 3, 4), 2, (3, 3), 1, 0, 0, 1, 2),
 ])
 def test_conv2d_transpose_nchw(shape, og, k, stride, padding, opad, groups, dilation,  # noqa: ANN001
-                               target: str) -> None:  # noqa: F811
+                               target: str) -> None:
     c = shape[1]
     x = te.placeholder(shape, name="x")
     w = te.placeholder((c, og, *k), name="w")

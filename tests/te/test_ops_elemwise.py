@@ -59,7 +59,7 @@ POSITIVE = {"log": 0.1, "sqrt": 0.1, "rsqrt": 0.1, "log1p": 0.0, "reciprocal": 0
 
 
 @pytest.mark.parametrize("name", sorted(FLOAT_CASES))
-def test_float_unary(name: str, target: str) -> None:  # noqa: F811
+def test_float_unary(name: str, target: str) -> None:
     rng = np.random.default_rng()
     op, ref = FLOAT_CASES[name]
     x = te.placeholder((3, 1, 7), name="x")
@@ -77,7 +77,7 @@ def test_float_unary(name: str, target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "gelu", "hard_swish", "relu", "erf"])
-def test_float16(name: str, target: str) -> None:  # noqa: F811
+def test_float16(name: str, target: str) -> None:
     op, ref = FLOAT_CASES[name]
     x = te.placeholder((5, 3), dtype="float16", name="x")
     a = np.random.default_rng().uniform(-2, 2, (5, 3)).astype("float16")
@@ -86,7 +86,7 @@ def test_float16(name: str, target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int8", "int64"])
-def test_integer_unary(dtype: str, target: str) -> None:  # noqa: F811
+def test_integer_unary(dtype: str, target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((4, 5), dtype=dtype, name="x")
     a = rng.integers(-50, 50, (4, 5)).astype(dtype)
@@ -98,7 +98,7 @@ def test_integer_unary(dtype: str, target: str) -> None:  # noqa: F811
         check(g, w.astype(dtype), dtype)
 
 
-def test_prelu(target: str) -> None:  # noqa: F811
+def test_prelu(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((2, 3, 4), name="x")
     s = te.placeholder((3,), name="slope")
@@ -111,7 +111,7 @@ def test_prelu(target: str) -> None:  # noqa: F811
 @pytest.mark.parametrize("src,dst", [("float32", "int32"), ("int32", "float32"),
                                      ("float32", "float16"), ("int32", "bool"),
                                      ("bool", "float32"), ("int8", "int64")])
-def test_cast(src: str, dst: str, target: str) -> None:  # noqa: F811
+def test_cast(src: str, dst: str, target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((3, 5), dtype=src, name="x")
     if src == "bool":
@@ -132,7 +132,7 @@ def test_cast(src: str, dst: str, target: str) -> None:  # noqa: F811
     check(got, want, dst, **({} if dst != "float16" else dict(rtol=1e-3, atol=1e-2)))
 
 
-def test_logical_not(target: str) -> None:  # noqa: F811
+def test_logical_not(target: str) -> None:
     x = te.placeholder((6,), dtype="bool", name="x")
     a = np.random.default_rng().integers(0, 2, 6).astype(bool)
     (got,) = run_te(ops.logical_not(x), {x: a}, target)

@@ -11,7 +11,7 @@ from tests.te.test_ops_conv import conv_nchw_ref
 from tests.te.test_ops_pool import pool_ref
 
 
-def test_small_cnn(target: str) -> None:  # noqa: F811
+def test_small_cnn(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((1, 3, 9, 8), name="x")
     w = te.placeholder((4, 3, 3, 3), name="w")
@@ -43,7 +43,7 @@ def test_small_cnn(target: str) -> None:  # noqa: F811
     check(got_prob, e / e.sum(), atol=1e-5)
 
 
-def test_transformer_block_pieces(target: str) -> None:  # noqa: F811
+def test_transformer_block_pieces(target: str) -> None:
     rng = np.random.default_rng()
     s, d = 5, 8
     x = te.placeholder((1, s, d), name="x")

@@ -19,7 +19,7 @@ def _rand(shape: tuple, dtype: str = "float32") -> np.ndarray:
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_dense(with_bias: bool, target: str) -> None:  # noqa: F811
+def test_dense(with_bias: bool, target: str) -> None:
     x, w, b = te.placeholder((5, 13), name="x"), te.placeholder((7, 13), name="w"), \
         te.placeholder((7,), name="b")
     a, wv, bv = _rand((5, 13)), _rand((7, 13)), _rand((7,))
@@ -33,7 +33,7 @@ def test_dense(with_bias: bool, target: str) -> None:  # noqa: F811
         assert out.op.tag == "dense" and out.op.name == "T_dense"
 
 
-def test_dense_int8_accumulates_in_int32(target: str) -> None:  # noqa: F811
+def test_dense_int8_accumulates_in_int32(target: str) -> None:
     x, w = te.placeholder((3, 17), dtype="int8", name="x"), te.placeholder((4, 17), dtype="int8",
                                                                             name="w")
     a, wv = _rand((3, 17), "int8"), _rand((4, 17), "int8")
@@ -52,7 +52,7 @@ def test_dense_int8_accumulates_in_int32(target: str) -> None:  # noqa: F811
     ((2, 4, 5), (5,), False, False),
     ((5,), (5,), False, False),
 ])
-def test_matmul(sa: tuple, sb: tuple, ta: bool, tb: bool, target: str) -> None:  # noqa: F811
+def test_matmul(sa: tuple, sb: tuple, ta: bool, tb: bool, target: str) -> None:
     x, y = te.placeholder(sa, name="x"), te.placeholder(sb, name="y")
     a, b = _rand(sa), _rand(sb)
     out = ops.matmul(x, y, transpose_a=ta, transpose_b=tb)
@@ -64,7 +64,7 @@ def test_matmul(sa: tuple, sb: tuple, ta: bool, tb: bool, target: str) -> None: 
     check(got, want)
 
 
-def test_matmul_bias_float16(target: str) -> None:  # noqa: F811
+def test_matmul_bias_float16(target: str) -> None:
     x, y = te.placeholder((3, 8), dtype="float16", name="x"), \
         te.placeholder((8, 5), dtype="float16", name="y")
     b = te.placeholder((5,), dtype="float16", name="b")
@@ -75,7 +75,7 @@ def test_matmul_bias_float16(target: str) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("sa,sb,tb", [((3, 4, 5), (3, 5, 2), False), ((1, 4, 5), (3, 2, 5), True),
                                       ((2, 1, 5), (1, 5, 3), False)])
-def test_batch_matmul(sa: tuple, sb: tuple, tb: bool, target: str) -> None:  # noqa: F811
+def test_batch_matmul(sa: tuple, sb: tuple, tb: bool, target: str) -> None:
     x, y = te.placeholder(sa, name="x"), te.placeholder(sb, name="y")
     a, b = _rand(sa), _rand(sb)
     out = ops.batch_matmul(x, y, transpose_b=tb)

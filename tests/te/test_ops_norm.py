@@ -21,7 +21,7 @@ def _softmax(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("axis", [-1, 0, 1])
-def test_softmax(axis: int, target: str) -> None:  # noqa: F811
+def test_softmax(axis: int, target: str) -> None:
     x = te.placeholder((3, 1, 7) if axis != 1 else (2, 5, 3), name="x")
     a = _rand(tuple(x.shape)) * 20  # large values: the max shift must keep exp finite
     got = run_te([ops.softmax(x, axis), ops.log_softmax(x, axis)], {x: a}, target)
@@ -30,7 +30,7 @@ def test_softmax(axis: int, target: str) -> None:  # noqa: F811
     check(got[1], np.log(_softmax(a64, axis)), atol=1e-4)
 
 
-def test_softmax_float16(target: str) -> None:  # noqa: F811
+def test_softmax_float16(target: str) -> None:
     x = te.placeholder((4, 9), dtype="float16", name="x")
     a = _rand((4, 9), "float16")
     (got,) = run_te(ops.softmax(x), {x: a}, target)
@@ -39,7 +39,7 @@ def test_softmax_float16(target: str) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("shape,axis", [((2, 3, 8), -1), ((3, 4, 5), (1, 2)), ((5, 1, 4), 0)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_layer_norm(shape: tuple, axis, affine: bool, target: str) -> None:  # noqa: ANN001, F811
+def test_layer_norm(shape: tuple, axis, affine: bool, target: str) -> None:  # noqa: ANN001
     axes = tuple(sorted(a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)))
     pshape = tuple(shape[d] for d in axes)
     x, g, b = (te.placeholder(shape, name="x"), te.placeholder(pshape, name="g"),
@@ -58,7 +58,7 @@ def test_layer_norm(shape: tuple, axis, affine: bool, target: str) -> None:  # n
     check(got, want, atol=1e-4)
 
 
-def test_instance_norm(target: str) -> None:  # noqa: F811
+def test_instance_norm(target: str) -> None:
     x, g, b = (te.placeholder((2, 3, 4, 5), name="x"), te.placeholder((3,), name="g"),
                te.placeholder((3,), name="b"))
     a, gv, bv = _rand((2, 3, 4, 5)), _rand((3,)), _rand((3,))
@@ -69,7 +69,7 @@ def test_instance_norm(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("shape,axis", [((2, 3, 4, 5), 1), ((4, 6), -1), ((3, 5, 2), 1)])
-def test_batch_norm_inference(shape: tuple, axis: int, target: str) -> None:  # noqa: F811
+def test_batch_norm_inference(shape: tuple, axis: int, target: str) -> None:
     c = shape[axis]
     x = te.placeholder(shape, name="x")
     params = [te.placeholder((c,), name=n) for n in ("gamma", "beta", "mean", "var")]

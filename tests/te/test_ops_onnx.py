@@ -43,7 +43,7 @@ def _rand(shape: tuple) -> np.ndarray:
 @pytest.mark.parametrize("k,s,p,d,ceil", [((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
                                           ((2, 3), (2, 1), (0, 1, 1, 0), (1, 1), 1),
                                           ((3, 2), (1, 2), (2, 0, 1, 1), (2, 2), 0)])
-def test_pools(k, s, p, d, ceil: int, target: str) -> None:  # noqa: ANN001, F811
+def test_pools(k, s, p, d, ceil: int, target: str) -> None:  # noqa: ANN001
     a = _rand((1, 2, 9, 8))
     x = te.placeholder(a.shape, name="x")
     outs = [ops.max_pool2d(x, k, s, p, d, ceil_mode=bool(ceil)),
@@ -59,7 +59,7 @@ def test_pools(k, s, p, d, ceil: int, target: str) -> None:  # noqa: ANN001, F81
 @pytest.mark.parametrize("s,p,op,g,d", [((2, 2), (1, 1, 1, 1), (1, 1), 1, (1, 1)),
                                         ((3, 2), (0, 1, 2, 0), (2, 0), 2, (1, 1)),
                                         ((1, 2), (1, 0, 0, 1), (0, 1), 1, (2, 1))])
-def test_conv_and_transpose(s, p, op, g, d, target: str) -> None:  # noqa: ANN001, F811
+def test_conv_and_transpose(s, p, op, g, d, target: str) -> None:  # noqa: ANN001
     a, w, wt = _rand((1, 4, 5, 6)), _rand((6, 4 // g, 3, 2)), _rand((4, 3, 3, 2))
     x = te.placeholder(a.shape, name="x")
     wk, wtk = te.placeholder(w.shape, name="w"), te.placeholder(wt.shape, name="wt")
@@ -75,7 +75,7 @@ def test_conv_and_transpose(s, p, op, g, d, target: str) -> None:  # noqa: ANN00
 @pytest.mark.parametrize("mode", ["half_pixel", "pytorch_half_pixel", "align_corners",
                                   "asymmetric"])
 @pytest.mark.parametrize("method", ["nearest", "linear", "cubic"])
-def test_resize(mode: str, method: str, target: str) -> None:  # noqa: F811
+def test_resize(mode: str, method: str, target: str) -> None:
     a = _rand((1, 2, 5, 7))
     x = te.placeholder(a.shape, name="x")
     (got,) = run_te(ops.resize2d(x, (8, 4), method=method, coordinate_transformation_mode=mode),
@@ -86,7 +86,7 @@ def test_resize(mode: str, method: str, target: str) -> None:  # noqa: F811
     check(got, want, atol=1e-5)
 
 
-def test_gather_slice_softmax_norm(target: str) -> None:  # noqa: F811
+def test_gather_slice_softmax_norm(target: str) -> None:
     rng = np.random.default_rng()
     a = _rand((3, 5, 4))
     idx = rng.integers(-5, 5, (2, 3)).astype("int64")
@@ -118,7 +118,7 @@ def test_gather_slice_softmax_norm(target: str) -> None:  # noqa: F811
         check(gv, wv, atol=1e-5)
 
 
-def test_integer_div_mod(target: str) -> None:  # noqa: F811
+def test_integer_div_mod(target: str) -> None:
     rng = np.random.default_rng()
     a = rng.integers(-50, 50, (4, 5)).astype("int32")
     b = rng.integers(1, 9, (5,)).astype("int32") * rng.choice([-1, 1], 5).astype("int32")

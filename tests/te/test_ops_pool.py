@@ -67,7 +67,7 @@ CASES = [  # (shape, pool, stride, padding, dilation, ceil_mode)
 
 
 @pytest.mark.parametrize("shape,k,s,p,d,ceil", CASES)
-def test_max_pool2d(shape, k, s, p, d, ceil: bool, target: str) -> None:  # noqa: ANN001, F811
+def test_max_pool2d(shape, k, s, p, d, ceil: bool, target: str) -> None:  # noqa: ANN001
     x = te.placeholder(shape, name="x")
     a = np.random.default_rng().standard_normal(shape).astype("float32") - 3  # all negative-ish
     out = ops.max_pool2d(x, k, s, p, d, ceil_mode=ceil)
@@ -79,7 +79,7 @@ def test_max_pool2d(shape, k, s, p, d, ceil: bool, target: str) -> None:  # noqa
 
 @pytest.mark.parametrize("include_pad", [False, True])
 @pytest.mark.parametrize("shape,k,s,p,d,ceil", CASES)
-def test_avg_pool2d(shape, k, s, p, d, ceil: bool, include_pad: bool, target: str) -> None:  # noqa: ANN001, F811
+def test_avg_pool2d(shape, k, s, p, d, ceil: bool, include_pad: bool, target: str) -> None:  # noqa: ANN001
     x = te.placeholder(shape, name="x")
     a = np.random.default_rng().uniform(0.5, 1.5, shape).astype("float32")
     out = ops.avg_pool2d(x, k, s, p, d, ceil_mode=ceil, count_include_pad=include_pad)
@@ -89,7 +89,7 @@ def test_avg_pool2d(shape, k, s, p, d, ceil: bool, include_pad: bool, target: st
     check(got, want)
 
 
-def test_pool_nhwc_and_int(target: str) -> None:  # noqa: F811
+def test_pool_nhwc_and_int(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((1, 7, 6, 3), name="x")
     q = te.placeholder((1, 2, 7, 6), dtype="int8", name="q")
@@ -104,7 +104,7 @@ def test_pool_nhwc_and_int(target: str) -> None:  # noqa: F811
     check(got[2], pool_ref(qa, "max", 2, 2, 1, 1, False, False).astype("int8"), "int8")
 
 
-def test_global_pools(target: str) -> None:  # noqa: F811
+def test_global_pools(target: str) -> None:
     x = te.placeholder((2, 3, 5, 7), name="x")
     y = te.placeholder((1, 4, 3, 2), name="y")
     rng = np.random.default_rng()

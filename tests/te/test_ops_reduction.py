@@ -17,7 +17,7 @@ CASES = {"sum": (ops.sum, np.sum), "mean": (ops.mean, np.mean), "max": (ops.max,
 @pytest.mark.parametrize("axis", [None, 0, -1, (0, 2), (2, 1, 0), ()])
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_reduce_float(name: str, axis, keepdims: bool, target: str) -> None:  # noqa: ANN001, F811
+def test_reduce_float(name: str, axis, keepdims: bool, target: str) -> None:  # noqa: ANN001
     op, ref = CASES[name]
     x = te.placeholder((3, 1, 5), name="x")
     a = np.random.default_rng().uniform(0.5, 1.5, (3, 1, 5)).astype("float32")
@@ -29,7 +29,7 @@ def test_reduce_float(name: str, axis, keepdims: bool, target: str) -> None:  # 
 
 
 @pytest.mark.parametrize("name", ["sum", "max", "min", "prod"])
-def test_reduce_int(name: str, target: str) -> None:  # noqa: F811
+def test_reduce_int(name: str, target: str) -> None:
     op, ref = CASES[name]
     x = te.placeholder((4, 6), dtype="int32", name="x")
     a = np.random.default_rng().integers(-4, 5, (4, 6)).astype("int32")
@@ -37,7 +37,7 @@ def test_reduce_int(name: str, target: str) -> None:  # noqa: F811
     check(got, ref(a, axis=1).astype("int32"), "int32")
 
 
-def test_reduce_float16(target: str) -> None:  # noqa: F811
+def test_reduce_float16(target: str) -> None:
     x = te.placeholder((2, 9), dtype="float16", name="x")
     a = np.random.default_rng().uniform(-1, 1, (2, 9)).astype("float16")
     got = run_te([ops.sum(x, axis=1), ops.mean(x, axis=1), ops.max(x, axis=0)], {x: a}, target)
@@ -48,7 +48,7 @@ def test_reduce_float16(target: str) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("op,ref", [(ops.argmax, np.argmax), (ops.argmin, np.argmin)])
 @pytest.mark.parametrize("axis,keepdims", [(0, True), (-1, False), (1, False)])
-def test_arg_reduce(op, ref, axis: int, keepdims: bool, target: str) -> None:  # noqa: ANN001, F811
+def test_arg_reduce(op, ref, axis: int, keepdims: bool, target: str) -> None:  # noqa: ANN001
     rng = np.random.default_rng()
     x = te.placeholder((3, 4, 5), dtype="int32", name="x")
     a = rng.integers(-3, 3, (3, 4, 5)).astype("int32")  # many ties: first occurrence wins

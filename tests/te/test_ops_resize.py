@@ -87,7 +87,7 @@ SIZES = [((5, 7), (10, 3)), ((4, 4), (1, 9)), ((6, 3), (4, 8))]
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("in_hw,out_hw", SIZES)
-def test_linear(mode: str, in_hw: tuple, out_hw: tuple, target: str) -> None:  # noqa: F811
+def test_linear(mode: str, in_hw: tuple, out_hw: tuple, target: str) -> None:
     x = te.placeholder((2, 3, *in_hw), name="x")
     a = np.random.default_rng().standard_normal((2, 3, *in_hw)).astype("float32")
     out = ops.resize2d(x, out_hw, method="linear", coordinate_transformation_mode=mode)
@@ -98,7 +98,7 @@ def test_linear(mode: str, in_hw: tuple, out_hw: tuple, target: str) -> None:  #
 @pytest.mark.parametrize("rounding", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
 @pytest.mark.parametrize("mode", MODES + ["tf_half_pixel_for_nn"])
 @pytest.mark.parametrize("in_hw,out_hw", SIZES[:2] + [((2, 3), (4, 6))])
-def test_nearest(mode: str, rounding: str, in_hw: tuple, out_hw: tuple, target: str) -> None:  # noqa: F811
+def test_nearest(mode: str, rounding: str, in_hw: tuple, out_hw: tuple, target: str) -> None:
     x = te.placeholder((1, 2, *in_hw), dtype="int32", name="x")
     a = np.random.default_rng().integers(-100, 100, (1, 2, *in_hw)).astype("int32")
     out = ops.resize2d(x, out_hw, method="nearest", coordinate_transformation_mode=mode,
@@ -108,7 +108,7 @@ def test_nearest(mode: str, rounding: str, in_hw: tuple, out_hw: tuple, target: 
 
 
 @pytest.mark.parametrize("mode", ["half_pixel", "align_corners"])
-def test_cubic(mode: str, target: str) -> None:  # noqa: F811
+def test_cubic(mode: str, target: str) -> None:
     x = te.placeholder((1, 2, 4, 5), name="x")
     a = np.random.default_rng().standard_normal((1, 2, 4, 5)).astype("float32")
     out = ops.resize2d(x, (7, 3), method="cubic", coordinate_transformation_mode=mode)
@@ -116,7 +116,7 @@ def test_cubic(mode: str, target: str) -> None:  # noqa: F811
     check(got, resize_ref(a, (7, 3), mode, "cubic", ""), atol=1e-5)
 
 
-def test_scales_nhwc_float16(target: str) -> None:  # noqa: F811
+def test_scales_nhwc_float16(target: str) -> None:
     rng = np.random.default_rng()
     x = te.placeholder((1, 3, 5, 2), name="x")  # NHWC
     h = te.placeholder((1, 2, 3, 3), dtype="float16", name="h")

@@ -21,7 +21,7 @@ def _rand(shape: tuple, dtype: str = "float32") -> np.ndarray:
 
 @pytest.mark.parametrize("shape,axes", [((2, 3, 4), (2, 0, 1)), ((5, 1, 3), None),
                                         ((2, 3), (-1, 0)), ((4,), (0,))])
-def test_transpose(shape: tuple, axes, target: str) -> None:  # noqa: ANN001, F811
+def test_transpose(shape: tuple, axes, target: str) -> None:  # noqa: ANN001
     x = te.placeholder(shape, name="x")
     a = _rand(shape)
     (got,) = run_te(ops.transpose(x, axes), {x: a}, target)
@@ -32,14 +32,14 @@ def test_transpose(shape: tuple, axes, target: str) -> None:  # noqa: ANN001, F8
                                        ((1, 6, 1), (3, 1, 2)), ((3, 5), (-1,)),
                                        ((12,), (2, 1, 3, 2)), ((4, 6), (3, 8)),
                                        ((2, 3, 4, 5), (6, 1, 20))])
-def test_reshape(shape: tuple, new: tuple, target: str) -> None:  # noqa: F811
+def test_reshape(shape: tuple, new: tuple, target: str) -> None:
     x = te.placeholder(shape, dtype="int32", name="x")
     a = _rand(shape, "int32")
     (got,) = run_te(ops.reshape(x, new), {x: a}, target)
     check(got, a.reshape(new), "int32")
 
 
-def test_flatten_squeeze_expand(target: str) -> None:  # noqa: F811
+def test_flatten_squeeze_expand(target: str) -> None:
     x = te.placeholder((2, 1, 3, 4), name="x")
     a = _rand((2, 1, 3, 4))
     outs = [ops.flatten(x), ops.flatten(x, 0), ops.flatten(x, -1), ops.flatten(x, 4),
@@ -64,7 +64,7 @@ def _np_pad(a: np.ndarray, before, after, mode: str, value: float) -> np.ndarray
 @pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
 @pytest.mark.parametrize("before,after", [((1, 0, 2), (0, 3, 1)), ((0, 2, 0), None),
                                           ((2, -1, 1), (-1, 1, 0))])
-def test_pad(mode: str, before: tuple, after, target: str) -> None:  # noqa: ANN001, F811
+def test_pad(mode: str, before: tuple, after, target: str) -> None:  # noqa: ANN001
     if mode != "constant" and min(before + (after or ())) < 0:
         with pytest.raises(TEError, match="only supported with mode='constant'"):
             ops.pad(te.placeholder((3, 4, 5)), before, after, mode=mode)
@@ -77,7 +77,7 @@ def test_pad(mode: str, before: tuple, after, target: str) -> None:  # noqa: ANN
     check(got, _np_pad(a, before, after if after is not None else before, mode, -2.5))
 
 
-def test_pad_int(target: str) -> None:  # noqa: F811
+def test_pad_int(target: str) -> None:
     x = te.placeholder((2, 3), dtype="int8", name="x")
     a = _rand((2, 3), "int8")
     (got,) = run_te(ops.pad(x, (1, 1), (0, 2), value=7), {x: a}, target)
@@ -85,7 +85,7 @@ def test_pad_int(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
-def test_concat(axis: int, target: str) -> None:  # noqa: F811
+def test_concat(axis: int, target: str) -> None:
     shapes = [(2, 3, 4), (2, 3, 4), (2, 3, 4)]
     shapes = [tuple(s + k if d == axis % 3 else s for d, s in enumerate(sh))
               for k, sh in enumerate(shapes)]
@@ -95,7 +95,7 @@ def test_concat(axis: int, target: str) -> None:  # noqa: F811
     check(got, np.concatenate(arrays, axis))
 
 
-def test_concat_one(target: str) -> None:  # noqa: F811
+def test_concat_one(target: str) -> None:
     x = te.placeholder((3, 2), name="x")
     a = _rand((3, 2))
     (got,) = run_te(ops.concat([x], 1), {x: a}, target)
@@ -103,7 +103,7 @@ def test_concat_one(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("sections,axis", [(3, 0), ([1, 4], 1), ([2], -1), (1, 2)])
-def test_split(sections, axis: int, target: str) -> None:  # noqa: ANN001, F811
+def test_split(sections, axis: int, target: str) -> None:  # noqa: ANN001
     x = te.placeholder((6, 5, 3), name="x")
     a = _rand((6, 5, 3))
     outs = ops.split(x, sections, axis)
@@ -121,7 +121,7 @@ def test_split(sections, axis: int, target: str) -> None:  # noqa: ANN001, F811
     ((2,), (1,), (-1,), (-3,)),
     ((0, 0, 0), (1, 1, 1), (1, 1, 1), None),
 ])
-def test_strided_slice(begin, end, strides, axes, target: str) -> None:  # noqa: ANN001, F811
+def test_strided_slice(begin, end, strides, axes, target: str) -> None:  # noqa: ANN001
     x = te.placeholder((3, 5, 6), name="x")
     a = _rand((3, 5, 6))
     out = ops.strided_slice(x, begin, end, strides, axes)
@@ -135,7 +135,7 @@ def test_strided_slice(begin, end, strides, axes, target: str) -> None:  # noqa:
 
 @pytest.mark.parametrize("idx_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("axis,ishape", [(0, (4,)), (1, (2, 3)), (-1, ()), (None, (3, 2))])
-def test_take(axis, ishape: tuple, idx_dtype: str, target: str) -> None:  # noqa: ANN001, F811
+def test_take(axis, ishape: tuple, idx_dtype: str, target: str) -> None:  # noqa: ANN001
     rng = np.random.default_rng()
     shape = (3, 5, 4)
     x = te.placeholder(shape, name="x")
@@ -147,7 +147,7 @@ def test_take(axis, ishape: tuple, idx_dtype: str, target: str) -> None:  # noqa
     check(got, np.take(a, iv, axis))
 
 
-def test_take_modes(target: str) -> None:  # noqa: F811
+def test_take_modes(target: str) -> None:
     x = te.placeholder((5, 2), name="x")
     i = te.placeholder((6,), dtype="int64", name="i")
     a = _rand((5, 2))
@@ -161,7 +161,7 @@ def test_take_modes(target: str) -> None:  # noqa: F811
 
 
 @pytest.mark.parametrize("axis,ishape", [(0, (2, 4, 3)), (1, (3, 6, 2)), (-1, (1, 4, 5))])
-def test_gather(axis: int, ishape: tuple, target: str) -> None:  # noqa: F811
+def test_gather(axis: int, ishape: tuple, target: str) -> None:
     rng = np.random.default_rng()
     shape = (3, 4, 3)
     x = te.placeholder(shape, name="x")
