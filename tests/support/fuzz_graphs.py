@@ -1,4 +1,4 @@
-"""Random small ONNX graphs for the fuzzing tier (tests/test_fuzz.py).
+"""Random small ONNX graphs for the fuzzing tier (tests/fuzz/test_fuzz.py).
 
 A graph is drawn node by node with hypothesis: each node takes one or two earlier values (or a
 fresh constant that broadcasts against them) through an op that autosched supports, with drawn

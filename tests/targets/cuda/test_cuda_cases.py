@@ -1,7 +1,7 @@
 """GPU schedules that CI checks without a GPU: each case's CUDA C compiles with NVRTC and the
 lowered, thread-bound loop IR (the very function codegen renders, default schedule applied)
 computes the numpy answer in the reference evaluator, which runs threads with CUDA semantics.
-tests/test_cuda_gpu.py runs the same cases on a GPU."""
+tests/targets/cuda/test_cuda_gpu.py runs the same cases on a GPU."""
 
 from __future__ import annotations
 
