@@ -57,7 +57,7 @@ def _argnames(mark: pytest.Mark) -> list[str]:
 def gpu_skip_reason() -> str | None:
     """Why tests marked gpu cannot run here, or None on a machine with a usable GPU."""
     try:
-        import pycuda.driver as drv  # noqa: F401
+        import pycuda.driver as drv
     except Exception as exc:  # pycuda missing or broken: no GPU tests
         return f"pycuda is not importable ({type(exc).__name__}: {exc})"
     try:
