@@ -33,6 +33,7 @@ LAYERS: dict[str, set[str]] = {
     "autosched": {"errors", "te", "schedule", "driver", "search", "graph", "importers"},
     "demo": {"autosched", "te", "search", "graph", "importers"},
     "cli": {"autosched", "errors", "search", "graph", "importers", "demo"},
+    "testing": {"te", "demo"},
 }
 
 # Names a package re-exports from a layer above it, on purpose: (importer, imported) -> why.
