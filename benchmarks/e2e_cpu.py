@@ -1,4 +1,4 @@
-"""ResNet-18 (batch 1, 224x224, benchmarks/models.py) end to end on this CPU: default
+"""ResNet-18 (batch 1, 224x224, autosched.testing.models) end to end on this CPU: default
 schedules, then tuned for a stated trial budget, next to onnxruntime in the same run.
 
     python benchmarks/e2e_cpu.py --trials 300 --log tuning_logs/resnet18-llvm.jsonl
@@ -35,7 +35,7 @@ from autosched.cli.model import task_table  # noqa: E402
 from autosched.graph.compiler import extract_tasks  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
 from autosched.search.tune import TuneOptions  # noqa: E402
-from benchmarks import models  # noqa: E402
+from autosched.testing import models  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 
 

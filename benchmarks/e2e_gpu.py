@@ -1,5 +1,5 @@
 """End-to-end latency on the GPU (target "cuda"): ResNet-18, MobileNetV2 and the BERT-base
-encoder layer of benchmarks/models.py, with default schedules (or a tuning log), next to torch
+encoder layer of autosched.testing.models, with default schedules (or a tuning log), next to torch
 at its best: eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA graphs), each
 with TF32 on and with TF32 off (torchvision's ResNet-18 / MobileNetV2 and
 nn.TransformerEncoderLayer, random weights, same shapes).
@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from autosched.graph.compiler import compile  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
-from benchmarks import models  # noqa: E402
+from autosched.testing import models  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 
 BUILD = {"resnet18": lambda: models.resnet18(image=224),

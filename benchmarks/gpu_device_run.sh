@@ -18,9 +18,9 @@ print("cuda-bindings", cuda.bindings.__version__, "NVRTC", nvrtc_version(),
 PY
 python3 -m pip list 2>/dev/null | grep -i -E "^(cuda-bindings|nvidia-cuda-nvrtc|nvidia-cuda-runtime|torch|numpy) "
 echo "== CUDA backend tests"
-python3 -m pytest tests/test_cuda_gpu.py tests/test_cuda_codegen.py tests/test_cuda_cases.py -rfEs -p no:cacheprovider 2>&1 | tail -15
+python3 -m pytest tests/targets/cuda/test_cuda_gpu.py tests/targets/cuda/test_cuda_codegen.py tests/targets/cuda/test_cuda_cases.py -rfEs -p no:cacheprovider 2>&1 | tail -15
 echo "== operator and schedule tests on the cuda target"
-AUTOSCHED_TEST_TARGETS="cuda -arch=sm_90" python3 -m pytest tests/test_ops_*.py tests/test_schedule.py -k cuda -rfE -p no:cacheprovider 2>&1 | tail -15
+python3 -m pytest tests/*/test_ops_*.py tests/schedule/test_schedule.py --targets cuda -k cuda -rfE -p no:cacheprovider 2>&1 | tail -15
 echo "== SGEMM"
 python3 benchmarks/gpu_sgemm.py "$@"
 } 2>&1 | tee "$OUT/device_log.txt"

@@ -1,6 +1,7 @@
 """GPU diagnosis for a device session: the pinned WRONG_ANSWER SGEMM candidates of
-tests/test_search_gpu.py run directly (numpy and GPUArray arguments, twice), the default schedule,
-then short tuning runs of SGEMM 4096 / 1024 and a ResNet conv with their first failures printed.
+tests/search/test_search_gpu.py run directly (numpy and GPUArray arguments, twice), the default
+schedule, then short tuning runs of SGEMM 4096 / 1024 and a ResNet conv with their first
+failures printed.
 Run on the device machine:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
@@ -18,14 +19,14 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 import pycuda.gpuarray as ga  # noqa: E402
-from test_search_gpu import FAILING, _lowered  # noqa: E402
 
 import autosched as aus  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.workloads import make  # noqa: E402
+from tests.search.test_search_gpu import FAILING, _lowered  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 

@@ -24,7 +24,7 @@ for s in "$@"; do
         e2e) step e2e 400 python3 benchmarks/e2e_gpu.py ;;
         model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
             IFS=: read -r _ name secs <<< "$s"
-            onnx=$(python3 -c "from benchmarks import models; print(models.save('$name'))")
+            onnx=$(python3 -c "from autosched.testing import models; print(models.save('$name'))")
             step "tune-$name" "$secs" python3 -m autosched tune "$onnx" --target cuda \
                 --trials 4000 --batch-size 16 --log "$OUT/$name-cuda.jsonl"
             step "e2e-$name" 300 python3 benchmarks/e2e_gpu.py --models "$name" \
@@ -39,8 +39,9 @@ for s in "$@"; do
                 tuning_logs/mobilenet_v2_cuda_h200.jsonl.gz > /tmp/models-cuda.jsonl
             step peers 590 python3 benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 \
                 --log /tmp/models-cuda.jsonl --out "$OUT/e2e_gpu_peers.json" ;;
-        cputests) step cputests 300 python3 -m pytest -q -x tests/test_ops_sketch.py \
-                      tests/test_graph_compiler.py tests/test_search.py tests/test_models.py \
+        cputests) step cputests 300 python3 -m pytest -q -x tests/search/test_ops_sketch.py \
+                      tests/graph/test_graph_compiler.py tests/search/test_search.py \
+                      tests/models/test_models.py \
                       -rfE -p no:cacheprovider ;;
         convlayout) step convlayout 120 python3 benchmarks/cpu_conv_layout.py ;;
         e2e0) step e2e0 200 python3 benchmarks/e2e_gpu.py --no-compile ;;

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import baseline  # noqa: E402
@@ -23,9 +22,9 @@ from benchmarks import baseline  # noqa: E402
 baseline.prepare()
 
 import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
-from gpu_sgemm_schedule import sgemm_schedule  # noqa: E402
 
 import autosched as aus  # noqa: E402
+from autosched.testing.gpu_sgemm_schedule import sgemm_schedule  # noqa: E402
 
 CONFIGS = ("128x8x8", "128x8x16", "128x8x32", "64x8x16", "64x4x8")
 

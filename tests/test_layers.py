@@ -36,6 +36,7 @@ LAYERS: dict[str, set[str]] = {
                   "importers"},
     "demo": {"autosched", "te", "search", "graph", "importers"},
     "cli": {"autosched", "errors", "search", "graph", "importers", "demo"},
+    "testing": {"te", "demo"},
 }
 
 # Names a package re-exports from a layer above it, on purpose: (importer, imported) -> why.

@@ -1,0 +1,330 @@
+"""The auto-scheduler: sketches give correct schedules, tuning records and resumes, a killed job
+loses nothing, the task scheduler spreads trials, the CLI tunes a named operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched.search.record import RecordLog
+from autosched.search.space import SearchSpace
+from autosched.search.task_scheduler import TaskScheduler
+from autosched.search.workloads import make
+from autosched.targets.ref import build_module as ref_module
+from autosched.targets.target import parse
+from tests.support import ROOT
+from tests.support.backends import random_array, tolerance
+
+WORKLOADS = [
+    ("gemm", [12, 20, 9]),
+    ("conv2d", [1, 3, 7, 7, 4, 3, 3, 1, 1]),
+    ("depthwise_conv2d", [1, 4, 6, 6, 3, 1, 1]),
+    ("batch_matmul", [2, 5, 6, 7]),
+    ("softmax", [4, 24]),
+]
+
+
+def _task(name: str, shape: list[int], target: str) -> aus.Task:
+    tensors = make(name, shape)
+    return aus.Task(lambda: tensors, target=target, name=name)
+
+
+def _reference(task: aus.Task, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    outs = [np.full(tuple(o.shape), np.nan, o.dtype) for o in task.outputs]
+    aus.build(task.schedule(), task.args, "ref")(*inputs, *outs)
+    return outs
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+@pytest.mark.parametrize("name,shape", WORKLOADS)
+def test_random_sketch_candidates_are_correct(name, shape, target, rng):
+    """Random annotations of every sketch compute what the default schedule computes (the GPU
+    ones run in the reference evaluator with CUDA semantics)."""
+    task = _task(name, shape, target)
+    space = SearchSpace(task)
+    inputs = [random_array(rng, tuple(t.shape), t.dtype) for t in task.args if t not in task.outputs]
+    want = _reference(task, inputs)
+    checked = 0
+    for _ in range(12):
+        low = space.lower(space.sample(rng))
+        if low is None:
+            continue
+        outs = [np.full(tuple(o.shape), np.nan, o.dtype) for o in task.outputs]
+        ref_module(low.func, parse("ref"))(*inputs, *outs)
+        for got, exp in zip(outs, want):
+            np.testing.assert_allclose(got, exp, **tolerance("float32"))
+        checked += 1
+        if checked == 4:
+            break
+    assert checked >= 2, f"too few valid candidates for {name} on {target}"
+
+
+def test_tune_records_resume_and_build_best(tmp_path, rng):
+    task = _task("gemm", [48, 40, 32], "llvm")
+    log = tmp_path / "gemm.jsonl"
+    opts = aus.TuneOptions(batch_size=8, seed=1, verbose=False, population=32, generations=1)
+    best = aus.tune(task, trials=16, log=log, options=opts, repeat=2, min_repeat_ms=5)
+    recs = RecordLog(log).load()
+    assert len(recs) == 16
+    assert all(r.workload_key == task.workload_key for r in recs)
+    hashes = [r.ir_hash for r in recs]
+    assert len(set(hashes)) == len(hashes), "a candidate was measured twice"
+    ok = [r for r in recs if r.ok]
+    assert ok and best[task.name] == min(r.cost for r in ok)
+    # resume: a larger budget measures only new candidates
+    aus.tune(task, trials=24, log=log, options=opts, repeat=2, min_repeat_ms=5)
+    recs2 = RecordLog(log).load()
+    assert len(recs2) == 24 and [r.ir_hash for r in recs2[:16]] == hashes
+    assert len({r.ir_hash for r in recs2}) == 24
+    f = aus.build_best(task, log)
+    a, b = (random_array(rng, tuple(t.shape)) for t in task.args[:2])
+    c = np.full((48, 40), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, **tolerance("float32"))
+    best_rec = min((r for r in recs2 if r.ok), key=lambda r: r.cost)  # the resumed job's too
+    assert json.loads(aus.best_schedule(task, log).to_json())["steps"] == best_rec.steps
+    assert any(r.extra.get("sketch") == "default" and r.steps == [] for r in recs2)  # measured once
+    # the sketch's untuned default candidate is measured in the first round too
+    from autosched.search.space import SearchSpace
+
+    default = SearchSpace(task).default_candidate().as_dict()
+    assert any(r.extra.get("candidate") == default for r in recs2[:8])
+    tiled = next(r for r in ok if r.steps)
+    text = task.schedule(tiled.schedule_steps()).to_python()
+    assert "s.cache_write" in text or "compute_at" in text
+
+
+def test_killed_job_loses_nothing_and_remeasures_nothing(tmp_path):
+    """SIGKILL a tuning job mid-way; the rerun keeps every record and measures only new ones."""
+    log = tmp_path / "kill.jsonl"
+    script = textwrap.dedent(f"""
+        import autosched as aus
+        from autosched.search.workloads import make
+        tensors = make("gemm", [64, 64, 64])
+        task = aus.Task(lambda: tensors, target="llvm", name="gemm")
+        opts = aus.TuneOptions(batch_size=4, seed=3, verbose=False, population=32, generations=1)
+        aus.tune(task, trials=40, log={str(log)!r}, options=opts, repeat=2, min_repeat_ms=5)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if log.exists() and len(log.read_bytes().splitlines()) >= 8:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"tuning job ended early with {proc.returncode}")
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the job and its measurement workers
+    proc.wait()
+    before = RecordLog(log).load()
+    assert 8 <= len(before) < 40
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=600)
+    after = RecordLog(log).load()
+    assert len(after) == 40
+    assert [r.ir_hash for r in after[: len(before)]] == [r.ir_hash for r in before]
+    assert len({r.ir_hash for r in after}) == 40, "the resumed job re-measured a candidate"
+
+
+def test_corrupt_line_is_skipped_when_resuming(tmp_path):
+    task = _task("softmax", [8, 32], "llvm")
+    log = tmp_path / "sm.jsonl"
+    opts = aus.TuneOptions(batch_size=4, seed=2, verbose=False, population=16, generations=1)
+    aus.tune(task, trials=4, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    with open(log, "a") as f:
+        f.write('{"version": 1, "workload_key": "torn\n')
+    with pytest.warns(UserWarning, match="line 5"):
+        aus.tune(task, trials=8, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    assert len(RecordLog(log).load()) == 8
+
+
+class _FakeTuner:
+    def __init__(self, flops: float, cost: float, family: str = "conv"):
+        op = type("Op", (), {"name": family, "reduce_axis": ["k"]})()
+        self.task = type("T", (), {"flop_count": flops, "dag": type("D", (), {"ops": [op]})()})()
+        self.best_cost = cost
+        self.history = [cost]
+        self.trials = 0
+
+
+def test_task_scheduler_prefers_the_task_with_most_to_gain():
+    slow = _FakeTuner(1e9, 1.0)     # 1 GFLOPS: far from what the other task reaches
+    fast = _FakeTuner(1e9, 0.01)    # 100 GFLOPS
+    sched = TaskScheduler([fast, slow], weights=[1.0, 1.0])
+    assert sched.next_task() is fast  # warm-up in order
+    sched.update(fast)
+    assert sched.next_task() is slow
+    sched.update(slow)
+    assert sched.next_task() is slow  # largest expected gain
+    sched2 = TaskScheduler([fast, slow], weights=[1000.0, 1.0])
+    sched2.update(fast)
+    sched2.update(slow)
+    fast.history = [0.02, 0.01]
+    assert sched2.next_task() is fast  # weight (occurrences in a model) matters
+
+
+def test_task_scheduler_compares_rates_within_a_family():
+    # a task alone in its family has no faster sibling to promise a forward gain; a slow
+    # conv beside a fast conv does (a Winograd transform's flop rate says nothing of a conv's)
+    alone = _FakeTuner(1e9, 1.0, family="winograd_input")
+    slow = _FakeTuner(1e9, 0.5)
+    fast = _FakeTuner(1e9, 0.01)
+    sched = TaskScheduler([alone, slow, fast])
+    for t in (alone, slow, fast):
+        sched.update(t)
+    assert sched.next_task() is slow
+    assert sched.gradient(0) < sched.gradient(1)
+
+
+def test_task_scheduler_revisits_the_task_holding_most_latency_per_trial():
+    # the best-rate task of a family has no forward gain and a flat history, so the gradient
+    # alone never returns to it however long it runs; every REVISIT-th pick does
+    from autosched.search.task_scheduler import REVISIT
+
+    stem = _FakeTuner(1e9, 0.01)              # the family's best rate, flat: gradient 0
+    stem.trials = 64
+    rest = [_FakeTuner(1e9, 0.1) for _ in range(3)]  # 10x slower: the gradient's choice
+    for r in rest:
+        r.trials = 500
+        r.history = [0.2, 0.15, 0.1]
+    sched = TaskScheduler([stem, *rest], weights=[4.0, 1.0, 1.0, 1.0])
+    for t in (stem, *rest):
+        sched.update(t)
+    picks = [sched.next_task() for _ in range(2 * REVISIT)]
+    assert picks.count(stem) == 2
+    assert picks[REVISIT - 1] is stem and picks[2 * REVISIT - 1] is stem
+    assert all(p is not stem for i, p in enumerate(picks) if (i + 1) % REVISIT)
+
+
+def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
+    # a model tuned in several calls (a resumed job) must not give every call's first trials
+    # to the first tasks again: tasks with records have had their warm-up
+    tasks = [_task("softmax", [4, 8 * (i + 1)], "llvm") for i in range(3)]
+    log = tmp_path / "three.jsonl"
+    opts = aus.TuneOptions(batch_size=4, seed=0, verbose=False, population=8, generations=1)
+    for trials in (4, 8, 12):
+        aus.tune(tasks, trials=trials, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    counts = [len(RecordLog(log).records_for(t.workload_key, t.target)) for t in tasks]
+    assert counts == [4, 4, 4]
+    resumed, new = _FakeTuner(1e9, 1.0), _FakeTuner(1e9, 1.0)
+    resumed.records = ["a record"]
+    assert TaskScheduler([resumed, new]).next_task() is new
+
+
+def test_cli_tune_op(tmp_path):
+    log = tmp_path / "cli.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-m", "autosched", "tune-op", "softmax", "8", "64",
+         "--trials", "4", "--batch-size", "4", "--log", str(log)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "GFLOPS" in out.stdout
+    assert "s[" in out.stdout or "the default schedule (no steps) was fastest" in out.stdout
+    assert len([json.loads(x) for x in log.read_text().splitlines()]) == 4
+
+
+def test_register_tile_default_follows_reuse_and_strides() -> None:
+    from autosched.search.sketch import register_tile
+    from autosched.search.workloads import make
+
+    def tile(name: str, shape: list[int]) -> list[int]:
+        return register_tile(make(name, shape)[-1].op, lanes=16)
+
+    assert tile("gemm", [256, 256, 256]) == [4, 64]            # rows x a 64-wide panel
+    assert tile("conv2d", [1, 64, 56, 56, 64, 3, 3, 1, 1]) == [1, 4, 1, 56]
+    assert tile("conv2d", [1, 32, 7, 7, 32, 3, 3, 1, 1]) == [1, 2, 7, 7]
+    # a stride-2 read along the vector is a gather: the tile leans on the channels instead
+    strided = tile("conv2d", [1, 16, 28, 28, 32, 3, 3, 2, 1])
+    assert strided[1] >= 8
+
+
+class _ScoreByCost:
+    """A trained model that prefers fewer loop iterations; counts the candidates it scored."""
+
+    trained = True
+
+    def __init__(self):
+        self.scored = 0
+
+    def predict(self, feats):  # noqa: ANN001, ANN201
+        self.scored += len(feats)
+        return np.array([-float(f[:, 0].sum()) for f in feats])
+
+
+def test_cold_round_samples_and_a_trained_round_evolves():
+    from autosched.cost_model.features import extract_features
+    from autosched.cost_model.random_model import RandomModel
+    from autosched.search.evolution import EvolutionarySearch, EvolutionConfig
+
+    task = _task("gemm", [32, 48, 40], "llvm")
+    space = SearchSpace(task)
+    cfg = EvolutionConfig(population=24, generations=2, elite=4)
+    search = EvolutionarySearch(space, lambda f: extract_features(f, task.target),
+                                np.random.default_rng(0), cfg)
+    cold = search.next_batch(6, RandomModel(0), set())
+    hashes = [c.ir_hash for c in cold]
+    assert len(cold) == 6 and len(set(hashes)) == 6
+    # a cold round lowers its starts and at most 2n samples per draw, not population x
+    # generations (4 draws at most when samples collide)
+    assert len(search._cache) <= 1 + 4 * 2 * 6
+    again = search.next_batch(6, RandomModel(1), set(hashes))
+    assert not set(hashes) & {c.ir_hash for c in again}  # measured candidates never return
+    model = _ScoreByCost()
+    warm = search.next_batch(6, model, set(hashes))
+    assert len(warm) == 6 and not set(hashes) & {c.ir_hash for c in warm}
+    assert model.scored >= cfg.population * (cfg.generations + 1)  # it evolved under the model
+
+
+def test_register_tiles_fit_the_register_file():
+    from autosched.search.sketch import accumulator_registers
+    from autosched.search.space import Candidate
+
+    assert parse("llvm -mcpu=haswell -mattr=+avx2,+fma").vector_registers == 16
+    assert parse("llvm -mcpu=skylake-avx512 -mattr=+avx512f,+avx2,+fma").vector_registers == 32
+    assert parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72").vector_registers == 32
+    tensors = make("conv2d", [1, 32, 14, 14, 64, 3, 3, 1, 1])
+    task = aus.Task(lambda: tensors, target="llvm -mcpu=haswell -mattr=+avx2,+fma")
+    space = SearchSpace(task)
+    tiles = [k.name for k in space.sketches[0].knobs if ".tile." in k.name]
+    rng = np.random.default_rng(0)
+
+    def acc(c: Candidate) -> int:
+        p = dict(c.params)
+        return accumulator_registers([p[t][2] for t in tiles], lanes=8)
+
+    samples = [space.sample(rng) for _ in range(40)]
+    assert all(acc(c) <= 16 for c in samples)
+    assert all(acc(space.mutate(c, rng)) <= 16 for c in samples)
+    assert acc(space.default_candidate()) <= 12  # operands keep a few registers
+    # a tile of 4 channels x 14 columns (2 vectors each) x 2 rows needs 16 registers: legal;
+    # with 4 rows it needs 32 and is refused with the reason
+    p = dict(space.default_candidate().params)
+    f, y, x = tiles[1:]
+    ok = Candidate(0, tuple({**p, f: (16, 1, 4), y: (7, 1, 2), x: (1, 1, 14)}.items()))
+    big = Candidate(0, tuple({**p, f: (16, 1, 4), y: (7, 1, 4), x: (1, 1, 14)}.items()))
+    assert acc(ok) == 16 and space.lower(ok) is not None
+    assert acc(big) == 32 and space.lower(big) is None
+    with pytest.raises(aus.errors.ScheduleError, match="32 accumulator registers"):
+        space.schedule(big)
+
+
+def test_progress_note_weighs_tasks_and_counts_the_unmeasured():
+    """The note summed the best latencies of the tasks measured so far, unweighted: it grew as
+    each task got its first measurement, which read as tuning making the model slower."""
+    from types import SimpleNamespace
+
+    from autosched.search.tune import _status
+
+    a, b, c = (SimpleNamespace(best_cost=x) for x in (2e-3, 1e-3, float("inf")))
+    assert _status([a, b, c], [3, 1, 1], 1.0) == (
+        "2 of 3 tasks measured, their weighted best 7.000 ms")
+    c.best_cost = 5e-4
+    assert _status([a, b, c], [3, 1, 2], 1.0) == "estimated model latency 8.000 ms"

@@ -1,0 +1,193 @@
+"""The generated CUDA C run on the CPU (autosched/targets/cuda/host_emulate.py): GPU sketch
+candidates against numpy, and hand-written kernels that must be caught (divergent barriers,
+out-of-bounds accesses, races, misaligned vector accesses)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched import te
+from autosched.search.space import SearchSpace
+from autosched.search.workloads import make
+from autosched.targets.cuda.host_emulate import HostEmulationError, run_on_host, unavailable
+from autosched.targets.cuda.runtime import CudaModule
+from autosched.te import expr as E
+from tests.search.test_search_gpu import FAILING, _lowered
+from tests.support.nvrtc import needs_nvrtc
+
+pytestmark = [needs_nvrtc,
+              pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
+
+TARGET = "cuda -arch=sm_90"
+
+
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.uniform(-1.0, 1.0, shape).astype("float32")
+
+
+def _conv_numpy(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+
+
+# -- GPU sketch candidates -------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [64, 128, 256])
+@pytest.mark.parametrize("params", FAILING)
+def test_pinned_h200_candidate_cuda_c_is_right(params, n, rng):
+    task, low = _lowered(params, n)
+    mod = task.build(low.schedule)
+    a, b = _uniform(rng, (n, n)), _uniform(rng, (n, n))
+    c = np.full((n, n), np.nan, "float32")
+    run = run_on_host(mod, a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert run.warnings == ()
+
+
+def test_thread_order_does_not_change_the_result(rng):
+    task, low = _lowered(FAILING[1], 64)
+    mod = task.build(low.schedule)
+    a, b = _uniform(rng, (64, 64)), _uniform(rng, (64, 64))
+    outs = []
+    for order in ("forward", "reverse", f"shuffle:{int(rng.integers(1 << 30))}"):
+        c = np.full((64, 64), np.nan, "float32")
+        run_on_host(mod, a, b, c, order=order)
+        outs.append(c)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def _sampled(task: aus.Task, rng: np.random.Generator, count: int) -> list:
+    space = SearchSpace(task)
+    out, seen = [], set()
+    for _ in range(count * 20):
+        low = space.lower(space.sample(rng))
+        if low is not None and low.ir_hash not in seen:
+            seen.add(low.ir_hash)
+            out.append(low)
+        if len(out) == count:
+            break
+    assert len(out) == count, f"only {len(out)} legal candidates in {count * 20} samples"
+    return out
+
+
+@pytest.mark.parametrize("n", [64, 100])  # 100: tiles that do not divide the matrix
+def test_sampled_gemm_candidates_cuda_c_is_right(n, rng):
+    task = aus.Task(lambda: make("gemm", [n, n, n]), target=TARGET, name="sgemm")
+    a, b = _uniform(rng, (n, n)), _uniform(rng, (n, n))
+    want = a.astype(np.float64) @ b
+    for low in _sampled(task, rng, 4):
+        c = np.full((n, n), np.nan, "float32")
+        run_on_host(task.build(low.schedule), a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4,
+                                   err_msg=str(low.candidate.as_dict()))
+
+
+def test_sampled_conv2d_candidates_cuda_c_is_right(rng):
+    shape = [1, 16, 14, 14, 16, 3, 3, 1, 1]  # N C H W O KH KW stride pad
+    task = aus.Task(lambda: make("conv2d", shape), target=TARGET, name="conv")
+    x, w = _uniform(rng, (1, 16, 14, 14)), _uniform(rng, (16, 16, 3, 3))
+    want = _conv_numpy(x, w, pad=1)
+    for low in _sampled(task, rng, 4):
+        out = np.full(want.shape, np.nan, "float32")
+        run_on_host(task.build(low.schedule), x, w, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4,
+                                   err_msg=str(low.candidate.as_dict()))
+
+
+# -- hand-written kernels that must be caught ------------------------------------------------
+
+def _copy_module(n: int = 64) -> CudaModule:
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] + 1.0, name="C")
+    return aus.build(te.create_schedule(C.op), [A, C], target=TARGET)
+
+
+def _with_body(mod: CudaModule, body: str, grid: int = 1) -> CudaModule:
+    """``mod`` with its one kernel's body replaced by ``body`` (same name and parameters)."""
+    info = mod.source.kernels[0]
+    sig = (f'extern "C" __global__ void {info.name}(const float* __restrict__ A, '
+           "float* __restrict__ C) {")
+    info = replace(info, grid=(E.const(grid), E.const(1), E.const(1)))
+    source = replace(mod.source, code="\n".join([sig, body, "}"]), kernels=(info,))
+    return CudaModule(mod.func, mod.target, source, mod.binary)
+
+
+def _run(mod: CudaModule, rng: np.random.Generator, **kw) -> tuple[np.ndarray, np.ndarray]:
+    n = int(mod.func.params[0].shape[0].value)
+    a, c = _uniform(rng, (n,)), np.full((n,), np.nan, "float32")
+    run_on_host(mod, a, c, **kw)
+    return a, c
+
+
+def test_hand_kernel_with_shared_memory_and_barrier_runs(rng):
+    mod = _with_body(_copy_module(), """
+  __shared__ __align__(16) float s[64];
+  s[threadIdx.x] = A[threadIdx.x];
+  __syncthreads();
+  C[threadIdx.x] = s[(threadIdx.x + 1) % 64] * 2.0f;""")
+    a, c = _run(mod, rng)
+    np.testing.assert_array_equal(c, np.roll(a, -1) * 2)
+
+
+def test_divergent_syncthreads_is_an_error_not_a_hang(rng):
+    mod = _with_body(_copy_module(), """
+  if (threadIdx.x < 3) { __syncthreads(); }
+  C[threadIdx.x] = A[threadIdx.x];""")
+    with pytest.raises(HostEmulationError, match=r"divergent __syncthreads.*kernel "
+                       rf"{mod.kernel_names[0]} .*line 3") as info:  # line 1: signature
+        _run(mod, rng)
+    assert info.value.kernel == mod.kernel_names[0]
+
+
+def test_threads_at_different_syncthreads_is_an_error(rng):
+    mod = _with_body(_copy_module(), """
+  if (threadIdx.x % 2) { __syncthreads(); }
+  else { __syncthreads(); }
+  C[threadIdx.x] = A[threadIdx.x];""")
+    # barriers are told apart by their source line
+    with pytest.raises(HostEmulationError, match="line 3 while thread 0 waits at .* line 4"):
+        _run(mod, rng)
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_out_of_bounds_store_is_caught(checked, rng):
+    mod = _with_body(_copy_module(), "  C[threadIdx.x + 1] = A[threadIdx.x];")
+    # checked: the access itself; unchecked: the guard zone after the buffer
+    want = r"C\[64\] out of bounds" if checked else "wrote outside buffer C"
+    with pytest.raises(HostEmulationError, match=want):
+        _run(mod, rng, checked=checked)
+
+
+def test_out_of_bounds_load_is_caught(rng):
+    mod = _with_body(_copy_module(), "  C[threadIdx.x] = A[(int)threadIdx.x - 1];")
+    with pytest.raises(HostEmulationError, match=r"reads A\[-1\] out of bounds"):
+        _run(mod, rng)
+
+
+def test_missing_barrier_is_a_race(rng):
+    mod = _with_body(_copy_module(), """
+  __shared__ __align__(16) float s[64];
+  s[threadIdx.x] = A[threadIdx.x];
+  C[threadIdx.x] = s[(threadIdx.x + 1) % 64];""")
+    with pytest.raises(HostEmulationError, match=r"data race.*s\[1\].*no __syncthreads"):
+        _run(mod, rng)
+
+
+def test_blocks_writing_one_element_is_a_race(rng):
+    mod = _with_body(_copy_module(), "  C[threadIdx.x] = A[threadIdx.x] + (float)blockIdx.x;",
+                     grid=2)
+    with pytest.raises(HostEmulationError, match=r"block \(1, 0, 0\).*another block"):
+        _run(mod, rng)
+
+
+def test_misaligned_vector_access_is_caught(rng):
+    mod = _with_body(_copy_module(), """
+  if (threadIdx.x == 0) { *(float2*)(&C[1]) = *(const float2*)(&A[1]); }""")
+    with pytest.raises(HostEmulationError, match="misaligned vector access"):
+        _run(mod, rng)
