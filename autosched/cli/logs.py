@@ -66,7 +66,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_subcommands(sub: Any) -> None:
     """Add ``logs plot`` to the ``autosched`` parser's subparsers."""
     logs = sub.add_parser("logs", help="what tuning logs say").add_subparsers(
-        dest="logs_command", required=True)
+        dest="action", required=True)
     p = logs.add_parser("plot", help="plot tuning curves as PNG or a self-contained HTML page")
     p.add_argument("logs", nargs="+", metavar="LOG", help="tuning logs (JSON lines)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html|FILE.png")

@@ -17,11 +17,12 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from autosched.errors import AutoschedError
 from autosched.search.record import MeasureRecord, RecordLog
@@ -71,8 +72,7 @@ class TuningRun:
     seconds: float
     tasks: tuple[TaskCurve, ...]
     model: tuple[Step, ...]
-    # weighted workloads (those of --model) that have no successful record in this run
-    missing: tuple[str, ...] = field(default=())
+    missing: tuple[str, ...]  # weighted workloads without a successful record
 
 
 def tuning_runs(log: str | os.PathLike, weights: Mapping[str, float] | None = None
@@ -92,7 +92,7 @@ def tuning_runs(log: str | os.PathLike, weights: Mapping[str, float] | None = No
 
 def _records(log: str | os.PathLike) -> list[MeasureRecord]:
     if not os.path.exists(log):  # RecordLog reads a missing log as empty: here it is a mistake
-        raise FileNotFoundError(2, "No such file or directory", str(log))
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(log))
     records = [r for r in RecordLog(log).load() if not r.transient]
     if not any(r.ok for r in records):
         found = f"{len(records)} records, none successful" if records else "no valid record"

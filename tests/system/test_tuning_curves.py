@@ -70,10 +70,13 @@ def _expected_size(rows: int) -> tuple[int, int]:
 
 def _from_log(path: Path) -> dict[str, dict[str, float]]:
     """Per workload, read straight from the JSON lines: the task name, the records and the
-    best median cost in seconds (inf without a successful record)."""
+    best median cost in seconds (inf without a successful record). A record of a worker killed
+    from outside measured nothing: it is no trial."""
     out: dict[str, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         d = json.loads(line)
+        if d["error_code"] == "WORKER_KILLED":
+            continue
         task = out.setdefault(d["workload_key"], {"name": d["task_name"], "trials": 0,
                                                    "best": math.inf})
         task["trials"] += 1
@@ -111,18 +114,17 @@ def _check_page(path: Path, log: Path, weights: dict[str, int], rows: int) -> No
 
 
 def _synthetic_log(path: Path, rng: np.random.Generator) -> Path:
-    """Three workloads (two share a task name), failures among them, written through the record
-    writer with increasing timestamps."""
+    """Three workloads (two share a task name), failures and killed workers among them, written
+    through the record writer with increasing timestamps."""
     fp = target_fingerprint("llvm")
     records, t = [], 1.7e9
     for n in range(40):
         key, name = [("a" * 24, "conv"), ("b" * 24, "conv"), ("c" * 24, "dense")][n % 3]
-        failed = rng.random() < 0.2
+        error = rng.choice(["NO_ERROR"] * 8 + ["RUNTIME_ERROR", "WORKER_KILLED"])
         t += float(rng.uniform(0.1, 2.0))
-        costs = [] if failed else [float(c) for c in rng.uniform(1e-4, 5e-3, size=3)]
-        records.append(MeasureRecord(
-            workload_key=key, task_name=name, target=fp, steps=[], costs=costs,
-            error_code="RUNTIME_ERROR" if failed else "NO_ERROR", timestamp=t))
+        costs = [float(c) for c in rng.uniform(1e-4, 5e-3, size=3)] if error == "NO_ERROR" else []
+        records.append(MeasureRecord(workload_key=key, task_name=name, target=fp, steps=[],
+                                     costs=costs, error_code=str(error), timestamp=t))
     RecordLog(path).append(records)
     return path
 
@@ -137,6 +139,33 @@ def test_logs_plot_png_and_html(tmp_path: Path, rng: np.random.Generator,
     assert "tuning curves: " in capsys.readouterr().out
     _check_page(tmp_path / "c.html", log, {}, rows=2)
     assert "each task weighs 1" in (tmp_path / "c.html").read_text()
+
+
+def test_curves_are_running_minima(tmp_path: Path, rng: np.random.Generator) -> None:
+    """Each task's curve steps down exactly where its running minimum does (counting trials
+    over every record of the log but killed workers); the model's curve starts once every
+    task has run and ends at the sum of the bests."""
+    from autosched.report.curves import tuning_runs
+
+    log = _synthetic_log(tmp_path / "three.jsonl", rng)
+    lines = [d for d in map(json.loads, log.read_text().splitlines())
+             if d["error_code"] != "WORKER_KILLED"]
+    (run,) = tuning_runs(log)
+    assert run.trials == len(lines)
+    first_time = lines[0]["timestamp"]
+    for task in run.tasks:
+        expected, best = [], math.inf
+        for trial, d in enumerate(lines, start=1):
+            cost = statistics.median(d["costs"]) if d["costs"] else math.inf
+            if d["workload_key"] == task.workload_key and cost < best:
+                best = cost
+                expected.append((trial, d["timestamp"] - first_time, cost))
+        assert [s.trial for s in task.steps] == [e[0] for e in expected]
+        assert [s.seconds for s in task.steps] == pytest.approx([e[1] for e in expected])
+        assert [s.best for s in task.steps] == pytest.approx([e[2] for e in expected])
+    all_ran = max(task.steps[0].trial for task in run.tasks)
+    assert run.model[0].trial == all_ran
+    assert run.model[-1].best == pytest.approx(sum(task.best for task in run.tasks))
 
 
 def test_tune_op_writes_its_plot(tmp_path: Path) -> None:
