@@ -24,6 +24,7 @@ from autosched.schedule.bound import Bounds, StageBound
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
 from autosched.schedule.steps import ident as steps_ident
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visit import rewrite, substitute
 from autosched.tir import ir
@@ -266,7 +267,7 @@ def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
         return s
     cond = conds[0]
     for c in conds[1:]:
-        cond = E.logical("and", cond, c)
+        cond = E.logical(Op.AND, cond, c)
     return ir.IfThenElse(cond, s)
 
 
