@@ -8,7 +8,6 @@ of a DAG (see ``dag.py``) renumbers them canonically, so names never leak into i
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import os
@@ -36,10 +35,15 @@ def next_uid() -> int:
     return next(_uids)
 
 
-@functools.cache
+_field_names: dict[type, tuple[str, ...]] = {}
+
+
 def field_names(cls: type) -> tuple[str, ...]:
     """The dataclass field names of an IR node class (dataclasses.fields is slow per call)."""
-    return tuple(f.name for f in fields(cls))
+    names = _field_names.get(cls)
+    if names is None:
+        names = _field_names[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 class Node:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -45,40 +46,43 @@ def _floor_div(a: Any, b: Any) -> Any:
 class Op(StrEnum):
     """One binary operator; see the module docstring."""
 
-    kind: OpKind
-    symbol: str | None
-    precedence: int
-    fold: Callable[[Any, Any], Any]
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    FLOORDIV = "floordiv"
+    FLOORMOD = "floormod"
+    TRUNCDIV = "truncdiv"
+    TRUNCMOD = "truncmod"
+    MIN = "min"
+    MAX = "max"
+    POW = "pow"
+    AND = "and"
+    OR = "or"
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
 
-    def __new__(cls, name: str, kind: OpKind, symbol: str | None, precedence: int,
-                fold: Callable[[Any, Any], Any]) -> Op:
-        op = str.__new__(cls, name)
-        op._value_ = name
-        op.kind = kind
-        op.symbol = symbol          # the Python infix spelling the printer uses
-        op.precedence = precedence  # of that infix form (higher binds tighter)
-        op.fold = fold
-        return op
+    @property
+    def kind(self) -> OpKind:
+        return _INFO[self].kind
 
-    ADD = "add", OpKind.ARITH, "+", 4, operator.add
-    SUB = "sub", OpKind.ARITH, "-", 4, operator.sub
-    MUL = "mul", OpKind.ARITH, "*", 5, operator.mul
-    DIV = "div", OpKind.ARITH, "/", 5, operator.truediv
-    FLOORDIV = "floordiv", OpKind.ARITH, "//", 5, _floor_div
-    FLOORMOD = "floormod", OpKind.ARITH, "%", 5, operator.mod
-    TRUNCDIV = "truncdiv", OpKind.ARITH, None, 10, _trunc_div
-    TRUNCMOD = "truncmod", OpKind.ARITH, None, 10, lambda a, b: a - _trunc_div(a, b) * b
-    MIN = "min", OpKind.ARITH, None, 10, min
-    MAX = "max", OpKind.ARITH, None, 10, max
-    POW = "pow", OpKind.ARITH, None, 10, operator.pow
-    AND = "and", OpKind.LOGICAL, "and", 1, lambda a, b: a and b
-    OR = "or", OpKind.LOGICAL, "or", 0, lambda a, b: a or b
-    EQ = "eq", OpKind.COMPARE, "==", 3, operator.eq
-    NE = "ne", OpKind.COMPARE, "!=", 3, operator.ne
-    LT = "lt", OpKind.COMPARE, "<", 3, operator.lt
-    LE = "le", OpKind.COMPARE, "<=", 3, operator.le
-    GT = "gt", OpKind.COMPARE, ">", 3, operator.gt
-    GE = "ge", OpKind.COMPARE, ">=", 3, operator.ge
+    @property
+    def symbol(self) -> str | None:
+        """The Python infix spelling the printer uses; None: printed as a call, ``op(a, b)``."""
+        return _INFO[self].symbol
+
+    @property
+    def precedence(self) -> int:
+        """How tightly the infix form binds (higher binds tighter)."""
+        return _INFO[self].precedence
+
+    def fold(self, a: Any, b: Any) -> Any:
+        """``a op b`` on Python numbers (bools for the logical ops)."""
+        return _INFO[self].fold(a, b)
 
     @property
     def divides(self) -> bool:
@@ -101,6 +105,37 @@ class Op(StrEnum):
         return _MIRRORED[self]
 
 
+@dataclass(frozen=True)
+class _Info:
+    kind: OpKind
+    symbol: str | None
+    precedence: int
+    fold: Callable[[Any, Any], Any]
+
+
+_ARITH, _CMP, _LOGIC = OpKind.ARITH, OpKind.COMPARE, OpKind.LOGICAL
+_CALL = 10  # the precedence of the call form: an atom
+_INFO = {
+    Op.ADD: _Info(_ARITH, "+", 4, operator.add),
+    Op.SUB: _Info(_ARITH, "-", 4, operator.sub),
+    Op.MUL: _Info(_ARITH, "*", 5, operator.mul),
+    Op.DIV: _Info(_ARITH, "/", 5, operator.truediv),
+    Op.FLOORDIV: _Info(_ARITH, "//", 5, _floor_div),
+    Op.FLOORMOD: _Info(_ARITH, "%", 5, operator.mod),
+    Op.TRUNCDIV: _Info(_ARITH, None, _CALL, _trunc_div),
+    Op.TRUNCMOD: _Info(_ARITH, None, _CALL, lambda a, b: a - _trunc_div(a, b) * b),
+    Op.MIN: _Info(_ARITH, None, _CALL, min),
+    Op.MAX: _Info(_ARITH, None, _CALL, max),
+    Op.POW: _Info(_ARITH, None, _CALL, operator.pow),
+    Op.AND: _Info(_LOGIC, "and", 1, lambda a, b: a and b),
+    Op.OR: _Info(_LOGIC, "or", 0, lambda a, b: a or b),
+    Op.EQ: _Info(_CMP, "==", 3, operator.eq),
+    Op.NE: _Info(_CMP, "!=", 3, operator.ne),
+    Op.LT: _Info(_CMP, "<", 3, operator.lt),
+    Op.LE: _Info(_CMP, "<=", 3, operator.le),
+    Op.GT: _Info(_CMP, ">", 3, operator.gt),
+    Op.GE: _Info(_CMP, ">=", 3, operator.ge),
+}
 _DIVIDES = frozenset((Op.DIV, Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD))
 _NEGATED = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.GE: Op.LT, Op.LE: Op.GT, Op.GT: Op.LE}
 _MIRRORED = {Op.EQ: Op.EQ, Op.NE: Op.NE, Op.LT: Op.GT, Op.GT: Op.LT, Op.LE: Op.GE, Op.GE: Op.LE}

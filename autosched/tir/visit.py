@@ -84,28 +84,27 @@ def map_stmt(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr],
              fstmt: Callable[[ir.Stmt], ir.Stmt | None] | None = None) -> ir.Stmt:
     """Rebuild ``s`` bottom-up with ``fexpr`` applied to every expression field (loop bounds,
     indices, values, conditions; not bound variables nor buffer shapes) and ``fstmt`` (if
-    given, None keeps the statement) to every rebuilt statement."""
-    changes = {}
+    given, None keeps the statement) to every rebuilt statement. What no function changes
+    stays the same object."""
+    out = _map_own_exprs(map_children(s, lambda c: map_stmt(c, fexpr, fstmt)), fexpr)
+    new = None if fstmt is None else fstmt(out)
+    return out if new is None else new
+
+
+def _map_own_exprs(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr]) -> ir.Stmt:
+    changes: dict[str, object] = {}
     for name in E.field_names(type(s)):
         v = getattr(s, name)
-        if isinstance(v, ir.Stmt):
-            nv = map_stmt(v, fexpr, fstmt)
-        elif isinstance(v, E.Expr) and name != "var":
-            nv = fexpr(v)
-        elif isinstance(v, tuple) and v and isinstance(v[0], ir.Stmt):
-            nv = tuple(map_stmt(c, fexpr, fstmt) for c in v)
-        elif isinstance(v, tuple) and v and isinstance(v[0], E.Expr):
-            nv = tuple(fexpr(c) for c in v)
+        if isinstance(v, E.Expr) and name != "var":
+            nv: object = fexpr(v)
+        elif type(v) is tuple and v and isinstance(v[0], E.Expr):
+            new = tuple(fexpr(c) for c in v)
+            nv = v if all(a is b for a, b in zip(new, v)) else new
         else:
             continue
         if nv is not v:
             changes[name] = nv
-    out = replace(s, **changes) if changes else s  # type: ignore[type-var]
-    if fstmt is not None:
-        new = fstmt(out)
-        if new is not None:
-            return new
-    return out
+    return replace(s, **changes) if changes else s  # type: ignore[type-var]
 
 
 def substitute_stmt(s: ir.Stmt, mapping: dict[E.Var, E.Expr]) -> ir.Stmt:

@@ -154,7 +154,7 @@ class ExprWriter:
             out = f"(({c_type(t)}){out})"
         return out
 
-    def _float_binary(self, op: str, t: str, a: str, b: str) -> str:
+    def _float_binary(self, op: Op, t: str, a: str, b: str) -> str:
         if op in _C_FLOAT_INFIX:
             if op is Op.DIV and self.fast_math and t == "float32":
                 return f"__fdividef({a}, {b})"
