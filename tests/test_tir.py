@@ -140,6 +140,15 @@ def test_negated_and_mirrored_comparisons(rng: np.random.Generator) -> None:
             assert op.mirrored.fold(y, x) == op.fold(x, y)
 
 
+def test_truncating_ops_agree_on_non_negative_operands(rng: np.random.Generator) -> None:
+    a, b = (np.abs(x) for x in _operands(rng, 100))
+    for op in (Op.FLOORDIV, Op.FLOORMOD):
+        assert op.truncating in (Op.TRUNCDIV, Op.TRUNCMOD)
+        for x, y in zip(a.tolist(), b.tolist()):
+            assert op.truncating.fold(x, y) == op.fold(x, y)
+    assert all(op.truncating is op for op in Op if op not in (Op.FLOORDIV, Op.FLOORMOD))
+
+
 def test_builders_reject_an_op_of_another_kind() -> None:
     from autosched.errors import TEError
 

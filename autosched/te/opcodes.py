@@ -95,6 +95,12 @@ class Op(StrEnum):
         return self in (Op.TRUNCDIV, Op.TRUNCMOD, Op.FLOORMOD)
 
     @property
+    def truncating(self) -> Op:
+        """The op that agrees with this one on non-negative operands and rounds toward zero
+        (C's ``/`` and ``%`` for floordiv and floormod; any other op itself)."""
+        return _TRUNCATING.get(self, self)
+
+    @property
     def negated(self) -> Op:
         """The comparison that is true exactly when this one is false."""
         return _NEGATED[self]
@@ -137,6 +143,7 @@ _INFO = {
     Op.GE: _Info(_CMP, ">=", 3, operator.ge),
 }
 _DIVIDES = frozenset((Op.DIV, Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD))
+_TRUNCATING = {Op.FLOORDIV: Op.TRUNCDIV, Op.FLOORMOD: Op.TRUNCMOD}
 _NEGATED = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.GE: Op.LT, Op.LE: Op.GT, Op.GT: Op.LE}
 _MIRRORED = {Op.EQ: Op.EQ, Op.NE: Op.NE, Op.LT: Op.GT, Op.GT: Op.LT, Op.LE: Op.GE, Op.GE: Op.LE}
 

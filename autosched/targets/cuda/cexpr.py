@@ -41,7 +41,6 @@ __device__ __forceinline__ double as_min(double a, double b) { return (a < b || 
 _C_INT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUNCDIV: "/", Op.TRUNCMOD: "%"}
 _C_FLOAT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
 _C_LOGICAL = {Op.AND: "&&", Op.OR: "||"}
-_TRUNCATING = {Op.FLOORDIV: Op.TRUNCDIV, Op.FLOORMOD: Op.TRUNCMOD}
 
 
 class ExprWriter:
@@ -143,7 +142,7 @@ class ExprWriter:
             plain = (t.startswith("uint")
                      or (U.is_nonneg(e.a, self.nonneg) and U.is_nonneg(e.b, self.nonneg)))
             if plain:  # C's / and % round toward zero: the same on non-negative operands
-                out = f"({a} {_C_INT_INFIX[_TRUNCATING[op]]} {b})"
+                out = f"({a} {_C_INT_INFIX[op.truncating]} {b})"
             else:
                 wide = "long long" if t == "int64" else "int"
                 out = f"as_{op}(({wide})({a}), ({wide})({b}))"

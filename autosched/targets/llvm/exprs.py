@@ -30,6 +30,16 @@ from autosched.tir.visit import uses_var
 # Let LLVM fuse a*b+c into an FMA (numpy's BLAS does too); no other fast-math freedom.
 FP_FLAGS = ("contract",)
 
+# The LLVM instructions of the ops that map to one (integer division: signed, unsigned).
+_LOGICAL = {Op.AND: ir.IRBuilder.and_, Op.OR: ir.IRBuilder.or_}
+_INT_ARITH = {Op.ADD: ir.IRBuilder.add, Op.SUB: ir.IRBuilder.sub, Op.MUL: ir.IRBuilder.mul}
+_FLOAT_ARITH = {Op.ADD: ir.IRBuilder.fadd, Op.SUB: ir.IRBuilder.fsub, Op.MUL: ir.IRBuilder.fmul}
+_INT_DIVIDE = {
+    Op.TRUNCDIV: (ir.IRBuilder.sdiv, ir.IRBuilder.udiv),
+    Op.TRUNCMOD: (ir.IRBuilder.srem, ir.IRBuilder.urem),
+}
+_MIN_MAX = {Op.MIN: "<", Op.MAX: ">"}  # the comparison that picks the first operand
+
 
 @dataclass
 class VectorContext:
@@ -285,57 +295,42 @@ class ExprGen:
     def _Binary(self, e: E.Binary) -> ir.Value:
         return self.binop(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
 
-    def binop(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+    def binop(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         """``a op b`` on values of ``dtype`` (see expr.Binary for the semantics of ``op``)."""
         a, b = self.unify(a, b)
         bld = self.b
-        if op == Op.AND:
-            return bld.and_(a, b)
-        if op == Op.OR:
-            return bld.or_(a, b)
-        if op == Op.POW:
+        if op in _LOGICAL:
+            return _LOGICAL[op](bld, a, b)
+        if op is Op.POW:
             return intrinsics.emit_pow(self, a, b, dtype)
         if dt.is_float(dtype):
             return self._float_binary(op, a, b, dtype)
         signed = dt.is_signed(dtype)
-        flags = ["nsw"] if self._index_mode and signed else []
-        if op == Op.ADD:
-            return bld.add(a, b, flags=flags)
-        if op == Op.SUB:
-            return bld.sub(a, b, flags=flags)
-        if op == Op.MUL:
-            return bld.mul(a, b, flags=flags)
-        if op in (Op.MIN, Op.MAX):
+        if op in _INT_ARITH:
+            return _INT_ARITH[op](bld, a, b, flags=["nsw"] if self._index_mode and signed else [])
+        if op in _MIN_MAX:
             cmp = bld.icmp_signed if signed else bld.icmp_unsigned
-            return bld.select(cmp("<" if op == Op.MIN else ">", a, b), a, b)
-        if op == Op.TRUNCDIV:
-            return bld.sdiv(a, b) if signed else bld.udiv(a, b)
-        if op == Op.TRUNCMOD:
-            return bld.srem(a, b) if signed else bld.urem(a, b)
-        if op in (Op.FLOORDIV, Op.FLOORMOD):
-            if not signed:
-                return bld.udiv(a, b) if op == Op.FLOORDIV else bld.urem(a, b)
+            return bld.select(cmp(_MIN_MAX[op], a, b), a, b)
+        if op in (Op.FLOORDIV, Op.FLOORMOD) and signed:
             return self._floor_divmod(op, a, b)
+        if op.truncating in _INT_DIVIDE:  # unsigned operands: floor and truncation agree
+            return _INT_DIVIDE[op.truncating][0 if signed else 1](bld, a, b)
         raise CompileError(f"integer operation {op} on {dtype} has no LLVM form")
 
-    def _float_binary(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+    def _float_binary(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         bld = self.b
-        if op == Op.ADD:
-            return bld.fadd(a, b, flags=FP_FLAGS)
-        if op == Op.SUB:
-            return bld.fsub(a, b, flags=FP_FLAGS)
-        if op == Op.MUL:
-            return bld.fmul(a, b, flags=FP_FLAGS)
-        if op == Op.DIV:
+        if op in _FLOAT_ARITH:
+            return _FLOAT_ARITH[op](bld, a, b, flags=FP_FLAGS)
+        if op is Op.DIV:
             return bld.fdiv(a, b)
-        if op in (Op.MIN, Op.MAX):
+        if op in _MIN_MAX:
             return self._float_minmax(op, a, b)
         if op in (Op.FLOORDIV, Op.FLOORMOD):
             q = intrinsics.llvm_intrinsic(self, "llvm.floor", [bld.fdiv(a, b)], dtype)
-            return q if op == Op.FLOORDIV else bld.fsub(a, bld.fmul(q, b))
+            return q if op is Op.FLOORDIV else bld.fsub(a, bld.fmul(q, b))
         raise CompileError(f"float operation {op} on {dtype} has no LLVM form")
 
-    def _float_minmax(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def _float_minmax(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
         """max / min that keep a NaN of either operand (ONNX and numpy do; C's fmax does not).
         ``c > x ? c : x`` is one x86 maxps, which returns its second operand, ``x``, when either
         is NaN; so the operand that may be NaN goes second, and only when both may be NaN does
@@ -343,12 +338,12 @@ class ExprGen:
         bld = self.b
         if _nan_free(a):
             a, b = b, a
-        out = bld.select(bld.fcmp_ordered("<" if op == Op.MIN else ">", b, a), b, a)
+        out = bld.select(bld.fcmp_ordered(_MIN_MAX[op], b, a), b, a)
         if _nan_free(b):
             return out
         return bld.select(bld.fcmp_unordered("uno", b, b), b, out)
 
-    def _floor_divmod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def _floor_divmod(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
         """Round toward negative infinity: C's quotient is one too big when the remainder is
         non-zero and its sign differs from the divisor's. LLVM folds this for b > 0."""
         bld = self.b
