@@ -207,6 +207,19 @@ def test_queries() -> None:
         "For", "LetStmt", "Seq", "IfThenElse", "Store", "Store"]
 
 
+def test_flat_offset_is_row_major(rng: np.random.Generator) -> None:
+    shape = tuple(int(d) for d in rng.integers(1, 9, 3))
+    buf = ir.Buffer("A", tuple(E.const(d) for d in shape), "float32")
+    i, j, k = (E.Var(n) for n in "ijk")
+    off = ir.flat_offset(buf, (i, j, k))
+    for idx in zip(*(rng.integers(0, d, 5) for d in shape)):
+        env = {v.uid: int(x) for v, x in zip((i, j, k), idx)}
+        assert eval_int(off, env) == np.ravel_multi_index(idx, shape)
+    assert const_int(ir.flat_offset(ir.Buffer("s", (), "float32"), ())) == 0
+    with pytest.raises(ValueError, match="indexed with 2"):
+        ir.flat_offset(buf, (i, j))
+
+
 def test_substitute_stmt_reaches_every_expression() -> None:
     nest, n = _nest()
     first = substitute_stmt(nest.body, {n["i"]: E.const(0)})

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.te import dtype as dt
-from autosched.te.expr import Expr, Node, Var, next_uid
+from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
+from autosched.te.opcodes import Op
 
 SCOPES = ("global", "shared", "local")
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
@@ -154,3 +155,17 @@ def seq(*stmts: Stmt | None) -> Stmt:
         else:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def flat_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
+    """The row-major element offset of ``buf[indices]`` (built with the folding builders)."""
+    if len(indices) != len(buf.shape):
+        raise ValueError(
+            f"buffer {buf.name} has {len(buf.shape)} dims but is indexed with {len(indices)}"
+        )
+    if not indices:
+        return const(0)
+    off = indices[0]
+    for dim, idx in zip(buf.shape[1:], indices[1:]):
+        off = binary(Op.ADD, binary(Op.MUL, off, dim), idx)
+    return off

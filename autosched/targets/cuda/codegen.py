@@ -432,7 +432,7 @@ class _KernelWriter(ExprWriter):
             return False
         store_vec = self._vector_ok(st.buffer, st.indices, s, lanes)
         candidates = [ld for ld in _unconditional_loads(st.value)
-                      if uses_var(U.flat_offset(ld.buffer, ld.indices), s.var)
+                      if uses_var(ir.flat_offset(ld.buffer, ld.indices), s.var)
                       and self._vector_ok(ld.buffer, ld.indices, s, lanes)]
         if not store_vec and not candidates:
             return False
@@ -484,7 +484,7 @@ class _KernelWriter(ExprWriter):
             return False
         if not _is_zero(s.min):
             return False
-        split = U.lane_split(U.flat_offset(buf, indices), s.var, lanes)
+        split = U.lane_split(ir.flat_offset(buf, indices), s.var, lanes)
         if split is None or split[1] != 1:
             return False
         return U.known_divisor(split[0]) % lanes == 0

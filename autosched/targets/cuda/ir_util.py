@@ -1,5 +1,5 @@
 """The integer facts the CUDA backend needs about loop IR (non-negativity, lane strides,
-divisibility, flat offsets) to emit plain C division and vector accesses only where they are
+divisibility) to emit plain C division and vector accesses only where they are
 provably right. Walking and evaluating the IR is ``autosched.tir``'s."""
 
 from __future__ import annotations
@@ -95,20 +95,6 @@ def known_divisor(e: E.Expr, lanes_of: dict[int, int] | None = None) -> int:
         if e.op is Op.FLOORMOD and isinstance(e.b, E.Const):
             return math.gcd(a, b)  # a - d*q with d and a both multiples of gcd(a, d)
     return 1
-
-
-def flat_offset(buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> E.Expr:
-    """Row-major element offset of ``buf[indices]`` (built with the folding builders)."""
-    if len(indices) != len(buf.shape):
-        raise ValueError(
-            f"buffer {buf.name} has {len(buf.shape)} dims but is indexed with {len(indices)}"
-        )
-    if not indices:
-        return E.const(0)
-    off: E.Expr = indices[0]
-    for dim, idx in zip(buf.shape[1:], indices[1:]):
-        off = E.binary(Op.ADD, E.binary(Op.MUL, off, dim), idx)
-    return off
 
 
 def num_elements(buf: ir.Buffer) -> int | None:

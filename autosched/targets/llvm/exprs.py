@@ -214,10 +214,7 @@ class ExprGen:
             return True
         if None not in coeffs or len(indices) != len(buf.shape):
             return False
-        off = indices[0]
-        for dim, idx in zip(buf.shape[1:], indices[1:]):
-            off = off * dim + idx
-        return linear_coeff(simplify(off), self.vec.var) == 1
+        return linear_coeff(simplify(lir.flat_offset(buf, indices)), self.vec.var) == 1
 
     def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
                     inbounds: bool = True) -> ir.Value:
