@@ -26,6 +26,7 @@ from autosched.te.opcodes import Op
 
 SCOPES = ("global", "shared", "local")
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
+THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")  # hardware
 
 
 @dataclass(frozen=True, eq=False)

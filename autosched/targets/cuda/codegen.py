@@ -31,9 +31,6 @@ from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.visit import loads, stored_buffers, used_buffers, uses_var, walk
 
-THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
-
-
 # Every identifier the generated code declares lives in autosched's own namespace
 # (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
 # helpers of the preludes are as_<name>.
@@ -148,7 +145,7 @@ class _FuncWriter:
             self._collect(s.body, wrappers, out)
         elif isinstance(s, (ir.Allocate, ir.LetStmt)):
             self._collect(s.body, wrappers + [s], out)
-        elif isinstance(s, ir.For) and s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+        elif isinstance(s, ir.For) and s.kind == "thread" and s.thread_tag in ir.THREAD_TAGS:
             out.append((s, wrappers))
         else:
             what = f"loop {s.var.name} ({s.kind})" if isinstance(s, ir.For) else type(s).__name__
@@ -232,9 +229,9 @@ class _KernelWriter(ExprWriter):
         return info, text
 
     def _launch_sizes(self) -> dict[str, tuple[E.Expr, E.Expr, E.Expr]]:
-        extents: dict[str, list[E.Expr]] = {t: [] for t in THREAD_TAGS}
+        extents: dict[str, list[E.Expr]] = {t: [] for t in ir.THREAD_TAGS}
         for st in walk(self.region):
-            if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in THREAD_TAGS:
+            if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in ir.THREAD_TAGS:
                 bad = [v for v in free_vars(st.extent) if v not in self.shape_vars]
                 if bad:
                     raise CompileError(
@@ -372,7 +369,7 @@ class _KernelWriter(ExprWriter):
         lo = self._expr(s.min)
         if U.is_nonneg(s.min, self.nonneg):
             self.nonneg.add(s.var.uid)
-        if s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+        if s.kind == "thread" and s.thread_tag in ir.THREAD_TAGS:
             kind, dim = s.thread_tag.split(".")
             launch = self.launch[kind]["xyz".index(dim)]
             self.emit("{")

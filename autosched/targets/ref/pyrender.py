@@ -39,9 +39,8 @@ from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.visit import walk
 
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
-_HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_bx"
-_LAUNCH = {tag: f"_n{_HW[tag]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
+_HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_bx"
+_LAUNCH = {tag: f"_n{_HW[tag]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
 
 # Integer dtypes whose arithmetic wraps after every operation. int32 / int64 intermediates stay
 # exact Python ints (index arithmetic never overflows in practice) and wrap where stored or cast.
@@ -86,7 +85,7 @@ class KernelInfo:
 
     @property
     def threads_per_block(self) -> int | None:
-        sizes = [self.launch.get(t, 1) for t in THREAD_TAGS[3:]]
+        sizes = [self.launch.get(t, 1) for t in ir.THREAD_TAGS[3:]]
         return None if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
 
 
@@ -145,7 +144,7 @@ class _Kernel:
 
     def dims(self) -> str:
         """The launch sizes (gx, gy, gz, tx, ty, tz) as a Python tuple expression."""
-        return "(" + ", ".join(self.launch.get(t, "1") for t in THREAD_TAGS) + ")"
+        return "(" + ", ".join(self.launch.get(t, "1") for t in ir.THREAD_TAGS) + ")"
 
     def linear(self, tags: tuple[str, ...]) -> str:
         """The linear index (x fastest) of the hardware ids of ``tags``."""
@@ -348,10 +347,10 @@ class _Renderer:
         if s.kind not in ir.FOR_KINDS:
             raise CompileError(f"{self.func.name}: loop {s.var.name} has unknown kind {s.kind!r}")
         if is_gpu_thread(s):
-            if s.thread_tag not in THREAD_TAGS:
+            if s.thread_tag not in ir.THREAD_TAGS:
                 raise CompileError(
                     f"{self.func.name}: loop {s.var.name} is bound to unknown thread tag "
-                    f"{s.thread_tag!r}; expected one of {', '.join(THREAD_TAGS)} or vthread"
+                    f"{s.thread_tag!r}; expected one of {', '.join(ir.THREAD_TAGS)} or vthread"
                 )
             if self.kernel is None and self.blocks > _MAX_BLOCKS - 7:
                 self.nested(s)  # the launch adds up to 7 blocks (6 loops and a try)
@@ -418,7 +417,7 @@ class _Renderer:
         loops = [s for s in walk(root) if is_gpu_thread(s)]
         extents: dict[str, list[E.Expr]] = {}
         for loop in loops:
-            if loop.thread_tag not in THREAD_TAGS:
+            if loop.thread_tag not in ir.THREAD_TAGS:
                 raise CompileError(
                     f"kernel {name}: loop {loop.var.name} is bound to unknown thread tag "
                     f"{loop.thread_tag!r}"
@@ -437,7 +436,7 @@ class _Renderer:
         launch: dict[str, str] = {}
         const_launch: dict[str, int] = {}
         self.emit(f"# kernel {name}" + (" (threads in lockstep)" if generator else ""))
-        for tag in THREAD_TAGS:
+        for tag in ir.THREAD_TAGS:
             if tag not in extents:
                 continue
             consts = [const_int(e) for e in extents[tag]]
@@ -453,9 +452,9 @@ class _Renderer:
             uid for uid, b in written.items() if self.check_races and b.scope != "local"
         )
         self.kernel = _Kernel(name, generator, launch, const_launch, tracked)
-        blocks = [t for t in reversed(THREAD_TAGS[:3]) if t in launch]
-        threads = [t for t in reversed(THREAD_TAGS[3:]) if t in launch]
-        self.emit(f"{' = '.join(_HW[t] for t in THREAD_TAGS)} = 0")
+        blocks = [t for t in reversed(ir.THREAD_TAGS[:3]) if t in launch]
+        threads = [t for t in reversed(ir.THREAD_TAGS[3:]) if t in launch]
+        self.emit(f"{' = '.join(_HW[t] for t in ir.THREAD_TAGS)} = 0")
         self.emit("_kg = {}")
         outer_trackers = [
             uid for uid in tracked if uid in self.bufs and uid not in self.pending_shared
@@ -494,20 +493,20 @@ class _Renderer:
             self.blocks += 1
         self.emit("_sh = {}")
         if k.tracked:
-            self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
+            self.emit(f"_ep = [{k.linear(ir.THREAD_TAGS[:3])} << 32]")
         self.shared_per_block()
         for tag in threads:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
             self.blocks += 1
         if k.tracked:
-            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(ir.THREAD_TAGS[3:])}")
         self.stmt(root)
         self.indent -= 1 + len(blocks) + len(threads)
         self.blocks = saved
         self.emit("except (_RuntimeError, ZeroDivisionError) as _e:")
-        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
-        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        bid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[3:])
         self.emit(f"    raise _kernel_error(_e, {name!r}, ({bid}), ({tid})) from None")
 
     def kernel_generator(
@@ -516,11 +515,11 @@ class _Renderer:
         k = self.kernel
         assert k is not None
         fn = f"_kernel{self.kernel_count - 1}"
-        params = ", ".join(_HW[t] for t in THREAD_TAGS)
+        params = ", ".join(_HW[t] for t in ir.THREAD_TAGS)
         self.emit(f"def {fn}({params}, _sh, _kg, _ep):")
         self.indent += 1
         if k.tracked:
-            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(ir.THREAD_TAGS[3:])}")
         self.shared_per_block()
         self.indent -= 1
         saved = self.blocks
@@ -531,9 +530,9 @@ class _Renderer:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
         self.emit("_sh = {}")
-        self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
-        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
-        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        self.emit(f"_ep = [{k.linear(ir.THREAD_TAGS[:3])} << 32]")
+        bid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[3:])
         loops = " ".join(f"for {_HW[t]} in range({k.launch[t]})" for t in threads)
         self.emit(
             f"_run_block({name!r}, ({bid}), [(({tid}), {fn}({params}, _sh, _kg, _ep)) {loops}], "
