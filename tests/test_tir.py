@@ -216,6 +216,8 @@ def test_flat_offset_is_row_major(rng: np.random.Generator) -> None:
         env = {v.uid: int(x) for v, x in zip((i, j, k), idx)}
         assert eval_int(off, env) == np.ravel_multi_index(idx, shape)
     assert const_int(ir.flat_offset(ir.Buffer("s", (), "float32"), ())) == 0
+    assert buf.num_elements == int(np.prod(shape))
+    assert ir.Buffer("B", (E.const(4), E.Var("n")), "float32").num_elements is None
     with pytest.raises(ValueError, match="indexed with 2"):
         ir.flat_offset(buf, (i, j))
 

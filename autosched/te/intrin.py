@@ -97,12 +97,14 @@ def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr:
 
 def all(*conds: Any) -> Expr:  # noqa: A001
     """Logical and of bool expressions (``te.all()`` is True)."""
-    return functools.reduce(lambda a, b: logical(Op.AND, a, b), conds, const(True))
+    true: Expr = const(True)
+    return functools.reduce(lambda a, b: logical(Op.AND, a, b), conds, true)
 
 
 def any(*conds: Any) -> Expr:  # noqa: A001
     """Logical or of bool expressions (``te.any()`` is False)."""
-    return functools.reduce(lambda a, b: logical(Op.OR, a, b), conds, const(False))
+    false: Expr = const(False)
+    return functools.reduce(lambda a, b: logical(Op.OR, a, b), conds, false)
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from typing import Any
 from autosched.te import dtype as dt
 from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
 from autosched.te.opcodes import Op
+from autosched.tir.evaluate import const_int
 
 SCOPES = ("global", "shared", "local")
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
@@ -50,6 +51,17 @@ class Buffer(Node):
     @property
     def itemsize(self) -> int:
         return dt.nbytes(self.dtype)
+
+    @property
+    def num_elements(self) -> int | None:
+        """How many elements the buffer holds, when every dimension is a constant."""
+        n = 1
+        for d in self.shape:
+            c = const_int(d)
+            if c is None:
+                return None
+            n *= c
+        return n
 
     def __str__(self) -> str:
         return self.name

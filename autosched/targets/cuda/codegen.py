@@ -322,7 +322,7 @@ class _KernelWriter(ExprWriter):
 
     def _allocate(self, s: ir.Allocate) -> None:
         b = s.buffer
-        n = U.num_elements(b)
+        n = b.num_elements
         if n is None:
             raise CompileError(
                 f"kernel {self.name}: {b.scope} buffer {b.name} has a symbolic shape "

@@ -95,13 +95,3 @@ def known_divisor(e: E.Expr, lanes_of: dict[int, int] | None = None) -> int:
         if e.op is Op.FLOORMOD and isinstance(e.b, E.Const):
             return math.gcd(a, b)  # a - d*q with d and a both multiples of gcd(a, d)
     return 1
-
-
-def num_elements(buf: ir.Buffer) -> int | None:
-    n = 1
-    for d in buf.shape:
-        c = const_int(d)
-        if c is None:
-            return None
-        n *= c
-    return n

@@ -124,11 +124,8 @@ def kernels(func: ir.PrimFunc) -> list[KernelInfo]:
         inside = [a.buffer for a in walk(root) if isinstance(a, ir.Allocate)]
         for b in list(around) + inside:
             if b.scope == "shared":
-                dims = [const_int(d) for d in b.shape]
-                if shared is None or None in dims:
-                    shared = None
-                else:
-                    shared += math.prod(dims) * b.itemsize  # type: ignore[arg-type]
+                size = b.num_elements
+                shared = None if shared is None or size is None else shared + size * b.itemsize
         out.append(KernelInfo(f"{func.name}_kernel{n}", launch, shared))
     return out
 
