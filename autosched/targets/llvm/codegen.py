@@ -32,7 +32,7 @@ from autosched.te.expr import structural_equal
 from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
-from autosched.tir.visit import all_exprs, stmt_exprs, sub_stmts
+from autosched.tir.visit import loads, stmt_exprs, sub_stmts
 from autosched.tir.visit import walk as all_stmts
 
 MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
@@ -210,8 +210,7 @@ class FuncGen(ExprGen):
             self.b.store(value, self.element_ptr(buf, s.indices), align=align)
             return
         index_lanes = max((self.lanes(i) for i in s.indices), default=1)
-        reads_self = any(isinstance(n, lir.Load) and n.buffer.uid == buf.uid
-                         for n in all_exprs(s))
+        reads_self = any(ld.buffer == buf for ld in loads(s))
         if index_lanes == 1:
             if self._vector_reduction(s):
                 return
@@ -245,8 +244,7 @@ class FuncGen(ExprGen):
                     and structural_equal(x.indices, s.indices))
 
         rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
-        if rest is None or any(isinstance(n, lir.Load) and n.buffer.uid == s.buffer.uid
-                               for n in post_order(rest)):
+        if rest is None or any(ld.buffer == s.buffer for ld in loads(rest)):
             return False
         dtype = s.buffer.dtype
         is_float = dt.is_float(dtype)
@@ -422,7 +420,7 @@ class FuncGen(ExprGen):
             self.stmt(body)
 
     def _native_lanes(self, body: lir.Stmt) -> int:
-        bits = [dt.bits(e.buffer.dtype) for e in all_exprs(body) if isinstance(e, lir.Load)]
+        bits = [dt.bits(ld.buffer.dtype) for ld in loads(body)]
         bits += [dt.bits(st.buffer.dtype) for st in all_stmts(body) if isinstance(st, lir.Store)]
         widest = max([b for b in bits if b >= 8] or [32])
         return max(self.state.vector_bits // widest, 2)

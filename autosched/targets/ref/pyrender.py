@@ -37,7 +37,7 @@ from autosched.te.opcodes import Op, OpKind
 from autosched.te.visit import post_order
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
-from autosched.tir.visit import walk
+from autosched.tir.visit import loads, walk
 
 _HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_bx"
 _LAUNCH = {tag: f"_n{_HW[tag]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
@@ -838,7 +838,7 @@ def _same(a: E.Expr, b: E.Expr) -> bool:
 def _pure_int(e: E.Expr) -> bool:
     """An integer expression of variables and constants only: its value cannot change while
     the variables stay bound (a Load could, when the code stores to that buffer)."""
-    return dt.is_int(e.dtype) and not any(isinstance(n, ir.Load) for n in post_order(e))
+    return dt.is_int(e.dtype) and next(loads(e), None) is None
 
 
 def _conjuncts(cond: E.Expr) -> list[tuple[Op, E.Expr, E.Expr]]:
