@@ -501,7 +501,7 @@ def _bool_operand(e: Expr, what: str) -> Expr:
 def _op(name: str, kind: OpKind) -> Op:
     op = name if type(name) is Op else Op(name)
     if op.kind is not kind:
-        raise TEError(f"{op} is a {op.kind} op, not a {kind} one")
+        raise TEError(f"{op} is a {op.kind} op; this builder takes {kind} ops")
     return op
 
 
