@@ -35,7 +35,8 @@ LAYERS: dict[str, set[str]] = {
     "autosched": {"errors", "version", "te", "schedule", "driver", "search", "graph",
                   "importers"},
     "demo": {"autosched", "te", "search", "graph", "importers"},
-    "cli": {"autosched", "errors", "search", "graph", "importers", "demo"},
+    "report": {"errors", "search"},
+    "cli": {"autosched", "errors", "search", "graph", "importers", "demo", "report"},
     "testing": {"te", "demo"},
 }
 

@@ -1,5 +1,5 @@
 """The ``autosched`` command line (also ``python -m autosched``): one parser, one subcommand
-module per kind of job (op, model, demo), and one way to report errors.
+module per kind of job (op, model, logs, demo), and one way to report errors.
 
     autosched tune-op gemm 1024 1024 1024 --target llvm --trials 64 --log tuning_logs/gemm.jsonl
     autosched best-op gemm 1024 1024 1024 --log tuning_logs/gemm.jsonl   # prints the schedule
@@ -7,6 +7,7 @@ module per kind of job (op, model, demo), and one way to report errors.
     autosched compile model.onnx --log tuning_logs/model.jsonl -o build/model
     autosched run build/model          # or model.onnx; autosched bench model.onnx --log L
     autosched inspect model.onnx --shape input=1,3,224,224
+    autosched logs plot tuning_logs/model.jsonl -o curves.html   # or a tune's --plot FILE
     autosched demo
 """
 
@@ -16,7 +17,7 @@ import argparse
 import sys
 import traceback
 
-from autosched.cli import demo, model, op
+from autosched.cli import demo, logs, model, op
 from autosched.cli.args import SHAPE_FORM, check_paths
 from autosched.errors import AutoschedError, ModelImportError
 
@@ -26,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (op, model, demo):
+    for commands in (op, model, logs, demo):
         commands.add_subcommands(sub)
     for p in sub.choices.values():  # --debug also after the subcommand
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -26,6 +26,7 @@ from autosched.cli.args import (
     require_regular,
     shapes,
 )
+from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
 
 
 def _graph(args: argparse.Namespace) -> Any:
@@ -62,6 +63,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
 
+    check_plot_option(args)
     graph = _graph(args)
     tasks, weights = extract_tasks(graph, args.target)
     log = args.log or RecordLog.default_path(Path(args.model).stem, tasks[0].target)
@@ -82,6 +84,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     tune(tasks, trials=args.trials, log=log, weights=weights, on_round=report,
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
+    if args.plot:
+        write_curves([log], args.plot, {t.workload_key: w for t, w in zip(tasks, weights)},
+                     args.model)
     return 0
 
 
@@ -205,6 +210,7 @@ def add_subcommands(sub: Any) -> None:
             p.add_argument("--log", default=None, help="tuning log (JSON lines)")
         if name == "tune":
             add_tuning_options(p, trials=200)
+            add_plot_option(p)
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
         if name in ("run", "bench"):

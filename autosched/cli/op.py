@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from autosched.cli.args import add_tuning_options, positive
+from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
 
 
 def _op_task(args: argparse.Namespace) -> Any:
@@ -30,6 +31,7 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, best_schedule, tune
 
+    check_plot_option(args)
     task = _op_task(args)
     log = args.log or RecordLog.default_path(task.name, task.target)
     best = tune(task, trials=args.trials, log=log,
@@ -37,6 +39,8 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
     if math.isfinite(best):
         print(f"{task.name}: best {best * 1e3:.3f} ms, {task.flop_count / best / 1e9:.1f} GFLOPS; log {log}")
         print(best_schedule(task, log).to_python() or "# the default schedule (no steps) was fastest")
+        if args.plot:
+            write_curves([log], args.plot)
         return 0
     print(f"{task.name}: no candidate ran successfully; see {log}", file=sys.stderr)
     return 1
@@ -60,4 +64,6 @@ def add_subcommands(sub: Any) -> None:
         p.add_argument("--target", default="llvm")
         p.add_argument("--log", default=None)
         add_tuning_options(p, trials=64)
+        if name == "tune-op":
+            add_plot_option(p)
         p.set_defaults(fn=fn)

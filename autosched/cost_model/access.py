@@ -13,27 +13,7 @@ import math
 from dataclasses import dataclass
 
 from autosched.te import expr as E
-
-_INT_OPS = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b if b else 0,
-    "floormod": lambda a, b: a % b if b else 0,
-    "truncdiv": lambda a, b: int(a / b) if b else 0,
-    "truncmod": lambda a, b: a - int(a / b) * b if b else 0,
-    "div": lambda a, b: a / b if b else 0,
-    "min": min,
-    "max": max,
-}
-_CMP_OPS = {
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-}
+from autosched.te.opcodes import Op
 
 
 @dataclass
@@ -69,16 +49,16 @@ class Linearizer:
             return self.linear(let) if let is not None else ({}, 0.0)
         if t is E.Cast:
             return self.linear(e.value)
-        if t is E.Binary and e.op in ("add", "sub", "mul"):
+        if t is E.Binary and e.op in (Op.ADD, Op.SUB, Op.MUL):
             ca, ka = self.linear(e.a)
             cb, kb = self.linear(e.b)
-            if e.op == "mul":
+            if e.op is Op.MUL:
                 if not ca:
                     return {p: c * ka for p, c in cb.items()}, ka * kb
                 if not cb:
                     return {p: c * kb for p, c in ca.items()}, ka * kb
                 return self._numeric(e)
-            sign = 1.0 if e.op == "add" else -1.0
+            sign = 1.0 if e.op is Op.ADD else -1.0
             out = dict(ca)
             for p, c in cb.items():
                 out[p] = out.get(p, 0.0) + sign * c
@@ -111,16 +91,13 @@ class Linearizer:
                 return env[e.uid]
             let = self.lets.get(e.uid)
             return self.evaluate(let, env) if let is not None else 0
-        if t is E.Binary:
+        if t is E.Binary or t is E.Compare:
             a, b = self.evaluate(e.a, env), self.evaluate(e.b, env)
-            if e.op in ("and", "or"):
-                return (a and b) if e.op == "and" else (a or b)
-            fn = _INT_OPS.get(e.op)
-            return fn(a, b) if fn is not None else 0
+            if e.op is Op.POW or (e.op.divides and not b):
+                return 0
+            return e.op.fold(a, b)
         if t is E.Cast:
             return self.evaluate(e.value, env)
-        if t is E.Compare:
-            return _CMP_OPS[e.op](self.evaluate(e.a, env), self.evaluate(e.b, env))
         if t is E.Select:
             c = self.evaluate(e.cond, env)
             return self.evaluate(e.true_value if c else e.false_value, env)
@@ -140,7 +117,7 @@ class Linearizer:
     def fraction_true(self, cond: E.Expr) -> float:
         """Estimated fraction of the nest's iterations where ``cond`` holds (1.0 if unknown),
         assuming the compared quantity is spread uniformly over its range."""
-        if type(cond) is E.Binary and cond.op == "and":
+        if type(cond) is E.Binary and cond.op is Op.AND:
             return self.fraction_true(cond.a) * self.fraction_true(cond.b)
         if type(cond) is not E.Compare:
             return 1.0
@@ -156,15 +133,15 @@ class Linearizer:
             hi += c * lp.start + max(0.0, c * (lp.extent - 1))
         width = hi - lo + 1.0
         op = cond.op
-        if op == "lt":
+        if op == Op.LT:
             frac = (0.0 - lo) / width
-        elif op == "le":
+        elif op == Op.LE:
             frac = (1.0 - lo) / width
-        elif op == "gt":
+        elif op == Op.GT:
             frac = hi / width
-        elif op == "ge":
+        elif op == Op.GE:
             frac = (hi + 1.0) / width
-        elif op == "eq":
+        elif op == Op.EQ:
             frac = 1.0 / width if lo <= 0 <= hi else 0.0
         else:
             frac = 1.0 - (1.0 / width if lo <= 0 <= hi else 0.0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute
 from autosched.tir.arith import interval, interval_extent, simplify
@@ -120,8 +121,8 @@ class Bounds:
             if unknown[d]:
                 region.append(full[d])
                 continue
-            lo = _fold(lows[d], "min", self.var_bounds)
-            hi = _fold(highs[d], "max", self.var_bounds)
+            lo = _fold(lows[d], Op.MIN, self.var_bounds)
+            hi = _fold(highs[d], Op.MAX, self.var_bounds)
             ext = interval_extent(lo, hi, self.var_bounds)
             region.append(full[d] if ext is None else (lo, E.const(ext, lo.dtype)))
         return region
@@ -182,9 +183,9 @@ class Bounds:
                 fused = value[rel.fused.var.uid]
                 stride: E.Expr = E.const(1)
                 for n, a in enumerate(reversed(rel.axes)):
-                    part = E.binary("floordiv", fused, stride) if n else fused
+                    part = E.binary(Op.FLOORDIV, fused, stride) if n else fused
                     if n < len(rel.axes) - 1:
-                        part = E.binary("floormod", part, ext[a.var.uid])
+                        part = E.binary(Op.FLOORMOD, part, ext[a.var.uid])
                     value[a.var.uid] = part
                     stride = stride * ext[a.var.uid]
         for iv in st.leaf:
@@ -221,10 +222,10 @@ def _after(sch: Schedule, a: Stage, b: Stage) -> bool:
 
 
 def _ceildiv(a: E.Expr, b: int) -> E.Expr:
-    return simplify(E.binary("floordiv", a + (b - 1), b))
+    return simplify(E.binary(Op.FLOORDIV, a + (b - 1), b))
 
 
-def _fold(items: list[E.Expr], op: str, bounds: dict) -> E.Expr:
+def _fold(items: list[E.Expr], op: Op, bounds: dict) -> E.Expr:
     out = items[0]
     for it in items[1:]:
         if not E.structural_equal(it, out):

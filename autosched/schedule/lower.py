@@ -24,6 +24,7 @@ from autosched.schedule.bound import Bounds, StageBound
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
 from autosched.schedule.steps import ident as steps_ident
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visit import rewrite, substitute
 from autosched.tir import ir
@@ -266,7 +267,7 @@ def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
         return s
     cond = conds[0]
     for c in conds[1:]:
-        cond = E.logical("and", cond, c)
+        cond = E.logical(Op.AND, cond, c)
     return ir.IfThenElse(cond, s)
 
 
@@ -278,28 +279,19 @@ def simplify_pass(ctx: LowerContext) -> None:
 
 def simplify_stmt(s: ir.Stmt, an: Analyzer) -> ir.Stmt:
     """Simplify every expression in ``s``; drop branches the bounds decide."""
-    if isinstance(s, ir.Seq):
-        return ir.seq(*(simplify_stmt(c, an) for c in s.stmts))
-    if isinstance(s, ir.For):
-        return ir.For(s.var, an.simplify(s.min), an.simplify(s.extent), s.kind,
-                      simplify_stmt(s.body, an), s.thread_tag, s.annotations)
-    if isinstance(s, ir.Store):
-        return ir.Store(s.buffer, tuple(an.simplify(i) for i in s.indices), an.simplify(s.value))
-    if isinstance(s, ir.IfThenElse):
-        cond = an.simplify(s.cond)
-        known = an.prove(cond)
-        then = simplify_stmt(s.then_body, an)
-        other = simplify_stmt(s.else_body, an) if s.else_body is not None else None
-        if known is True:
-            return then
-        if known is False:
-            return other if other is not None else ir.Seq(())
-        return ir.IfThenElse(cond, then, other)
-    if isinstance(s, ir.Allocate):
-        return ir.Allocate(s.buffer, simplify_stmt(s.body, an))
-    if isinstance(s, ir.LetStmt):
-        return ir.LetStmt(s.var, an.simplify(s.value), simplify_stmt(s.body, an))
-    return s
+
+    def settle(st: ir.Stmt) -> ir.Stmt | None:
+        if isinstance(st, ir.Seq):
+            return ir.seq(*st.stmts)  # without the branches that went empty
+        if isinstance(st, ir.IfThenElse):
+            known = an.prove(st.cond)
+            if known is True:
+                return st.then_body
+            if known is False:
+                return st.else_body if st.else_body is not None else ir.Seq(())
+        return None
+
+    return map_stmt(s, an.simplify, settle)
 
 
 # -- pass 5: names --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from autosched.errors import ScheduleError
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, reduce_axis
 from autosched.te.visit import substitute
 
@@ -58,7 +59,7 @@ def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tupl
     source = substitute(body.source, mapping)
     cond = substitute(body.condition, mapping) if body.condition is not None else None
     for g in guards:
-        cond = g if cond is None else E.logical("and", cond, g)
+        cond = g if cond is None else E.logical(Op.AND, cond, g)
     rf_axes = list(data_axes)
     rf_axes.insert(factor_axis, rf_axis)
     if new_red:

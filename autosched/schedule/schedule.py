@@ -15,6 +15,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule import steps as S
 from autosched.te import expr as E
 from autosched.te.dag import topo_ops
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import substitute, tensors_read
 
@@ -38,7 +39,7 @@ class FuseRel:
 
 
 def _ceildiv(a: E.Expr, b: int) -> E.Expr:
-    return E.binary("floordiv", E.binary("add", a, b - 1), b)
+    return E.binary(Op.FLOORDIV, E.binary(Op.ADD, a, b - 1), b)
 
 
 class Stage:
@@ -364,7 +365,7 @@ class Schedule:
             raise ScheduleError(f"fuse on {st.name}: cannot fuse data and reduce axes ({', '.join(step.axes)})")
         ext: E.Expr = E.const(1)
         for iv in ivs:
-            ext = E.binary("mul", ext, iv.dom.extent)
+            ext = E.binary(Op.MUL, ext, iv.dom.extent)
         fused = st._new_axis(step.output(), ext, ivs[0].kind)
         st.leaf[pos[0]:pos[-1] + 1] = [fused]
         st.relations.append(FuseRel(tuple(ivs), fused))

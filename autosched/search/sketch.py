@@ -242,7 +242,7 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
 def _stride(read: E.TensorRead, uid: int) -> int | None:
     """How far the flat element read moves when the axis ``uid`` steps by one (None when it
     cannot be told statically)."""
-    from autosched.targets.ref.evaluate import eval_int
+    from autosched.tir.evaluate import eval_int
 
     shape = [d.value if isinstance(d, E.Const) else d for d in read.tensor.shape]
     if not all(isinstance(d, int) for d in shape):

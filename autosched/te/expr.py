@@ -8,7 +8,6 @@ of a DAG (see ``dag.py``) renumbers them canonically, so names never leak into i
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import os
@@ -19,6 +18,7 @@ import numpy as np
 
 from autosched.errors import TEError
 from autosched.te import dtype as dt
+from autosched.te.opcodes import Op, OpKind
 
 _uids = itertools.count()
 _uid_pid = -1
@@ -35,10 +35,15 @@ def next_uid() -> int:
     return next(_uids)
 
 
-@functools.cache
+_field_names: dict[type, tuple[str, ...]] = {}
+
+
 def field_names(cls: type) -> tuple[str, ...]:
     """The dataclass field names of an IR node class (dataclasses.fields is slow per call)."""
-    return tuple(f.name for f in fields(cls))
+    names = _field_names.get(cls)
+    if names is None:
+        names = _field_names[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 class Node:
@@ -100,74 +105,74 @@ class ExprOps:
         raise NotImplementedError
 
     def __add__(self, o: ExprLike) -> Expr:
-        return binary("add", self, o)
+        return binary(Op.ADD, self, o)
 
     def __radd__(self, o: ExprLike) -> Expr:
-        return binary("add", o, self)
+        return binary(Op.ADD, o, self)
 
     def __sub__(self, o: ExprLike) -> Expr:
-        return binary("sub", self, o)
+        return binary(Op.SUB, self, o)
 
     def __rsub__(self, o: ExprLike) -> Expr:
-        return binary("sub", o, self)
+        return binary(Op.SUB, o, self)
 
     def __mul__(self, o: ExprLike) -> Expr:
-        return binary("mul", self, o)
+        return binary(Op.MUL, self, o)
 
     def __rmul__(self, o: ExprLike) -> Expr:
-        return binary("mul", o, self)
+        return binary(Op.MUL, o, self)
 
     def __truediv__(self, o: ExprLike) -> Expr:
-        return binary("div", self, o)
+        return binary(Op.DIV, self, o)
 
     def __rtruediv__(self, o: ExprLike) -> Expr:
-        return binary("div", o, self)
+        return binary(Op.DIV, o, self)
 
     def __floordiv__(self, o: ExprLike) -> Expr:
-        return binary("floordiv", self, o)
+        return binary(Op.FLOORDIV, self, o)
 
     def __rfloordiv__(self, o: ExprLike) -> Expr:
-        return binary("floordiv", o, self)
+        return binary(Op.FLOORDIV, o, self)
 
     def __mod__(self, o: ExprLike) -> Expr:
-        return binary("floormod", self, o)
+        return binary(Op.FLOORMOD, self, o)
 
     def __rmod__(self, o: ExprLike) -> Expr:
-        return binary("floormod", o, self)
+        return binary(Op.FLOORMOD, o, self)
 
     def __neg__(self) -> Expr:
         e = as_expr(self)
-        return binary("sub", const(0, e.dtype), e)
+        return binary(Op.SUB, const(0, e.dtype), e)
 
     def __lt__(self, o: ExprLike) -> Expr:
-        return compare("lt", self, o)
+        return compare(Op.LT, self, o)
 
     def __le__(self, o: ExprLike) -> Expr:
-        return compare("le", self, o)
+        return compare(Op.LE, self, o)
 
     def __gt__(self, o: ExprLike) -> Expr:
-        return compare("gt", self, o)
+        return compare(Op.GT, self, o)
 
     def __ge__(self, o: ExprLike) -> Expr:
-        return compare("ge", self, o)
+        return compare(Op.GE, self, o)
 
     def __eq__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare("eq", self, o)  # type: ignore[arg-type]
+        return compare(Op.EQ, self, o)  # type: ignore[arg-type]
 
     def __ne__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare("ne", self, o)  # type: ignore[arg-type]
+        return compare(Op.NE, self, o)  # type: ignore[arg-type]
 
     def __and__(self, o: ExprLike) -> Expr:
-        return logical("and", self, o)
+        return logical(Op.AND, self, o)
 
     def __rand__(self, o: ExprLike) -> Expr:
-        return logical("and", o, self)
+        return logical(Op.AND, o, self)
 
     def __or__(self, o: ExprLike) -> Expr:
-        return logical("or", self, o)
+        return logical(Op.OR, self, o)
 
     def __ror__(self, o: ExprLike) -> Expr:
-        return logical("or", o, self)
+        return logical(Op.OR, o, self)
 
     def __invert__(self) -> Expr:
         return Not(_bool_operand(as_expr(self), "~"))
@@ -230,18 +235,23 @@ class Var(Expr):
         return self.type
 
 
+def _as_op(node: Binary | Compare) -> None:
+    """Store the op as its enum entry (builders and unpickled nodes may pass its name)."""
+    if type(node.op) is not Op:
+        object.__setattr__(node, "op", Op(node.op))
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Binary(Expr):
-    """Arithmetic: add sub mul div floordiv floormod truncdiv truncmod min max pow, and
-    logical and / or on bools. ``div`` is true division (floats only); ``floordiv`` and
-    ``floormod`` round toward negative infinity (Python's ``//`` and ``%``); ``truncdiv`` and
-    ``truncmod`` round toward zero (C's ``/`` and ``%``)."""
+    """An arithmetic op (add sub mul div floordiv floormod truncdiv truncmod min max pow) on
+    numbers, or a logical one (and or) on bools; ``opcodes.Op`` says what each computes."""
 
-    op: str
+    op: Op
     a: Expr
     b: Expr
 
     def __post_init__(self) -> None:
+        _as_op(self)
         super().__post_init__()
         object.__setattr__(self, "_dtype", self.a.dtype)  # no recursion down long chains
 
@@ -257,18 +267,22 @@ class Binary(Expr):
 class Compare(Expr):
     """eq ne lt le gt ge; the result is bool. ``bool(a == b)`` is structural equality."""
 
-    op: str
+    op: Op
     a: Expr
     b: Expr
+
+    def __post_init__(self) -> None:
+        _as_op(self)
+        super().__post_init__()
 
     @property
     def dtype(self) -> str:
         return "bool"
 
     def __bool__(self) -> bool:
-        if self.op == "eq":
+        if self.op is Op.EQ:
             return structural_equal(self.a, self.b)
-        if self.op == "ne":
+        if self.op is Op.NE:
             return not structural_equal(self.a, self.b)
         return ExprOps.__bool__(self)
 
@@ -484,75 +498,50 @@ def _bool_operand(e: Expr, what: str) -> Expr:
     return e
 
 
-def _trunc_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-_FOLD = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "floordiv": lambda a, b: a // b if isinstance(a, int) else float(math.floor(a / b)),
-    "floormod": lambda a, b: a % b,
-    "truncdiv": _trunc_div,
-    "truncmod": lambda a, b: a - _trunc_div(a, b) * b,
-    "min": min,
-    "max": max,
-    "pow": lambda a, b: a**b,
-}
-
-ARITH_OPS = tuple(_FOLD)
+def _op(name: str, kind: OpKind) -> Op:
+    op = name if type(name) is Op else Op(name)
+    if op.kind is not kind:
+        raise TEError(f"{op} is a {op.kind} op; this builder takes {kind} ops")
+    return op
 
 
 def binary(op: str, a: Any, b: Any) -> Expr:
-    """Build ``a op b`` with the promotion rules of dtype.py, folding constants."""
+    """Build ``a op b`` (an arithmetic ``Op`` or its name) with the promotion rules of
+    dtype.py, folding constants."""
+    op = _op(op, OpKind.ARITH)
     ea, eb = _operands(a, b, op)
     dtype = ea.dtype
     if dtype == "bool":
         raise TEError(f"arithmetic {op} on bool operands ({ea}, {eb}); cast to a number first")
-    if op == "div" and not dt.is_float(dtype):
+    if op is Op.DIV and not dt.is_float(dtype):
         raise TEError(
             f"'/' on {dtype} operands ({ea}, {eb}) is ambiguous; use // (floordiv) or te.truncdiv"
         )
-    if op in ("floormod", "truncmod", "truncdiv") and dt.is_float(dtype):
+    if op.int_only and dt.is_float(dtype):
         raise TEError(f"{op} needs integer operands, got {dtype} ({ea}, {eb})")
     if isinstance(ea, Const) and isinstance(eb, Const):
-        divides = op in ("div", "floordiv", "floormod", "truncdiv", "truncmod")
-        if not (divides and eb.value == 0):
-            return const(_FOLD[op](ea.value, eb.value), dtype)
+        if not (op.divides and eb.value == 0):
+            return const(op.fold(ea.value, eb.value), dtype)
     return Binary(op, ea, eb)
 
 
-_CMP = {
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-}
-
-
 def compare(op: str, a: Any, b: Any) -> Expr:
+    """Build the comparison ``a op b`` (a comparison ``Op`` or its name), folding constants."""
+    op = _op(op, OpKind.COMPARE)
     ea, eb = _operands(a, b, op)
     if isinstance(ea, Const) and isinstance(eb, Const):
-        return const(bool(_CMP[op](ea.value, eb.value)), "bool")
+        return const(bool(op.fold(ea.value, eb.value)), "bool")
     return Compare(op, ea, eb)
 
 
 def logical(op: str, a: Any, b: Any) -> Expr:
+    """Build ``a and b`` / ``a or b`` on bools, dropping constant operands."""
+    op = _op(op, OpKind.LOGICAL)
     ea = _bool_operand(as_expr(a, like="bool"), op)
     eb = _bool_operand(as_expr(b, like="bool"), op)
-    if isinstance(ea, Const):
-        if op == "and":
-            return eb if ea.value else ea
-        return ea if ea.value else eb
-    if isinstance(eb, Const):
-        if op == "and":
-            return ea if eb.value else eb
-        return eb if eb.value else ea
+    for x, y in ((ea, eb), (eb, ea)):
+        if isinstance(x, Const):
+            return y if bool(x.value) == (op is Op.AND) else x
     return Binary(op, ea, eb)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from autosched.errors import TEError
 from autosched.te import dtype as dt
 from autosched.te.expr import Call, Const, Expr, as_expr, binary, cast, const, logical, select
+from autosched.te.opcodes import Op
 
 # Unary float intrinsics a backend must provide (name -> numpy reference, used by evaluators).
 FLOAT_UNARY = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "floor", "ceil", "round",
@@ -58,35 +59,35 @@ def abs(x: Any) -> Expr:  # noqa: A001
 
 
 def pow(a: Any, b: Any) -> Expr:  # noqa: A001
-    return binary("pow", a, b)
+    return binary(Op.POW, a, b)
 
 
 def min(a: Any, b: Any) -> Expr:  # noqa: A001
-    return binary("min", a, b)
+    return binary(Op.MIN, a, b)
 
 
 def max(a: Any, b: Any) -> Expr:  # noqa: A001
-    return binary("max", a, b)
+    return binary(Op.MAX, a, b)
 
 
 def floordiv(a: Any, b: Any) -> Expr:
     """Division rounding toward negative infinity (Python's ``//``): floordiv(-7, 2) == -4."""
-    return binary("floordiv", a, b)
+    return binary(Op.FLOORDIV, a, b)
 
 
 def floormod(a: Any, b: Any) -> Expr:
     """Remainder with the sign of the divisor (Python's ``%``): floormod(-7, 2) == 1."""
-    return binary("floormod", a, b)
+    return binary(Op.FLOORMOD, a, b)
 
 
 def truncdiv(a: Any, b: Any) -> Expr:
     """Division rounding toward zero (C's ``/``): truncdiv(-7, 2) == -3."""
-    return binary("truncdiv", a, b)
+    return binary(Op.TRUNCDIV, a, b)
 
 
 def truncmod(a: Any, b: Any) -> Expr:
     """Remainder with the sign of the dividend (C's ``%``): truncmod(-7, 2) == -1."""
-    return binary("truncmod", a, b)
+    return binary(Op.TRUNCMOD, a, b)
 
 
 def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr:
@@ -96,12 +97,14 @@ def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr:
 
 def all(*conds: Any) -> Expr:  # noqa: A001
     """Logical and of bool expressions (``te.all()`` is True)."""
-    return functools.reduce(lambda a, b: logical("and", a, b), conds, const(True))
+    true: Expr = const(True)
+    return functools.reduce(lambda a, b: logical(Op.AND, a, b), conds, true)
 
 
 def any(*conds: Any) -> Expr:  # noqa: A001
     """Logical or of bool expressions (``te.any()`` is False)."""
-    return functools.reduce(lambda a, b: logical("or", a, b), conds, const(False))
+    false: Expr = const(False)
+    return functools.reduce(lambda a, b: logical(Op.OR, a, b), conds, false)
 
 
 __all__ = [

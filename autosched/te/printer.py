@@ -4,17 +4,6 @@ from __future__ import annotations
 
 from autosched.te import expr as E
 
-_INFIX = {
-    "add": ("+", 4),
-    "sub": ("-", 4),
-    "mul": ("*", 5),
-    "div": ("/", 5),
-    "floordiv": ("//", 5),
-    "floormod": ("%", 5),
-    "and": ("and", 1),
-    "or": ("or", 0),
-}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ATOM = 10
 
 
@@ -40,12 +29,12 @@ def _fmt(e: E.Expr) -> tuple[str, int]:
     if isinstance(e, E.Var):
         return e.name, _ATOM
     if isinstance(e, E.Binary):
-        if e.op in _INFIX:
-            sym, prec = _INFIX[e.op]
-            return f"{_wrap(e.a, prec)} {sym} {_wrap(e.b, prec, right=True)}", prec
-        return f"{e.op}({_fmt(e.a)[0]}, {_fmt(e.b)[0]})", _ATOM
+        op, prec = e.op, e.op.precedence
+        if op.symbol is None:
+            return f"{op}({_fmt(e.a)[0]}, {_fmt(e.b)[0]})", _ATOM
+        return f"{_wrap(e.a, prec)} {op.symbol} {_wrap(e.b, prec, right=True)}", prec
     if isinstance(e, E.Compare):
-        return f"{_wrap(e.a, 4)} {_CMP[e.op]} {_wrap(e.b, 4)}", 3
+        return f"{_wrap(e.a, 4)} {e.op.symbol} {_wrap(e.b, 4)}", e.op.precedence
     if isinstance(e, E.Not):
         return f"not {_wrap(e.a, 2)}", 2
     if isinstance(e, E.Select):

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 from autosched.errors import TEError
 from autosched.te import expr as E
+from autosched.te.opcodes import OpKind
 
 
 def children(e: E.Expr) -> Iterator[E.Expr]:
@@ -35,7 +36,7 @@ def rebuild(e: E.Expr, **changes: object) -> E.Expr:
     values = {name: getattr(e, name) for name in E.field_names(type(e))}
     values.update(changes)
     if isinstance(e, E.Binary):
-        if e.op in ("and", "or"):
+        if e.op.kind is OpKind.LOGICAL:
             return E.logical(e.op, values["a"], values["b"])
         return E.binary(e.op, values["a"], values["b"])
     if isinstance(e, E.Compare):

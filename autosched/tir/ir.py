@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.te import dtype as dt
-from autosched.te.expr import Expr, Node, Var, next_uid
+from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
+from autosched.te.opcodes import Op
+from autosched.tir.evaluate import const_int
 
 SCOPES = ("global", "shared", "local")
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
+THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")  # hardware
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +51,17 @@ class Buffer(Node):
     @property
     def itemsize(self) -> int:
         return dt.nbytes(self.dtype)
+
+    @property
+    def num_elements(self) -> int | None:
+        """How many elements the buffer holds, when every dimension is a constant."""
+        n = 1
+        for d in self.shape:
+            c = const_int(d)
+            if c is None:
+                return None
+            n *= c
+        return n
 
     def __str__(self) -> str:
         return self.name
@@ -154,3 +168,17 @@ def seq(*stmts: Stmt | None) -> Stmt:
         else:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def flat_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
+    """The row-major element offset of ``buf[indices]`` (built with the folding builders)."""
+    if len(indices) != len(buf.shape):
+        raise ValueError(
+            f"buffer {buf.name} has {len(buf.shape)} dims but is indexed with {len(indices)}"
+        )
+    if not indices:
+        return const(0)
+    off = indices[0]
+    for dim, idx in zip(buf.shape[1:], indices[1:]):
+        off = binary(Op.ADD, binary(Op.MUL, off, dim), idx)
+    return off

@@ -1,11 +1,21 @@
-"""Generic traversal of loop-IR statements."""
+"""The loop-IR toolbox: walkers, mappers and queries over statements.
+
+Every pass and backend walks statements with these, so a new statement kind is taught here
+once. Expressions are te's; their own walkers live in ``autosched.te.visit``.
+
+Example::
+
+    body = substitute_stmt(loop.body, {loop.var: loop.min})   # the first iteration
+    outs = stored_buffers(body)                               # buffers it writes, in order
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from autosched.te import expr as E
+from autosched.te.visit import post_order, substitute
 from autosched.tir import ir
 
 
@@ -46,42 +56,90 @@ def stmt_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
 
 def all_exprs(s: ir.Stmt) -> Iterator[E.Expr]:
     """Every expression node under ``s``, sub-expressions included."""
-    from autosched.te.visit import post_order
-
     for st in walk(s):
         for e in stmt_exprs(st):
             yield from post_order(e)
 
 
+def map_children(s: ir.Stmt, fn: Callable[[ir.Stmt], ir.Stmt]) -> ir.Stmt:
+    """``s`` with ``fn`` applied to each direct child statement; ``s`` itself when no child
+    changes. A pass that rewrites a few statement kinds handles those and leaves the rest
+    to this."""
+    if isinstance(s, ir.Seq):
+        new = tuple(fn(c) for c in s.stmts)
+        return s if all(a is b for a, b in zip(new, s.stmts)) else ir.Seq(new)
+    if isinstance(s, (ir.For, ir.Allocate, ir.LetStmt)):
+        body = fn(s.body)
+        return s if body is s.body else replace(s, body=body)
+    if isinstance(s, ir.IfThenElse):
+        then = fn(s.then_body)
+        other = None if s.else_body is None else fn(s.else_body)
+        if then is s.then_body and other is s.else_body:
+            return s
+        return ir.IfThenElse(s.cond, then, other)
+    return s
+
+
 def map_stmt(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr],
              fstmt: Callable[[ir.Stmt], ir.Stmt | None] | None = None) -> ir.Stmt:
     """Rebuild ``s`` bottom-up with ``fexpr`` applied to every expression field (loop bounds,
-    indices, values, conditions) and ``fstmt`` (if given) to every rebuilt statement."""
-    changes = {}
-    for f in fields(s):  # type: ignore[arg-type]
-        v = getattr(s, f.name)
-        if isinstance(v, ir.Stmt):
-            nv = map_stmt(v, fexpr, fstmt)
-        elif isinstance(v, E.Expr) and not isinstance(v, E.Var):
-            nv = fexpr(v)
-        elif isinstance(v, E.Var) and f.name != "var":
-            nv = fexpr(v)
-        elif isinstance(v, tuple) and v and isinstance(v[0], ir.Stmt):
-            nv = tuple(map_stmt(c, fexpr, fstmt) for c in v)
-        elif isinstance(v, tuple) and v and isinstance(v[0], E.Expr):
-            nv = tuple(fexpr(c) for c in v)
+    indices, values, conditions; not bound variables nor buffer shapes) and ``fstmt`` (if
+    given, None keeps the statement) to every rebuilt statement. What no function changes
+    stays the same object."""
+    out = _map_own_exprs(map_children(s, lambda c: map_stmt(c, fexpr, fstmt)), fexpr)
+    new = None if fstmt is None else fstmt(out)
+    return out if new is None else new
+
+
+def _map_own_exprs(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr]) -> ir.Stmt:
+    changes: dict[str, object] = {}
+    for name in E.field_names(type(s)):
+        v = getattr(s, name)
+        if isinstance(v, E.Expr) and name != "var":
+            nv: object = fexpr(v)
+        elif type(v) is tuple and v and isinstance(v[0], E.Expr):
+            new = tuple(fexpr(c) for c in v)
+            nv = v if all(a is b for a, b in zip(new, v)) else new
         else:
             continue
         if nv is not v:
-            changes[f.name] = nv
-    out = replace(s, **changes) if changes else s  # type: ignore[type-var]
-    if fstmt is not None:
-        new = fstmt(out)
-        if new is not None:
-            return new
-    return out
+            changes[name] = nv
+    return replace(s, **changes) if changes else s  # type: ignore[type-var]
+
+
+def substitute_stmt(s: ir.Stmt, mapping: dict[E.Var, E.Expr]) -> ir.Stmt:
+    """``s`` with variables replaced by expressions in every expression it holds."""
+    return map_stmt(s, lambda e: substitute(e, mapping))
 
 
 def loop_vars(s: ir.Stmt) -> list[E.Var]:
     """Variables bound by For and LetStmt, in program order."""
     return [n.var for n in walk(s) if isinstance(n, (ir.For, ir.LetStmt))]
+
+
+def loads(node: ir.Stmt | E.Expr) -> Iterator[ir.Load]:
+    """Every load under a statement or an expression."""
+    nodes = post_order(node) if isinstance(node, E.Expr) else all_exprs(node)
+    for n in nodes:
+        if isinstance(n, ir.Load):
+            yield n
+
+
+def stored_buffers(s: ir.Stmt) -> list[ir.Buffer]:
+    """Buffers stored to under ``s``, without repeats, in program order."""
+    return list(dict.fromkeys(st.buffer for st in walk(s) if isinstance(st, ir.Store)))
+
+
+def used_buffers(s: ir.Stmt) -> list[ir.Buffer]:
+    """Buffers stored to or loaded under ``s``, without repeats: the stored ones first."""
+    return list(dict.fromkeys([*stored_buffers(s), *(ld.buffer for ld in loads(s))]))
+
+
+def used_vars(s: ir.Stmt) -> set[E.Var]:
+    """Variables read by any expression under ``s``."""
+    return {e for e in all_exprs(s) if isinstance(e, E.Var)}
+
+
+def uses_var(e: E.Expr, v: E.Var) -> bool:
+    """Whether ``e`` reads the variable ``v``."""
+    return any(isinstance(n, E.Var) and n.uid == v.uid for n in post_order(e))

@@ -13,6 +13,7 @@ import pytest
 
 from autosched import errors
 from autosched.cli import main
+from tests.support.cli import one_line_error
 
 
 def _model(path: Path, op: str, dtypes: tuple[int, ...] = (1,)) -> Path:
@@ -27,56 +28,47 @@ def _model(path: Path, op: str, dtypes: tuple[int, ...] = (1,)) -> Path:
     return path
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    for needle in needles:
-        assert needle in err, err
-    return err
-
-
 @pytest.mark.parametrize("command", [["run"], ["compile", "-o", "build"], ["tune", "--trials", "1"],
                                      ["bench"], ["inspect"]])
 def test_model_import_error_is_one_line(tmp_path: Path, command: list[str],
                                         capsys: pytest.CaptureFixture[str]) -> None:
     path = _model(tmp_path / "mixed.onnx", "Add", (1, 7))  # float32 + int64: not importable
     argv = [command[0], str(path), *command[1:]]
-    _one_line_error(capsys, argv, f"autosched {command[0]}: ModelImportError", "Add")
+    one_line_error(capsys, argv, f"autosched {command[0]}: ModelImportError", "Add")
 
 
 def test_missing_and_corrupt_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "missing.onnx")
-    _one_line_error(capsys, ["run", missing], "missing.onnx", "does not exist")
+    one_line_error(capsys, ["run", missing], "missing.onnx", "does not exist")
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(np.random.default_rng().bytes(64))
-    _one_line_error(capsys, ["compile", str(corrupt), "-o", str(tmp_path / "b")], "corrupt.onnx")
-    _one_line_error(capsys, ["run", str(tmp_path)], str(tmp_path), "manifest.json")
+    one_line_error(capsys, ["compile", str(corrupt), "-o", str(tmp_path / "b")], "corrupt.onnx")
+    one_line_error(capsys, ["run", str(tmp_path)], str(tmp_path), "manifest.json")
 
 
 def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(_model(tmp_path / "relu.onnx", "Relu"))
-    _one_line_error(capsys, ["run", path, "--shape", "x0=2,a"], "--shape 'x0=2,a'", "NAME=D0")
-    _one_line_error(capsys, ["inspect", path, "--shape", "2,3"], "--shape '2,3'")
-    _one_line_error(capsys, ["run", path, "--input", "nope=x.npy"], "--input", "['x0']")
-    _one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'absent.npy'}"],
+    one_line_error(capsys, ["run", path, "--shape", "x0=2,a"], "--shape 'x0=2,a'", "NAME=D0")
+    one_line_error(capsys, ["inspect", path, "--shape", "2,3"], "--shape '2,3'")
+    one_line_error(capsys, ["run", path, "--input", "nope=x.npy"], "--input", "['x0']")
+    one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'absent.npy'}"],
                     "absent.npy", "check the path")
     pickled = tmp_path / "objects.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    _one_line_error(capsys, ["run", path, "--input", f"x0={pickled}"], "objects.npy",
+    one_line_error(capsys, ["run", path, "--input", f"x0={pickled}"], "objects.npy",
                     "numpy.save")
     os.mkfifo(tmp_path / "fifo.npy")  # reading a FIFO blocks forever
-    _one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'fifo.npy'}"],
+    one_line_error(capsys, ["run", path, "--input", f"x0={tmp_path / 'fifo.npy'}"],
                     "fifo.npy is not a regular file")
-    _one_line_error(capsys, ["run", str(tmp_path / "fifo.npy")], "fifo.npy is not a regular "
+    one_line_error(capsys, ["run", str(tmp_path / "fifo.npy")], "fifo.npy is not a regular "
                     "file or a build dir")
-    _one_line_error(capsys, ["inspect", str(tmp_path / "fifo.npy")], "model: ")
-    _one_line_error(capsys, ["run", path, "--log", str(tmp_path / "fifo.npy")], "--log: ")
-    _one_line_error(capsys, ["compile", str(tmp_path), "-o", "b"], "is not a regular file")
+    one_line_error(capsys, ["inspect", str(tmp_path / "fifo.npy")], "model: ")
+    one_line_error(capsys, ["run", path, "--log", str(tmp_path / "fifo.npy")], "--log: ")
+    one_line_error(capsys, ["compile", str(tmp_path), "-o", "b"], "is not a regular file")
     wrong = tmp_path / "wrong.npy"
     np.save(wrong, np.random.default_rng().standard_normal((3, 2)).astype(np.float32))
-    _one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")
-    _one_line_error(capsys, ["tune-op", "nosuchop", "4"], "TEError", "gemm")
+    one_line_error(capsys, ["run", path, "--input", f"x0={wrong}"], "x0", "[2, 3]")
+    one_line_error(capsys, ["tune-op", "nosuchop", "4"], "TEError", "gemm")
 
 
 @pytest.mark.parametrize("kind", [errors.TEError, errors.ScheduleError, errors.LowerError,
@@ -93,7 +85,7 @@ def test_every_error_type_is_one_line(kind: type[Exception], tmp_path: Path,
     monkeypatch.setattr(inspect, "inspect_model", fail)
     path = str(_model(tmp_path / "relu.onnx", "Relu"))
     where = f"{path}: " if kind is errors.ModelImportError else ""  # the model is at fault
-    err = _one_line_error(capsys, ["inspect", path], f"{kind.__name__}: {where}stage C",
+    err = one_line_error(capsys, ["inspect", path], f"{kind.__name__}: {where}stage C",
                           "1 more lines with --debug")
     assert "second line" not in err
     assert main(["inspect", path, "--debug"]) == 2
@@ -181,7 +173,7 @@ def test_unbound_dim_names_the_shape_option(tmp_path: Path,
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "m", [x], [y])
     path = tmp_path / "batch.onnx"
     onnx.save(helper.make_model(graph), str(path))
-    err = _one_line_error(capsys, ["run", str(path)], "symbolic dim 0 'batch'",
+    err = one_line_error(capsys, ["run", str(path)], "symbolic dim 0 'batch'",
                           "bind it with --shape x=D0,D1,...")
     assert "shapes=" not in err
     assert main(["run", str(path), "--shape", "x=2,3"]) == 0

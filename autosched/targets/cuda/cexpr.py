@@ -13,6 +13,7 @@ from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.ops.transform import INDEX_CHECK
 from autosched.tir import ir
 
@@ -36,6 +37,12 @@ __device__ __forceinline__ double as_min(double a, double b) { return (a < b || 
 """
 
 
+# The C operators that compute an op exactly (integer / and % truncate toward zero).
+_C_INT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUNCDIV: "/", Op.TRUNCMOD: "%"}
+_C_FLOAT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
+_C_LOGICAL = {Op.AND: "&&", Op.OR: "||"}
+
+
 class ExprWriter:
     """Renders expressions of one kernel. The kernel writer provides ``name`` (for errors),
     ``names`` (C identifiers by uid), ``raw`` (placeholder vars printed verbatim), ``nonneg``
@@ -54,7 +61,7 @@ class ExprWriter:
     def _access(self, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> str:
         name = self.names.get(buf.uid, buf.name)
         try:
-            off = U.flat_offset(buf, indices)
+            off = ir.flat_offset(buf, indices)
         except ValueError as exc:
             raise CompileError(f"kernel {self.name}: {exc}") from None
         return f"{name}[{self._expr(off)}]"
@@ -78,8 +85,7 @@ class ExprWriter:
         if isinstance(e, E.Binary):
             return self._binary(e)
         if isinstance(e, E.Compare):
-            sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[e.op]
-            return f"({self._expr(e.a)} {sym} {self._expr(e.b)})"
+            return f"({self._expr(e.a)} {e.op.symbol} {self._expr(e.b)})"  # C spells them alike
         if isinstance(e, E.Not):
             return f"(!{self._expr(e.a)})"
         if isinstance(e, E.Select):
@@ -118,9 +124,9 @@ class ExprWriter:
 
     def _binary(self, e: E.Binary) -> str:
         op, t = e.op, e.dtype
-        if op in ("and", "or"):
-            return f"({self._expr(e.a)} {'&&' if op == 'and' else '||'} {self._expr(e.b)})"
-        if t == "float16" and op in ("min", "max", "pow", "floordiv", "floormod"):
+        if op in _C_LOGICAL:
+            return f"({self._expr(e.a)} {_C_LOGICAL[op]} {self._expr(e.b)})"
+        if t == "float16" and op in (Op.MIN, Op.MAX, Op.POW, Op.FLOORDIV, Op.FLOORMOD):
             # no portable half versions: compute in float, round once
             self.need_half()
             inner = self._float_binary(op, "float32", self._half(e.a), self._half(e.b))
@@ -128,16 +134,15 @@ class ExprWriter:
         if dt.is_float(t):
             return self._float_binary(op, t, self._expr(e.a), self._expr(e.b))
         a, b = self._expr(e.a), self._expr(e.b)
-        infix = {"add": "+", "sub": "-", "mul": "*", "truncdiv": "/", "truncmod": "%"}
-        if op in infix:
-            out = f"({a} {infix[op]} {b})"
-        elif op in ("min", "max"):
+        if op in _C_INT_INFIX:
+            out = f"({a} {_C_INT_INFIX[op]} {b})"
+        elif op in (Op.MIN, Op.MAX):
             out = f"{op}({a}, {b})"
-        elif op in ("floordiv", "floormod"):
+        elif op in (Op.FLOORDIV, Op.FLOORMOD):
             plain = (t.startswith("uint")
                      or (U.is_nonneg(e.a, self.nonneg) and U.is_nonneg(e.b, self.nonneg)))
-            if plain:
-                out = f"({a} {'/' if op == 'floordiv' else '%'} {b})"
+            if plain:  # C's / and % round toward zero: the same on non-negative operands
+                out = f"({a} {_C_INT_INFIX[op.truncating]} {b})"
             else:
                 wide = "long long" if t == "int64" else "int"
                 out = f"as_{op}(({wide})({a}), ({wide})({b}))"
@@ -148,22 +153,21 @@ class ExprWriter:
             out = f"(({c_type(t)}){out})"
         return out
 
-    def _float_binary(self, op: str, t: str, a: str, b: str) -> str:
-        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-        if op in infix:
-            if op == "div" and self.fast_math and t == "float32":
+    def _float_binary(self, op: Op, t: str, a: str, b: str) -> str:
+        if op in _C_FLOAT_INFIX:
+            if op is Op.DIV and self.fast_math and t == "float32":
                 return f"__fdividef({a}, {b})"
-            return f"({a} {infix[op]} {b})"
+            return f"({a} {_C_FLOAT_INFIX[op]} {b})"
         f = "f" if t == "float32" else ""
         if t == "float16":  # add/sub/mul/div handled above through cuda_fp16 operators
             raise CompileError(f"kernel {self.name}: half {op} reached the float path")
-        if op in ("min", "max"):
+        if op in (Op.MIN, Op.MAX):
             return f"as_{op}({a}, {b})"
-        if op == "pow":
+        if op is Op.POW:
             return f"{float_function('pow', t, self.fast_math)}({a}, {b})"
-        if op == "floordiv":
+        if op is Op.FLOORDIV:
             return f"floor{f}({a} / {b})"
-        if op == "floormod":
+        if op is Op.FLOORMOD:
             return f"(({a}) - floor{f}(({a}) / ({b})) * ({b}))"
         raise CompileError(f"kernel {self.name}: float {op} is not supported")
 

@@ -25,11 +25,11 @@ from autosched.targets.cuda.intrinsics import prelude_math
 from autosched.targets.names import c_identifier
 from autosched.targets.target import Target
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.visit import children, free_vars, rewrite, substitute
 from autosched.tir import ir
-
-THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")
-
+from autosched.tir.evaluate import const_int
+from autosched.tir.visit import loads, stored_buffers, used_buffers, uses_var, walk
 
 # Every identifier the generated code declares lives in autosched's own namespace
 # (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
@@ -128,7 +128,7 @@ class _FuncWriter:
         if self.uses_half:
             head.append("#include <cuda_fp16.h>")
         code = "\n".join(head + [PRELUDE_INT + PRELUDE_FLOAT + prelude_math(self.fast_math)] + bodies)
-        written = frozenset(U.stored_buffers(self.func.body))
+        written = frozenset(stored_buffers(self.func.body))
         return CudaSource(code, tuple(kernels), tuple(self.workspace),
                           tuple(shape_vars.values()), self.uses_half, written)
 
@@ -145,7 +145,7 @@ class _FuncWriter:
             self._collect(s.body, wrappers, out)
         elif isinstance(s, (ir.Allocate, ir.LetStmt)):
             self._collect(s.body, wrappers + [s], out)
-        elif isinstance(s, ir.For) and s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+        elif isinstance(s, ir.For) and s.kind == "thread" and s.thread_tag in ir.THREAD_TAGS:
             out.append((s, wrappers))
         else:
             what = f"loop {s.var.name} ({s.kind})" if isinstance(s, ir.For) else type(s).__name__
@@ -187,12 +187,12 @@ class _KernelWriter(ExprWriter):
         body: ir.Stmt = self.region
         for w in reversed(self.wrappers):
             if isinstance(w, ir.Allocate):
-                if w.buffer in U.used_buffers(body):
+                if w.buffer in used_buffers(body):
                     body = ir.Allocate(w.buffer, body)
             elif isinstance(w, ir.LetStmt):
                 body = ir.LetStmt(w.var, w.value, body)
-        used = U.used_buffers(body)
-        written = U.stored_buffers(body)
+        used = used_buffers(body)
+        written = stored_buffers(body)
         params = [b for b in self.fw.func.params + tuple(self.fw.workspace) if b in used]
         for b in params:
             if b.dtype == "float16":
@@ -203,7 +203,7 @@ class _KernelWriter(ExprWriter):
             const = "" if b in written else "const "
             sig.append(f"{const}{c_type(b.dtype)}* __restrict__ {self.names.get(b.uid, b.name)}")
         sig += [f"{c_type(v.dtype)} {self.names.get(v.uid, v.name)}" for v in self.shape_vars]
-        threads = [U.const_int(e) for e in launch["threadIdx"]]
+        threads = [const_int(e) for e in launch["threadIdx"]]
         bounds = ""
         if all(t is not None for t in threads):
             total = threads[0] * threads[1] * threads[2]  # type: ignore[operator]
@@ -229,9 +229,9 @@ class _KernelWriter(ExprWriter):
         return info, text
 
     def _launch_sizes(self) -> dict[str, tuple[E.Expr, E.Expr, E.Expr]]:
-        extents: dict[str, list[E.Expr]] = {t: [] for t in THREAD_TAGS}
-        for st in U.walk(self.region):
-            if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in THREAD_TAGS:
+        extents: dict[str, list[E.Expr]] = {t: [] for t in ir.THREAD_TAGS}
+        for st in walk(self.region):
+            if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in ir.THREAD_TAGS:
                 bad = [v for v in free_vars(st.extent) if v not in self.shape_vars]
                 if bad:
                     raise CompileError(
@@ -296,15 +296,15 @@ class _KernelWriter(ExprWriter):
         if s.buffer.scope == "local":
             return  # private to each thread
         if not any(isinstance(ld, ir.Load) and ld.buffer == s.buffer
-                   and E.structural_equal(ld.indices, s.indices) for ld in U.loads(s.value)):
+                   and E.structural_equal(ld.indices, s.indices) for ld in loads(s.value)):
             return
         for lp in self.thread_loops:
-            ext = U.const_int(lp.extent)
-            if ext == 1 or any(U.uses_var(i, lp.var) for i in s.indices):
+            ext = const_int(lp.extent)
+            if ext == 1 or any(uses_var(i, lp.var) for i in s.indices):
                 continue
             if s.buffer.scope == "shared" and lp.thread_tag.startswith("blockIdx"):
                 continue  # each block has its own shared memory
-            if any(U.uses_var(c, lp.var) for c in self.conditions):
+            if any(uses_var(c, lp.var) for c in self.conditions):
                 continue  # e.g. only thread 0 accumulates
             raise CompileError(
                 f"kernel {self.name}: {s.buffer.name}[{', '.join(map(str, s.indices))}] is "
@@ -322,7 +322,7 @@ class _KernelWriter(ExprWriter):
 
     def _allocate(self, s: ir.Allocate) -> None:
         b = s.buffer
-        n = U.num_elements(b)
+        n = b.num_elements
         if n is None:
             raise CompileError(
                 f"kernel {self.name}: {b.scope} buffer {b.name} has a symbolic shape "
@@ -369,7 +369,7 @@ class _KernelWriter(ExprWriter):
         lo = self._expr(s.min)
         if U.is_nonneg(s.min, self.nonneg):
             self.nonneg.add(s.var.uid)
-        if s.kind == "thread" and s.thread_tag in THREAD_TAGS:
+        if s.kind == "thread" and s.thread_tag in ir.THREAD_TAGS:
             kind, dim = s.thread_tag.split(".")
             launch = self.launch[kind]["xyz".index(dim)]
             self.emit("{")
@@ -391,7 +391,7 @@ class _KernelWriter(ExprWriter):
             return
         if s.kind == "vectorized" and self._try_vector(s):
             return
-        ext = U.const_int(s.extent)
+        ext = const_int(s.extent)
         unroll = s.kind in ("unrolled", "vectorized") or s.thread_tag.startswith("vthread")
         if not unroll and unroll_budget and ext is not None:
             steps = _steps(s)
@@ -414,7 +414,7 @@ class _KernelWriter(ExprWriter):
         if unroll:
             self.emit("#pragma unroll")
         ctype = c_type(s.var.dtype)
-        hi = self._expr(E.binary("add", s.min, s.extent))
+        hi = self._expr(E.binary(Op.ADD, s.min, s.extent))
         self.emit(f"for ({ctype} {v} = {lo}; {v} < {hi}; ++{v}) {{")
         self._block_b(s.body, unroll_budget)
         self.emit("}")
@@ -423,13 +423,13 @@ class _KernelWriter(ExprWriter):
         """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
         vector load per operand that is contiguous and aligned in the loop variable, and one
         vector store when the store is too (else a scalar store per lane)."""
-        lanes = U.const_int(s.extent)
+        lanes = const_int(s.extent)
         st = s.body
         if lanes not in (2, 4) or not isinstance(st, ir.Store):
             return False
         store_vec = self._vector_ok(st.buffer, st.indices, s, lanes)
         candidates = [ld for ld in _unconditional_loads(st.value)
-                      if U.uses_var(U.flat_offset(ld.buffer, ld.indices), s.var)
+                      if uses_var(ir.flat_offset(ld.buffer, ld.indices), s.var)
                       and self._vector_ok(ld.buffer, ld.indices, s, lanes)]
         if not store_vec and not candidates:
             return False
@@ -452,7 +452,7 @@ class _KernelWriter(ExprWriter):
             vtype = VECTOR_TYPES[st.buffer.dtype][lanes // 4]
             self.emit(f"{vtype} {out};")
         for lane in range(lanes):
-            at = E.binary("add", s.min, E.const(lane, s.var.dtype))
+            at = E.binary(Op.ADD, s.min, E.const(lane, s.var.dtype))
             mapping: dict[E.Var, E.Expr] = {s.var: at}
             for p in vector_loads.values():
                 lane_var = E.Var(f"{p.name}.{comps[lane]}", p.dtype)
@@ -481,7 +481,7 @@ class _KernelWriter(ExprWriter):
             return False
         if not _is_zero(s.min):
             return False
-        split = U.lane_split(U.flat_offset(buf, indices), s.var, lanes)
+        split = U.lane_split(ir.flat_offset(buf, indices), s.var, lanes)
         if split is None or split[1] != 1:
             return False
         return U.known_divisor(split[0]) % lanes == 0
@@ -491,12 +491,12 @@ _LOCAL_UNROLL_STEPS = 1024
 
 def _indexes_local(s: ir.For) -> bool:
     """True when the loop variable of ``s`` indexes a register ("local") array in its body."""
-    for st in U.walk(s.body):
+    for st in walk(s.body):
         if (isinstance(st, ir.Store) and st.buffer.scope == "local"
-                and any(U.uses_var(i, s.var) for i in st.indices)):
+                and any(uses_var(i, s.var) for i in st.indices)):
             return True
-    return any(ld.buffer.scope == "local" and any(U.uses_var(i, s.var) for i in ld.indices)
-               for ld in U.loads(s.body))
+    return any(ld.buffer.scope == "local" and any(uses_var(i, s.var) for i in ld.indices)
+               for ld in loads(s.body))
 
 
 def _unconditional_loads(e: E.Expr) -> list[ir.Load]:
@@ -518,11 +518,11 @@ def _unconditional_loads(e: E.Expr) -> list[ir.Load]:
 
 
 def _is_zero(e: E.Expr) -> bool:
-    return U.const_int(e) == 0
+    return const_int(e) == 0
 
 
 def _same_extent(a: E.Expr, b: E.Expr) -> bool:
-    ca, cb = U.const_int(a), U.const_int(b)
+    ca, cb = const_int(a), const_int(b)
     if ca is not None and cb is not None:
         return ca == cb
     return E.structural_equal(a, b)
@@ -531,20 +531,20 @@ def _same_extent(a: E.Expr, b: E.Expr) -> bool:
 def _max_extent(exts: list[E.Expr]) -> E.Expr:
     if not exts:
         return E.const(1)
-    consts = [U.const_int(x) for x in exts]
+    consts = [const_int(x) for x in exts]
     if all(c is not None for c in consts):
         return E.const(max(consts))  # type: ignore[type-var]
     out = exts[0]
     for x in exts[1:]:
         if not _same_extent(out, x):
-            out = E.binary("max", out, x)
+            out = E.binary(Op.MAX, out, x)
     return out
 
 
 def _steps(s: ir.Stmt) -> int | None:
     """How many statement instances the nest ``s`` runs (None when a loop is symbolic)."""
     if isinstance(s, ir.For):
-        ext = U.const_int(s.extent)
+        ext = const_int(s.extent)
         inner = _steps(s.body)
         return None if ext is None or inner is None else ext * inner
     if isinstance(s, ir.Seq):

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from autosched.targets.cuda import ir_util as U
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.tir import ir
+from autosched.tir.evaluate import const_int
+from autosched.tir.visit import loads, map_children, substitute_stmt, uses_var, walk
 
 
 def bind_unbound(func: ir.PrimFunc, threads: int = 256) -> ir.PrimFunc:
@@ -27,40 +30,33 @@ def bind_unbound(func: ir.PrimFunc, threads: int = 256) -> ir.PrimFunc:
 
 
 def _host(s: ir.Stmt, threads: int) -> ir.Stmt:
-    if isinstance(s, ir.Seq):
-        new = tuple(_host(c, threads) for c in s.stmts)
-        return s if all(a is b for a, b in zip(new, s.stmts)) else ir.Seq(new)
-    if isinstance(s, ir.Allocate):
-        body = _host(s.body, threads)
-        return s if body is s.body else ir.Allocate(s.buffer, body)
-    if isinstance(s, ir.LetStmt):
-        body = _host(s.body, threads)
-        return s if body is s.body else ir.LetStmt(s.var, s.value, body)
+    if isinstance(s, (ir.Seq, ir.Allocate, ir.LetStmt)):
+        return map_children(s, lambda c: _host(c, threads))
     if U.has_thread_loop(s):
         return s  # bound by the schedule (codegen reports a nest bound only inside)
     return bind_nest(s, threads)
 
 
 def _private_buffers(s: ir.Stmt) -> set[ir.Buffer]:
-    return {st.buffer for st in U.walk(s) if isinstance(st, ir.Allocate)}
+    return {st.buffer for st in walk(s) if isinstance(st, ir.Allocate)}
 
 
 def is_data_parallel(loop: ir.For) -> bool:
     """True when the iterations of ``loop`` touch disjoint outputs and read none of each
     other's: each store's indices use the loop variable, and every read of a stored buffer is
     at the very indices of a store to it (the ``C[i] = C[i] + ...`` pattern)."""
-    if loop.kind == "parallel" or U.const_int(loop.extent) == 1:
+    if loop.kind == "parallel" or const_int(loop.extent) == 1:
         return True  # one iteration cannot conflict with another
     private = _private_buffers(loop.body)
-    stores = [st for st in U.walk(loop.body) if isinstance(st, ir.Store)]
+    stores = [st for st in walk(loop.body) if isinstance(st, ir.Store)]
     written: dict[ir.Buffer, list[tuple[E.Expr, ...]]] = {}
     for st in stores:
         if st.buffer in private:
             continue
-        if not any(U.uses_var(i, loop.var) for i in st.indices):
+        if not any(uses_var(i, loop.var) for i in st.indices):
             return False
         written.setdefault(st.buffer, []).append(st.indices)
-    for ld in U.loads(loop.body):
+    for ld in loads(loop.body):
         if ld.buffer in written and not any(
             E.structural_equal(ld.indices, idx) for idx in written[ld.buffer]
         ):
@@ -82,21 +78,21 @@ def bind_nest(s: ir.Stmt, threads: int) -> ir.Stmt:
         return ir.For(bx, E.const(0), E.const(1), "thread", inner, "blockIdx.x")
     total: E.Expr = E.const(1)
     for lp in loops:
-        total = E.binary("mul", total, lp.extent)
-    n = U.const_int(total)
+        total = E.binary(Op.MUL, total, lp.extent)
+    n = const_int(total)
     block = threads if n is None else max(1, min(threads, n))
-    blocks = E.binary("floordiv", E.binary("add", total, block - 1), block)
-    fused = E.binary("add", E.binary("mul", bx, block), tx)
+    blocks = E.binary(Op.FLOORDIV, E.binary(Op.ADD, total, block - 1), block)
+    fused = E.binary(Op.ADD, E.binary(Op.MUL, bx, block), tx)
     mapping: dict[E.Var, E.Expr] = {}
     stride: E.Expr = E.const(1)
     for k, lp in enumerate(reversed(loops)):
-        q = fused if U.const_int(stride) == 1 else E.binary("floordiv", fused, stride)
+        q = fused if const_int(stride) == 1 else E.binary(Op.FLOORDIV, fused, stride)
         outermost = k == len(loops) - 1
-        idx = q if outermost else E.binary("floormod", q, lp.extent)
-        mapping[lp.var] = E.binary("add", lp.min, idx) if U.const_int(lp.min) != 0 else idx
-        stride = E.binary("mul", stride, lp.extent)
-    body = U.substitute_stmt(cur, mapping)
+        idx = q if outermost else E.binary(Op.FLOORMOD, q, lp.extent)
+        mapping[lp.var] = E.binary(Op.ADD, lp.min, idx) if const_int(lp.min) != 0 else idx
+        stride = E.binary(Op.MUL, stride, lp.extent)
+    body = substitute_stmt(cur, mapping)
     if n is None or n % block != 0:
-        body = ir.IfThenElse(E.compare("lt", fused, total), body)
+        body = ir.IfThenElse(E.compare(Op.LT, fused, total), body)
     inner = ir.For(tx, E.const(0), E.const(block), "thread", body, "threadIdx.x")
     return ir.For(bx, E.const(0), blocks, "thread", inner, "blockIdx.x")

@@ -50,13 +50,13 @@ import numpy as np
 from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.backend import WallClockModule
-from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
 from autosched.targets.cuda.runtime import CudaModule, _nbytes
 from autosched.targets.ref.evaluate import evaluate
 from autosched.tir import ir
+from autosched.tir.evaluate import eval_int
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
          # CUDA wraps signed overflow and has no strict-aliasing rule for float4 punning
@@ -113,15 +113,15 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
         mem[buf] = _DeviceBuffer(buf.name, a.nbytes)
         mem[buf].array(a.shape, a.dtype)[...] = a
     for buf in mod.source.workspace:
-        shape = tuple(U.eval_int(d, env) for d in buf.shape)
+        shape = tuple(eval_int(d, env) for d in buf.shape)
         mem[buf] = _DeviceBuffer(buf.name, _nbytes(buf, env))
         _fill_garbage(mem[buf].array(shape, np.dtype(buf.dtype)))
     code = _order_code(order)
     warnings: list[str] = []
     with _LOCK:
         for info, kernel in zip(mod.source.kernels, program.kernels):
-            grid = [U.eval_int(e, env) for e in info.grid]
-            block = [U.eval_int(e, env) for e in info.block]
+            grid = [eval_int(e, env) for e in info.grid]
+            block = [eval_int(e, env) for e in info.block]
             if 0 in grid or 0 in block:
                 continue
             _launch(lib, info, kernel, mem, env, grid + block, code, time_limit)

@@ -1,111 +1,20 @@
-"""Small loop-IR helpers the CUDA backend needs: walking statements, substituting variables,
-and the integer facts (non-negativity, lane strides, divisibility) that let codegen emit
-plain C division and vector accesses only where they are provably right."""
+"""The integer facts the CUDA backend needs about loop IR (non-negativity, lane strides,
+divisibility) to emit plain C division and vector accesses only where they are
+provably right. Walking and evaluating the IR is ``autosched.tir``'s."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 
 from autosched.te import expr as E
-from autosched.te.visit import post_order, substitute
+from autosched.te.opcodes import Op
 from autosched.tir import ir
-from autosched.tir.visit import all_exprs, walk
-
-
-def loads(s: ir.Stmt | E.Expr) -> Iterator[ir.Load]:
-    nodes = post_order(s) if isinstance(s, E.Expr) else all_exprs(s)
-    for n in nodes:
-        if isinstance(n, ir.Load):
-            yield n
-
-
-def stored_buffers(s: ir.Stmt) -> set[ir.Buffer]:
-    return {st.buffer for st in walk(s) if isinstance(st, ir.Store)}
-
-
-def used_buffers(s: ir.Stmt) -> set[ir.Buffer]:
-    return stored_buffers(s) | {ld.buffer for ld in loads(s)}
+from autosched.tir.evaluate import const_int
+from autosched.tir.visit import uses_var, walk
 
 
 def has_thread_loop(s: ir.Stmt) -> bool:
     return any(isinstance(st, ir.For) and st.kind == "thread" for st in walk(s))
-
-
-def expr_vars(e: E.Expr) -> set[E.Var]:
-    return {n for n in post_order(e) if isinstance(n, E.Var)}
-
-
-def uses_var(e: E.Expr, v: E.Var) -> bool:
-    return any(isinstance(n, E.Var) and n.uid == v.uid for n in post_order(e))
-
-
-def map_stmt(s: ir.Stmt, fe: Callable[[E.Expr], E.Expr]) -> ir.Stmt:
-    """``s`` with ``fe`` applied to every expression it holds (buffers' shapes excluded)."""
-    if isinstance(s, ir.Store):
-        return ir.Store(s.buffer, tuple(fe(i) for i in s.indices), fe(s.value))
-    if isinstance(s, ir.For):
-        return ir.For(s.var, fe(s.min), fe(s.extent), s.kind, map_stmt(s.body, fe),
-                      s.thread_tag, s.annotations)
-    if isinstance(s, ir.Seq):
-        return ir.Seq(tuple(map_stmt(c, fe) for c in s.stmts))
-    if isinstance(s, ir.IfThenElse):
-        other = None if s.else_body is None else map_stmt(s.else_body, fe)
-        return ir.IfThenElse(fe(s.cond), map_stmt(s.then_body, fe), other)
-    if isinstance(s, ir.Allocate):
-        return ir.Allocate(s.buffer, map_stmt(s.body, fe))
-    if isinstance(s, ir.LetStmt):
-        return ir.LetStmt(s.var, fe(s.value), map_stmt(s.body, fe))
-    return s
-
-
-def substitute_stmt(s: ir.Stmt, mapping: dict[E.Var, E.Expr]) -> ir.Stmt:
-    return map_stmt(s, lambda e: substitute(e, mapping))
-
-
-def const_int(e: E.Expr) -> int | None:
-    """The value of ``e`` when it folds to an integer constant."""
-    if isinstance(e, E.Const) and not isinstance(e.value, float):
-        return int(e.value)
-    if isinstance(e, E.Binary) and e.op in ("add", "sub", "mul", "min", "max"):
-        a, b = const_int(e.a), const_int(e.b)
-        if a is None or b is None:
-            return None
-        return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
-    return None
-
-
-def eval_int(e: E.Expr, env: dict[int, int]) -> int:
-    """Evaluate an integer expression over variables given by uid (launch sizes at call time)."""
-    if isinstance(e, E.Const):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        return env[e.uid]
-    if isinstance(e, E.Cast):
-        return eval_int(e.value, env)
-    if isinstance(e, E.Binary):
-        a, b = eval_int(e.a, env), eval_int(e.b, env)
-        ops = {
-            "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-            "floordiv": lambda: a // b, "floormod": lambda: a % b,
-            "truncdiv": lambda: int(a / b), "truncmod": lambda: a - int(a / b) * b,
-            "min": lambda: min(a, b), "max": lambda: max(a, b),
-        }
-        if e.op in ops:
-            return ops[e.op]()
-    if isinstance(e, E.Select):
-        return eval_int(e.true_value if eval_bool(e.cond, env) else e.false_value, env)
-    raise ValueError(f"cannot evaluate {e} on the host")
-
-
-def eval_bool(e: E.Expr, env: dict[int, int]) -> bool:
-    if isinstance(e, E.Compare):
-        a, b = eval_int(e.a, env), eval_int(e.b, env)
-        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
-                "ge": a >= b}[e.op]
-    if isinstance(e, E.Const):
-        return bool(e.value)
-    raise ValueError(f"cannot evaluate {e} on the host")
 
 
 def is_nonneg(e: E.Expr, nonneg_vars: set[int]) -> bool:
@@ -115,11 +24,11 @@ def is_nonneg(e: E.Expr, nonneg_vars: set[int]) -> bool:
     if isinstance(e, E.Var):
         return e.uid in nonneg_vars or e.dtype.startswith("uint")
     if isinstance(e, E.Binary):
-        if e.op in ("add", "mul", "min", "max", "floordiv", "truncdiv"):
+        if e.op in (Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.FLOORDIV, Op.TRUNCDIV):
             return is_nonneg(e.a, nonneg_vars) and is_nonneg(e.b, nonneg_vars)
-        if e.op == "floormod":
+        if e.op is Op.FLOORMOD:
             return is_nonneg(e.b, nonneg_vars)
-        if e.op == "truncmod":
+        if e.op is Op.TRUNCMOD:
             return is_nonneg(e.a, nonneg_vars)
     if isinstance(e, E.Cast) and not e.type.startswith("float"):
         return is_nonneg(e.value, nonneg_vars)
@@ -142,19 +51,19 @@ def lane_split(e: E.Expr, v: E.Var, lanes: int) -> tuple[E.Expr, int] | None:
         return None if inner is None else (E.cast(e.type, inner[0]), inner[1])
     if not isinstance(e, E.Binary):
         return None
-    if e.op in ("add", "sub"):
+    if e.op in (Op.ADD, Op.SUB):
         a, b = lane_split(e.a, v, lanes), lane_split(e.b, v, lanes)
         if a is None or b is None:
             return None
-        return E.binary(e.op, a[0], b[0]), a[1] + b[1] if e.op == "add" else a[1] - b[1]
-    if e.op == "mul":
+        return E.binary(e.op, a[0], b[0]), a[1] + b[1] if e.op is Op.ADD else a[1] - b[1]
+    if e.op is Op.MUL:
         for x, y in ((e.a, e.b), (e.b, e.a)):
             k = const_int(y)
             if k is not None:
                 inner = lane_split(x, v, lanes)
-                return None if inner is None else (E.binary("mul", inner[0], y), inner[1] * k)
+                return None if inner is None else (E.binary(Op.MUL, inner[0], y), inner[1] * k)
         return None
-    if e.op in ("floordiv", "floormod"):
+    if e.op in (Op.FLOORDIV, Op.FLOORMOD):
         d = const_int(e.b)
         inner = lane_split(e.a, v, lanes)
         if d is None or d <= 0 or inner is None:
@@ -162,7 +71,7 @@ def lane_split(e: E.Expr, v: E.Var, lanes: int) -> tuple[E.Expr, int] | None:
         base, k = inner
         if k < 0 or k * lanes > math.gcd(known_divisor(base), d):
             return None
-        return E.binary(e.op, base, e.b), (0 if e.op == "floordiv" else k)
+        return E.binary(e.op, base, e.b), (0 if e.op is Op.FLOORDIV else k)
     return None
 
 
@@ -179,34 +88,10 @@ def known_divisor(e: E.Expr, lanes_of: dict[int, int] | None = None) -> int:
         return known_divisor(e.value, lanes_of)
     if isinstance(e, E.Binary):
         a, b = known_divisor(e.a, lanes_of), known_divisor(e.b, lanes_of)
-        if e.op in ("add", "sub"):
+        if e.op in (Op.ADD, Op.SUB):
             return math.gcd(a, b)
-        if e.op == "mul":
+        if e.op is Op.MUL:
             return min(a * b, 1 << 30)
-        if e.op == "floormod" and isinstance(e.b, E.Const):
+        if e.op is Op.FLOORMOD and isinstance(e.b, E.Const):
             return math.gcd(a, b)  # a - d*q with d and a both multiples of gcd(a, d)
     return 1
-
-
-def flat_offset(buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> E.Expr:
-    """Row-major element offset of ``buf[indices]`` (built with the folding builders)."""
-    if len(indices) != len(buf.shape):
-        raise ValueError(
-            f"buffer {buf.name} has {len(buf.shape)} dims but is indexed with {len(indices)}"
-        )
-    if not indices:
-        return E.const(0)
-    off: E.Expr = indices[0]
-    for dim, idx in zip(buf.shape[1:], indices[1:]):
-        off = E.binary("add", E.binary("mul", off, dim), idx)
-    return off
-
-
-def num_elements(buf: ir.Buffer) -> int | None:
-    n = 1
-    for d in buf.shape:
-        c = const_int(d)
-        if c is None:
-            return None
-        n *= c
-    return n

@@ -22,13 +22,13 @@ import numpy as np
 
 from autosched.errors import RuntimeError_
 from autosched.targets.backend import Timing, time_repeats
-from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.nvrtc import CompiledBinary
 from autosched.targets.target import Target
 from autosched.te.expr import Var
 from autosched.te.visit import free_vars
 from autosched.tir import ir
+from autosched.tir.evaluate import eval_int
 
 INSTALL_HINT = "pip install autosched[cuda]  (or: pip install pycuda)"
 
@@ -247,8 +247,8 @@ class CudaModule:
             ptrs[buf] = int(self._workspace[buf.uid][1])
         calls = []
         for info, fn in zip(self.source.kernels, loaded.functions):
-            grid = tuple(U.eval_int(e, env) for e in info.grid)
-            block = tuple(U.eval_int(e, env) for e in info.block)
+            grid = tuple(eval_int(e, env) for e in info.grid)
+            block = tuple(eval_int(e, env) for e in info.block)
             if 0 in grid or 0 in block:
                 continue
             self._check_limits(loaded, info, fn, grid, block)
@@ -290,7 +290,7 @@ class CudaModule:
             for d, (want, got) in enumerate(zip(buf.shape, shape)):
                 if any(v.uid not in env for v in free_vars(want)):
                     continue
-                expected = U.eval_int(want, env)
+                expected = eval_int(want, env)
                 if expected != int(got):
                     raise RuntimeError_(
                         f"{self.func.name}: argument {buf.name} dim {d} must be {want} = "
@@ -401,5 +401,5 @@ def _device_pointer(arg: Any, buf: ir.Buffer) -> int:
 def _nbytes(buf: ir.Buffer, env: dict[int, int]) -> int:
     n = 1
     for d in buf.shape:
-        n *= U.eval_int(d, env)
+        n *= eval_int(d, env)
     return n * buf.itemsize

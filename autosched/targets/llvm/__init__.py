@@ -25,9 +25,9 @@ from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
 from autosched.targets.llvm.runtime import CPUModule, HostModule
-from autosched.targets.llvm.walk import stored_buffers
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
+from autosched.tir.visit import stored_buffers
 
 
 def build_module(func: PrimFunc, target: Target) -> CPUModule:
@@ -38,7 +38,7 @@ def build_module(func: PrimFunc, target: Target) -> CPUModule:
     ir_text = str(module)
     compiled = compile_ir(ir_text, target)
     uses_threads = sig.num_threads_symbol in module.globals
-    written = frozenset(stored_buffers(func.body))
+    written = frozenset(b.uid for b in stored_buffers(func.body))
     cls = HostModule if target.is_host else CPUModule
     return cls(sig, target, ir_text, compiled, uses_threads, written)
 

@@ -29,9 +29,10 @@ from autosched.targets.status import STATUS_ALLOC
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.expr import structural_equal
+from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
-from autosched.tir.visit import all_exprs, stmt_exprs, sub_stmts
+from autosched.tir.visit import loads, stmt_exprs, sub_stmts
 from autosched.tir.visit import walk as all_stmts
 
 MAX_UNROLL = 1024  # replicate an unrolled loop up to this many times, beyond: a hinted loop
@@ -41,11 +42,11 @@ STACK_BYTES = {"local": 64 * 1024, "shared": 32 * 1024, "global": 32 * 1024}
 MAX_BYTES = 2**63 - 1 - ALLOC_ALIGN  # an allocation's byte count, rounded up, must fit in int64
 
 _REDUCE = {  # op -> (integer reduction, float reduction)
-    "add": ("llvm.vector.reduce.add", "llvm.vector.reduce.fadd"),
-    "mul": ("llvm.vector.reduce.mul", "llvm.vector.reduce.fmul"),
+    Op.ADD: ("llvm.vector.reduce.add", "llvm.vector.reduce.fadd"),
+    Op.MUL: ("llvm.vector.reduce.mul", "llvm.vector.reduce.fmul"),
     # fminimum / fmaximum: a NaN lane makes the result NaN (fmin / fmax would drop it)
-    "min": (None, "llvm.vector.reduce.fminimum"),
-    "max": (None, "llvm.vector.reduce.fmaximum"),
+    Op.MIN: (None, "llvm.vector.reduce.fminimum"),
+    Op.MAX: (None, "llvm.vector.reduce.fmaximum"),
 }
 
 
@@ -209,8 +210,7 @@ class FuncGen(ExprGen):
             self.b.store(value, self.element_ptr(buf, s.indices), align=align)
             return
         index_lanes = max((self.lanes(i) for i in s.indices), default=1)
-        reads_self = any(isinstance(n, lir.Load) and n.buffer.uid == buf.uid
-                         for n in all_exprs(s))
+        reads_self = any(ld.buffer == buf for ld in loads(s))
         if index_lanes == 1:
             if self._vector_reduction(s):
                 return
@@ -244,8 +244,7 @@ class FuncGen(ExprGen):
                     and structural_equal(x.indices, s.indices))
 
         rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
-        if rest is None or any(isinstance(n, lir.Load) and n.buffer.uid == s.buffer.uid
-                               for n in post_order(rest)):
+        if rest is None or any(ld.buffer == s.buffer for ld in loads(rest)):
             return False
         dtype = s.buffer.dtype
         is_float = dt.is_float(dtype)
@@ -257,7 +256,7 @@ class FuncGen(ExprGen):
         ptr = self.element_ptr(s.buffer, s.indices)
         old = self.b.load(ptr, align=s.buffer.itemsize)
         suffix = f"v{self.vec.lanes}{_type_suffix(dtype)}"
-        if is_float and v.op in ("add", "mul"):  # these take the start value
+        if is_float and v.op in (Op.ADD, Op.MUL):  # these take the start value
             fn = self.state.function(f"{name}.{suffix}", old.type, [old.type, vec.type])
             new = self.b.call(fn, [old, vec], fastmath=("reassoc",) + FP_FLAGS)
         else:
@@ -385,43 +384,43 @@ class FuncGen(ExprGen):
         """Vectors of the CPU's width: a multiple of it (up to MAX_LANES) stays one LLVM vector,
         which LLVM splits evenly; other extents are cut into full-width pieces and a remainder
         in powers of two, because LLVM legalises odd widths like <56 x float> badly."""
-        body = inline_lets_on(s.body, s.var.uid)
+        body = inline_lets_on(s.body, s.var)
         lo = self._loop_value(s.min, s.var)
         native = self._native_lanes(body)
         if extent <= native or (extent % native == 0 and extent <= MAX_LANES):
-            return self._vector_piece(body, s.var.uid, lo, 0, extent)
+            return self._vector_piece(body, s.var, lo, 0, extent)
         full, rest = divmod(extent, native)
         if full <= MAX_UNROLL_PIECES:
             for c in range(full):
-                self._vector_piece(body, s.var.uid, lo, c * native, native)
+                self._vector_piece(body, s.var, lo, c * native, native)
         else:
             width = ir.Constant(lo.type, native)
 
             def piece(c: ir.Value) -> None:
                 start = self.b.add(lo, self.b.mul(c, width))
-                with self.vector(VectorContext(s.var.uid, native, start)):
+                with self.vector(VectorContext(s.var, native, start)):
                     self.stmt(body)
 
             self.loop(ir.Constant(lo.type, 0), ir.Constant(lo.type, full), piece)
         offset = full * native
         while rest:
             width = 1 << (rest.bit_length() - 1)
-            self._vector_piece(body, s.var.uid, lo, offset, width)
+            self._vector_piece(body, s.var, lo, offset, width)
             offset, rest = offset + width, rest - width
 
-    def _vector_piece(self, body: lir.Stmt, uid: int, lo: ir.Value, offset: int,
+    def _vector_piece(self, body: lir.Stmt, var: E.Var, lo: ir.Value, offset: int,
                       lanes: int) -> None:
         start = lo if offset == 0 else self.b.add(lo, ir.Constant(lo.type, offset))
         if lanes == 1:
-            self.env[uid] = start
+            self.env[var.uid] = start
             self.stmt(body)
-            self.env.pop(uid, None)
+            self.env.pop(var.uid, None)
             return
-        with self.vector(VectorContext(uid, lanes, start)):
+        with self.vector(VectorContext(var, lanes, start)):
             self.stmt(body)
 
     def _native_lanes(self, body: lir.Stmt) -> int:
-        bits = [dt.bits(e.buffer.dtype) for e in all_exprs(body) if isinstance(e, lir.Load)]
+        bits = [dt.bits(ld.buffer.dtype) for ld in loads(body)]
         bits += [dt.bits(st.buffer.dtype) for st in all_stmts(body) if isinstance(st, lir.Store)]
         widest = max([b for b in bits if b >= 8] or [32])
         return max(self.state.vector_bits // widest, 2)

@@ -18,22 +18,32 @@ import llvmlite.ir as ir
 from autosched.errors import CompileError
 from autosched.targets.llvm import intrinsics
 from autosched.targets.llvm import types as T
-from autosched.targets.llvm.walk import depends_on, linear_coeff
+from autosched.targets.llvm.walk import linear_coeff
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
 from autosched.tir.arith import simplify
+from autosched.tir.visit import uses_var
 
-_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # Let LLVM fuse a*b+c into an FMA (numpy's BLAS does too); no other fast-math freedom.
 FP_FLAGS = ("contract",)
-_TRAPPING = ("floordiv", "floormod", "truncdiv", "truncmod")
+
+# The LLVM instructions of the ops that map to one (integer division: signed, unsigned).
+_LOGICAL = {Op.AND: ir.IRBuilder.and_, Op.OR: ir.IRBuilder.or_}
+_INT_ARITH = {Op.ADD: ir.IRBuilder.add, Op.SUB: ir.IRBuilder.sub, Op.MUL: ir.IRBuilder.mul}
+_FLOAT_ARITH = {Op.ADD: ir.IRBuilder.fadd, Op.SUB: ir.IRBuilder.fsub, Op.MUL: ir.IRBuilder.fmul}
+_INT_DIVIDE = {
+    Op.TRUNCDIV: (ir.IRBuilder.sdiv, ir.IRBuilder.udiv),
+    Op.TRUNCMOD: (ir.IRBuilder.srem, ir.IRBuilder.urem),
+}
+_MIN_MAX = {Op.MIN: "<", Op.MAX: ">"}  # the comparison that picks the first operand
 
 
 @dataclass
 class VectorContext:
-    uid: int  # the vectorized loop variable
+    var: E.Var  # the vectorized loop variable
     lanes: int
     lane0: ir.Value  # its scalar value in lane 0
 
@@ -44,7 +54,7 @@ def may_trap(e: E.Expr) -> bool:
     for n in post_order(e):
         if isinstance(n, lir.Load):
             return True
-        if isinstance(n, E.Binary) and n.op in _TRAPPING and not isinstance(n.b, E.Const):
+        if isinstance(n, E.Binary) and n.op.divides and not isinstance(n.b, E.Const):
             return True
     return False
 
@@ -98,30 +108,30 @@ class ExprGen:
             return 1
         hit = self._lanes.get(id(e))
         if hit is None or hit[0] is not e:  # the node is kept in the entry so its id stays its own
-            hit = (e, self.vec.lanes if depends_on(e, self.vec.uid) else 1)
+            hit = (e, self.vec.lanes if uses_var(e, self.vec.var) else 1)
             self._lanes[id(e)] = hit
         return hit[1]
 
     @contextlib.contextmanager
     def vector(self, ctx: VectorContext | None) -> Iterator[None]:
         """Emit inside a vectorized loop (``ctx``) or, with None, as plain scalar code."""
-        saved = (self.vec, self._lanes, self.env.get(ctx.uid) if ctx else None)
+        saved = (self.vec, self._lanes, self.env.get(ctx.var.uid) if ctx else None)
         self.vec, self._lanes = ctx, {}
         if ctx is not None:
             lane0 = self.splat(ctx.lane0, ctx.lanes)
             ty = ctx.lane0.type
             iota = ir.Constant(ir.VectorType(ty, ctx.lanes), [ir.Constant(ty, k)
                                                              for k in range(ctx.lanes)])
-            self.env[ctx.uid] = self.b.add(lane0, iota)
+            self.env[ctx.var.uid] = self.b.add(lane0, iota)
         try:
             yield
         finally:
             self.vec, self._lanes = saved[0], saved[1]
             if ctx is not None:
                 if saved[2] is None:
-                    self.env.pop(ctx.uid, None)
+                    self.env.pop(ctx.var.uid, None)
                 else:
-                    self.env[ctx.uid] = saved[2]
+                    self.env[ctx.var.uid] = saved[2]
 
     @contextlib.contextmanager
     def at_lane(self, k: int | ir.Value) -> Iterator[None]:
@@ -129,18 +139,18 @@ class ExprGen:
         of the current vectorized loop."""
         ctx = self.vec
         assert ctx is not None
-        saved = (self._lanes, self.env[ctx.uid])
+        saved = (self._lanes, self.env[ctx.var.uid])
         self.vec, self._lanes = None, {}
         if isinstance(k, int):
             kc = ir.Constant(ctx.lane0.type, k)
-            self.env[ctx.uid] = ctx.lane0 if k == 0 else self.b.add(ctx.lane0, kc)
+            self.env[ctx.var.uid] = ctx.lane0 if k == 0 else self.b.add(ctx.lane0, kc)
         else:
-            self.env[ctx.uid] = self.b.add(ctx.lane0, k)
+            self.env[ctx.var.uid] = self.b.add(ctx.lane0, k)
         try:
             yield
         finally:
             self.vec, self._lanes = ctx, saved[0]
-            self.env[ctx.uid] = saved[1]
+            self.env[ctx.var.uid] = saved[1]
 
     def per_lane(self, e: E.Expr) -> ir.Value:
         """``e`` evaluated lane by lane and gathered into a vector."""
@@ -199,15 +209,12 @@ class ExprGen:
         does, or (when some index is not affine in the lane: a reshape's floordiv / floormod)
         the row-major offset does once simplified, e.g. ``A[p // 14, p % 14]``."""
         assert self.vec is not None
-        coeffs = [linear_coeff(i, self.vec.uid) for i in indices]
+        coeffs = [linear_coeff(i, self.vec.var) for i in indices]
         if bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1]):
             return True
         if None not in coeffs or len(indices) != len(buf.shape):
             return False
-        off = indices[0]
-        for dim, idx in zip(buf.shape[1:], indices[1:]):
-            off = off * dim + idx
-        return linear_coeff(simplify(off), self.vec.uid) == 1
+        return linear_coeff(simplify(lir.flat_offset(buf, indices)), self.vec.var) == 1
 
     def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
                     inbounds: bool = True) -> ir.Value:
@@ -285,57 +292,42 @@ class ExprGen:
     def _Binary(self, e: E.Binary) -> ir.Value:
         return self.binop(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
 
-    def binop(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+    def binop(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         """``a op b`` on values of ``dtype`` (see expr.Binary for the semantics of ``op``)."""
         a, b = self.unify(a, b)
         bld = self.b
-        if op == "and":
-            return bld.and_(a, b)
-        if op == "or":
-            return bld.or_(a, b)
-        if op == "pow":
+        if op in _LOGICAL:
+            return _LOGICAL[op](bld, a, b)
+        if op is Op.POW:
             return intrinsics.emit_pow(self, a, b, dtype)
         if dt.is_float(dtype):
             return self._float_binary(op, a, b, dtype)
         signed = dt.is_signed(dtype)
-        flags = ["nsw"] if self._index_mode and signed else []
-        if op == "add":
-            return bld.add(a, b, flags=flags)
-        if op == "sub":
-            return bld.sub(a, b, flags=flags)
-        if op == "mul":
-            return bld.mul(a, b, flags=flags)
-        if op in ("min", "max"):
+        if op in _INT_ARITH:
+            return _INT_ARITH[op](bld, a, b, flags=["nsw"] if self._index_mode and signed else [])
+        if op in _MIN_MAX:
             cmp = bld.icmp_signed if signed else bld.icmp_unsigned
-            return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
-        if op == "truncdiv":
-            return bld.sdiv(a, b) if signed else bld.udiv(a, b)
-        if op == "truncmod":
-            return bld.srem(a, b) if signed else bld.urem(a, b)
-        if op in ("floordiv", "floormod"):
-            if not signed:
-                return bld.udiv(a, b) if op == "floordiv" else bld.urem(a, b)
+            return bld.select(cmp(_MIN_MAX[op], a, b), a, b)
+        if op in (Op.FLOORDIV, Op.FLOORMOD) and signed:
             return self._floor_divmod(op, a, b)
+        if op.truncating in _INT_DIVIDE:  # unsigned operands: floor and truncation agree
+            return _INT_DIVIDE[op.truncating][0 if signed else 1](bld, a, b)
         raise CompileError(f"integer operation {op} on {dtype} has no LLVM form")
 
-    def _float_binary(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+    def _float_binary(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         bld = self.b
-        if op == "add":
-            return bld.fadd(a, b, flags=FP_FLAGS)
-        if op == "sub":
-            return bld.fsub(a, b, flags=FP_FLAGS)
-        if op == "mul":
-            return bld.fmul(a, b, flags=FP_FLAGS)
-        if op == "div":
+        if op in _FLOAT_ARITH:
+            return _FLOAT_ARITH[op](bld, a, b, flags=FP_FLAGS)
+        if op is Op.DIV:
             return bld.fdiv(a, b)
-        if op in ("min", "max"):
+        if op in _MIN_MAX:
             return self._float_minmax(op, a, b)
-        if op in ("floordiv", "floormod"):
+        if op in (Op.FLOORDIV, Op.FLOORMOD):
             q = intrinsics.llvm_intrinsic(self, "llvm.floor", [bld.fdiv(a, b)], dtype)
-            return q if op == "floordiv" else bld.fsub(a, bld.fmul(q, b))
+            return q if op is Op.FLOORDIV else bld.fsub(a, bld.fmul(q, b))
         raise CompileError(f"float operation {op} on {dtype} has no LLVM form")
 
-    def _float_minmax(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def _float_minmax(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
         """max / min that keep a NaN of either operand (ONNX and numpy do; C's fmax does not).
         ``c > x ? c : x`` is one x86 maxps, which returns its second operand, ``x``, when either
         is NaN; so the operand that may be NaN goes second, and only when both may be NaN does
@@ -343,12 +335,12 @@ class ExprGen:
         bld = self.b
         if _nan_free(a):
             a, b = b, a
-        out = bld.select(bld.fcmp_ordered("<" if op == "min" else ">", b, a), b, a)
+        out = bld.select(bld.fcmp_ordered(_MIN_MAX[op], b, a), b, a)
         if _nan_free(b):
             return out
         return bld.select(bld.fcmp_unordered("uno", b, b), b, out)
 
-    def _floor_divmod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def _floor_divmod(self, op: Op, a: ir.Value, b: ir.Value) -> ir.Value:
         """Round toward negative infinity: C's quotient is one too big when the remainder is
         non-zero and its sign differs from the divisor's. LLVM folds this for b > 0."""
         bld = self.b
@@ -356,7 +348,7 @@ class ExprGen:
         zero = ir.Constant(a.type, None)
         fix = bld.and_(bld.icmp_signed("!=", r, zero),
                        bld.icmp_signed("<", bld.xor(r, b), zero))
-        if op == "floordiv":
+        if op == Op.FLOORDIV:
             one = self.splat(ir.Constant(a.type.element if T.lanes_of(a) > 1 else a.type, 1),
                              T.lanes_of(a))
             return bld.select(fix, bld.sub(q, one), q)
@@ -366,12 +358,12 @@ class ExprGen:
         a, b = self.unify(self.expr(e.a), self.expr(e.b))
         dtype = e.a.dtype
         if dt.is_float(dtype):
-            if e.op == "ne":  # NaN != x is true, as in numpy
+            if e.op is Op.NE:  # NaN != x is true, as in numpy
                 return self.b.fcmp_unordered("!=", a, b)
-            return self.b.fcmp_ordered(_ICMP[e.op], a, b)
+            return self.b.fcmp_ordered(e.op.symbol, a, b)
         if dt.is_signed(dtype):
-            return self.b.icmp_signed(_ICMP[e.op], a, b)
-        return self.b.icmp_unsigned(_ICMP[e.op], a, b)
+            return self.b.icmp_signed(e.op.symbol, a, b)
+        return self.b.icmp_unsigned(e.op.symbol, a, b)
 
     def _Not(self, e: E.Not) -> ir.Value:
         return self.b.not_(self.expr(e.a))

@@ -25,8 +25,8 @@ import llvmlite.ir as ir
 
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
-from autosched.targets.llvm.walk import used_buffers, used_var_uids
 from autosched.tir import ir as lir
+from autosched.tir.visit import used_buffers, used_vars
 
 if TYPE_CHECKING:
     from autosched.targets.llvm.codegen import FuncGen, ModuleState
@@ -54,9 +54,8 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
 
     state = gen.state
     num_threads, threads_ran = _globals(state)
-    uses = used_var_uids(s)
-    var_uids = [u for u in sorted(uses) if u in gen.env]
-    buf_uids = [u for u in used_buffers(s) if u in gen.ptrs]
+    var_uids = [u for u in sorted(v.uid for v in used_vars(s)) if u in gen.env]
+    buf_uids = [b.uid for b in used_buffers(s) if b.uid in gen.ptrs]
     param_uids = {b.uid for b in state.sig.params}
     lo = gen._loop_value(s.min, s.var)
     extent = gen._loop_value(s.extent, s.var)

@@ -16,6 +16,7 @@ even where the lockstep order happens to give the right answer.
 Example::
 
     from autosched.tir import ir
+from autosched.tir.evaluate import eval_int
     from autosched.targets.ref.evaluate import evaluate
     from autosched.te.expr import Var, const
     A = ir.Buffer("A", (const(4),), "float32"); B = ir.Buffer("B", (const(4),), "float32")
@@ -40,6 +41,7 @@ from autosched.targets.ref.pyrender import render
 from autosched.targets.ref.pyruntime import as_view, namespace
 from autosched.te import expr as E
 from autosched.tir import ir
+from autosched.tir.evaluate import eval_int
 
 _CACHE_SIZE = 256
 _cache: OrderedDict[tuple[int, bool, bool], Program] = OrderedDict()
@@ -130,7 +132,13 @@ def bind_shapes(func: ir.PrimFunc, arrays: tuple[Any, ...]) -> dict[int, int]:
         for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
             if isinstance(dim, E.Var):
                 continue
-            want_n = eval_int(dim, env)
+            try:
+                want_n = eval_int(dim, env)
+            except ValueError as exc:
+                raise CompileError(
+                    f"{func.name}: parameter {buf.name} has the shape {_shape_str(buf.shape)}, "
+                    f"which cannot be evaluated ({exc})"
+                ) from None
             if want_n != n:
                 bound = ", ".join(
                     f"{v.name}={env[v.uid]}" for v in _vars(dim) if v.uid in env
@@ -147,32 +155,6 @@ def _vars(e: E.Expr) -> list[E.Var]:
     from autosched.te.visit import post_order
 
     return [v for v in post_order(e) if isinstance(v, E.Var)]
-
-
-_INT_OPS: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "floormod": lambda a, b: a % b,
-    "min": min,
-    "max": max,
-}
-
-
-def eval_int(e: E.Expr, env: dict[int, int]) -> int:
-    """The value of an integer shape expression given the symbolic dimensions in ``env``."""
-    if isinstance(e, E.Const):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        if e.uid not in env:
-            raise CompileError(f"shape expression uses {e.name}, which no dimension binds")
-        return env[e.uid]
-    if isinstance(e, E.Cast):
-        return eval_int(e.value, env)
-    if isinstance(e, E.Binary) and e.op in _INT_OPS:
-        return _INT_OPS[e.op](eval_int(e.a, env), eval_int(e.b, env))
-    raise CompileError(f"cannot evaluate the shape expression {e}")
 
 
 def compile_func(

@@ -33,13 +33,14 @@ import numpy as np
 from autosched.errors import CompileError
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op, OpKind
 from autosched.te.visit import post_order
 from autosched.tir import ir
-from autosched.tir.visit import walk
+from autosched.tir.evaluate import const_int
+from autosched.tir.visit import loads, walk
 
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
-_HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_bx"
-_LAUNCH = {tag: f"_n{_HW[tag]}" for tag in THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
+_HW = {tag: f"_{tag[0]}{tag[-1]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_bx"
+_LAUNCH = {tag: f"_n{_HW[tag]}" for tag in ir.THREAD_TAGS}  # "blockIdx.x" -> "_n_bx"
 
 # Integer dtypes whose arithmetic wraps after every operation. int32 / int64 intermediates stay
 # exact Python ints (index arithmetic never overflows in practice) and wrap where stored or cast.
@@ -47,8 +48,8 @@ _NARROW = ("int8", "int16", "uint8", "uint16", "uint32", "uint64")
 # Python's blocks-per-function limit is 20 (loops and try); deeper nests move into a closure.
 _MAX_BLOCKS = 17
 
-_ARITH = {"add": "+", "sub": "-", "mul": "*"}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# Ops whose Python operator computes them exactly on both ints and floats.
+_PY_INFIX = (Op.ADD, Op.SUB, Op.MUL)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class KernelInfo:
 
     @property
     def threads_per_block(self) -> int | None:
-        sizes = [self.launch.get(t, 1) for t in THREAD_TAGS[3:]]
+        sizes = [self.launch.get(t, 1) for t in ir.THREAD_TAGS[3:]]
         return None if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
 
 
@@ -115,7 +116,7 @@ def kernels(func: ir.PrimFunc) -> list[KernelInfo]:
         launch: dict[str, int | None] = {}
         for loop in walk(root):
             if is_gpu_thread(loop):
-                ext = _int_const(loop.extent)  # type: ignore[attr-defined]
+                ext = const_int(loop.extent)  # type: ignore[attr-defined]
                 tag = loop.thread_tag  # type: ignore[attr-defined]
                 prev = launch.get(tag, 0)
                 launch[tag] = None if ext is None or prev is None else max(prev, ext)
@@ -123,11 +124,8 @@ def kernels(func: ir.PrimFunc) -> list[KernelInfo]:
         inside = [a.buffer for a in walk(root) if isinstance(a, ir.Allocate)]
         for b in list(around) + inside:
             if b.scope == "shared":
-                dims = [_int_const(d) for d in b.shape]
-                if shared is None or None in dims:
-                    shared = None
-                else:
-                    shared += math.prod(dims) * b.itemsize  # type: ignore[arg-type]
+                size = b.num_elements
+                shared = None if shared is None or size is None else shared + size * b.itemsize
         out.append(KernelInfo(f"{func.name}_kernel{n}", launch, shared))
     return out
 
@@ -143,7 +141,7 @@ class _Kernel:
 
     def dims(self) -> str:
         """The launch sizes (gx, gy, gz, tx, ty, tz) as a Python tuple expression."""
-        return "(" + ", ".join(self.launch.get(t, "1") for t in THREAD_TAGS) + ")"
+        return "(" + ", ".join(self.launch.get(t, "1") for t in ir.THREAD_TAGS) + ")"
 
     def linear(self, tags: tuple[str, ...]) -> str:
         """The linear index (x fastest) of the hardware ids of ``tags``."""
@@ -168,7 +166,7 @@ class _Renderer:
         self.ranges: dict[int, tuple[int, int]] = {}  # uid -> inclusive bounds, when known
         # ("lt" | "le", a, b): a < b (a <= b) holds where the current line runs (loop ranges,
         # enclosing if and select conditions); lets bounds checks be dropped where they hold.
-        self.facts: list[tuple[str, E.Expr, E.Expr]] = []
+        self.facts: list[tuple[Op, E.Expr, E.Expr]] = []
         self.bufs: dict[int, str] = {}  # uid of a buffer in scope -> its Python name
         self.tmp_count = 0
         self.nest_count = 0
@@ -346,10 +344,10 @@ class _Renderer:
         if s.kind not in ir.FOR_KINDS:
             raise CompileError(f"{self.func.name}: loop {s.var.name} has unknown kind {s.kind!r}")
         if is_gpu_thread(s):
-            if s.thread_tag not in THREAD_TAGS:
+            if s.thread_tag not in ir.THREAD_TAGS:
                 raise CompileError(
                     f"{self.func.name}: loop {s.var.name} is bound to unknown thread tag "
-                    f"{s.thread_tag!r}; expected one of {', '.join(THREAD_TAGS)} or vthread"
+                    f"{s.thread_tag!r}; expected one of {', '.join(ir.THREAD_TAGS)} or vthread"
                 )
             if self.kernel is None and self.blocks > _MAX_BLOCKS - 7:
                 self.nested(s)  # the launch adds up to 7 blocks (6 loops and a try)
@@ -362,7 +360,7 @@ class _Renderer:
             self.nested(s)
             return
         lo, ext = self.expr(s.min), self.expr(s.extent)
-        lo_c, ext_c = _int_const(s.min), _int_const(s.extent)
+        lo_c, ext_c = const_int(s.min), const_int(s.extent)
         if lo_c == 0:
             rng = f"range({ext})"
         elif lo_c is not None and ext_c is not None:
@@ -386,8 +384,8 @@ class _Renderer:
     def push_range_facts(self, s: ir.For) -> int:
         saved = len(self.facts)
         if _pure_int(s.min) and _pure_int(s.extent):
-            hi = s.extent if _int_const(s.min) == 0 else E.binary("add", s.min, s.extent)
-            self.facts += [("le", s.min, s.var), ("lt", s.var, hi)]
+            hi = s.extent if const_int(s.min) == 0 else E.binary(Op.ADD, s.min, s.extent)
+            self.facts += [(Op.LE, s.min, s.var), (Op.LT, s.var, hi)]
         return saved
 
     def loop_bounds(self, s: ir.For) -> tuple[int, int] | None:
@@ -416,7 +414,7 @@ class _Renderer:
         loops = [s for s in walk(root) if is_gpu_thread(s)]
         extents: dict[str, list[E.Expr]] = {}
         for loop in loops:
-            if loop.thread_tag not in THREAD_TAGS:
+            if loop.thread_tag not in ir.THREAD_TAGS:
                 raise CompileError(
                     f"kernel {name}: loop {loop.var.name} is bound to unknown thread tag "
                     f"{loop.thread_tag!r}"
@@ -435,10 +433,10 @@ class _Renderer:
         launch: dict[str, str] = {}
         const_launch: dict[str, int] = {}
         self.emit(f"# kernel {name}" + (" (threads in lockstep)" if generator else ""))
-        for tag in THREAD_TAGS:
+        for tag in ir.THREAD_TAGS:
             if tag not in extents:
                 continue
-            consts = [_int_const(e) for e in extents[tag]]
+            consts = [const_int(e) for e in extents[tag]]
             if all(c is not None for c in consts):
                 const_launch[tag] = max(max(consts), 0)  # type: ignore[type-var]
                 launch[tag] = str(const_launch[tag])
@@ -451,9 +449,9 @@ class _Renderer:
             uid for uid, b in written.items() if self.check_races and b.scope != "local"
         )
         self.kernel = _Kernel(name, generator, launch, const_launch, tracked)
-        blocks = [t for t in reversed(THREAD_TAGS[:3]) if t in launch]
-        threads = [t for t in reversed(THREAD_TAGS[3:]) if t in launch]
-        self.emit(f"{' = '.join(_HW[t] for t in THREAD_TAGS)} = 0")
+        blocks = [t for t in reversed(ir.THREAD_TAGS[:3]) if t in launch]
+        threads = [t for t in reversed(ir.THREAD_TAGS[3:]) if t in launch]
+        self.emit(f"{' = '.join(_HW[t] for t in ir.THREAD_TAGS)} = 0")
         self.emit("_kg = {}")
         outer_trackers = [
             uid for uid in tracked if uid in self.bufs and uid not in self.pending_shared
@@ -492,20 +490,20 @@ class _Renderer:
             self.blocks += 1
         self.emit("_sh = {}")
         if k.tracked:
-            self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
+            self.emit(f"_ep = [{k.linear(ir.THREAD_TAGS[:3])} << 32]")
         self.shared_per_block()
         for tag in threads:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
             self.blocks += 1
         if k.tracked:
-            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(ir.THREAD_TAGS[3:])}")
         self.stmt(root)
         self.indent -= 1 + len(blocks) + len(threads)
         self.blocks = saved
         self.emit("except (_RuntimeError, ZeroDivisionError) as _e:")
-        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
-        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        bid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[3:])
         self.emit(f"    raise _kernel_error(_e, {name!r}, ({bid}), ({tid})) from None")
 
     def kernel_generator(
@@ -514,11 +512,11 @@ class _Renderer:
         k = self.kernel
         assert k is not None
         fn = f"_kernel{self.kernel_count - 1}"
-        params = ", ".join(_HW[t] for t in THREAD_TAGS)
+        params = ", ".join(_HW[t] for t in ir.THREAD_TAGS)
         self.emit(f"def {fn}({params}, _sh, _kg, _ep):")
         self.indent += 1
         if k.tracked:
-            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(THREAD_TAGS[3:])}")
+            self.emit(f"_me = (_ep[0] & -4294967296) | {k.linear(ir.THREAD_TAGS[3:])}")
         self.shared_per_block()
         self.indent -= 1
         saved = self.blocks
@@ -529,9 +527,9 @@ class _Renderer:
             self.emit(f"for {_HW[tag]} in range({k.launch[tag]}):")
             self.indent += 1
         self.emit("_sh = {}")
-        self.emit(f"_ep = [{k.linear(THREAD_TAGS[:3])} << 32]")
-        bid = ", ".join(_HW[t] for t in THREAD_TAGS[:3])
-        tid = ", ".join(_HW[t] for t in THREAD_TAGS[3:])
+        self.emit(f"_ep = [{k.linear(ir.THREAD_TAGS[:3])} << 32]")
+        bid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[:3])
+        tid = ", ".join(_HW[t] for t in ir.THREAD_TAGS[3:])
         loops = " ".join(f"for {_HW[t]} in range({k.launch[t]})" for t in threads)
         self.emit(
             f"_run_block({name!r}, ({bid}), [(({tid}), {fn}({params}, _sh, _kg, _ep)) {loops}], "
@@ -543,12 +541,12 @@ class _Renderer:
         k = self.kernel
         assert k is not None
         hw = _HW[s.thread_tag]
-        ext_c = _int_const(s.extent)
+        ext_c = const_int(s.extent)
         full = ext_c is not None and ext_c == k.const_launch.get(s.thread_tag)
         if not full:
             self.emit(f"if {hw} < {self.expr(s.extent)}:  # {s.thread_tag}")
             self.indent += 1
-        lo_c = _int_const(s.min)
+        lo_c = const_int(s.min)
         value = hw if lo_c == 0 else f"{hw} + {self.expr(s.min)}"
         bounds = self.loop_bounds(s)
         py = self.bind_var(s.var, bounds)
@@ -609,7 +607,7 @@ class _Renderer:
 
     def in_bounds(self, index: E.Expr, dim: E.Expr) -> bool:
         """Whether 0 <= index < dim provably holds where the access runs."""
-        n = _int_const(dim)
+        n = const_int(dim)
         b = self.interval(index)
         if not (b is not None and b[0] >= 0 or self.known_nonnegative(index)):
             return False
@@ -618,17 +616,17 @@ class _Renderer:
         for op, lo, hi in self.facts:
             if not _same(lo, index):
                 continue
-            if op == "lt" and _same(hi, dim):
+            if op == Op.LT and _same(hi, dim):
                 return True
-            c = _int_const(hi)
-            if n is not None and c is not None and (c <= n if op == "lt" else c < n):
+            c = const_int(hi)
+            if n is not None and c is not None and (c <= n if op == Op.LT else c < n):
                 return True
         return False
 
     def known_nonnegative(self, index: E.Expr) -> bool:
         for op, lo, hi in self.facts:
-            c = _int_const(lo)
-            if c is not None and _same(hi, index) and (c >= 0 if op == "le" else c >= -1):
+            c = const_int(lo)
+            if c is not None and _same(hi, index) and (c >= 0 if op == Op.LE else c >= -1):
                 return True
         return False
 
@@ -649,19 +647,19 @@ class _Renderer:
         a, b = self.interval(e.a), self.interval(e.b)
         if a is None or b is None:
             return None
-        if e.op == "add":
+        if e.op is Op.ADD:
             return a[0] + b[0], a[1] + b[1]
-        if e.op == "sub":
+        if e.op is Op.SUB:
             return a[0] - b[1], a[1] - b[0]
-        if e.op == "mul":
+        if e.op is Op.MUL:
             products = [x * y for x in a for y in b]
             return min(products), max(products)
-        if e.op == "min":
+        if e.op is Op.MIN:
             return min(a[0], b[0]), min(a[1], b[1])
-        if e.op == "max":
+        if e.op is Op.MAX:
             return max(a[0], b[0]), max(a[1], b[1])
-        if e.op in ("floordiv", "floormod") and b[0] > 0:
-            if e.op == "floormod":
+        if e.op in (Op.FLOORDIV, Op.FLOORMOD) and b[0] > 0:
+            if e.op is Op.FLOORMOD:
                 return 0, b[1] - 1
             lo = a[0] // b[1] if a[0] >= 0 else a[0] // b[0]
             hi = a[1] // b[0] if a[1] >= 0 else a[1] // b[1]
@@ -734,42 +732,40 @@ class _Renderer:
     def _e_Binary(self, e: E.Binary) -> str:
         a, b, d, op = self.expr(e.a), self.expr(e.b), e.dtype, e.op
         flt = dt.is_float(d)
-        if op in ("and", "or"):
-            return f"({a} {op} {b})"
-        if op in _ARITH:
+        if op.kind is OpKind.LOGICAL:
+            return f"({a} {op.symbol} {b})"
+        if op in _PY_INFIX:
             if _left_chain(e):  # (x + y) + z as x + y + z: long sums stay within Python's
                 a = a[1:-1]     # limit of 200 nested parentheses
-            text = f"({a} {_ARITH[op]} {b})"
-        elif op == "div":
+            text = f"({a} {op.symbol} {b})"
+        elif op == Op.DIV:
             if not flt:
                 raise CompileError(f"true division of {d} operands in {e}; use floordiv")
             return f"_fdiv({a}, {b})"
-        elif op == "floordiv":
-            text = f"_ffloordiv({a}, {b})" if flt else f"({a} // {b})"
-        elif op == "floormod":
-            text = f"_ffloormod({a}, {b})" if flt else f"({a} % {b})"
-        elif op in ("truncdiv", "truncmod"):
+        elif op in (Op.FLOORDIV, Op.FLOORMOD):
+            text = f"_f{op}({a}, {b})" if flt else f"({a} {op.symbol} {b})"
+        elif op in (Op.TRUNCDIV, Op.TRUNCMOD):
             if flt:
                 raise CompileError(f"{op} of {d} operands in {e}")
             text = f"_t{op[5:]}({a}, {b})"
-        elif op in ("min", "max"):
+        elif op in (Op.MIN, Op.MAX):
             t1, t2 = self.tmp(), self.tmp()
-            cmp = "<=" if op == "min" else ">="
+            cmp = "<=" if op == Op.MIN else ">="
             text = f"({t1} if ({t1} := {a}) {cmp} ({t2} := {b}) else {t2}"
             if flt:  # NaN-propagating, like numpy.minimum / maximum
-                strict = "<" if op == "min" else ">"
+                strict = "<" if op == Op.MIN else ">"
                 text += f" if {t2} {strict} {t1} else {t1} + {t2}"
             text += ")"
-        elif op == "pow":
+        elif op == Op.POW:
             text = f"_fpow({a}, {b})" if flt else f"_ipow({a}, {b})"
         else:
             raise CompileError(f"unknown binary op {op!r} in {e}")
         return self.wrap(text, d) if d in _NARROW else text
 
     def _e_Compare(self, e: E.Compare) -> str:
-        if e.op not in _CMP:
+        if e.op.kind is not OpKind.COMPARE:
             raise CompileError(f"unknown comparison {e.op!r} in {e}")
-        return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
+        return f"({self.expr(e.a)} {e.op.symbol} {self.expr(e.b)})"
 
     def _e_Not(self, e: E.Not) -> str:
         return f"(not {self.expr(e.a)})"
@@ -831,7 +827,7 @@ def _left_chain(e: E.Binary) -> bool:
     """``e.a`` renders as "(x op y)" with an operator of ``e.op``'s precedence, so its outer
     parentheses can go (Python's + - and * associate to the left)."""
     a = e.a
-    group = ("add", "sub") if e.op in ("add", "sub") else ("mul",)
+    group = (Op.ADD, Op.SUB) if e.op in (Op.ADD, Op.SUB) else (Op.MUL,)
     return isinstance(a, E.Binary) and a.op in group and a.dtype not in _NARROW
 
 
@@ -842,26 +838,19 @@ def _same(a: E.Expr, b: E.Expr) -> bool:
 def _pure_int(e: E.Expr) -> bool:
     """An integer expression of variables and constants only: its value cannot change while
     the variables stay bound (a Load could, when the code stores to that buffer)."""
-    return dt.is_int(e.dtype) and not any(isinstance(n, ir.Load) for n in post_order(e))
+    return dt.is_int(e.dtype) and next(loads(e), None) is None
 
 
-_FLIP = {"lt": ("lt", False), "le": ("le", False), "gt": ("lt", True), "ge": ("le", True)}
-
-
-def _conjuncts(cond: E.Expr) -> list[tuple[str, E.Expr, E.Expr]]:
+def _conjuncts(cond: E.Expr) -> list[tuple[Op, E.Expr, E.Expr]]:
     """The facts a < b / a <= b that hold where ``cond`` is true (its top-level "and" terms)."""
-    if isinstance(cond, E.Binary) and cond.op == "and":
+    if isinstance(cond, E.Binary) and cond.op is Op.AND:
         return _conjuncts(cond.a) + _conjuncts(cond.b)
-    if isinstance(cond, E.Compare) and cond.op in _FLIP and _pure_int(cond.a) and _pure_int(cond.b):
-        op, flip = _FLIP[cond.op]
-        return [(op, cond.b, cond.a) if flip else (op, cond.a, cond.b)]
+    if isinstance(cond, E.Compare) and cond.op in (Op.LT, Op.LE, Op.GT, Op.GE) \
+            and _pure_int(cond.a) and _pure_int(cond.b):
+        if cond.op in (Op.GT, Op.GE):
+            return [(cond.op.mirrored, cond.b, cond.a)]
+        return [(cond.op, cond.a, cond.b)]
     return []
-
-
-def _int_const(e: E.Expr) -> int | None:
-    if isinstance(e, E.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return e.value
-    return None
 
 
 def _fits(src: str, dst: str) -> bool:

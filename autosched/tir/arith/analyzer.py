@@ -19,21 +19,13 @@ import numpy as np
 
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.tir.arith import intervals as iv
 from autosched.tir.arith.intervals import INF, Ival
 from autosched.tir.arith.linear import Key, Lin
 
 INDEX_TYPES = ("int32", "int64")
-_DIVMOD = ("floordiv", "floormod", "truncdiv", "truncmod")
-_FLIP = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
-_CMP = {
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-}
+_DIVMOD = (Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD)
 
 Bounds = Mapping[E.Var, tuple[int | None, int | None]]
 
@@ -101,9 +93,9 @@ class Analyzer:
             if isinstance(a, E.Not):
                 return a.a
             if isinstance(a, E.Compare) and dt.is_int(a.a.dtype):
-                return self._compare(E.Compare(_FLIP[a.op], a.a, a.b))
+                return self._compare(E.Compare(a.op.negated, a.a, a.b))
             return E.Not(a)
-        if isinstance(e, E.Binary) and e.op in ("and", "or"):
+        if isinstance(e, E.Binary) and e.op in (Op.AND, Op.OR):
             return self._logical(e)
         if isinstance(e, E.Select):
             return self._select(e)
@@ -118,7 +110,7 @@ class Analyzer:
         """A chain of ``and`` (or ``or``), flattened: constants folded, repeats dropped, and
         of several constant limits on the same index only the one that matters kept."""
         op = e.op
-        absorbing = op == "or"  # the constant that decides the result
+        absorbing = op == Op.OR  # the constant that decides the result
         leaves: list[E.Expr] = []
         stack: list[E.Expr] = [e]
         while stack:
@@ -158,12 +150,12 @@ class Analyzer:
             # the difference may pair up a remainder split across the two sides
             d = self._remainder(self._merge_divmod(self.lin(a).add(self.lin(b), -1)))
             if d.is_const:
-                return E.Const(bool(_CMP[e.op](d.const, 0)), "bool")
+                return E.Const(bool(e.op.fold(d.const, 0)), "bool")
             lo, hi = self.lin_bound(d)
             decided = _decide(e.op, lo, hi)
             if decided is None:
                 # the written form may bound better than the canonical one ((i-3)*(j-1))
-                lo, hi = self.bound(E.Binary("sub", a, b))
+                lo, hi = self.bound(E.Binary(Op.SUB, a, b))
                 decided = _decide(e.op, lo, hi)
             if decided is not None:
                 return E.Const(decided, "bool")
@@ -173,7 +165,7 @@ class Analyzer:
                 return _normal_compare(e.op, d)
         sa, sb = self.simplify(a), self.simplify(b)
         if isinstance(sa, E.Const) and isinstance(sb, E.Const):
-            return E.Const(bool(_CMP[e.op](sa.value, sb.value)), "bool")
+            return E.Const(bool(e.op.fold(sa.value, sb.value)), "bool")
         return E.Compare(e.op, sa, sb)
 
     def _select(self, e: E.Select) -> E.Expr:
@@ -209,26 +201,26 @@ class Analyzer:
                 return folded
         is_f = dt.is_float(dtype)
         one, zero = (1.0, 0.0) if is_f else (1, 0)
-        if op == "mul":
+        if op == Op.MUL:
             if cb == one:
                 return a
             if ca == one:
                 return b
             if not is_f and (ca == zero or cb == zero):
                 return _c(0, dtype)
-        elif op == "add":
+        elif op == Op.ADD:
             if cb == zero:
                 return a
             if ca == zero:
                 return b
-        elif op == "sub":
+        elif op == Op.SUB:
             if cb == zero:
                 return a
             if not is_f and E.structural_equal(a, b):
                 return _c(0, dtype)
-        elif op in ("div", "floordiv", "truncdiv") and cb == one:
+        elif op in (Op.DIV, Op.FLOORDIV, Op.TRUNCDIV) and cb == one:
             return a
-        elif op in ("min", "max") and E.structural_equal(a, b):
+        elif op in (Op.MIN, Op.MAX) and E.structural_equal(a, b):
             return a
         if a is e.a and b is e.b:
             return e
@@ -275,9 +267,9 @@ class Analyzer:
             return Lin.atom(e)
         if isinstance(e, E.Binary):
             op = e.op
-            if op in ("add", "sub"):
+            if op in (Op.ADD, Op.SUB):
                 return self._lin_sum(e)
-            if op == "mul":
+            if op == Op.MUL:
                 la, lb = self.lin(e.a), self.lin(e.b)
                 if lb.is_const:
                     return la.scale(lb.const)
@@ -286,7 +278,7 @@ class Analyzer:
                 return self._product(la, lb)
             if op in _DIVMOD:
                 return self._divmod(op, self.lin(e.a), self.lin(e.b))
-            if op in ("min", "max"):
+            if op in (Op.MIN, Op.MAX):
                 return self._minmax(op, self.lin(e.a), self.lin(e.b))
             a, b = self.simplify(e.a), self.simplify(e.b)
             if isinstance(a, E.Const) and isinstance(b, E.Const):
@@ -335,7 +327,7 @@ class Analyzer:
         factors = sorted(_factors(a) + _factors(b), key=str)
         out = factors[0]
         for f in factors[1:]:
-            out = E.Binary("mul", out, f)
+            out = E.Binary(Op.MUL, out, f)
         return Lin.atom(out)
 
     def _atom(self, e: E.Expr) -> Lin:
@@ -346,9 +338,9 @@ class Analyzer:
         parts: list[tuple[E.Expr, int]] = []
         node: E.Expr = e
         while (
-            isinstance(node, E.Binary) and node.op in ("add", "sub") and id(node) not in self._lin
+            isinstance(node, E.Binary) and node.op in (Op.ADD, Op.SUB) and id(node) not in self._lin
         ):
-            parts.append((node.b, 1 if node.op == "add" else -1))
+            parts.append((node.b, 1 if node.op is Op.ADD else -1))
             node = node.a
         out = Lin(e.dtype)
         out.iadd(self.lin(node))
@@ -360,14 +352,14 @@ class Analyzer:
     def _merge_divmod(self, lin: Lin) -> Lin:
         """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
         modulo c: the pattern of a fused loop index split back into its axes."""
-        mods = [(key, k) for key, k in lin.terms.items() if _const_divmod(key.e, "floormod")]
+        mods = [(key, k) for key, k in lin.terms.items() if _const_divmod(key.e, Op.FLOORMOD)]
         if not mods:
             return lin
         out = lin
         for mkey, k in mods:
             c = int(mkey.e.b.value)  # type: ignore[attr-defined]
             for dkey, kd in list(out.terms.items()):
-                if kd != k * c or not _const_divmod(dkey.e, "floordiv"):
+                if kd != k * c or not _const_divmod(dkey.e, Op.FLOORDIV):
                     continue
                 if dkey.e.b.value != c or out.terms.get(mkey) != k:  # type: ignore[attr-defined]
                     continue
@@ -385,7 +377,7 @@ class Analyzer:
 
     def _remainder(self, lin: Lin) -> Lin:
         """``k*y - (y // c) * (k*c)`` is ``(y % c) * k``: a remainder written out by hand."""
-        divs = [(key, m) for key, m in lin.terms.items() if _const_divmod(key.e, "floordiv")]
+        divs = [(key, m) for key, m in lin.terms.items() if _const_divmod(key.e, Op.FLOORDIV)]
         out = lin
         for dkey, m in divs:
             c = int(dkey.e.b.value)  # type: ignore[attr-defined]
@@ -402,16 +394,16 @@ class Analyzer:
 
     # --- division and modulus
 
-    def _divmod(self, op: str, la: Lin, lb: Lin) -> Lin:
+    def _divmod(self, op: Op, la: Lin, lb: Lin) -> Lin:
         dtype = la.dtype if la.dtype == lb.dtype else "int64"
         if lb.is_const and lb.const != 0:
             c = lb.const
-            if op in ("truncdiv", "truncmod"):
+            if op in (Op.TRUNCDIV, Op.TRUNCMOD):
                 if c < 0:
                     # trunc(a / -m) = -trunc(a / m); the sign of truncmod follows a alone
                     pos = self._divmod(op, la, Lin(dtype, -c))
-                    return pos.scale(-1) if op == "truncdiv" else pos
-                floor_op = "floordiv" if op == "truncdiv" else "floormod"
+                    return pos.scale(-1) if op == Op.TRUNCDIV else pos
+                floor_op = Op.FLOORDIV if op == Op.TRUNCDIV else Op.FLOORMOD
                 lo, hi = self.lin_bound(la)
                 if lo >= 0:
                     op = floor_op
@@ -422,20 +414,20 @@ class Analyzer:
                     return self._atom(E.Binary(op, la.to_expr(), _c(c, dtype)))
             if c < 0:
                 # floor(a / -m) = floor(-a / m); a mod -m = -((-a) mod m)
-                if op == "floordiv":
+                if op == Op.FLOORDIV:
                     return self._floordiv(la.scale(-1), -c)
                 return self._floormod(la.scale(-1), -c).scale(-1)
-            if op == "floordiv":
+            if op == Op.FLOORDIV:
                 return self._floordiv(la, c)
             return self._floormod(la, c)
         # a non-constant divisor: only the range rules (0 <= a < b) apply
-        if op in ("floordiv", "floormod", "truncdiv", "truncmod"):
+        if op in (Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD):
             alo, _ = self.lin_bound(la)
             blo, _ = self.lin_bound(lb)
             if alo >= 0 and blo > 0:
                 _, dhi = self.lin_bound(la.add(lb, -1))
                 if dhi < 0:
-                    return Lin(dtype) if op in ("floordiv", "truncdiv") else la
+                    return Lin(dtype) if op in (Op.FLOORDIV, Op.TRUNCDIV) else la
         if la.is_const and la.const == 0:
             return Lin(dtype)
         return self._atom(E.Binary(op, la.to_expr(), lb.to_expr()))
@@ -471,12 +463,12 @@ class Analyzer:
         inner = r.copy()
         inner.const = 0
         atom = inner.single()
-        if isinstance(atom, E.Binary) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
+        if isinstance(atom, E.Binary) and atom.op is Op.FLOORDIV and isinstance(atom.b, E.Const):
             c2 = int(atom.b.value)
             if c2 > 0:
                 # floor((floor(y / c2) + k) / c) = floor((y + k*c2) / (c2*c))
                 return q.add(self._floordiv(self.lin(atom.a).plus(r.const * c2), c2 * c))
-        return q.add(self._atom(E.Binary("floordiv", r.to_expr(), _c(c, r.dtype))))
+        return q.add(self._atom(E.Binary(Op.FLOORDIV, r.to_expr(), _c(c, r.dtype))))
 
     def _floormod(self, la: Lin, c: int) -> Lin:
         if c == 1:
@@ -500,16 +492,16 @@ class Analyzer:
         inner = r.copy()
         inner.const = 0
         atom = inner.single()
-        if isinstance(atom, E.Binary) and atom.op == "floormod" and isinstance(atom.b, E.Const):
+        if isinstance(atom, E.Binary) and atom.op is Op.FLOORMOD and isinstance(atom.b, E.Const):
             c2 = int(atom.b.value)
             if c2 > 0 and c2 % c == 0:
                 # (y mod c2 + k) mod c = (y + k) mod c when c divides c2
                 return self._floormod(self.lin(atom.a).plus(r.const), c)
-        return self._atom(E.Binary("floormod", r.to_expr(), _c(c, r.dtype)))
+        return self._atom(E.Binary(Op.FLOORMOD, r.to_expr(), _c(c, r.dtype)))
 
     # --- min and max
 
-    def _minmax(self, op: str, la: Lin, lb: Lin) -> Lin:
+    def _minmax(self, op: Op, la: Lin, lb: Lin) -> Lin:
         """min / max over a flattened chain: an argument that another provably beats is
         dropped (``min(min(x, 5), 3)`` is ``min(x, 3)``)."""
         args: list[Lin] = []
@@ -528,7 +520,7 @@ class Analyzer:
             out = E.Binary(op, out, y.to_expr())
         return self._atom(out)
 
-    def _chain_args(self, x: Lin, op: str, out: list[Lin]) -> None:
+    def _chain_args(self, x: Lin, op: Op, out: list[Lin]) -> None:
         atom = x.single()
         if isinstance(atom, E.Binary) and atom.op == op:
             self._chain_args(self.lin(atom.a), op, out)
@@ -536,10 +528,10 @@ class Analyzer:
         else:
             out.append(x)
 
-    def _beats(self, op: str, a: Lin, b: Lin) -> bool:
+    def _beats(self, op: Op, a: Lin, b: Lin) -> bool:
         """Does ``a`` make ``b`` redundant in a min (a <= b) or a max (a >= b)?"""
         lo, hi = self.lin_bound(a.add(b, -1))
-        return hi <= 0 if op == "min" else lo >= 0
+        return hi <= 0 if op == Op.MIN else lo >= 0
 
     # -----------------------------------------------------------------------------------------
     # constant bounds
@@ -566,10 +558,10 @@ class Analyzer:
             e = key.e
             if isinstance(e, E.Select):
                 alts, pick_min = [self.lin(e.true_value), self.lin(e.false_value)], None
-            elif isinstance(e, E.Binary) and e.op in ("min", "max"):
+            elif isinstance(e, E.Binary) and e.op in (Op.MIN, Op.MAX):
                 alts = []
                 self._chain_args(Lin.atom(e), e.op, alts)
-                pick_min = (e.op == "min") == (k > 0)
+                pick_min = (e.op is Op.MIN) == (k > 0)
             else:
                 continue
             rest = lin.copy()
@@ -674,7 +666,7 @@ def _width(lin: Lin) -> int:
 
 
 def _factors(e: E.Expr) -> list[E.Expr]:
-    if isinstance(e, E.Binary) and e.op == "mul":
+    if isinstance(e, E.Binary) and e.op is Op.MUL:
         return _factors(e.a) + _factors(e.b)
     return [e]
 
@@ -690,13 +682,13 @@ def _content(lin: Lin) -> tuple[int, Lin]:
     return k, Lin(lin.dtype, lin.const // k, {key: c // k for key, c in lin.terms.items()})
 
 
-def _const_divmod(e: E.Expr, op: str) -> bool:
+def _const_divmod(e: E.Expr, op: Op) -> bool:
     """Is ``e`` ``floordiv`` / ``floormod`` (per op) by a positive constant?"""
     return isinstance(e, E.Binary) and e.op == op and isinstance(e.b, E.Const) and e.b.value > 0
 
 
 def _const_div(e: E.Expr) -> bool:
-    return _const_divmod(e, "floordiv")
+    return _const_divmod(e, Op.FLOORDIV)
 
 
 def finite_pair(lo: int | float, hi: int | float) -> bool:
@@ -712,14 +704,14 @@ def _limit(x: E.Expr) -> tuple[Key, str, int] | None:
     if not (isinstance(x, E.Compare) and isinstance(x.b, E.Const) and is_index(x.a.dtype)):
         return None
     k = int(x.b.value)
-    side = {"lt": ("hi", k - 1), "le": ("hi", k), "gt": ("lo", k + 1), "ge": ("lo", k)}
+    side = {Op.LT: ("hi", k - 1), Op.LE: ("hi", k), Op.GT: ("lo", k + 1), Op.GE: ("lo", k)}
     if x.op not in side:
         return None
     which, bound = side[x.op]
     return Key(x.a), which, bound
 
 
-def _tighten(op: str, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
+def _tighten(op: Op, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
     """Of the constant limits on one index, ``and`` needs only the tightest of each side and
     ``or`` the loosest; both sides together may decide the whole chain."""
     best: dict[tuple[Key, str], tuple[int, int]] = {}  # -> (limit, position of the winner)
@@ -729,7 +721,7 @@ def _tighten(op: str, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
             continue
         key, which, k = lim
         cur = best.get((key, which))
-        want_small = (which == "hi") == (op == "and")
+        want_small = (which == "hi") == (op == Op.AND)
         if cur is None or (k < cur[0] if want_small else k > cur[0]):
             best[key, which] = (k, pos)
     drop: set[int] = set()
@@ -741,66 +733,63 @@ def _tighten(op: str, parts: list[E.Expr]) -> list[E.Expr] | E.Const:
         if which != "lo" or (key, "hi") not in best:
             continue
         hi = best[key, "hi"][0]
-        if op == "and" and k > hi:
+        if op == Op.AND and k > hi:
             return E.Const(False, "bool")
-        if op == "or" and k <= hi + 1:
+        if op == Op.OR and k <= hi + 1:
             return E.Const(True, "bool")
     return [x for pos, x in enumerate(parts) if pos not in drop]
 
 
 _MAX_SPLIT_DEPTH = 3
 
-_MIRROR = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le"}
-
-
-def _normal_compare(op: str, d: Lin) -> E.Expr:
+def _normal_compare(op: Op, d: Lin) -> E.Expr:
     """``d op 0`` as ``terms op constant``: positive leading terms, coefficients divided by
     their gcd (``x * 4 + 3 < 10`` is ``x < 2``)."""
     terms = Lin(d.dtype, 0, dict(d.terms))
     k = -d.const
     if all(c < 0 for c in terms.terms.values()):
-        terms, k, op = terms.scale(-1), -k, _MIRROR[op]
+        terms, k, op = terms.scale(-1), -k, op.mirrored
     g = math.gcd(*terms.terms.values())
     if g > 1:
         terms = Lin(d.dtype, 0, {key: c // g for key, c in terms.terms.items()})
-        if op in ("eq", "ne"):
+        if op in (Op.EQ, Op.NE):
             if k % g:
-                return E.Const(op == "ne", "bool")
+                return E.Const(op == Op.NE, "bool")
             k //= g
-        elif op in ("lt", "ge"):
+        elif op in (Op.LT, Op.GE):
             k = -((-k) // g)  # g*s < k  <=>  s < ceil(k / g)
         else:
             k //= g  # g*s <= k  <=>  s <= floor(k / g)
     return E.Compare(op, terms.to_expr(), _c(k, d.dtype))
 
 
-def _decide(op: str, lo: int | float, hi: int | float) -> bool | None:
+def _decide(op: Op, lo: int | float, hi: int | float) -> bool | None:
     """The truth of ``d op 0`` for every d in [lo, hi], or None."""
-    if op == "lt":
+    if op == Op.LT:
         return True if hi < 0 else False if lo >= 0 else None
-    if op == "le":
+    if op == Op.LE:
         return True if hi <= 0 else False if lo > 0 else None
-    if op == "gt":
+    if op == Op.GT:
         return True if lo > 0 else False if hi <= 0 else None
-    if op == "ge":
+    if op == Op.GE:
         return True if lo >= 0 else False if hi < 0 else None
-    if op == "eq":
+    if op == Op.EQ:
         return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
-    if op == "ne":
+    if op == Op.NE:
         return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
     return None
 
 
 _BOUND_OPS = {
-    "add": iv.add,
-    "sub": lambda a, b: iv.add(a, iv.neg(b)),
-    "mul": iv.mul,
-    "floordiv": iv.floordiv,
-    "floormod": iv.floormod,
-    "truncdiv": iv.truncdiv,
-    "truncmod": iv.truncmod,
-    "min": iv.vmin,
-    "max": iv.vmax,
+    Op.ADD: iv.add,
+    Op.SUB: lambda a, b: iv.add(a, iv.neg(b)),
+    Op.MUL: iv.mul,
+    Op.FLOORDIV: iv.floordiv,
+    Op.FLOORMOD: iv.floormod,
+    Op.TRUNCDIV: iv.truncdiv,
+    Op.TRUNCMOD: iv.truncmod,
+    Op.MIN: iv.vmin,
+    Op.MAX: iv.vmax,
 }
 
 
@@ -822,29 +811,27 @@ def _wrap(v: int, dtype: str) -> int:
     return v
 
 
-def _fold(op: str, a: Any, b: Any, dtype: str) -> E.Const | None:
+# Float ops folded in the operands' precision (numpy's minimum / maximum keep NaNs, as
+# the backends do).
+_FLOAT_FOLD = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
+               Op.MIN: np.minimum, Op.MAX: np.maximum}
+
+
+def _fold(op: Op, a: Any, b: Any, dtype: str) -> E.Const | None:
     """Fold ``a op b`` exactly as the target computes it in ``dtype``, or None."""
     if dt.is_float(dtype):
-        if op not in ("add", "sub", "mul", "div", "min", "max"):
-            return None
-        if op == "div" and b == 0:
+        ufunc = _FLOAT_FOLD.get(op)
+        if ufunc is None or (op == Op.DIV and b == 0):
             return None
         x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
         with np.errstate(all="ignore"):
-            r = {
-                "add": np.add,
-                "sub": np.subtract,
-                "mul": np.multiply,
-                "div": np.divide,
-                "min": np.minimum,
-                "max": np.maximum,
-            }[op](x, y)
+            r = ufunc(x, y)
         return E.Const(float(r), dtype)
     if op in _DIVMOD and b == 0:
         return None
-    if op == "pow" and b < 0:
+    if op == Op.POW and b < 0:
         return None
-    r = E._FOLD[op](int(a), int(b))
+    r = op.fold(int(a), int(b))
     if not is_index(dtype):
         r = _wrap(int(r), dtype)
     return _c(r, dtype)

@@ -8,6 +8,7 @@ order in which they first appeared, so the printed form follows the input (``io 
 from __future__ import annotations
 
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 
 
 class Key:
@@ -104,15 +105,15 @@ class Lin:
             const = self.const
         for key, c in rest:
             if c > 0:
-                acc = E.Binary("add", acc, _term(key.e, c, dtype))
+                acc = E.Binary(Op.ADD, acc, _term(key.e, c, dtype))
             else:
-                acc = E.Binary("sub", acc, _term(key.e, -c, dtype))
+                acc = E.Binary(Op.SUB, acc, _term(key.e, -c, dtype))
         if const > 0:
-            acc = E.Binary("add", acc, E.Const(const, dtype))
+            acc = E.Binary(Op.ADD, acc, E.Const(const, dtype))
         elif const < 0:
-            acc = E.Binary("sub", acc, E.Const(-const, dtype))
+            acc = E.Binary(Op.SUB, acc, E.Const(-const, dtype))
         return acc
 
 
 def _term(e: E.Expr, c: int, dtype: str) -> E.Expr:
-    return e if c == 1 else E.Binary("mul", e, E.Const(c, dtype))
+    return e if c == 1 else E.Binary(Op.MUL, e, E.Const(c, dtype))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir.arith import intervals as iv
 from autosched.tir.arith.analyzer import Analyzer, Bounds, finite_pair, is_index
@@ -63,21 +64,21 @@ class _Sweep:
         out: Pair | None = None
         if isinstance(e, E.Binary) and isinstance(e.b, E.Const) and e.b.value > 0:
             c = int(e.b.value)
-            if e.op == "floordiv":
+            if e.op is Op.FLOORDIV:
                 y = self.expr(e.a)
                 if y is not None:
                     out = ana._floordiv(y[0], c), ana._floordiv(y[1], c)
-            elif e.op == "floormod":
+            elif e.op is Op.FLOORMOD:
                 out = self._floormod(e.a, c)
-        elif isinstance(e, E.Binary) and e.op in ("min", "max"):
+        elif isinstance(e, E.Binary) and e.op in (Op.MIN, Op.MAX):
             a, b = self.expr(e.a), self.expr(e.b)
             if a is not None and b is not None:
                 out = ana._minmax(e.op, a[0], b[0]), ana._minmax(e.op, a[1], b[1])
         elif isinstance(e, E.Select):
             t, f = self.expr(e.true_value), self.expr(e.false_value)
             if t is not None and f is not None:
-                out = ana._minmax("min", t[0], f[0]), ana._minmax("max", t[1], f[1])
-        elif isinstance(e, E.Binary) and e.op == "mul":
+                out = ana._minmax(Op.MIN, t[0], f[0]), ana._minmax(Op.MAX, t[1], f[1])
+        elif isinstance(e, E.Binary) and e.op is Op.MUL:
             out = self._mul(e)
         elif isinstance(e, E.Cast) and is_index(e.value.dtype):
             widening = e.type == "int64" or e.value.dtype == e.type
@@ -103,7 +104,7 @@ class _Sweep:
                 _, top = ana.lin_bound(start.plus(width.const))
                 if top <= c - 1:
                     return start, start.plus(width.const)
-        lo, hi = iv.intersect(ana.bound(E.Binary("floormod", a, E.Const(c, a.dtype))), (0, c - 1))
+        lo, hi = iv.intersect(ana.bound(E.Binary(Op.FLOORMOD, a, E.Const(c, a.dtype))), (0, c - 1))
         return Lin(a.dtype, int(lo)), Lin(a.dtype, int(hi))
 
     def _mul(self, e: E.Binary) -> Pair | None:
@@ -125,7 +126,7 @@ class _Sweep:
 
 
 def _times(ana: Analyzer, a: Lin, b: Lin) -> Lin:
-    return ana.lin(E.Binary("mul", a.to_expr(), b.to_expr()))
+    return ana.lin(E.Binary(Op.MUL, a.to_expr(), b.to_expr()))
 
 
 def _as(e: E.Expr | int, dtype: str) -> E.Expr:

@@ -93,7 +93,7 @@ def test_guard_only_where_extent_is_short() -> None:
 
 
 def U_eval(dims: tuple) -> tuple[int, ...]:
-    from autosched.targets.cuda.ir_util import eval_int
+    from autosched.tir.evaluate import eval_int
 
     return tuple(eval_int(d, {}) for d in dims)
 
