@@ -71,7 +71,7 @@ class Bounds:
     def _infer(self, st: Stage) -> None:
         op = st.op
         assert isinstance(op, ComputeOp)
-        full = [(E.const(0, s.dtype), s) for s in op.shape]
+        full: list[tuple[E.Expr, E.Expr]] = [(E.const(0, s.dtype), s) for s in op.shape]
         if st.attach[0] == "at":
             region = self._attached_region(st, full)
         else:
@@ -167,6 +167,7 @@ class Bounds:
                     ext[rel.outer.var.uid] = _ceildiv(parent, rel.factor)
                     ext[rel.inner.var.uid] = E.const(rel.factor)
                 else:
+                    assert rel.nparts is not None, "a split has a factor or a number of parts"
                     ext[rel.outer.var.uid] = E.const(rel.nparts)
                     ext[rel.inner.var.uid] = _ceildiv(parent, rel.nparts)
             else:
@@ -192,7 +193,7 @@ class Bounds:
             e = ext[iv.var.uid] = simplify(ext[iv.var.uid])
             self.var_extent[iv.var] = e
             if isinstance(e, E.Const):
-                self.var_bounds[iv.var] = (0, max(e.value - 1, 0))
+                self.var_bounds[iv.var] = (0, max(int(e.value) - 1, 0))
             if st.bindings.get(iv.var.uid, "").startswith("threadIdx"):
                 self.thread_vars.append(iv.var)
         for iv in st.root:

@@ -39,7 +39,6 @@ class LowerContext:
     sch: Schedule
     args: list[Tensor]
     name: str
-    target: Any = None
     bodies: dict[str, E.Expr] = field(default_factory=dict)
     bounds: Bounds | None = None
     buffers: dict[str, ir.Buffer] = field(default_factory=dict)
@@ -51,7 +50,8 @@ class LowerContext:
 def expand_inline(ctx: LowerContext) -> None:
     """Each scheduled stage's body with inlined stages substituted and reads redirected to the
     producing stage's current operation."""
-    sch, memo = ctx.sch, {}
+    sch = ctx.sch
+    memo: dict[str, E.Expr] = {}
 
     def expand(st: Stage) -> E.Expr:
         if st.name in memo:
@@ -156,6 +156,7 @@ class _NestBuilder:
         buf = self.ctx.buffers.get(st.name)
         if buf is None:
             raise LowerError(f"lower: {st.name} is read before it is computed (check compute_at targets)")
+        mins: list[E.Expr]
         if st.is_placeholder:
             mins = [E.const(0, s.dtype) for s in st.op.shape]
         else:
@@ -300,7 +301,7 @@ def unique_names(ctx: LowerContext) -> None:
     and generated C never shadow one variable with another of the same name."""
     assert ctx.body is not None
     taken: set[str] = {steps_ident(b.name) for b in ctx.params}
-    rename: dict[E.Var, E.Expr] = {}
+    rename: dict[E.Var, E.Var] = {}
     seen: set[int] = set()
     for v in loop_vars(ctx.body):
         if v.uid in seen:
@@ -318,7 +319,7 @@ def unique_names(ctx: LowerContext) -> None:
 
     def fstmt(s: ir.Stmt) -> ir.Stmt | None:
         if isinstance(s, (ir.For, ir.LetStmt)) and s.var.uid in by_uid:
-            return dataclasses.replace(s, var=by_uid[s.var.uid])  # type: ignore[type-var]
+            return dataclasses.replace(s, var=by_uid[s.var.uid])
         return None
 
     ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename), fstmt)
@@ -337,7 +338,6 @@ def lower(
     sch: Schedule | Any,
     args: Sequence[Tensor],
     name: str = "main",
-    target: Any = None,
     print_after: Sequence[str] = (),
 ) -> ir.PrimFunc:
     """Lower a schedule to a PrimFunc whose parameters are ``args`` in order.
@@ -349,7 +349,7 @@ def lower(
     """
     if not isinstance(sch, Schedule):
         sch = create_schedule(sch)
-    ctx = LowerContext(sch, list(args), name, target)
+    ctx = LowerContext(sch, list(args), name)
     wanted = set(print_after) | set(filter(None, os.environ.get("AUTOSCHED_PRINT_AFTER", "").split(",")))
     for pass_name, fn in PASSES:
         try:

@@ -45,7 +45,7 @@ def _ceildiv(a: E.Expr, b: int) -> E.Expr:
 class Stage:
     """The schedule of one operation: its loop axes, their order, annotations and attachment."""
 
-    def __init__(self, sch: Schedule, name: str, op: Operation):
+    def __init__(self, sch: Schedule, name: str, op: PlaceholderOp | ComputeOp):
         self.sch = sch
         self.name = name
         self.op = op
@@ -68,6 +68,13 @@ class Stage:
     @property
     def is_placeholder(self) -> bool:
         return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def compute_op(self) -> ComputeOp:
+        """The op of a computed stage (its axes, reduce axes and body)."""
+        if not isinstance(self.op, ComputeOp):
+            raise ScheduleError(f"{self.name} is a placeholder (an input), not a computed stage")
+        return self.op
 
     @property
     def is_output(self) -> bool:
@@ -334,6 +341,8 @@ class Schedule:
         if value is None or value <= 0:
             raise ScheduleError(f"split {label} {value} for axis {iv.name} of {st.name}: must be a positive int")
         ext = iv.dom.extent
+        outer_ext: E.Expr
+        inner_ext: E.Expr
         if step.factor is not None:
             outer_ext, inner_ext = _ceildiv(ext, step.factor), E.const(step.factor)
         else:
@@ -524,7 +533,7 @@ class Schedule:
 
         st = self._compute_stage(step.stage, "rfactor")
         rf_op, new_op = rfactor_ops(st, st.leaf_named(step.axis), step.factor_axis, step.output())
-        new_op = _with_axes(new_op, st.op.axis)  # as in TVM: C.op.axis still schedules C
+        new_op = _with_axes(new_op, st.compute_op.axis)  # as in TVM: C.op.axis still schedules C
         new = self._insert(Stage(self, step.output(), rf_op), before=st)
         new.read_map, st.read_map = st.read_map, {}
         st.op = new_op

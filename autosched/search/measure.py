@@ -482,10 +482,11 @@ class Measurer:
                 continue
             now = time.monotonic()
             next_deadline = min(d for _, d in busy.values())
+            # a busy slot has a live builder
             by_conn = {self._builders[s].conn: s for s in busy}  # type: ignore[union-attr]
             ready = wait(list(by_conn), timeout=max(0.0, next_deadline - now))
             for conn in ready:
-                slot = by_conn[conn]  # type: ignore[index]
+                slot = by_conn[conn]
                 idx, _ = busy.pop(slot)
                 w = self._live_builder(slot)
                 try:

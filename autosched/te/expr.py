@@ -157,10 +157,10 @@ class ExprOps:
         return compare(Op.GE, self, o)
 
     def __eq__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare(Op.EQ, self, o)  # type: ignore[arg-type]
+        return compare(Op.EQ, self, o)
 
     def __ne__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare(Op.NE, self, o)  # type: ignore[arg-type]
+        return compare(Op.NE, self, o)
 
     def __and__(self, o: ExprLike) -> Expr:
         return logical(Op.AND, self, o)

@@ -69,7 +69,7 @@ class Analyzer:
     def _children(self, e: E.Expr) -> E.Expr:
         """``e`` with its expression children simplified (rebuilt without re-folding)."""
         changes: dict[str, Any] = {}
-        for f in fields(e):  # type: ignore[arg-type]
+        for f in fields(e):
             value = getattr(e, f.name)
             if isinstance(value, E.Expr):
                 new = self.simplify(value)
@@ -79,7 +79,7 @@ class Analyzer:
                 new_t = tuple(self.simplify(v) if isinstance(v, E.Expr) else v for v in value)
                 if any(a is not b for a, b in zip(new_t, value)):
                     changes[f.name] = new_t
-        return replace(e, **changes) if changes else e  # type: ignore[type-var]
+        return replace(e, **changes) if changes else e
 
     # --- booleans
 
@@ -319,9 +319,9 @@ class Analyzer:
                     else:
                         out.iadd(self._mul_atoms(ka.e, kb.e), ca * cb)
             return out
-        ka, fa = _content(la)
-        kb, fb = _content(lb)
-        return self._mul_atoms(fa.to_expr(), fb.to_expr()).scale(ka * kb)
+        ga, fa = _content(la)
+        gb, fb = _content(lb)
+        return self._mul_atoms(fa.to_expr(), fb.to_expr()).scale(ga * gb)
 
     def _mul_atoms(self, a: E.Expr, b: E.Expr) -> Lin:
         factors = sorted(_factors(a) + _factors(b), key=str)
