@@ -38,6 +38,15 @@ class FuseRel:
     fused: E.IterVar
 
 
+def split_extents(extent: E.Expr, factor: int | None, nparts: int | None
+                  ) -> tuple[E.Expr, E.Expr]:
+    """(outer, inner) extents of a split of ``extent`` by ``factor`` or into ``nparts``."""
+    if factor is not None:
+        return _ceildiv(extent, factor), E.const(factor)
+    assert nparts is not None, "a split has a factor or a number of parts"
+    return E.const(nparts), _ceildiv(extent, nparts)
+
+
 def _ceildiv(a: E.Expr, b: int) -> E.Expr:
     return E.binary(Op.FLOORDIV, E.binary(Op.ADD, a, b - 1), b)
 
@@ -340,13 +349,7 @@ class Schedule:
         label = "factor" if step.factor is not None else "nparts"
         if value is None or value <= 0:
             raise ScheduleError(f"split {label} {value} for axis {iv.name} of {st.name}: must be a positive int")
-        ext = iv.dom.extent
-        outer_ext: E.Expr
-        inner_ext: E.Expr
-        if step.factor is not None:
-            outer_ext, inner_ext = _ceildiv(ext, step.factor), E.const(step.factor)
-        else:
-            outer_ext, inner_ext = E.const(value), _ceildiv(ext, value)
+        outer_ext, inner_ext = split_extents(iv.dom.extent, step.factor, step.nparts)
         o_name, i_name = step.outputs()
         outer = st._new_axis(o_name, outer_ext, iv.kind)
         inner = st._new_axis(i_name, inner_ext, iv.kind)
