@@ -131,22 +131,23 @@ class _NestBuilder:
     def __init__(self, ctx: LowerContext):
         self.ctx = ctx
         self.sch = ctx.sch
-        self.bounds = ctx.bounds
-        self.an = Analyzer(self.bounds.var_bounds)  # type: ignore[union-attr]  # one memo for the pass
+        assert ctx.bounds is not None, "infer_bounds runs before build_loops"
+        self.bounds: Bounds = ctx.bounds
+        self.an = Analyzer(self.bounds.var_bounds)  # one memo for the pass
         self.attached: dict[tuple[str, str], list[Stage]] = {}
         for st in self.sch.stages:
             if st.attach[0] == "at" and st.name in ctx.bodies:
                 self.attached.setdefault((st.attach[1], st.attach[2]), []).append(st)
 
     def buffer(self, st: Stage) -> ir.Buffer:
-        b = self.bounds[st.name]  # type: ignore[index]
+        b = self.bounds[st.name]
         shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
         buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
         self.ctx.buffers[st.name] = buf
         return buf
 
     def _min(self, st: Stage) -> list[E.Expr]:
-        b = self.bounds[st.name]  # type: ignore[index]
+        b = self.bounds[st.name]
         if st.attach[0] == "at" and st.name not in {t.name for t in self.ctx.args}:
             return b.region_min
         return [E.const(0, s.dtype) for s in st.op.shape]
@@ -171,7 +172,7 @@ class _NestBuilder:
     def nest(self, st: Stage) -> ir.Stmt:
         op = st.op
         assert isinstance(op, ComputeOp)
-        bound: StageBound = self.bounds[st.name]  # type: ignore[index]
+        bound: StageBound = self.bounds[st.name]
         buf = self.ctx.buffers[st.name]
         mins = self._min(st)
         full = bound.full_value(st)
@@ -252,7 +253,7 @@ class _NestBuilder:
         return out
 
     def _for(self, st: Stage, iv: E.IterVar, body: ir.Stmt) -> ir.Stmt:
-        ext = self.bounds[st.name].extent[iv.var.uid]  # type: ignore[index]
+        ext = self.bounds[st.name].extent[iv.var.uid]
         uid = iv.var.uid
         tag = st.bindings.get(uid, "")
         kind = "thread" if tag else _KIND.get(st.annotations.get(uid, ""), "serial")

@@ -547,7 +547,11 @@ class Schedule:
     def _insert(self, stage: Stage, before: Stage | None = None, after: Stage | None = None) -> Stage:
         if any(s.name == stage.name for s in self.stages):
             raise ScheduleError(f"a stage named {stage.name} already exists")
-        idx = self.stages.index(before) if before else self.stages.index(after) + 1  # type: ignore[arg-type]
+        if before is not None:
+            idx = self.stages.index(before)
+        else:
+            assert after is not None, "a new stage goes before or after another"
+            idx = self.stages.index(after) + 1
         self.stages.insert(idx, stage)
         return stage
 

@@ -91,7 +91,7 @@ class EvolutionarySearch:
         return out[:n]
 
     def next_batch(self, n: int, model: Model, measured: set[str],
-                   seeds: list[Candidate] = ()) -> list[Lowered]:  # type: ignore[assignment]
+                   seeds: Sequence[Candidate] = ()) -> list[Lowered]:
         """Up to ``n`` unmeasured candidates: the best predicted, plus eps-greedy random ones."""
         cfg = self.cfg
         # the untuned default joins the first population: a sane start before the model learns

@@ -394,7 +394,7 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
     def apply(sch: Schedule, p: Params) -> None:
         stage = sch.stage(name)
         vec = p[f"{pre}rfactor"]
-        at = p[f"{pre}at"] and reader is not None
+        at = reader if p[f"{pre}at"] else None
         rf = None
         if vec:
             ko, ki = stage.split(stage.compute_op.reduce_axis[-1], factor=vec)
@@ -402,8 +402,8 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
             kf, *rest = rf.compute_op.axis
             rf.reorder(*rest, *rf.compute_op.reduce_axis, kf)
             rf.vectorize(kf)
-        if at:
-            r = sch.stage(reader)  # type: ignore[arg-type]
+        if at is not None:
+            r = sch.stage(at)
             stage.compute_at(r, r.leaf[0])
         elif stage.compute_op.axis:
             axes = list(stage.compute_op.axis)

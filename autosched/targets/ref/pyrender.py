@@ -87,7 +87,8 @@ class KernelInfo:
     @property
     def threads_per_block(self) -> int | None:
         sizes = [self.launch.get(t, 1) for t in ir.THREAD_TAGS[3:]]
-        return None if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
+        known = [n for n in sizes if n is not None]
+        return math.prod(known) if len(known) == len(sizes) else None
 
 
 def _outermost_thread_loops(
