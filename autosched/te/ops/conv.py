@@ -245,14 +245,19 @@ class _Phases:
     def kernel_tap(self, p: Any, r: Expr) -> tuple[Any, list[Expr]]:
         """The kernel tap that reduce step ``r`` of phase ``p`` applies, and when it exists.
         Steps run over the taps from the last to the first, so the data row grows with r."""
-        back = self.taps - 1 - r
+        back = self.taps - 1 - r if self.taps > 1 else 0
         if self.stride == 1:  # one phase, every step a tap
             return back, []
-        at = _scaled(back, self.step * self.stride) + p  # tap * dilation
+        at = _scaled(back, self.step * self.stride) + p if self.taps > 1 else p  # tap * dilation
         if self.dilation == 1:
             return at, [at < self.kernel] if self.taps * self.stride > self.kernel else []
         k = I.floordiv(at, self.dilation)
         return k, [I.floormod(at, self.dilation) == 0, k < self.kernel]
+
+    def data_row(self, row: Expr, r: Expr) -> Expr:
+        """The padded data row that phase row ``row`` reads at reduce step ``r``."""
+        at = row + _scaled(r, self.step)
+        return at + self.offset if self.offset else at
 
     def position(self, pos: Expr) -> tuple[Any, Expr]:
         """(phase, phase row) of output position ``pos``."""
@@ -347,8 +352,7 @@ def conv2d_transpose_nchw(
     def body(b: Expr, f: Expr, sy: Any, sx: Any, y: Expr, x: Expr) -> Expr:
         ch = _channel(f, rc, groups, og, cg)
         fo = f if groups == 1 else I.floormod(f, og)
-        v = padded[b, ch, y + _scaled(ry, py.step) + py.offset,
-                   x + _scaled(rx, px.step) + px.offset]
+        v = padded[b, ch, py.data_row(y, ry), px.data_row(x, rx)]
         return R.sum(_as(v, out_dt) * _as(taps[ch, fo, sy, sx, ry, rx], out_dt),
                      axis=[rc, ry, rx])
 
