@@ -254,7 +254,7 @@ class _Phases:
         k = I.floordiv(at, self.dilation)
         return k, [I.floormod(at, self.dilation) == 0, k < self.kernel]
 
-    def data_row(self, row: Expr, r: Expr) -> Expr:
+    def data_row(self, row: Expr, r: Any) -> Expr:
         """The padded data row that phase row ``row`` reads at reduce step ``r``."""
         at = row + _scaled(r, self.step)
         return at + self.offset if self.offset else at
