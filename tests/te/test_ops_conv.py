@@ -156,6 +156,25 @@ TRANSPOSE_CASES = [
 @pytest.mark.parametrize("shape,og,k,stride,padding,opad,groups,dilation", TRANSPOSE_CASES)
 def test_conv2d_transpose_nchw(shape, og, k, stride, padding, opad, groups, dilation,  # noqa: ANN001
                                target: str) -> None:
+    check_transpose(shape, og, k, stride, padding, opad, groups, dilation, target)
+
+
+def test_conv2d_transpose_random_attributes(rng: np.random.Generator, target: str) -> None:
+    """Shapes and attributes drawn afresh each run (the seed is printed)."""
+    for _ in range(3):
+        groups = int(rng.integers(1, 3))
+        k, stride, dilation = (tuple(int(v) for v in rng.integers(1, hi, 2))
+                               for hi in (5, 4, 3))
+        pads = tuple(int(rng.integers(0, k[d % 2])) for d in range(4))
+        opad = tuple(int(rng.integers(0, max(stride[d], dilation[d]))) for d in range(2))
+        size = tuple(int(rng.integers(pads[d] + pads[d + 2] + 1, 10)) for d in range(2))
+        shape = (1, 2 * groups, *size)
+        check_transpose(shape, int(rng.integers(1, 4)), k, stride, pads, opad, groups, dilation,
+                        target)
+
+
+def check_transpose(shape, og, k, stride, padding, opad, groups, dilation,  # noqa: ANN001
+                    target: str) -> None:
     c = shape[1]
     x = te.placeholder(shape, name="x")
     w = te.placeholder((c, og, *k), name="w")
