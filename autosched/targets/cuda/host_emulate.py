@@ -223,8 +223,8 @@ def _program(source: CudaSource, checked: bool) -> _Program:
             f"module has {[k.name for k in source.kernels]} (did codegen's signature format "
             "change? see _SIGNATURE in host_emulate.py)")
     for kernel, info in zip(kernels, source.kernels):
-        if (sum(p.pointer for p in kernel.params), kernel.status) != (len(info.buffers),
-                                                                      info.checks):
+        pointers = sum(p.pointer for p in kernel.params)
+        if pointers != len(info.buffers) or kernel.status != info.checks:
             raise CompileError(f"host emulation: kernel {kernel.name} has "
                                f"{len(kernel.params)} parameters (status word: {kernel.status}), "
                                f"expected {len(info.buffers)} buffers and {len(info.scalars)} "

@@ -28,15 +28,16 @@ TARGET = "cuda -arch=sm_90"
 needs_host = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 
-def _take(mode: str, name: str = "take", then_double: bool = False) -> Any:
+def _take(mode: str, name: str = "take", then_double: bool = False, target: str = TARGET
+          ) -> Any:
     """take(x, i, axis 0) with ``mode``; ``then_double`` adds a second kernel reading it."""
     x = te.placeholder((N, 3), name="x")
     i = te.placeholder((7,), dtype="int64", name="i")
     y = ops.take(x, i, 0, mode=mode)
     if not then_double:
-        return aus.build(te.create_schedule(y.op), [x, i, y], target=TARGET, name=name)
+        return aus.build(te.create_schedule(y.op), [x, i, y], target=target, name=name)
     z = te.compute(y.shape, lambda r, c: y[r, c] * 2.0, name="z")
-    return aus.build(te.create_schedule(z.op), [x, i, z], target=TARGET, name=name)
+    return aus.build(te.create_schedule(z.op), [x, i, z], target=target, name=name)
 
 
 def _unchecked(code: str) -> str:
@@ -93,3 +94,23 @@ def test_host_emulation_reports_the_index_and_reads_the_clamped_element(bad, rng
     assert failure.value.status == STATUS_INDEX
     clamped = np.clip(np.where(iv < 0, iv + N, iv), 0, N - 1)
     np.testing.assert_array_equal(out, 2 * a[clamped])
+
+
+@pytest.mark.gpu
+def test_device_arrays_get_the_status_checked_on_the_gpu(rng) -> None:
+    """Arguments already on the device (as measurement passes them): the word is read all the
+    same, for a call and for a timing, and cleared for the next call."""
+    import pycuda.gpuarray as gpuarray
+
+    mod = _take("strict", name="lookup_twice", then_double=True, target="cuda")
+    a = rng.uniform(-1, 1, (N, 3)).astype("float32")
+    iv = rng.integers(-N, N, 7).astype(np.int64)
+    bad = iv.copy()
+    bad[int(rng.integers(7))] = -N - 1
+    args = [gpuarray.to_gpu(a), gpuarray.to_gpu(bad), gpuarray.empty((7, 3), np.float32)]
+    for run in (lambda: mod(*args), lambda: mod.time(*args, warmup=0, repeat=2)):
+        with pytest.raises(KernelFailure, match="^lookup_twice: an index .* out of range$"):
+            run()
+    args[1] = gpuarray.to_gpu(iv)
+    mod(*args)
+    np.testing.assert_array_equal(args[2].get(), 2 * np.take(a, iv, 0))
