@@ -30,10 +30,9 @@ from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.nvrtc import CompiledBinary
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
-from autosched.te.expr import Var
-from autosched.te.visit import free_vars
 from autosched.tir import ir
 from autosched.tir.evaluate import eval_int
+from autosched.tir.params import bind_params, check_array, mismatch
 
 INSTALL_HINT = "pip install autosched[cuda]  (or: pip install pycuda)"
 
@@ -301,7 +300,7 @@ class CudaModule:
                 if buf in self.source.written:
                     copy_back.append((arg, dev))
             else:
-                ptrs[buf] = _device_pointer(arg, buf)
+                ptrs[buf] = _device_pointer(self.func.name, arg, buf)
         for buf in self.source.workspace:
             nbytes = _nbytes(buf, env)
             if buf.uid not in self._workspace or self._workspace[buf.uid][0] < nbytes:
@@ -320,51 +319,13 @@ class CudaModule:
         return Launches(calls, copy_back, keep)
 
     def shape_env(self, args: tuple[Any, ...]) -> dict[int, int]:
-        """Check ``args`` against the parameters (count, dtype, shape; no GPU needed) and bind
-        the shape variables: {variable uid: size}."""
+        """Check ``args`` against the parameters (tir/params.py; no GPU needed) and bind the
+        shape variables: {variable uid: size}."""
         params = self.func.params
-        if len(args) != len(params):
-            raise RuntimeError_(
-                f"{self.func.name} takes {len(params)} arguments "
-                f"({', '.join(b.name for b in params)}), got {len(args)}"
-            )
-        env: dict[int, int] = {}
-        for buf, arg in zip(self.func.params, args):
-            shape, dtype = _shape_dtype(arg)
-            if dtype is not None and np.dtype(dtype) != np.dtype(buf.dtype):
-                raise RuntimeError_(
-                    f"{self.func.name}: argument {buf.name} must be {buf.dtype}, got {dtype}"
-                )
-            if isinstance(arg, np.ndarray) and not arg.flags.c_contiguous:
-                raise RuntimeError_(
-                    f"{self.func.name}: argument {buf.name} must be C-contiguous "
-                    "(use np.ascontiguousarray)"
-                )
-            if shape is None:
-                continue
-            if len(shape) != len(buf.shape):
-                raise RuntimeError_(
-                    f"{self.func.name}: argument {buf.name} must have {len(buf.shape)} dims "
-                    f"{tuple(str(d) for d in buf.shape)}, got shape {tuple(shape)}"
-                )
-            for want, got in zip(buf.shape, shape):
-                if isinstance(want, Var) and want.uid not in env:
-                    env[want.uid] = int(got)
-            for d, (want, got) in enumerate(zip(buf.shape, shape)):
-                if any(v.uid not in env for v in free_vars(want)):
-                    continue
-                expected = eval_int(want, env)
-                if expected != int(got):
-                    raise RuntimeError_(
-                        f"{self.func.name}: argument {buf.name} dim {d} must be {want} = "
-                        f"{expected}, got {got} (shape {tuple(shape)})"
-                    )
-        missing = [v.name for v in self.source.shape_vars if v.uid not in env]
-        if missing:
-            raise RuntimeError_(
-                f"{self.func.name}: cannot bind shape variables {missing} from the arguments "
-                "(pass numpy arrays or GPUArrays, which carry shapes)"
-            )
+        env = bind_params(self.func.name, params, [_shape_dtype(arg) for arg in args])
+        for buf, arg in zip(params, args):
+            if isinstance(arg, np.ndarray):
+                check_array(self.func.name, buf, arg, buf in self.source.written)
         return env
 
     def _check_limits(self, loaded: _Loaded, info: KernelInfo, fn: Any,
@@ -437,7 +398,7 @@ def _shape_dtype(arg: Any) -> tuple[tuple[int, ...] | None, Any]:
     return None, None
 
 
-def _device_pointer(arg: Any, buf: ir.Buffer) -> int:
+def _device_pointer(func_name: str, arg: Any, buf: ir.Buffer) -> int:
     cai = getattr(arg, "__cuda_array_interface__", None)
     if cai is not None:
         strides = cai.get("strides")
@@ -448,17 +409,15 @@ def _device_pointer(arg: Any, buf: ir.Buffer) -> int:
                 expect.append(acc)
                 acc *= n
             if tuple(strides) != tuple(reversed(expect)):
-                raise RuntimeError_(f"argument {buf.name} must be a contiguous device array")
+                raise mismatch(func_name, buf, "a C-contiguous array", f"strides {tuple(strides)}")
         return int(cai["data"][0])
     if hasattr(arg, "gpudata"):
         return int(arg.gpudata)
     try:
         return int(arg)  # a pycuda DeviceAllocation or a raw device pointer
     except TypeError:
-        raise RuntimeError_(
-            f"argument {buf.name}: expected a numpy array, a pycuda DeviceAllocation/GPUArray or "
-            f"an object with __cuda_array_interface__, got {type(arg).__name__}"
-        ) from None
+        raise mismatch(func_name, buf, "a numpy array, a pycuda DeviceAllocation or GPUArray, or an "
+                       "object with __cuda_array_interface__", f"a {type(arg).__name__}") from None
 
 
 def _nbytes(buf: ir.Buffer, env: dict[int, int]) -> int:

@@ -27,8 +27,8 @@ from autosched.targets.llvm import compile as cc
 from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
-from autosched.te.expr import Const, Var
 from autosched.tir.ir import Buffer
+from autosched.tir.params import bind_arrays
 
 
 def cross_compiler(triple: str, host: bool) -> str:
@@ -160,16 +160,10 @@ class HostModule(CPUModule):
         """Check the arrays against the parameters; the ctypes arguments and the (aligned copy,
         original) pairs to copy back after the call."""
         params = self.signature.params
-        if len(arrays) != len(params):
-            names = ", ".join(b.name for b in params)
-            raise RuntimeError_(
-                f"{self.entry_name} takes {len(params)} arrays ({names}), got {len(arrays)}"
-            )
-        sizes: dict[int, int] = {}
+        sizes = bind_arrays(self.entry_name, params, arrays, self._written)
         args: list[Any] = []
         copies: list[tuple[Any, Any]] = []
-        for buf, arr in zip(params, arrays):
-            _check_array(self.entry_name, buf, arr, sizes, buf.uid in self._written)
+        for arr in arrays:
             if arr.ctypes.data % PARAM_ALIGN:
                 aligned = _aligned_copy(arr)
                 copies.append((aligned, arr))
@@ -234,41 +228,6 @@ class HostModule(CPUModule):
         return timing
 
 
-def _check_array(fname: str, buf: Buffer, arr: Any, sizes: dict[int, int], written: bool) -> None:
-    where = f"{fname}: parameter {buf.name}"
-    if not isinstance(arr, np.ndarray):
-        raise RuntimeError_(f"{where} must be a numpy array, got {type(arr).__name__}")
-    want = np.dtype(buf.dtype)
-    if arr.dtype != want:
-        raise RuntimeError_(f"{where} must have dtype {want}, got {arr.dtype}")
-    if arr.ndim != len(buf.shape):
-        raise RuntimeError_(
-            f"{where} must have {len(buf.shape)} dims (shape {_shape_str(buf)}), got shape "
-            f"{arr.shape}"
-        )
-    for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
-        if isinstance(dim, Const):
-            if dim.value != n:
-                raise RuntimeError_(
-                    f"{where} must have shape {_shape_str(buf)}, got {arr.shape} (dim {d})"
-                )
-        elif isinstance(dim, Var):
-            if sizes.setdefault(dim.uid, n) != n:
-                raise RuntimeError_(
-                    f"{where}: size {dim.name} is {sizes[dim.uid]} from an earlier parameter "
-                    f"but {n} here (shape {arr.shape})"
-                )
-        else:
-            raise RuntimeError_(f"{where}: dim {d} is the expression {dim}; only sizes that are "
-                                "constants or plain variables can be checked")
-    if not arr.flags.c_contiguous:
-        raise RuntimeError_(
-            f"{where} must be C-contiguous (use np.ascontiguousarray); strides {arr.strides}"
-        )
-    if written and not arr.flags.writeable:
-        raise RuntimeError_(f"{where} is written by the kernel but the array is read-only")
-
-
 def _check_overlap(fname: str, params: tuple[Buffer, ...], arrays: tuple[Any, ...],
                    written: frozenset[int]) -> None:
     for i, (bi, ai) in enumerate(zip(params, arrays)):
@@ -288,7 +247,3 @@ def _aligned_copy(arr: np.ndarray) -> np.ndarray:
     out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
     np.copyto(out, arr)
     return out
-
-
-def _shape_str(buf: Buffer) -> str:
-    return "(" + ", ".join(str(d) for d in buf.shape) + ("," if len(buf.shape) == 1 else "") + ")"

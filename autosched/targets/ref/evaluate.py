@@ -16,7 +16,6 @@ even where the lockstep order happens to give the right answer.
 Example::
 
     from autosched.tir import ir
-from autosched.tir.evaluate import eval_int
     from autosched.targets.ref.evaluate import evaluate
     from autosched.te.expr import Var, const
     A = ir.Buffer("A", (const(4),), "float32"); B = ir.Buffer("B", (const(4),), "float32")
@@ -42,7 +41,7 @@ from autosched.targets.ref.pyruntime import as_view, namespace
 from autosched.targets.status import KernelFailure
 from autosched.te import expr as E
 from autosched.tir import ir
-from autosched.tir.evaluate import eval_int
+from autosched.tir.params import bind_arrays
 
 _CACHE_SIZE = 256
 _cache: OrderedDict[tuple[int, bool, bool], Program] = OrderedDict()
@@ -59,15 +58,11 @@ class Program:
     stored: frozenset[int]
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        env = bind_shapes(self.func, arrays)
+        env = bind_arrays(self.func.name, self.func.params, arrays, self.stored,
+                          contiguous=False)
         views: list[Any] = []
         copies: list[tuple[np.ndarray, np.ndarray]] = []
-        for buf, arr in zip(self.func.params, arrays):
-            if buf.uid in self.stored and not arr.flags.writeable:
-                raise RuntimeError_(
-                    f"{self.func.name}: parameter {buf.name} is written but the array given "
-                    "for it is read-only"
-                )
+        for arr in arrays:
             if not arr.flags.c_contiguous:
                 work = np.ascontiguousarray(arr)
                 copies.append((arr, work))
@@ -85,79 +80,6 @@ class Program:
         finally:
             for arr, work in copies:
                 arr[...] = work
-
-
-def _shape_str(shape: tuple[E.Expr, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def bind_shapes(func: ir.PrimFunc, arrays: tuple[Any, ...]) -> dict[int, int]:
-    """Check ``arrays`` against ``func.params``; the values of the symbolic dimensions."""
-    params = func.params
-    if len(arrays) != len(params):
-        names = ", ".join(b.name for b in params)
-        raise RuntimeError_(
-            f"{func.name} takes {len(params)} arrays ({names}), got {len(arrays)}"
-        )
-    env: dict[int, int] = {}
-    source: dict[int, str] = {}
-    for buf, arr in zip(params, arrays):
-        want = f"{buf.dtype}{_shape_str(buf.shape)}"
-        if not isinstance(arr, np.ndarray):
-            raise RuntimeError_(
-                f"{func.name}: parameter {buf.name} expects a numpy array of {want}, "
-                f"got a {type(arr).__name__}"
-            )
-        got = f"{arr.dtype}{tuple(arr.shape)}"
-        if arr.dtype != np.dtype(buf.dtype):
-            raise RuntimeError_(
-                f"{func.name}: parameter {buf.name} expects dtype {buf.dtype}, got {arr.dtype} "
-                f"(expected {want}, given {got})"
-            )
-        if arr.ndim != len(buf.shape):
-            raise RuntimeError_(
-                f"{func.name}: parameter {buf.name} expects shape {_shape_str(buf.shape)}, "
-                f"got {tuple(arr.shape)}"
-            )
-        for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
-            if isinstance(dim, E.Var):
-                if dim.uid not in env:
-                    env[dim.uid] = int(n)
-                    source[dim.uid] = f"parameter {buf.name} dimension {d}"
-                    continue
-                if env[dim.uid] != n:
-                    raise RuntimeError_(
-                        f"{func.name}: parameter {buf.name} expects shape "
-                        f"{_shape_str(buf.shape)}, got {tuple(arr.shape)}: dimension {d} is "
-                        f"{dim.name} = {env[dim.uid]} (from {source[dim.uid]}), given {n}"
-                    )
-    for buf, arr in zip(params, arrays):
-        for d, (dim, n) in enumerate(zip(buf.shape, arr.shape)):
-            if isinstance(dim, E.Var):
-                continue
-            try:
-                want_n = eval_int(dim, env)
-            except ValueError as exc:
-                raise CompileError(
-                    f"{func.name}: parameter {buf.name} has the shape {_shape_str(buf.shape)}, "
-                    f"which cannot be evaluated ({exc})"
-                ) from None
-            if want_n != n:
-                bound = ", ".join(
-                    f"{v.name}={env[v.uid]}" for v in _vars(dim) if v.uid in env
-                )
-                raise RuntimeError_(
-                    f"{func.name}: parameter {buf.name} expects shape {_shape_str(buf.shape)}"
-                    f"{' with ' + bound if bound else ''}, got {tuple(arr.shape)}: dimension "
-                    f"{d} should be {want_n}"
-                )
-    return env
-
-
-def _vars(e: E.Expr) -> list[E.Var]:
-    from autosched.te.visit import post_order
-
-    return [v for v in post_order(e) if isinstance(v, E.Var)]
 
 
 def compile_func(
