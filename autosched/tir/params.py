@@ -38,8 +38,8 @@ def bind_params(func_name: str, params: Sequence[ir.Buffer], given: Sequence[Giv
     """Check ``given`` (one (shape, dtype) per parameter) against ``params``; the value of each
     size variable: {variable uid: size}."""
     check_count(func_name, params, len(given))
+    bound_by: dict[int, str] = {}
     env: dict[int, int] = {}
-    source: dict[int, str] = {}
     for buf, (shape, dtype) in zip(params, given):
         if dtype is not None and np.dtype(dtype) != np.dtype(buf.dtype):
             raise mismatch(func_name, buf, f"dtype {buf.dtype}", f"dtype {np.dtype(dtype)}")
@@ -51,19 +51,26 @@ def bind_params(func_name: str, params: Sequence[ir.Buffer], given: Sequence[Giv
         for dim, n in zip(buf.shape, shape):
             if isinstance(dim, E.Var) and dim.uid not in env:
                 env[dim.uid] = int(n)
-                source[dim.uid] = buf.name
+                bound_by[dim.uid] = buf.name
     for buf, (shape, _) in zip(params, given):
-        unbound = sorted({v.name for d in buf.shape for v in free_vars(d) if v.uid not in env})
-        if unbound:
-            raise mismatch(func_name, buf, f"shape {shape_str(buf.shape)}",
-                           f"{_given_str(shape)}: no argument gives {', '.join(unbound)}")
-        for d, (dim, n) in enumerate(zip(buf.shape, shape or ())):
-            want = eval_int(dim, env)
-            if want != n:
-                raise mismatch(func_name, buf, f"shape {shape_str(buf.shape)}",
-                               f"{_given_str(shape)}: dimension {d} should be "
-                               f"{_dim_str(dim, want, env, source)}")
+        _check_dims(func_name, buf, shape, env, bound_by)
     return env
+
+
+def _check_dims(func_name: str, buf: ir.Buffer, shape: Sequence[int] | None,
+                env: dict[int, int], bound_by: dict[int, str]) -> None:
+    """Check each dimension of ``shape`` against its expression in ``buf.shape``, and that
+    every variable of them is bound even where the argument gave no shape."""
+    unbound = sorted({v.name for d in buf.shape for v in free_vars(d) if v.uid not in env})
+    if unbound:
+        raise mismatch(func_name, buf, f"shape {shape_str(buf.shape)}",
+                       f"{_given_str(shape)}: no argument gives {', '.join(unbound)}")
+    for d, (dim, n) in enumerate(zip(buf.shape, shape or ())):
+        want = eval_int(dim, env)
+        if want != n:
+            raise mismatch(func_name, buf, f"shape {shape_str(buf.shape)}",
+                           f"{_given_str(shape)}: dimension {d} should be "
+                           f"{_dim_str(dim, want, env, bound_by)}")
 
 
 def bind_arrays(func_name: str, params: Sequence[ir.Buffer], arrays: Sequence[Any],
@@ -115,11 +122,11 @@ def _given_str(shape: Sequence[int] | None) -> str:
     return "no shape" if shape is None else shape_str(tuple(int(n) for n in shape))
 
 
-def _dim_str(dim: E.Expr, want: int, env: dict[int, int], source: dict[int, str]) -> str:
+def _dim_str(dim: E.Expr, want: int, env: dict[int, int], bound_by: dict[int, str]) -> str:
     if isinstance(dim, E.Const):
         return str(want)
     if isinstance(dim, E.Var):
-        return f"{dim.name} = {want} (from parameter {source[dim.uid]})"
-    bound = ", ".join(f"{v.name} = {env[v.uid]} from parameter {source[v.uid]}"
+        return f"{dim.name} = {want} (from parameter {bound_by[dim.uid]})"
+    bound = ", ".join(f"{v.name} = {env[v.uid]} from parameter {bound_by[v.uid]}"
                       for v in sorted(free_vars(dim), key=lambda v: v.name))
     return f"{dim} = {want} ({bound})"
