@@ -84,7 +84,7 @@ def test_reference_evaluator_copies_strided_arrays_in_and_out(rng) -> None:
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 
-@pytest.mark.parametrize("target", ["ref", "llvm"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_host_backends_take_numpy_arrays(target, rng) -> None:
     a, b, c = _inputs(rng)
     with pytest.raises(RuntimeError_, match=r": parameter B expects a numpy array, given a list$"):

@@ -60,6 +60,7 @@ from autosched.targets.ref.evaluate import evaluate
 from autosched.targets.status import KernelFailure
 from autosched.tir import ir
 from autosched.tir.evaluate import eval_int
+from autosched.tir.params import mismatch
 
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden",
          # CUDA wraps signed overflow and has no strict-aliasing rule for float4 punning
@@ -107,8 +108,7 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
     env = mod.shape_env(args)
     for buf, a in zip(mod.func.params, args):
         if not isinstance(a, np.ndarray):
-            raise RuntimeError_(f"run_on_host takes numpy arrays; {buf.name} is "
-                                f"{type(a).__name__}")
+            raise mismatch(mod.func.name, buf, "a numpy array", f"a {type(a).__name__}")
     program = _program(mod.source, checked)
     lib = _library(program.text)
     mem: dict[ir.Buffer, _DeviceBuffer] = {}
