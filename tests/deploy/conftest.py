@@ -1,4 +1,4 @@
-"""Tests of deployed model libraries (autosched/graph/deploy.py, graph/library.py): models
+"""Tests of deployed model libraries (autosched/graph/deploy.py, graph/loader.py): models
 compiled to one .so, run by a C program written here (on the host, and cross-compiled for
 aarch64 under qemu-aarch64: no Python inside) and by ``autosched.load``, compared with
 onnxruntime on the host.

@@ -1,12 +1,11 @@
 """``autosched.load``: a model library run from Python through ctypes, against the in-process
-executor and onnxruntime; thread safety; what a runtime-only import pulls in; a library for
-another machine or CPU."""
+executor and onnxruntime; what a runtime-only import pulls in; a library for another machine
+or CPU. (Threads and hostile build dirs: tests/system/test_deploy_trust.py.)"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -51,27 +50,6 @@ def test_load_runs_as_the_executor_and_onnxruntime(cnn: tuple[object, object, Pa
     misaligned[...] = x["input"]
     np.testing.assert_array_equal(deployed.run({"input": misaligned})[0], b)
     assert deployed.time(x, repeat=3, min_s=0.0) > 0
-
-
-def test_eight_threads_share_one_library(cnn: tuple[object, object, Path]) -> None:
-    proto, _, build = cnn
-    deployed = aus.load(build, threads=1)
-    inputs = [_x(seed) for seed in range(8)]
-    want = [ort_run(proto, x)[0] for x in inputs]
-    errors: list[str] = []
-
-    def worker(k: int) -> None:
-        for _ in range(20):
-            (y,) = deployed.run(inputs[k])
-            if not np.allclose(y, want[k], rtol=1e-4, atol=1e-4):
-                errors.append(f"thread {k}")
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
 
 
 def test_importing_load_needs_no_compiler() -> None:
