@@ -59,9 +59,10 @@ def export(model: Any, build_dir: str | os.PathLike, name: str | None = None) ->
     return lib
 
 
-def library_spec(model: Any, name: str) -> Any:
-    """The LibrarySpec of ``model``: the weights packed, the memory plan laid out in one
-    workspace, each kernel argument's place."""
+def library_spec(model: Any, name: str, embed: bool = True) -> Any:
+    """The LibrarySpec of ``model``: the weights packed (or, with ``embed`` false, read where
+    ``model.constants`` holds them, for a library run in this process), the memory plan laid
+    out in one workspace, each kernel argument's place."""
     from autosched.targets.llvm.library import Call, Copy, LibrarySpec, Place, Tensor
 
     g = model.graph
@@ -77,9 +78,15 @@ def library_spec(model: Any, name: str) -> Any:
         if o in written and o not in places and o not in direct:
             direct[o] = j
             places[o] = Place("output", j)
-    weights, offsets = _pack(model.constants, [a for k in model.kernels for a in k.args]
-                             + [aliases.get(o, o) for o in g.outputs])
-    places.update({c: Place("weights", at) for c, at in offsets.items() if c not in places})
+    used = [c for c in dict.fromkeys([a for k in model.kernels for a in k.args]
+                                     + [aliases.get(o, o) for o in g.outputs])
+            if c in model.constants]
+    if embed:
+        weights, offsets = _pack(model.constants, used)
+    else:
+        weights, offsets = b"", {c: model.constants[c].ctypes.data for c in used}
+    region = "weights" if embed else "address"
+    places.update({c: Place(region, at) for c, at in offsets.items() if c not in places})
     steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in model.kernels]
     layout, workspace = _layout(g, steps, aliases)
     places.update({v: Place("workspace", at) for v, at in layout.items() if v not in places})
@@ -101,14 +108,13 @@ def library_spec(model: Any, name: str) -> Any:
 
 
 def _pack(constants: dict[str, np.ndarray], used: list[str]) -> tuple[bytes, dict[str, int]]:
-    """The constants named in ``used`` in one blob, each at a 64-byte aligned offset."""
+    """The constants ``used`` in one blob, each at a 64-byte aligned offset."""
     blob = bytearray()
     offsets: dict[str, int] = {}
     for name in used:
-        if name in constants and name not in offsets:
-            blob += bytes(-len(blob) % ALIGN)
-            offsets[name] = len(blob)
-            blob += np.ascontiguousarray(constants[name]).tobytes()
+        blob += bytes(-len(blob) % ALIGN)
+        offsets[name] = len(blob)
+        blob += np.ascontiguousarray(constants[name]).tobytes()
     return bytes(blob), offsets
 
 

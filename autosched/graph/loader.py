@@ -34,7 +34,7 @@ import numpy as np
 
 from autosched.cache import untrusted
 from autosched.errors import ModelImportError, RuntimeError_
-from autosched.graph.executor import check_inputs
+from autosched.graph.executor import aligned, aligned_empty, check_inputs, pointer_arrays
 from autosched.graph.graph import Graph, ValueInfo
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
 from autosched.targets.model_api import API
@@ -108,12 +108,9 @@ class ModelLibrary:
         return outs
 
     def _bind(self, inputs: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
-        ins = [_aligned_copy(a) if a.ctypes.data % 64 else a
-               for a in check_inputs(self.graph, inputs).values()]
-        outs = [_empty(v) for v in self._outputs]
-        pointers = [(ctypes.c_void_p * max(len(xs), 1))(*(x.ctypes.data for x in xs))
-                    for xs in (ins, outs)]
-        return ins, outs, pointers
+        ins = [aligned(a) for a in check_inputs(self.graph, inputs).values()]
+        outs = [aligned_empty(v.shape, v.dtype) for v in self._outputs]
+        return ins, outs, pointer_arrays(ins, outs)
 
     def _call(self, pointers: Any) -> None:
         status = self._api["run"](self._context(), *pointers)
@@ -122,7 +119,7 @@ class ModelLibrary:
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run (one C call), after a warm-up, inputs bound once."""
-        _, _, pointers = self._bind(inputs)
+        _, _, pointers = bound = self._bind(inputs)
         self._call(pointers)
         times: list[float] = []
         deadline = time.perf_counter() + min_s
@@ -130,6 +127,7 @@ class ModelLibrary:
             t0 = time.perf_counter()
             self._call(pointers)
             times.append(time.perf_counter() - t0)
+        del bound  # the arrays the pointers point to lived until here
         return float(np.median(times))
 
 
@@ -232,19 +230,6 @@ def _owned(path: Path, what: str) -> None:
     if problem:
         raise ModelImportError(f"{what}: not loading code from it: {problem} (make it yours "
                                "and chmod go-w it)")
-
-
-def _empty(info: ValueInfo) -> np.ndarray:
-    n = dt.nbytes(info.dtype) * int(np.prod(info.shape, dtype=np.int64))
-    raw = np.empty(n + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off: off + n].view(info.dtype).reshape(info.shape)
-
-
-def _aligned_copy(a: np.ndarray) -> np.ndarray:
-    out = _empty(ValueInfo("", a.shape, str(a.dtype)))
-    np.copyto(out, a)
-    return out
 
 
 def load(build_dir: str | os.PathLike, threads: int = 0) -> ModelLibrary:

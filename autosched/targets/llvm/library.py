@@ -18,6 +18,8 @@ libm (when a kernel calls it) and libgomp (when a kernel has parallel loops).
 from __future__ import annotations
 
 import binascii
+import ctypes
+import itertools
 import os
 import subprocess
 import tempfile
@@ -29,10 +31,10 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from autosched.errors import CompileError
+from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
-from autosched.targets.llvm.compile import target_machine
+from autosched.targets.llvm.compile import JitEngine, compile_ir, target_machine
 from autosched.targets.llvm.cpu_features import emit_cpu_check
 from autosched.targets.llvm.runtime import cross_compiler
 from autosched.targets.model_api import API, STATUS_MESSAGES, STATUS_OK, Status
@@ -52,7 +54,7 @@ class Tensor:
 class Place:
     """Where a kernel argument lives: ``input`` / ``output`` (index into the caller's pointer
     arrays), ``weights`` / ``workspace`` (byte offset into the embedded weights or the
-    context's workspace)."""
+    context's workspace), ``address`` (in process: an array of the caller's)."""
 
     region: str
     at: int
@@ -108,6 +110,61 @@ def build_library(spec: LibrarySpec, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+_models = itertools.count()  # JIT symbols are process-wide: each model's get their own prefix
+
+
+class InProcess:
+    """The glue of ``spec`` JIT-compiled for this process, calling the kernels' JIT code where
+    it is (``jit_library``): the in-process executor's one call per run."""
+
+    def __init__(self, spec: LibrarySpec) -> None:
+        # the glue calls each kernel by a symbol bound to the JIT code it already has
+        entries = kernel_symbols(spec, f"{spec.name}__jit{next(_models)}_")
+        for call in spec.calls:
+            symbol = entries[id(call.module)]
+            llvm.add_symbol(symbol, call.module.address)
+            if call.module.threads_address is not None:
+                llvm.add_symbol(symbol + "__num_threads", call.module.threads_address)
+        layout = str(target_machine(spec.target).target_data)
+        glue = str(_Glue(spec, entries, layout).module())
+        self._engine = JitEngine(compile_ir(glue, spec.target), spec.target)
+        self._keep = [c.module for c in spec.calls]  # the kernels' code must outlive the glue
+        symbol = self._engine.function_address
+        ptr = ctypes.c_void_p
+        self.create = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr)(symbol(f"{spec.name}_create"))
+        self.run = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr, ptr)(symbol(f"{spec.name}_run"))
+        self._destroy = ctypes.CFUNCTYPE(None, ptr)(symbol(f"{spec.name}_destroy"))
+        self.message = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_int32)(
+            symbol(f"{spec.name}_status_message"))
+
+    def context(self, threads: int) -> int:
+        """A new context running parallel loops on ``threads`` threads (0: libgomp's
+        default); RuntimeError_ when it cannot be created."""
+        ctx = ctypes.c_void_p()
+        options = ctypes.c_int32(threads)
+        status = self.create(ctypes.addressof(options), ctypes.addressof(ctx))
+        if status:
+            raise RuntimeError_(self.message(status).decode())
+        return int(ctx.value or 0)
+
+    def destroy(self, context: int) -> None:
+        """Free a context (a method: whoever holds it keeps the JIT code alive)."""
+        self._destroy(context)
+
+    @staticmethod
+    def set_threads(context: int, threads: int) -> None:
+        """Change a context's thread count (its first field, see CONTEXT)."""
+        ctypes.c_int32.from_address(context).value = threads
+
+
+def jit_library(spec: LibrarySpec) -> InProcess | None:
+    """The in-process entry point of ``spec``, whose kernels must all be JIT-compiled for this
+    machine; None when one is not (a cross target)."""
+    if not all(getattr(c.module, "address", None) for c in spec.calls):
+        return None
+    return InProcess(spec)
+
+
 def _link_shared(spec: LibrarySpec, obj: Path, exports: Path, out: Path) -> None:
     compiler = cross_compiler(spec.target.triple, spec.target.is_host)
     libs = ["-lgomp"] if spec.uses_threads else []
@@ -121,17 +178,14 @@ def _link_shared(spec: LibrarySpec, obj: Path, exports: Path, out: Path) -> None
 def _link(spec: LibrarySpec) -> llvm.ModuleRef:
     """The glue module with every kernel linked in; everything but the API internal."""
     tm = target_machine(spec.target)
-    entries: dict[int, str] = {}
-    kernels = []
-    for call in spec.calls:
-        if id(call.module) not in entries:
-            prefix = f"{spec.name}__k{len(entries)}_"
-            entries[id(call.module)] = prefix + call.module.entry_name
-            kernels.append(_renamed(call.module, prefix))
+    entries = kernel_symbols(spec, f"{spec.name}__")
+    kernels = {id(c.module): c.module for c in spec.calls}
+    kernels = [_renamed(m, entries[i][: -len(m.entry_name)]) for i, m in kernels.items()]
     glue = _Glue(spec, entries, str(tm.target_data)).module()
     try:
         module = llvm.parse_assembly(str(glue))
-        module.link_in(_weights(f"{spec.name}__weights", spec.weights, spec.target.triple))
+        if spec.weights:
+            module.link_in(_weights(f"{spec.name}__weights", spec.weights, spec.target.triple))
         for k in kernels:
             module.link_in(k)
         module.verify()
@@ -142,6 +196,15 @@ def _link(spec: LibrarySpec) -> llvm.ModuleRef:
         if not g.is_declaration and g.name not in api:
             g.linkage = "internal"
     return module
+
+
+def kernel_symbols(spec: LibrarySpec, prefix: str) -> dict[int, str]:
+    """A distinct symbol for each distinct kernel module (by id): ``PREFIXk<i>_<entry>``."""
+    entries: dict[int, str] = {}
+    for call in spec.calls:
+        if id(call.module) not in entries:
+            entries[id(call.module)] = f"{prefix}k{len(entries)}_{call.module.entry_name}"
+    return entries
 
 
 def _renamed(mod: Any, prefix: str) -> llvm.ModuleRef:
@@ -186,8 +249,6 @@ class _Glue:
 
     def module(self) -> ir.Module:
         s = self.spec
-        self.weights = ir.GlobalVariable(self.m, ir.ArrayType(T.I8, len(s.weights)),
-                                        f"{s.name}__weights")  # linked in: _weights
         self.counts()
         for which, tensors in (("input", s.inputs), ("output", s.outputs)):
             self.info(which, tensors)
@@ -208,10 +269,21 @@ class _Glue:
         fn = self.m.globals.get(name)
         return fn if fn is not None else ir.Function(self.m, ir.FunctionType(ret, args), name)
 
-    def kernel_global(self, name: str) -> ir.GlobalVariable:
-        """An i32 that a kernel linked in later defines."""
-        g = self.m.globals.get(name)
-        return g if g is not None else ir.GlobalVariable(self.m, T.I32, name)
+    def weights(self) -> ir.GlobalVariable:
+        """The weights, linked in later (_weights)."""
+        s = self.spec
+        return ir.GlobalVariable(self.m, ir.ArrayType(T.I8, len(s.weights)), f"{s.name}__weights")
+
+    def kernel(self, module: Any) -> tuple[ir.Value, ir.Value | None]:
+        """The function to call for ``module`` and its thread-count i32 (None without parallel
+        loops), by the names ``entries`` gives them (see ``kernel_symbols``)."""
+        fn_type = ir.FunctionType(T.I32, [PTR] * len(module.signature.params))
+        entry = self.entries[id(module)]
+        if not module.uses_threads:
+            return self.extern(entry, T.I32, fn_type.args), None
+        name = entry + "__num_threads"
+        g = self.m.globals.get(name) or ir.GlobalVariable(self.m, T.I32, name)
+        return self.extern(entry, T.I32, fn_type.args), g
 
     def string(self, text: str) -> ir.Constant:
         if text not in self.strings:
@@ -352,8 +424,9 @@ class _Glue:
         for p in (ctx, inputs, outputs):
             require(b.icmp_unsigned("!=", p, ir.Constant(p.type, None)))
         c = b.bitcast(ctx, CONTEXT.as_pointer())
-        regions = {"weights": b.bitcast(self.weights, PTR),
-                   "workspace": b.load(self.field(b, c, 1))}
+        regions = {"workspace": b.load(self.field(b, c, 1))}
+        if s.weights:
+            regions["weights"] = b.bitcast(self.weights(), PTR)
         for region, array, n in (("input", inputs, len(s.inputs)),
                                  ("output", outputs, len(s.outputs))):
             for j in range(n):
@@ -366,6 +439,8 @@ class _Glue:
         def where(place: Place) -> ir.Value:
             if place.region in ("input", "output"):
                 return regions[f"{place.region}{place.at}"]
+            if place.region == "address":
+                return ir.Constant(T.I64, place.at).inttoptr(PTR)
             return b.gep(regions[place.region], [ir.Constant(T.I64, place.at)], inbounds=True)
 
         threads = b.load(self.field(b, c, 0))
@@ -374,10 +449,9 @@ class _Glue:
         code = b_failed.phi(T.I32)
         b_failed.ret(code)
         for call in s.calls:
-            entry = self.entries[id(call.module)]
-            if call.module.uses_threads:
-                b.store(threads, self.kernel_global(entry + "__num_threads"))
-            kernel = self.extern(entry, T.I32, [PTR] * len(call.args))
+            kernel, team = self.kernel(call.module)
+            if team is not None:
+                b.store(threads, team)
             status = b.call(kernel, [where(p) for p in call.args])
             code.add_incoming(status, b.block)
             ok = fn.append_basic_block()
