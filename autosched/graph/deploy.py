@@ -51,8 +51,9 @@ def export(model: Any, build_dir: str | os.PathLike, name: str | None = None) ->
     out = Path(build_dir)
     out.mkdir(parents=True, exist_ok=True)
     lib = build_library(spec, out / f"{spec.name}.so")
-    tensors = [[(t.name, t.dtype, t.shape) for t in ts] for ts in (spec.inputs, spec.outputs)]
-    (out / f"{spec.name}.h").write_text(header(spec.name, *tensors, str(spec.target)))
+    inputs, outputs = ([(t.name, t.dtype, t.shape) for t in ts]
+                       for ts in (spec.inputs, spec.outputs))
+    (out / f"{spec.name}.h").write_text(header(spec.name, inputs, outputs, str(spec.target)))
     (out / "README").write_text(readme(spec.name, str(spec.target)))
     for p in (out, lib, out / f"{spec.name}.h", out / "README"):
         _owner_writable_only(p)

@@ -245,8 +245,8 @@ class CompiledModel:
                 from autosched.graph.deploy import library_name, library_spec
 
                 jit = getattr(self.target.backend, "jit_library", None)
-                spec = jit and library_spec(self, library_name(self.graph.name), embed=False)
-                self._linked.append(spec and jit(spec))
+                self._linked.append(None if jit is None else jit(
+                    library_spec(self, library_name(self.graph.name), embed=False)))
             return self._linked[0]
 
     def _new_arena(self) -> _Arena:

@@ -129,13 +129,13 @@ class InProcess:
         glue = str(_Glue(spec, entries, layout).module())
         self._engine = JitEngine(compile_ir(glue, spec.target), spec.target)
         self._keep = [c.module for c in spec.calls]  # the kernels' code must outlive the glue
-        symbol = self._engine.function_address
+        address = self._engine.function_address
         ptr = ctypes.c_void_p
-        self.create = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr)(symbol(f"{spec.name}_create"))
-        self.run = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr, ptr)(symbol(f"{spec.name}_run"))
-        self._destroy = ctypes.CFUNCTYPE(None, ptr)(symbol(f"{spec.name}_destroy"))
+        self.create = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr)(address(f"{spec.name}_create"))
+        self.run = ctypes.CFUNCTYPE(ctypes.c_int32, ptr, ptr, ptr)(address(f"{spec.name}_run"))
+        self._destroy = ctypes.CFUNCTYPE(None, ptr)(address(f"{spec.name}_destroy"))
         self.message = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_int32)(
-            symbol(f"{spec.name}_status_message"))
+            address(f"{spec.name}_status_message"))
 
     def context(self, threads: int) -> int:
         """A new context running parallel loops on ``threads`` threads (0: libgomp's
@@ -179,8 +179,8 @@ def _link(spec: LibrarySpec) -> llvm.ModuleRef:
     """The glue module with every kernel linked in; everything but the API internal."""
     tm = target_machine(spec.target)
     entries = kernel_symbols(spec, f"{spec.name}__")
-    kernels = {id(c.module): c.module for c in spec.calls}
-    kernels = [_renamed(m, entries[i][: -len(m.entry_name)]) for i, m in kernels.items()]
+    modules = {id(c.module): c.module for c in spec.calls}
+    kernels = [_renamed(m, entries[i][: -len(m.entry_name)]) for i, m in modules.items()]
     glue = _Glue(spec, entries, str(tm.target_data)).module()
     try:
         module = llvm.parse_assembly(str(glue))
