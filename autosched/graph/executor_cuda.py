@@ -9,6 +9,10 @@ Calls from several threads are serialised by a lock: the device buffers are one 
 GPU runs one model's kernels at a time anyway. Each call makes the model's CUDA context current
 on its thread (a context is current only on the thread that pushed it).
 
+Tasks whose kernels check something at run time (a Gather index) each get a status word of one
+device array, cleared before the launches of a run and read with the outputs; a failure raises
+one line naming the task and the node, as on the CPU. Models without checks read nothing.
+
 Example::
 
     model = aus.compile(graph, target="cuda")
@@ -27,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.graph.executor import allocate, check_inputs, memory_plan, nbytes
+from autosched.graph.executor import _where, allocate, check_inputs, memory_plan, nbytes
 from autosched.graph.graph import Graph
-from autosched.targets.cuda.runtime import Launch
+from autosched.targets.cuda.runtime import Launch, StatusWords
+from autosched.targets.status import status_message
 from autosched.targets.target import Target
 
 
@@ -65,13 +70,31 @@ class CudaModel:
                 drv.memcpy_htod(buf, host)
                 self.device[name] = buf
                 self.constant_bytes += host.nbytes
+        # a status word for each task whose kernels check, in this order
+        self._checked = [k for k in kernels if k.module.checks]
+        status = StatusWords(len(self._checked)) if self._checked else None
+        self._status = status
+        words = {id(k): status.address(n) for n, k in enumerate(self._checked)} if status else {}
         # launches prepared once, each with the name of its task
         self._launches: list[tuple[Launch, str]] = []
         self._keep: list[Any] = []
         for k in kernels:
-            launches = k.module.launches(*(self.device[a] for a in k.args))
+            launches = k.module.launches(*(self.device[a] for a in k.args),
+                                         status=words.get(id(k)))
             self._keep.append(launches.keep)
             self._launches += [(launch, k.task.name) for launch in launches.calls]
+
+    def _clear_status(self) -> None:
+        if self._status is not None:
+            self._status.clear()
+
+    def _check_status(self) -> None:
+        """Raise for the first task whose kernels reported a failure, naming its node."""
+        if self._status is None:
+            return
+        for kernel, word in zip(self._checked, self._status.read()):
+            if word:
+                raise RuntimeError_(f"{_where(kernel, int(word))}: {status_message(int(word))}")
 
     def _launch(self, sync_each: bool = False) -> None:
         drv = self.drv
@@ -118,12 +141,14 @@ class CudaModel:
     def _run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         host = self._copy_in(inputs)
         drv = self.drv
+        self._clear_status()
         self._launch()
         try:
             drv.Context.synchronize()
         except drv.Error:  # find the kernel that faulted
             self._launch(sync_each=True)
             raise
+        self._check_status()
         outs = []
         for o in self.graph.outputs:
             info = self.graph.values[o]
@@ -145,6 +170,7 @@ class CudaModel:
     def _time(self, inputs: dict[str, Any], repeat: int, warmup: int) -> float:
         self._copy_in(inputs)
         drv = self.drv
+        self._clear_status()
         for _ in range(warmup):
             self._launch()
         drv.Context.synchronize()
@@ -156,6 +182,7 @@ class CudaModel:
             end.record()
             end.synchronize()
             samples.append(start.time_till(end) / 1e3)
+        self._check_status()
         return statistics.median(samples)
 
     def summary(self) -> str:

@@ -197,7 +197,7 @@ def _conv_transpose(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
                 opad[d] -= total
                 total = 0
             half = total // 2
-            upper = auto != "SAME_LOWER"
+            upper = auto == "SAME_UPPER"  # as ONNX says: NOTSET pads more at the start
             begins.append(half if upper else total - half)
             ends.append(total - half if upper else half)
     elif auto == "VALID":

@@ -1,7 +1,8 @@
 """What a kernel reports when it fails at run time, for every backend.
 
-A compiled kernel returns (LLVM) or writes (a backend with a status buffer) an int32: 0, or the
-STATUS_* bits below. It never touches memory it has no right to; when the status is not 0 its
+A compiled kernel returns (LLVM) or ORs into a status word (CUDA: a pointer parameter of the
+kernels that check something) an int32: 0, or the STATUS_* bits below; the reference evaluator
+raises at once. A kernel never touches memory it has no right to; when the status is not 0 its
 outputs are not valid and the caller raises ``KernelFailure``.
 
 Example::
@@ -32,9 +33,15 @@ def status_message(status: int) -> str:
 
 
 class KernelFailure(RuntimeError_):
-    """A kernel ran and reported a failure (the STATUS_* bits in ``status``)."""
+    """A kernel ran and reported a failure (the STATUS_* bits in ``status``); ``detail`` says
+    more where the backend knows it (the reference evaluator: the index and the axis length)."""
 
-    def __init__(self, kernel: str, status: int) -> None:
-        super().__init__(f"{kernel}: {status_message(status)}")
+    def __init__(self, kernel: str, status: int, detail: str = "") -> None:
+        super().__init__(f"{kernel}: {status_message(status)}" + (f" ({detail})" if detail else ""))
         self.kernel = kernel
         self.status = status
+        self.detail = detail
+
+    def within(self, kernel: str) -> KernelFailure:
+        """The same failure, reported by the function ``kernel`` that ran the failing code."""
+        return KernelFailure(kernel, self.status, self.detail)

@@ -1,6 +1,7 @@
 """Gather / GatherElements with ONNX's index semantics: negative indices count from the end,
 int64 indices are compared as int64, and an index out of range fails the run with one line
-naming the node (the kernel reports it), never a silent clamp."""
+naming the node (the kernel reports it), never a silent clamp: on the CPU, the reference
+evaluator, the CUDA C run on the host and on the IR, and the GPU (marked gpu)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,35 @@ from onnx import TensorProto, helper, numpy_helper
 import autosched as aus
 from autosched import te
 from autosched.errors import ModelImportError, RuntimeError_
+from autosched.targets.status import STATUS_INDEX, KernelFailure
 from autosched.te import ops
 from autosched.testing.models import ort_run
 from importers.onnx import from_onnx
+from tests.support.nvrtc import NVRTC_SKIP
 
 N = 23  # rows of the table: the axis indices point into
+
+
+def _host_emulation_skip() -> str | None:
+    from autosched.targets.cuda.host_emulate import unavailable
+
+    return NVRTC_SKIP or unavailable()
+
+
+HOST_SKIP = _host_emulation_skip()
+# where a run-time index is checked: the CPU, the CUDA C on the host and on the GPU, the IR
+RUNTIME_TARGETS = ["llvm", "cuda -emulate=host", "cuda -emulate=ir", "cuda"]
+
+
+def _marks(target: str) -> list[pytest.MarkDecorator]:
+    """The GPU marker, or a skip where this machine cannot build or run ``target``."""
+    if target == "cuda":
+        return [pytest.mark.gpu]
+    skip = {"cuda -emulate=host": HOST_SKIP, "cuda -emulate=ir": NVRTC_SKIP}.get(target)
+    return [pytest.mark.skipif(skip is not None, reason=str(skip))]
+
+
+LOOKUP_FAILED = r"^task \w+, node lookup: an index read from the indices tensor is out of range$"
 
 
 def _model(op: str, table: np.ndarray, idx_shape: tuple, axis: int, shift: bool,
@@ -45,14 +70,15 @@ CASES = {  # name: (op, table shape, indices shape, axis)
 }
 
 
-@pytest.fixture(scope="module", params=[(c, s) for c in CASES for s in (False, True)],
-                ids=lambda p: f"{p[0]}{'_shifted' if p[1] else ''}")
+@pytest.fixture(scope="module", params=[
+    pytest.param((c, s, t), marks=_marks(t), id=f"{c}{'_shifted' if s else ''}-{t}")
+    for t in RUNTIME_TARGETS for c in CASES for s in (False, True)])
 def compiled(request: pytest.FixtureRequest) -> tuple:
-    name, shift = request.param
+    name, shift, target = request.param
     op, tshape, ishape, axis = CASES[name]
     table = np.random.default_rng().uniform(-1, 1, tshape).astype("float32")
     onnx_model = _model(op, table, ishape, axis, shift)
-    return onnx_model, aus.compile(from_onnx(onnx_model), target="llvm"), ishape, shift
+    return onnx_model, aus.compile(from_onnx(onnx_model), target=target), ishape, shift
 
 
 def _indices(rng: np.random.Generator, shape: tuple, shift: bool) -> np.ndarray:
@@ -76,8 +102,7 @@ def test_out_of_range_index_fails_the_run(compiled, bad, rng):
     ids = _indices(rng, ishape, shift)
     where = tuple(int(rng.integers(d)) for d in ishape)
     ids[where] = bad - shift
-    with pytest.raises(RuntimeError_, match=r"node lookup: an index read from the indices "
-                                            r"tensor is out of range"):
+    with pytest.raises(RuntimeError_, match=LOOKUP_FAILED):
         model.run({"ids": ids})
     good = _indices(rng, ishape, shift)  # the next call starts from a clean status
     np.testing.assert_array_equal(model.run({"ids": good})[0],
@@ -92,22 +117,55 @@ def test_constant_indices_out_of_range_fail_at_import(op):
         from_onnx(_model(op, table, ids.shape, 0, False, const_idx=ids))
 
 
-def test_take_strict_reports_int64_index_beyond_int32(rng):
-    """The operator itself, built alone for llvm: an int64 index is never truncated."""
+@pytest.mark.parametrize("target", [pytest.param(t, marks=_marks(t))
+                                    for t in ["ref", *RUNTIME_TARGETS]])
+def test_take_strict_reports_indices_out_of_range(target, rng):
+    """The operator itself, built alone: negative indices count from the end; an index out of
+    range, int64 ones beyond int32 included (2**32 + 1 truncated is 1, a valid row), fails a
+    call, a bound call and a timing with the kernel's status, and the next call is clean."""
     x = te.placeholder((N, 3), name="x")
     i = te.placeholder((5,), dtype="int64", name="i")
     y = ops.take(x, i, 0, mode="strict")
-    mod = aus.build(te.create_schedule(y.op), [x, i, y], target="llvm", name="take_strict")
+    mod = aus.build(te.create_schedule(y.op), [x, i, y], target=target, name="take_strict")
     a = rng.uniform(-1, 1, (N, 3)).astype("float32")
     iv = rng.integers(-N, N, 5).astype(np.int64)
+    iv[0] = -int(rng.integers(1, N + 1))
     out = np.empty((5, 3), "float32")
     mod(a, iv, out)
     np.testing.assert_array_equal(out, np.take(a, iv, 0))
     call = mod.bind(a, iv, out)  # bound once, checked on every call
-    iv[2] = 2**32 + 1
-    for run in (lambda: mod(a, iv, out), call, lambda: mod.time(a, iv, out, warmup=0)):
-        with pytest.raises(RuntimeError_, match="take_strict: an index .* out of range"):
-            run()
+    for bad in (N, -N - 1, 2**32 + 1):
+        good = iv[2]
+        iv[2] = bad
+        for run in (lambda: mod(a, iv, out), call, lambda: mod.time(a, iv, out, warmup=0)):
+            with pytest.raises(KernelFailure, match="^take_strict: an index .* out of range") \
+                    as failure:
+                run()
+            assert failure.value.status == STATUS_INDEX
+        iv[2] = good
+        out[...] = np.nan
+        mod(a, iv, out)
+        np.testing.assert_array_equal(out, np.take(a, iv, 0))
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=_marks(t)) for t in RUNTIME_TARGETS])
+def test_measurement_records_a_failed_index_check_as_a_runtime_error(target):
+    """Measurement feeds random integers in [-8, 9) to a 5-row table, some out of range: the
+    candidate (timed unchecked) is a RUNTIME_ERROR that names the check, on every target."""
+    from autosched.search.error_codes import ErrorCode
+    from autosched.search.measure import Measurer
+    from autosched.search.task import Task
+    from autosched.targets.target import parse
+
+    x = te.placeholder((5, 3), name="x")
+    i = te.placeholder((40,), dtype="int64", name="i")
+    y = ops.take(x, i, 0, mode="strict")
+    task = Task(y, args=[x, i, y], target=target)
+    with Measurer(parse(target), build_workers=1, repeat=1, min_repeat_ms=1, strict=True,
+                  check=False) as measurer:
+        (result,) = measurer.measure(task, [[]])
+    assert result.error_code == ErrorCode.RUNTIME_ERROR
+    assert "an index read from the indices tensor is out of range" in result.error_msg
 
 
 def test_take_on_an_empty_axis_is_an_error():
@@ -178,41 +236,6 @@ def test_only_runtime_indices_are_checked_in_the_kernel():
     const = helper.make_model(helper.make_graph([node], "g", [x], [out], [ids]),
                               opset_imports=[helper.make_opsetid("", 17)])
     assert _index_checks(const) == 0
-
-
-@pytest.mark.parametrize("target", ["ref", "cuda"])
-def test_take_strict_on_the_other_targets(target, rng):
-    """The reference evaluator fails the run like the CPU kernel; CUDA kernels report no status
-    yet, so there the strict check reads the clamped element (memory stays safe)."""
-    x = te.placeholder((N, 3), name="x")
-    i = te.placeholder((5,), dtype="int64", name="i")
-    y = ops.take(x, i, 0, mode="strict")
-    s = te.create_schedule(y.op)
-    a = rng.uniform(-1, 1, (N, 3)).astype("float32")
-    iv = rng.integers(-N, N, 5).astype(np.int64)
-    out = np.empty((5, 3), "float32")
-    if target == "ref":
-        mod = aus.build(s, [x, i, y], target="ref")
-        mod(a, iv, out)
-        np.testing.assert_array_equal(out, np.take(a, iv, 0))
-        iv[1] = N
-        with pytest.raises(RuntimeError_, match="out of range"):
-            mod(a, iv, out)
-        return
-    from tests.support.nvrtc import NVRTC_SKIP
-
-    if NVRTC_SKIP is not None:
-        pytest.skip(f"NVRTC unavailable: {NVRTC_SKIP}")
-    from autosched.targets.cuda.host_emulate import run_on_host, unavailable
-
-    if unavailable() is not None:
-        pytest.skip(str(unavailable()))
-    from autosched.search.space import SearchSpace
-
-    task = aus.Task([y], args=[x, i, y], target="cuda -arch=sm_90")
-    mod = task.build(SearchSpace(task).default_schedule())
-    run_on_host(mod, a, iv, out)
-    np.testing.assert_array_equal(out, np.take(a, iv, 0))
 
 
 @pytest.mark.parametrize("shapes", [((2, 0), (0, 3)), ((0, 5), (5, 3))])

@@ -19,6 +19,7 @@ import pytest
 
 from autosched.cli import main
 from autosched.search.record import MeasureRecord, RecordLog, target_fingerprint
+from autosched.targets.target import parse
 from tests.support.cli import one_line_error
 
 TABLE_HEAD = ["task", "weight", "trials", "best latency", "time to best"]
@@ -116,7 +117,7 @@ def _check_page(path: Path, log: Path, weights: dict[str, int], rows: int) -> No
 def _synthetic_log(path: Path, rng: np.random.Generator) -> Path:
     """Three workloads (two share a task name), failures and killed workers among them, written
     through the record writer with increasing timestamps."""
-    fp = target_fingerprint("llvm")
+    fp = target_fingerprint(parse("llvm"))
     records, t = [], 1.7e9
     for n in range(40):
         key, name = [("a" * 24, "conv"), ("b" * 24, "conv"), ("c" * 24, "dense")][n % 3]
@@ -224,7 +225,7 @@ def test_bad_logs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     one_line_error(capsys, ["logs", "plot", str(missing), "-o", out], str(missing))
     failed = tmp_path / "failed.jsonl"
     RecordLog(failed).append([MeasureRecord(
-        workload_key="k" * 24, task_name="gemm", target=target_fingerprint("llvm"), steps=[],
+        workload_key="k" * 24, task_name="gemm", target=target_fingerprint(parse("llvm")), steps=[],
         costs=[], error_code="COMPILE_ERROR", timestamp=1.7e9)])
     one_line_error(capsys, ["logs", "plot", str(failed), "-o", out], str(failed), "none successful")
     empty = tmp_path / "empty.jsonl"

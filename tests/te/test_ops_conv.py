@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
+from autosched.te.dag import topo_ops
 from tests.support.helpers import check, run_te
 
 
@@ -130,14 +133,48 @@ def conv_transpose_ref(x: np.ndarray, w: np.ndarray, stride, padding, output_pad
     return full[:, :, t:t + oh, left:left + ow]
 
 
-@pytest.mark.parametrize("shape,og,k,stride,padding,opad,groups,dilation", [
+# shapes that no tile divides, strides 1 to 3 (ragged phases: k % stride != 0), groups up to
+# depthwise, dilation coprime with the stride and sharing a factor with it, output_padding,
+# padding past a whole phase row, size-1 dims
+TRANSPOSE_CASES = [
     ((1, 3, 4, 5), 2, (3, 3), 2, 1, 1, 1, 1),
     ((2, 4, 3, 3), 3, (2, 3), (1, 2), (0, 1, 1, 0), (0, 1), 2, 1),
     ((1, 2, 5, 4), 1, (3, 2), 3, (2, 1), 2, 1, (1, 2)),
     ((1, 2, 3, 4), 2, (3, 3), 1, 0, 0, 1, 2),
-])
+    ((1, 5, 7, 9), 3, (3, 3), 2, 1, 1, 1, 1),
+    ((2, 6, 5, 6), 4, (4, 5), (3, 2), (2, 1, 0, 3), (2, 1), 3, 1),
+    ((1, 4, 6, 5), 2, (3, 2), (2, 3), 0, (1, 0), 2, (2, 1)),
+    ((1, 3, 5, 7), 2, (3, 3), (3, 2), 1, 0, 1, (2, 3)),
+    ((1, 4, 9, 4), 1, (2, 2), 2, 0, 0, 4, 1),
+    ((1, 3, 6, 6), 2, (5, 3), 1, (2, 1, 3, 0), 0, 1, (1, 2)),
+    ((1, 2, 4, 4), 3, (3, 3), 2, (3, 2, 2, 3), 1, 1, 1),
+    ((1, 2, 1, 3), 2, (1, 2), (2, 3), 0, (1, 2), 1, 1),
+    ((1, 24, 7, 11), 5, (2, 2), 2, 0, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("shape,og,k,stride,padding,opad,groups,dilation", TRANSPOSE_CASES)
 def test_conv2d_transpose_nchw(shape, og, k, stride, padding, opad, groups, dilation,  # noqa: ANN001
                                target: str) -> None:
+    check_transpose(shape, og, k, stride, padding, opad, groups, dilation, target)
+
+
+def test_conv2d_transpose_random_attributes(rng: np.random.Generator, target: str) -> None:
+    """Shapes and attributes drawn afresh each run (the seed is printed)."""
+    for _ in range(3):
+        groups = int(rng.integers(1, 3))
+        k, stride, dilation = (tuple(int(v) for v in rng.integers(1, hi, 2))
+                               for hi in (5, 4, 3))
+        pads = tuple(int(rng.integers(0, k[d % 2])) for d in range(4))
+        opad = tuple(int(rng.integers(0, max(stride[d], dilation[d]))) for d in range(2))
+        size = tuple(int(rng.integers(pads[d] + pads[d + 2] + 1, 10)) for d in range(2))
+        shape = (1, 2 * groups, *size)
+        check_transpose(shape, int(rng.integers(1, 4)), k, stride, pads, opad, groups, dilation,
+                        target)
+
+
+def check_transpose(shape, og, k, stride, padding, opad, groups, dilation,  # noqa: ANN001
+                    target: str) -> None:
     c = shape[1]
     x = te.placeholder(shape, name="x")
     w = te.placeholder((c, og, *k), name="w")
@@ -147,6 +184,37 @@ def test_conv2d_transpose_nchw(shape, og, k, stride, padding, opad, groups, dila
     assert tuple(out.shape) == want.shape
     (got,) = run_te(out, {x: a, w: wv}, target)
     check(got, want)
+
+
+def _stage(t: te.Tensor, name: str) -> Any:
+    (found,) = [op for op in topo_ops([t]) if op.name == name]
+    return found
+
+
+@pytest.mark.parametrize("k,stride,dilation,taps", [(2, 2, 1, 1), (3, 2, 1, 2), (4, 2, 1, 2),
+                                                    (5, 3, 1, 2), (3, 1, 2, 3), (3, 2, 2, 3),
+                                                    (3, 2, 3, 4)])
+def test_conv2d_transpose_sums_only_taps_that_reach(k: int, stride: int, dilation: int,
+                                                    taps: int) -> None:
+    """Each output sums ceil(k / stride) taps per dim, not k: the reduction runs over the taps
+    of one phase, with no division of a reduce variable and no condition on the data. (A
+    dilation of 3 with stride 2 puts phase 1's tap between phase 0's and is summed over the
+    4 offsets that span them.)"""
+    x, w = te.placeholder((1, 4, 6, 7), name="x"), te.placeholder((4, 3, k, k), name="w")
+    out = ops.conv2d_transpose_nchw(x, w, stride, 0, 0, 1, dilation)
+    red = out.op if stride == 1 else _stage(out, "conv2d_transpose_phases")
+    assert [int(r.dom.extent.value) for r in red.reduce_axis] == [4, taps, taps]
+    assert red.tag == "conv2d_transpose_nchw"
+    body = str(red.body)
+    assert "%" not in body and "//" not in body and "select" not in body, body
+    ragged = stride > 1 and (dilation > 1 or taps * stride != k)
+    assert ("select" in str(_stage(out, "kernel_phases").body)) == ragged
+
+
+def test_conv2d_transpose_stride1_is_one_stage() -> None:
+    x, w = te.placeholder((1, 4, 6, 7), name="x"), te.placeholder((4, 3, 3, 3), name="w")
+    out = ops.conv2d_transpose_nchw(x, w, 1, 1)
+    assert out.op.name == "conv2d_transpose_nchw" and out.op.reduce_axis
 
 
 def test_conv_stages_and_tags() -> None:

@@ -3,14 +3,19 @@
 Integer floordiv/floormod round toward negative infinity (helpers ``as_floordiv`` /
 ``as_floormod``) unless both operands are provably non-negative, where C's ``/`` and ``%`` agree.
 Half values are ``half`` from cuda_fp16.h; functions with no portable half version run in float.
+A run-time index check (``index_check`` of te/ops/transform.py) ORs STATUS_INDEX into the
+kernel's status word (``as_index_check``); the clamp around it keeps the read in bounds.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from autosched.errors import CompileError
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
+from autosched.targets.status import STATUS_INDEX
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
@@ -28,6 +33,15 @@ __device__ __forceinline__ long long as_floormod(long long a, long long b) {
   long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 """
 
+# The status word (targets/status.py) that a kernel with checks takes as its last parameter.
+STATUS_PARAM = "as_status"
+PRELUDE_STATUS = f"""\
+__device__ __forceinline__ int as_index_check(int i, int n, int* s) {{
+  if (i < 0 || i >= n) atomicOr(s, {STATUS_INDEX}); return i; }}
+__device__ __forceinline__ long long as_index_check(long long i, long long n, int* s) {{
+  if (i < 0 || i >= n) atomicOr(s, {STATUS_INDEX}); return i; }}
+"""
+
 # max / min keep a NaN of either operand (ONNX and numpy do; fmaxf / fminf return the other one)
 PRELUDE_FLOAT = """\
 __device__ __forceinline__ float as_max(float a, float b) { return (a > b || a != a) ? a : b; }
@@ -43,16 +57,26 @@ _C_FLOAT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
 _C_LOGICAL = {Op.AND: "&&", Op.OR: "||"}
 
 
+class Names(Protocol):
+    """The C identifiers of a kernel's variables and buffers, by uid."""
+
+    by_uid: dict[int, str]
+
+    def get(self, uid: int, name: str) -> str: ...
+
+
 class ExprWriter:
     """Renders expressions of one kernel. The kernel writer provides ``name`` (for errors),
     ``names`` (C identifiers by uid), ``raw`` (placeholder vars printed verbatim), ``nonneg``
-    (uids of variables known to be >= 0), ``fast_math`` and ``need_half()``."""
+    (uids of variables known to be >= 0), ``fast_math`` and ``need_half()``; ``checks``
+    becomes True once an expression reports to the status word."""
 
     name: str
-    names: object
+    names: Names
     raw: dict[int, str]
     nonneg: set[int]
     fast_math: bool
+    checks: bool = False
 
     def need_half(self) -> None:
         raise NotImplementedError
@@ -173,8 +197,11 @@ class ExprWriter:
 
     def _call(self, e: E.Call) -> str:
         t = e.dtype
-        if e.name == INDEX_CHECK:  # CUDA kernels report no status yet: the clamp around the
-            return self._expr(e.args[0])  # check keeps the read in bounds
+        if e.name == INDEX_CHECK:
+            self.checks = True
+            wide = c_type(t)
+            i, n = (self._expr(a) for a in e.args)
+            return f"as_index_check(({wide})({i}), ({wide})({n}), {STATUS_PARAM})"
         if e.name == "abs" and not dt.is_float(t):
             x = self._expr(e.args[0])
             if t.startswith("uint"):

@@ -7,7 +7,8 @@ buffer: out-of-bounds accesses, misaligned vector accesses, races (between threa
 in between, or between blocks) and threads that disagree on ``__syncthreads`` are errors that
 name the kernel, block, thread, buffer and element. Every argument is copied into a buffer with
 guard zones (as runtime.py copies to the device), checked after each kernel; workspace, shared and
-local memory start as NaN.
+local memory start as NaN. Kernels with run-time checks get a status word, as on the GPU; a
+failure it reports raises ``KernelFailure`` after the outputs are copied back.
 
 What it cannot see: the threads of a block run one at a time between barriers (one legal
 interleaving; races are found by the shadow records, not by interleaving), barriers are told
@@ -50,11 +51,13 @@ import numpy as np
 from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.backend import WallClockModule
+from autosched.targets.cuda.cexpr import STATUS_PARAM
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
 from autosched.targets.cuda.runtime import CudaModule, _nbytes
 from autosched.targets.ref.evaluate import evaluate
+from autosched.targets.status import KernelFailure
 from autosched.tir import ir
 from autosched.tir.evaluate import eval_int
 
@@ -118,19 +121,22 @@ def run_on_host(mod: Any, *args: np.ndarray, checked: bool = True, order: str = 
         _fill_garbage(mem[buf].array(shape, np.dtype(buf.dtype)))
     code = _order_code(order)
     warnings: list[str] = []
+    status = ctypes.c_int(0)
     with _LOCK:
         for info, kernel in zip(mod.source.kernels, program.kernels):
             grid = [eval_int(e, env) for e in info.grid]
             block = [eval_int(e, env) for e in info.block]
             if 0 in grid or 0 in block:
                 continue
-            _launch(lib, info, kernel, mem, env, grid + block, code, time_limit)
+            _launch(lib, info, kernel, mem, env, grid + block, code, time_limit, status)
             for b in mem.values():
                 b.check_guards(info.name)
             warnings += _warnings(lib, info.name)
     for buf, a in zip(mod.func.params, args):
         if buf in mod.source.written:
             a[...] = mem[buf].array(a.shape, a.dtype)
+    if status.value:
+        raise KernelFailure(mod.func.name, status.value)
     return HostRun(tuple(warnings))
 
 
@@ -173,6 +179,7 @@ class _Kernel:
     name: str
     bounds: int  # __launch_bounds__, 0 when absent
     params: tuple[_Param, ...]
+    status: bool  # takes the status word after its parameters
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,7 @@ _POINTER = re.compile(rf"^(const )?({_TYPE})\* __restrict__ (\w+)$")
 _SCALAR = re.compile(rf"^({_TYPE}) (\w+)$")
 _SHARED = re.compile(rf"^(\s*)__shared__ __align__\((\d+)\) ({_TYPE}) (\w+)\[(\d+)\];$")
 _LOCAL = re.compile(rf"^(\s*)({_TYPE}) (\w+)\[(\d+)\];$")
+_STATUS = f"int* __restrict__ {STATUS_PARAM}"
 
 
 def _program(source: CudaSource, checked: bool) -> _Program:
@@ -202,9 +210,10 @@ def _program(source: CudaSource, checked: bool) -> _Program:
             kernel = _parse_signature(m)
             kernels.append(kernel)
             if checked:
-                params = ", ".join(f"as_emu::Global<{p.ctype}> {p.name}" if p.pointer
-                                   else f"{p.ctype} {p.name}" for p in kernel.params)
-                line = f"static void {kernel.name}({params}) {{"
+                params = [f"as_emu::Global<{p.ctype}> {p.name}" if p.pointer
+                          else f"{p.ctype} {p.name}" for p in kernel.params]
+                params += [f"int* {STATUS_PARAM}"] * kernel.status
+                line = f"static void {kernel.name}({', '.join(params)}) {{"
         elif checked:
             line = _checked_declaration(line)
         lines.append(line)
@@ -214,10 +223,12 @@ def _program(source: CudaSource, checked: bool) -> _Program:
             f"module has {[k.name for k in source.kernels]} (did codegen's signature format "
             "change? see _SIGNATURE in host_emulate.py)")
     for kernel, info in zip(kernels, source.kernels):
-        if sum(p.pointer for p in kernel.params) != len(info.buffers):
+        pointers = sum(p.pointer for p in kernel.params)
+        if pointers != len(info.buffers) or kernel.status != info.checks:
             raise CompileError(f"host emulation: kernel {kernel.name} has "
-                               f"{len(kernel.params)} parameters, expected {len(info.buffers)} "
-                               f"buffers and {len(info.scalars)} scalars")
+                               f"{len(kernel.params)} parameters (status word: {kernel.status}), "
+                               f"expected {len(info.buffers)} buffers and {len(info.scalars)} "
+                               f"scalars (status word: {info.checks})")
     body = "\n".join(lines)
     if checked and "__shared__" in body:
         bad = next(ln for ln in lines if "__shared__" in ln)
@@ -229,7 +240,9 @@ def _program(source: CudaSource, checked: bool) -> _Program:
 
 def _parse_signature(m: re.Match[str]) -> _Kernel:
     params = []
-    for text in m.group(3).split(", ") if m.group(3) else []:
+    texts = m.group(3).split(", ") if m.group(3) else []
+    status = texts[-1:] == [_STATUS]
+    for text in texts[:len(texts) - status]:
         p, s = _POINTER.match(text), _SCALAR.match(text)
         if p:
             params.append(_Param(p.group(2), p.group(3), bool(p.group(1)), True))
@@ -238,7 +251,7 @@ def _parse_signature(m: re.Match[str]) -> _Kernel:
         else:
             raise CompileError(f"host emulation cannot parse parameter {text!r} of kernel "
                                f"{m.group(2)}")
-    return _Kernel(m.group(2), int(m.group(1) or 0), tuple(params))
+    return _Kernel(m.group(2), int(m.group(1) or 0), tuple(params), status)
 
 
 def _checked_declaration(line: str) -> str:
@@ -257,7 +270,8 @@ def _checked_declaration(line: str) -> str:
 
 def _launcher(k: _Kernel, checked: bool) -> str:
     out = [f"AS_API int as_launch_{k.name}(void* const* p, const long long* n, "
-           "const long long* s, const long long* launch, int order, double limit) {"]
+           "const long long* s, const long long* launch, int order, double limit, "
+           "int* status) {"]
     values, nb, ns = [], 0, 0
     for prm in k.params:
         if not prm.pointer:
@@ -275,6 +289,7 @@ def _launcher(k: _Kernel, checked: bool) -> str:
             values.append(f'as_emu::Global<{prm.ctype}>{{{{"{prm.name}", p[{nb}], n[{nb}], '
                           f"{shadow}, as_emu::GLOBAL}}}}")
         nb += 1
+    values += ["status"] * k.status
     out.append(f"  auto body = [&]() {{ {k.name}({', '.join(values)}); }};")
     out.append(f'  return as_emu::launch("{k.name}", {k.bounds}, launch, order, limit, body);')
     out.append("}")
@@ -378,7 +393,7 @@ def _order_code(order: str) -> int:
 
 def _launch(lib: ctypes.CDLL, info: KernelInfo, kernel: _Kernel,
             mem: dict[ir.Buffer, _DeviceBuffer], env: dict[int, int], launch: list[int],
-            order: int, limit: float) -> None:
+            order: int, limit: float, status: ctypes.c_int) -> None:
     ptrs = (ctypes.c_void_p * max(len(info.buffers), 1))(*[mem[b].ptr for b in info.buffers])
     sizes = (ctypes.c_longlong * max(len(info.buffers), 1))(
         *[mem[b].nbytes // b.itemsize for b in info.buffers])
@@ -386,7 +401,8 @@ def _launch(lib: ctypes.CDLL, info: KernelInfo, kernel: _Kernel,
     dims = (ctypes.c_longlong * 6)(*launch)
     fn = getattr(lib, f"as_launch_{kernel.name}")
     fn.restype = ctypes.c_int
-    code = fn(ptrs, sizes, scalars, dims, ctypes.c_int(order), ctypes.c_double(limit))
+    code = fn(ptrs, sizes, scalars, dims, ctypes.c_int(order), ctypes.c_double(limit),
+              ctypes.byref(status))
     if code:
         msg = lib.as_error().decode(errors="replace")
         raise HostEmulationError(

@@ -94,6 +94,8 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+// the threads of a block run one at a time (fibers on one OS thread): a plain read-modify-write
+inline int atomicOr(int* p, int v) { int old = *p; *p = old | v; return old; }
 
 extern "C" void as_switch(void** save_sp, void* load_sp);
 // Save the callee-saved registers and the float control words on this stack, store the stack

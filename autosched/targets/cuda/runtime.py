@@ -4,6 +4,10 @@ Arguments may be numpy arrays (copied to the device and, when the function write
 pycuda ``DeviceAllocation`` / ``GPUArray``, or any object with ``__cuda_array_interface__``
 (a torch or cupy tensor on the GPU), which are used in place.
 
+A module whose kernels check something at run time (codegen.py: a status word parameter) is
+given a status word, cleared before the launches of a call and read after them; a failure
+raises ``KernelFailure`` (targets/status.py). Modules without checks read nothing.
+
 Example::
 
     mod = aus.build(s, [A, B, C], target="cuda")
@@ -24,6 +28,7 @@ from autosched.errors import RuntimeError_
 from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.nvrtc import CompiledBinary
+from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te.expr import Var
 from autosched.te.visit import free_vars
@@ -100,9 +105,33 @@ class _Loaded:
         for k in source.kernels:
             fn = self.module.get_function(k.name)
             fmt = "P" * len(k.buffers) + "".join(
-                "q" if v.dtype == "int64" else "i" for v in k.scalars)
+                "q" if v.dtype == "int64" else "i" for v in k.scalars) + "P" * k.checks
             fn.prepare(fmt)
             self.functions.append(fn)
+
+
+class StatusWords:
+    """``n`` int32 status words on the device: cleared before the launches of a run, read after
+    them (a kernel with checks ORs the STATUS_* bits of its failures into the word it is
+    given)."""
+
+    def __init__(self, n: int) -> None:
+        context()
+        self.n = n
+        self.memory = driver().mem_alloc(4 * n)
+
+    def address(self, k: int) -> int:
+        """The device address of word ``k``, for a kernel's status parameter."""
+        return int(self.memory) + 4 * k
+
+    def clear(self) -> None:
+        driver().memset_d32(self.memory, 0, self.n)
+
+    def read(self) -> np.ndarray:
+        """The words (after the launches: memcpy waits for them)."""
+        words = np.empty(self.n, np.int32)
+        driver().memcpy_dtoh(words, self.memory)
+        return words
 
 
 class Launch(NamedTuple):
@@ -139,6 +168,7 @@ class CudaModule:
         self.binary = binary
         self._loaded: _Loaded | None = None
         self._workspace: dict[int, Any] = {}
+        self._status: StatusWords | None = None  # its own word, for calls and timing
 
     def __getstate__(self) -> dict[str, Any]:
         # a module travels between processes (build worker -> run worker) as source + cubin;
@@ -146,6 +176,7 @@ class CudaModule:
         state = dict(self.__dict__)
         state["_loaded"] = None
         state["_workspace"] = {}
+        state["_status"] = None
         return state
 
     def get_source(self) -> str:
@@ -163,6 +194,11 @@ class CudaModule:
     def kernel_names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.source.kernels)
 
+    @property
+    def checks(self) -> bool:
+        """Whether its kernels report failures to a status word (``launches(status=...)``)."""
+        return self.source.checks
+
     def __repr__(self) -> str:
         return (f"CudaModule({self.func.name}, {self.target}, kernels={list(self.kernel_names)},"
                 f" {self.binary.kind} for {self.binary.arch})")
@@ -175,7 +211,7 @@ class CudaModule:
     def __call__(self, *args: Any) -> None:
         """Run on ``args`` (one per parameter, in order); numpy outputs are written in place."""
         env = self.shape_env(args)  # argument errors need no GPU
-        launches = self._launches(args, env)
+        launches = self._launches(args, env, self._own_status())
         drv = driver()
         for launch in launches.calls:
             try:  # synchronize per kernel so that a fault names its kernel
@@ -188,6 +224,7 @@ class CudaModule:
                 ) from exc
         for host, dev in launches.copy_back:
             drv.memcpy_dtoh(host, dev)
+        self._check_status()
 
     def bind(self, *args: Any) -> Callable[[], None]:
         return lambda: self(*args)
@@ -195,7 +232,7 @@ class CudaModule:
     def time(self, *args: Any, number: int = 1, repeat: int = 3, warmup: int = 1,
              min_repeat_ms: float = 0.0) -> Timing:
         """Time all kernels of one call with CUDA events (data stays on the device)."""
-        launches = self.launches(*args)  # holds the device buffers of numpy arguments
+        launches = self._launches(args, self.shape_env(args), self._own_status())
         drv = driver()
         start, end = drv.Event(), drv.Event()
 
@@ -209,21 +246,46 @@ class CudaModule:
             return start.time_till(end) / 1e3
 
         try:
-            return time_repeats(run, number=number, repeat=repeat, warmup=warmup,
-                                min_repeat_ms=min_repeat_ms)
+            timing = time_repeats(run, number=number, repeat=repeat, warmup=warmup,
+                                  min_repeat_ms=min_repeat_ms)
         except drv.Error as exc:
             raise RuntimeError_(
                 f"{self.func.name}: running kernels {list(self.kernel_names)} failed: {exc}"
             ) from exc
+        self._check_status()
+        return timing
 
-    def launches(self, *args: Any) -> Launches:
+    def launches(self, *args: Any, status: int | None = None) -> Launches:
         """The kernels of one call bound to ``args`` (device arrays, used in place, or numpy
-        arrays, copied to fresh device buffers), for callers that launch them many times."""
-        return self._launches(args, self.shape_env(args))
+        arrays, copied to fresh device buffers), for callers that launch them many times. A
+        module that ``checks`` needs ``status``: the device address of an int32 its kernels OR
+        their failures into, which the caller clears and reads."""
+        if self.checks and status is None:
+            raise RuntimeError_(f"{self.func.name}: its kernels report failures to a status "
+                                "word; launches() needs its address (status=)")
+        return self._launches(args, self.shape_env(args), status)
+
+    # -- status ------------------------------------------------------------------------------
+
+    def _own_status(self) -> int | None:
+        """The module's status word, cleared, for a call (None when no kernel checks)."""
+        if not self.checks:
+            return None
+        if self._status is None:
+            self._status = StatusWords(1)
+        self._status.clear()
+        return self._status.address(0)
+
+    def _check_status(self) -> None:
+        if self._status is not None:
+            word = int(self._status.read()[0])
+            if word:
+                raise KernelFailure(self.func.name, word)
 
     # -- arguments and launches --------------------------------------------------------------
 
-    def _launches(self, args: tuple[Any, ...], env: dict[int, int]) -> Launches:
+    def _launches(self, args: tuple[Any, ...], env: dict[int, int], status: int | None
+                  ) -> Launches:
         loaded = self._load()
         params = self.func.params
         drv = loaded.drv
@@ -252,7 +314,8 @@ class CudaModule:
             if 0 in grid or 0 in block:
                 continue
             self._check_limits(loaded, info, fn, grid, block)
-            values = [ptrs[b] for b in info.buffers] + [env[v.uid] for v in info.scalars]
+            values: list[Any] = [ptrs[b] for b in info.buffers]
+            values += [env[v.uid] for v in info.scalars] + [status] * info.checks
             calls.append(Launch(fn, grid, block, values, info.name))
         return Launches(calls, copy_back, keep)
 

@@ -39,6 +39,7 @@ import numpy as np
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.ref.pyrender import render
 from autosched.targets.ref.pyruntime import as_view, namespace
+from autosched.targets.status import KernelFailure
 from autosched.te import expr as E
 from autosched.tir import ir
 from autosched.tir.evaluate import eval_int
@@ -77,6 +78,8 @@ class Program:
             self.fn(*views)
         except ZeroDivisionError:
             raise RuntimeError_(f"{self.func.name}: integer division by zero") from None
+        except KernelFailure as exc:
+            raise exc.within(self.func.name) from None
         except RuntimeError_ as exc:
             raise RuntimeError_(f"{self.func.name}: {exc}") from None
         finally:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
+from autosched.targets.status import STATUS_INDEX, KernelFailure
 from autosched.te import dtype as dt
 
 INF = math.inf
@@ -101,10 +102,10 @@ def oob(kind: str, buffer: str, index: Sequence[int], shape: Sequence[int]) -> A
 
 
 def index_check(i: int, n: int) -> int:
-    """``i`` when 0 <= i < n; else the run fails, as the compiled kernels' status does."""
+    """``i`` when 0 <= i < n; else the run fails with STATUS_INDEX, as the compiled kernels'
+    status does (the Program running the code names its function)."""
     if not 0 <= i < n:
-        raise RuntimeError_(f"an index read from the indices tensor is out of range: {i} "
-                            f"not in [0, {n})")
+        raise KernelFailure("index_check", STATUS_INDEX, f"{i} not in [0, {n})")
     return i
 
 
@@ -238,7 +239,10 @@ def _ids(ids: Sequence[tuple[int, int, int]], limit: int = 4) -> str:
 
 
 def kernel_error(exc: Exception, kernel: str, block: tuple, thread: tuple) -> RuntimeError_:
-    """``exc`` raised while running a kernel, with where it happened."""
+    """``exc`` raised while running a kernel, with where it happened (a status failure is
+    reported for the whole function, as the compiled kernels report it)."""
+    if isinstance(exc, KernelFailure):
+        return exc
     what = "integer division by zero" if isinstance(exc, ZeroDivisionError) else str(exc)
     return RuntimeError_(f"{what} (kernel {kernel}, blockIdx={block}, threadIdx={thread})")
 

@@ -20,6 +20,8 @@ Example::
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from autosched.errors import TEError
@@ -219,6 +221,71 @@ def depthwise_conv2d_nchw(
                    attrs=_attrs(strides, pads, dil, c))
 
 
+@dataclass(frozen=True)
+class _Phases:
+    """One spatial dim of a transposed convolution split by output phase. Output position z
+    (counted before the begin padding is cropped) is z = q * stride + p: phase p, phase row q.
+    Kernel tap k adds data row i to z = i * stride + k * dilation, so it serves the phase
+    (k * dilation) % stride at data row q - (k * dilation) // stride. Each phase is thus a plain
+    (stride-1) convolution of the data with its own taps, ``step`` data rows apart; a phase
+    with fewer taps than ``taps`` has zeros in the rest (kernels the stride does not divide;
+    with a dilation, phases whose taps start off that step, which are then summed one data row
+    apart, and phases that no tap reaches: rare in models)."""
+
+    stride: int
+    dilation: int
+    kernel: int
+    step: int        # data rows between successive taps of one phase
+    taps: int        # taps per phase: the reduction extent
+    crop: int        # output positions cropped at the start (the begin padding)
+    rows: int        # phase rows the output keeps
+    pad: tuple[int, int]  # zero rows before and after the data
+    offset: int      # the padded data row of phase row 0 at reduce step 0
+
+    def kernel_tap(self, p: Any, r: Expr) -> tuple[Any, list[Expr]]:
+        """The kernel tap that reduce step ``r`` of phase ``p`` applies, and when it exists.
+        Steps run over the taps from the last to the first, so the data row grows with r."""
+        back = self.taps - 1 - r if self.taps > 1 else 0
+        if self.stride == 1:  # one phase, every step a tap
+            return back, []
+        at = _scaled(back, self.step * self.stride) + p if self.taps > 1 else p  # tap * dilation
+        if self.dilation == 1:
+            return at, [at < self.kernel] if self.taps * self.stride > self.kernel else []
+        k = I.floordiv(at, self.dilation)
+        return k, [I.floormod(at, self.dilation) == 0, k < self.kernel]
+
+    def data_row(self, row: Expr, r: Any) -> Expr:
+        """The padded data row that phase row ``row`` reads at reduce step ``r``."""
+        at = row + _scaled(r, self.step)
+        return at + self.offset if self.offset else at
+
+    def position(self, pos: Expr) -> tuple[Any, Expr]:
+        """(phase, phase row) of output position ``pos``."""
+        if self.stride == 1:
+            return 0, pos
+        z = pos + self.crop if self.crop else pos
+        first = self.crop // self.stride
+        row = I.floordiv(z, self.stride)
+        return I.floormod(z, self.stride), row - first if first else row
+
+
+def _phases(size: int, kernel: int, stride: int, dilation: int, crop: int, out: int
+            ) -> _Phases:
+    """The phases of one dim: data ``size``, ``kernel`` taps, ``crop`` = the begin padding,
+    ``out`` positions kept."""
+    offsets = [k * dilation // stride for k in range(kernel)]
+    step = dilation // math.gcd(dilation, stride)
+    if any(o % step for o in offsets):
+        step = 1
+    taps = offsets[-1] // step + 1
+    first = crop // stride
+    rows = (crop + out - 1) // stride - first + 1
+    base = first - (taps - 1) * step
+    before, after = max(-base, 0), max(rows + first - size, 0)
+    return _Phases(stride, dilation, kernel, step, taps, crop, rows, (before, after),
+                   base + before)
+
+
 def conv2d_transpose_nchw(
     data: Tensor, kernel: Tensor, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
     groups: int = 1, dilation: Any = 1, out_dtype: str | None = None,
@@ -227,9 +294,17 @@ def conv2d_transpose_nchw(
     (N, C, H, W), kernel (C, O / groups, KH, KW) as ONNX and TVM lay it out. Output size per
     spatial dim: (size - 1) * stride - pad_begin - pad_end + dilation * (k - 1) +
     output_padding + 1; ``output_padding`` (int or pair) adds rows / columns at the bottom /
-    right and must be smaller than the stride or the dilation. Written as a gather:
-    out[n, f, y, x] sums data[n, c, (y + pt - ky*dh) / sh, ...] * kernel[c, f', ky, kx] over
-    the taps where the division is exact and in range. Compute ``conv2d_transpose_nchw``."""
+    right and must be smaller than the stride or the dilation.
+
+    Computed by output phase, so that only the taps that reach an output are summed: output
+    row y of stride sh lies in phase (y + pad_top) % sh, and each of the sh * sw phases is a
+    stride-1 convolution of the (padded) data with its own taps of the kernel. A stage
+    ``kernel_phases`` (C, O / groups, SH, SW, TH, TW) lays the taps out per phase (an index
+    remap that a schedule inlines; zeros where a phase has fewer taps), the reduction
+    ``conv2d_transpose_phases`` (N, O, SH, SW, rows, columns) sums them over the data's
+    contiguous rows, and ``conv2d_transpose_nchw`` interleaves the phases into (N, O, OH, OW).
+    With stride 1 there is one phase and the reduction is the output. Tags
+    ``conv2d_transpose_nchw`` on the reduction."""
     op = "conv2d_transpose_nchw"
     args.tensor(data, op, "data")
     args.tensor(kernel, op, "kernel")
@@ -256,26 +331,41 @@ def conv2d_transpose_nchw(
     if min(size) < 1:
         raise TEError(f"{op}: padding {pads} leaves no output for input {data.shape} and "
                       f"kernel {kernel.shape}")
+    py, px = (_phases(s, k, strides[d], dil[d], pads[d], size[d])
+              for d, (s, k) in enumerate(((h, kh), (w, kw))))
+    zero = args.scalar(0, kernel.dtype, op)
+
+    def tap(ci: Expr, fo: Expr, sy: Any, sx: Any, ty: Expr, tx: Expr) -> Expr:
+        ky, cy = py.kernel_tap(sy, ty)
+        kx, cx = px.kernel_tap(sx, tx)
+        k = kernel[ci, fo, ky, kx]
+        return I.if_then_else(I.all(*cy, *cx), k, zero) if cy or cx else k
+
+    taps = compute((c, og, py.stride, px.stride, py.taps, px.taps), tap, name="kernel_phases",
+                   tag="injective")
+    padded = data if not any((*py.pad, *px.pad)) else pad(
+        data, (0, 0, py.pad[0], px.pad[0]), (0, 0, py.pad[1], px.pad[1]), name="pad_temp")
     cg = c // groups
-    rc, ry, rx = reduce_axis((0, cg), "rc"), reduce_axis((0, kh), "ry"), reduce_axis((0, kw), "rx")
+    rc = reduce_axis((0, cg), "rc")
+    ry, rx = reduce_axis((0, py.taps), "ry"), reduce_axis((0, px.taps), "rx")
 
-    def tap(pos: Expr, r: Any, d: int, extent: int) -> tuple[Expr, list[Expr]]:
-        """The input row feeding output ``pos`` through kernel tap ``r``, and when it exists."""
-        at = pos - _scaled(r, dil[d]) + pads[d] if pads[d] else pos - _scaled(r, dil[d])
-        s = strides[d]
-        conds = [at >= 0]
-        if s == 1:
-            return at, [*conds, at < extent]
-        return I.floordiv(at, s), [*conds, I.floormod(at, s) == 0, at < extent * s]
-
-    def body(b: Expr, f: Expr, y: Expr, x: Expr) -> Expr:
-        iy, cy = tap(y, ry, 0, h)
-        ix, cx = tap(x, rx, 1, w)
+    def body(b: Expr, f: Expr, sy: Any, sx: Any, y: Expr, x: Expr) -> Expr:
         ch = _channel(f, rc, groups, og, cg)
         fo = f if groups == 1 else I.floormod(f, og)
-        v = _as(data[b, ch, iy, ix], out_dt) * _as(kernel[ch, fo, ry, rx], out_dt)
-        zero = args.scalar(0, out_dt, op)
-        return R.sum(I.if_then_else(I.all(*cy, *cx), v, zero), axis=[rc, ry, rx])
+        v = padded[b, ch, py.data_row(y, ry), px.data_row(x, rx)]
+        return R.sum(_as(v, out_dt) * _as(taps[ch, fo, sy, sx, ry, rx], out_dt),
+                     axis=[rc, ry, rx])
 
-    return compute((n, og * groups, size[0], size[1]), body, name="conv2d_transpose_nchw",
-                   tag=op, attrs={**_attrs(strides, pads, dil, groups), "output_padding": opad})
+    attrs = {**_attrs(strides, pads, dil, groups), "output_padding": opad}
+    if strides == (1, 1):
+        return compute((n, og * groups, size[0], size[1]),
+                       lambda b, f, y, x: body(b, f, 0, 0, y, x), name=op, tag=op, attrs=attrs)
+    phases = compute((n, og * groups, py.stride, px.stride, py.rows, px.rows), body,
+                     name="conv2d_transpose_phases", tag=op, attrs=attrs)
+
+    def interleave(b: Expr, f: Expr, y: Expr, x: Expr) -> Expr:
+        (sy, qy), (sx, qx) = py.position(y), px.position(x)
+        return phases[b, f, sy, sx, qy, qx]
+
+    return compute((n, og * groups, size[0], size[1]), interleave, name=op, tag="injective",
+                   attrs=attrs)
