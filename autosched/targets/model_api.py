@@ -11,6 +11,8 @@ For a model named ``net``::
 ``create`` checks the CPU and allocates the context's workspace; ``run`` reads the inputs and
 writes the outputs (host pointers, in the order the introspection functions list them, each
 16-byte aligned, row-major and contiguous); one context per thread makes concurrent runs safe.
+A context's thread count is handed to each kernel as it starts (a kernel keeps it in one
+process-wide variable): contexts that run at once should ask for the same count.
 Every function returns a status: 0, or the bits below (``net_status_message`` says which).
 
 This module needs no LLVM: the Python loader (graph/loader.py) takes the names from here.
