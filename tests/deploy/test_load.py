@@ -89,3 +89,25 @@ def test_a_failing_run_is_an_error_not_a_crash(cnn: tuple[object, object, Path])
     assert "NULL" in deployed.message(4)
     with pytest.raises(RuntimeError_, match="NULL"):
         deployed._call([None, None])
+
+
+def test_outputs_that_are_views_or_inputs_are_copied_out(tmp_path: Path,
+                                                         rng: np.random.Generator) -> None:
+    """Outputs no kernel writes in place: a reshape of another output, and a graph input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([6, 5], np.int64), "shape")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["flat"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("flat", "r", "x")]
+    proto = helper.make_model(helper.make_graph(nodes, "views", [x], outs, [shape]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model = aus.compile(from_onnx(proto), target="llvm")
+    export(model, tmp_path, name="views")
+    feeds = {"x": rng.uniform(-1, 1, (2, 3, 5)).astype(np.float32)}
+    want = ort_run(proto, feeds)
+    for got in (aus.load(tmp_path).run(feeds), model.run(feeds)):
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
