@@ -1,5 +1,5 @@
 """Tests of deployed model libraries (autosched/graph/deploy.py, graph/loader.py): models
-compiled to one .so, run by a C program written here (on the host, and cross-compiled for
+compiled to one .so, run by a C program (c_driver.py: on the host, and cross-compiled for
 aarch64 under qemu-aarch64: no Python inside) and by ``autosched.load``, compared with
 onnxruntime on the host.
 
@@ -8,7 +8,6 @@ Fixtures: ``c_runner``, which builds the C driver for a build dir and runs it on
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,75 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])}
-
-# Reads the inputs (raw bytes, in order) from argv[1], writes the outputs to argv[2]; the
-# sizes come from the library's introspection, so one driver serves every model.
-DRIVER = r"""
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "NAME.h"
-
-static size_t nbytes(const NAME_tensor_info *t) {
-  size_t n = strstr(t->dtype, "64") ? 8 : strstr(t->dtype, "32") ? 4
-           : strstr(t->dtype, "16") ? 2 : 1;
-  for (int32_t d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
-  return n;
-}
-
-static void *buffer(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-
-int main(int argc, char **argv) {
-  if (argc != 4) return 9;
-  NAME_options options = {.num_threads = atoi(argv[3])};
-  NAME_context *ctx;
-  int32_t status = NAME_create(&options, &ctx);
-  if (status) { fprintf(stderr, "create: %s\n", NAME_status_message(status)); return 2; }
-  void *inputs[16], *outputs[16];
-  FILE *in = fopen(argv[1], "rb");
-  for (int32_t i = 0; i < NAME_num_inputs(); i++) {
-    size_t n = nbytes(NAME_input(i));
-    inputs[i] = buffer(n);
-    if (fread(inputs[i], 1, n, in) != n) return 8;
-  }
-  fclose(in);
-  for (int32_t i = 0; i < NAME_num_outputs(); i++) outputs[i] = buffer(nbytes(NAME_output(i)));
-  status = NAME_run(ctx, (const void *const *)inputs, outputs);
-  if (status) { fprintf(stderr, "run: %s\n", NAME_status_message(status)); return 3; }
-  FILE *out = fopen(argv[2], "wb");
-  for (int32_t i = 0; i < NAME_num_outputs(); i++)
-    fwrite(outputs[i], 1, nbytes(NAME_output(i)), out);
-  fclose(out);
-  NAME_destroy(ctx);
-  printf("%s | %s\n", NAME_target(), NAME_version());
-  return 0;
-}
-"""
-
-Runner = Callable[[Path, str, Sequence[np.ndarray], Sequence[tuple[tuple[int, ...], str]]],
-                  list[np.ndarray]]
-
-
-def _tools(arch: str | None) -> tuple[str, list[str]]:
-    if arch is None:
-        return shutil.which("cc") or "gcc", []
-    compiler, runner = CROSS[arch]
-    for tool in (compiler, runner[0]):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (apt-get install -y qemu-user "
-                        "gcc-aarch64-linux-gnu libc6-dev-arm64-cross)")
-    return compiler, runner
+from tests.deploy.c_driver import DRIVER, DriverError, Runner, tools
 
 
 @pytest.fixture
 def c_runner(tmp_path: Path) -> Callable[..., Runner]:
     """``c_runner(arch)(build_dir, name, inputs, outputs)``: the driver built with the host's
-    cc (arch None) or the cross compiler, run (under qemu for a cross arch) on ``inputs``;
-    returns the outputs, given as (shape, dtype)."""
+    cc (arch None) or the cross compiler, run (under qemu for a cross arch, emulating ``cpu``
+    when given) on ``inputs``; returns the outputs, given as (shape, dtype). A driver that
+    fails raises DriverError with its exit status and stderr."""
 
-    def make(arch: str | None = None, threads: int = 2) -> Runner:
-        compiler, prefix = _tools(arch)
+    def make(arch: str | None = None, threads: int = 2, cpu: str | None = None) -> Runner:
+        compiler, prefix = tools(arch, cpu)
 
         def run(build: Path, name: str, inputs: Sequence[np.ndarray],
                 outputs: Sequence[tuple[tuple[int, ...], str]]) -> list[np.ndarray]:
@@ -98,7 +40,8 @@ def c_runner(tmp_path: Path) -> Callable[..., Runner]:
             proc = subprocess.run([*prefix, str(exe), str(tmp_path / "in.bin"),
                                    str(tmp_path / "out.bin"), str(threads)],
                                   capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, proc.stderr
+            if proc.returncode:
+                raise DriverError(f"driver exited {proc.returncode}: {proc.stderr.strip()}")
             data = (tmp_path / "out.bin").read_bytes()
             arrays, at = [], 0
             for shape, dtype in outputs:

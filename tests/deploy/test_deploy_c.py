@@ -13,6 +13,7 @@ import autosched as aus
 from autosched.graph.deploy import export
 from autosched.testing.models import ort_run, resnet18, small_cnn
 from importers.onnx import from_onnx
+from tests.deploy.c_driver import DriverError
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"
 MODELS = {"small_cnn": lambda: small_cnn(image=20), "resnet18": lambda: resnet18(image=64)}
@@ -54,6 +55,19 @@ def test_aarch64_library_under_qemu_matches_onnxruntime(model_name: str, tmp_pat
     want = ort_run(proto, feeds)
     got = run(build, model_name, list(feeds.values()), [(w.shape, str(w.dtype)) for w in want])
     _check(proto, feeds, got)
+
+
+def test_an_aarch64_library_on_a_cpu_without_its_extensions_fails_at_create(
+        tmp_path: Path, c_runner) -> None:
+    """Built with dot-product instructions: runs on qemu's default CPU, and on a Cortex-A72
+    (no dotprod) returns the CPU status from create instead of dying of SIGILL."""
+    build = tmp_path / "build"
+    proto, feeds = _deploy("small_cnn", AARCH64 + " -mattr=+neon,+dotprod", build)
+    want = ort_run(proto, feeds)
+    outputs = [(w.shape, str(w.dtype)) for w in want]
+    _check(proto, feeds, c_runner("aarch64")(build, "small_cnn", list(feeds.values()), outputs))
+    with pytest.raises(DriverError, match="create: this CPU lacks an instruction set"):
+        c_runner("aarch64", cpu="cortex-a72")(build, "small_cnn", list(feeds.values()), outputs)
 
 
 def test_only_the_api_is_exported_and_kernels_named_alike_do_not_clash(tmp_path: Path) -> None:

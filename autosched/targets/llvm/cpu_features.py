@@ -1,13 +1,15 @@
-"""The CPU check a model library runs at create: the x86 extensions its code may use, by cpuid.
+"""The CPU check a model library runs at create: the extensions its code may use.
 
 Code compiled with ``+avx2`` on a CPU without AVX2 dies of SIGILL; the library answers a status
 instead. ``required(target)`` lists the vector and bit-manipulation features the target enables
 (those named in its feature string; a bare ``-mcpu=NAME`` names none); ``emit_cpu_check`` emits
-the cpuid (and, for AVX / AVX-512, xgetbv: the OS must save the wider registers) tests as LLVM
-IR. Other architectures have no check yet (aarch64's baseline includes NEON).
+the tests as LLVM IR: on x86 cpuid (and, for AVX / AVX-512, xgetbv: the OS must save the wider
+registers), on aarch64 Linux the kernel's HWCAP / HWCAP2 bits (getauxval; NEON is baseline).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -26,16 +28,23 @@ CPUID = {
     "avx512vpopcntdq": (7, 0, 2, 14), "avx512fp16": (7, 0, 3, 23), "avx512bf16": (7, 1, 0, 5),
 }
 OSXSAVE = (1, 0, 2, 27)
+# LLVM feature -> (auxiliary vector entry: AT_HWCAP 16 or AT_HWCAP2 26, bit), arm64 Linux
+HWCAP = {"fullfp16": (16, 10), "dotprod": (16, 20), "sve": (16, 22), "fp16fml": (16, 23),
+         "sve2": (26, 1), "i8mm": (26, 13), "bf16": (26, 14)}
 XCR0_AVX = 0x6  # the OS saves SSE and AVX state
 XCR0_AVX512 = 0xE6  # ... and the opmask and upper ZMM state
 
 
+def _table(target: Target) -> Mapping[str, tuple[int, ...]]:
+    if target.triple.startswith(("x86_64", "i686", "i386")):
+        return CPUID
+    return HWCAP if target.triple.startswith(("aarch64", "arm64")) else {}
+
+
 def required(target: Target) -> list[str]:
-    """The CPUID features that ``target`` enables, sorted (none for a non-x86 target)."""
-    if not target.triple.startswith(("x86_64", "i686", "i386")):
-        return []
+    """The checked features that ``target`` enables, sorted."""
     enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
-    return sorted(enabled & set(CPUID))
+    return sorted(enabled & set(_table(target)))
 
 
 def emit_cpu_check(b: ir.IRBuilder, target: Target) -> ir.Value | None:
@@ -44,13 +53,32 @@ def emit_cpu_check(b: ir.IRBuilder, target: Target) -> ir.Value | None:
     features = required(target)
     if not features:
         return None
+    if _table(target) is HWCAP:
+        return _hwcap_check(b, features)
+    return _cpuid_check(b, features)
+
+
+def _hwcap_check(b: ir.IRBuilder, features: list[str]) -> ir.Value:
+    getauxval = b.module.globals.get("getauxval") or ir.Function(
+        b.module, ir.FunctionType(T.I64, [T.I64]), "getauxval")
+    words = {at: b.call(getauxval, [ir.Constant(T.I64, at)]) for at in {HWCAP[f][0]
+                                                                         for f in features}}
+    ok = ir.Constant(T.I1, 1)
+    for f in features:
+        at, bit = HWCAP[f]
+        has = b.and_(words[at], ir.Constant(T.I64, 1 << bit))
+        ok = b.and_(ok, b.icmp_unsigned("!=", has, ir.Constant(T.I64, 0)))
+    return ok
+
+
+def _cpuid_check(b: ir.IRBuilder, features: list[str]) -> ir.Value:
     llvm.initialize_native_asmparser()  # emitting inline assembly parses it
     max_leaf = _cpuid(b, 0, 0)[0]
     ok = ir.Constant(T.I1, 1)
     leaves: dict[tuple[int, int], list[ir.Value]] = {}
     for f in features:
         leaf, sub, reg, bit = CPUID[f]
-        if (leaf, sub) not in leaves:  # a leaf beyond the CPU's answers zeros anyway
+        if (leaf, sub) not in leaves:  # what a leaf past max_leaf answers is not zeros: guarded
             leaves[(leaf, sub)] = _cpuid(b, leaf, sub)
         ok = b.and_(ok, _bit(b, leaves[(leaf, sub)][reg], bit))
         if leaf == 7:

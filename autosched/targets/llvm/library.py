@@ -5,8 +5,8 @@ backend) and the glue generated here as LLVM IR into one object, so that nothing
 is visible (the kernels become internal functions; two kernels named alike no longer clash):
 
 * the weights, embedded as one read-only constant;
-* ``NAME_create``: checks that the CPU has the features the code was compiled for (x86: cpuid
-  and xgetbv) and allocates one workspace, the size of the static memory plan;
+* ``NAME_create``: checks that the CPU has the features the code was compiled for
+  (cpu_features.py) and allocates one workspace, the size of the static memory plan;
 * ``NAME_run``: checks its pointers, then calls the kernels in order, each on its inputs,
   outputs, weights or workspace offsets; a kernel's failure stops the run and is returned;
 * introspection tables and ``NAME_status_message``.
