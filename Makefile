@@ -21,6 +21,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest tests benchmarks
 	# every operator and schedule test on the cuda target: NVRTC compiles each kernel (no GPU
 	# needed), g++ runs the generated CUDA C on the host (-emulate=ir: the reference evaluator

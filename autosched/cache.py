@@ -81,7 +81,10 @@ class DiskCache:
             return None
         except OSError as exc:
             problem = f"it cannot be read ({exc.strerror})"
-        return path if problem is None else self._refuse(path, problem)
+        if problem is None:
+            return path
+        self._refuse(path, problem)
+        return None
 
     def read(self, name: str) -> bytes | None:
         """The bytes of ``name`` when it is there and passes every check; else None."""
@@ -94,7 +97,10 @@ class DiskCache:
         except OSError as exc:
             problem, data = f"it cannot be read ({exc.strerror})", b""
         problem = problem or _hash_problem(path, _digest(data))
-        return data if problem is None else self._refuse(path, problem)
+        if problem is None:
+            return data
+        self._refuse(path, problem)
+        return None
 
     def _refuse(self, path: Path, problem: str) -> None:
         warn_once(self.folder, f"autosched cache: not using {path}: {problem}; rebuilding it "

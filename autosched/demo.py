@@ -79,7 +79,7 @@ def _ort_time(model: Any, feeds: dict[str, np.ndarray], threads: int = 0
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     outs = sess.run(None, feeds)
-    ts = []
+    ts: list[float] = []
     deadline = time.perf_counter() + 0.5
     while len(ts) < 20 or time.perf_counter() < deadline:
         t0 = time.perf_counter()

@@ -21,4 +21,4 @@ def build(sch: Any, args: Sequence[Any], target: str | Target = "llvm", name: st
     from autosched.schedule.lower import lower
 
     tgt = parse(target)
-    return build_func(lower(sch, args, name=name, target=tgt), tgt)
+    return build_func(lower(sch, args, name=name), tgt)

@@ -45,7 +45,7 @@ from autosched.cost_model.features import extract_features  # noqa: E402
 from autosched.cost_model.xgb_model import XGBModel  # noqa: E402
 from autosched.schedule.steps import step_from_dict  # noqa: E402
 from autosched.targets.target import parse  # noqa: E402
-from tests.cost_model.test_cost_model import (  # noqa: E402
+from tests.support.cost_model import (  # noqa: E402
     matmul,
     pairwise_accuracy,
     random_matmul_schedule,

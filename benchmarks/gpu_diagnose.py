@@ -1,5 +1,5 @@
 """GPU diagnosis for a device session: the pinned WRONG_ANSWER SGEMM candidates of
-tests/search/test_search_gpu.py run directly (numpy and GPUArray arguments, twice), the default
+tests/support/sgemm_candidates.py run directly (numpy and GPUArray arguments, twice), the default
 schedule, then short tuning runs of SGEMM 4096 / 1024 and a ResNet conv with their first
 failures printed.
 Run on the device machine:
@@ -26,7 +26,7 @@ import pycuda.gpuarray as ga  # noqa: E402
 import autosched as aus  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.workloads import make  # noqa: E402
-from tests.search.test_search_gpu import FAILING, _lowered  # noqa: E402
+from tests.support.sgemm_candidates import FAILING, lowered  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 
@@ -49,7 +49,7 @@ def direct_runs(rng: np.random.Generator, sizes: tuple[int, ...]) -> None:
         ref = a.astype(np.float64) @ b
         task = None
         for i, params in enumerate(FAILING):
-            task, low = _lowered(params, n)
+            task, low = lowered(params, n)
             mod = task.build(low.schedule)
             c = np.full((n, n), np.nan, "float32")
             mod(a, b, c)

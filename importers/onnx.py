@@ -33,7 +33,7 @@ from autosched import te
 from autosched.errors import ModelImportError
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_outputs
 from autosched.graph.graph import INTERNAL_OP_TYPES, Graph, Node, ValueInfo
-from autosched.graph.ops import ConvertContext, const_inputs, convert, supported
+from autosched.graph.ops import ConvertContext, const_inputs, convert, shape_of, supported
 from autosched.graph.ops_math import onnx_dtype
 from autosched.graph.passes import split_wide_nodes
 from autosched.te.tensor import Tensor
@@ -318,7 +318,7 @@ def from_onnx(model: str | os.PathLike | Any,
                 continue
             if isinstance(v, Tensor):
                 folded = False
-                info = ValueInfo(name, tuple(int(d) for d in v.shape), v.dtype)
+                info = ValueInfo(name, shape_of(v), v.dtype)
             else:
                 v = np.asarray(v)
                 info = ValueInfo(name, tuple(v.shape), str(v.dtype))

@@ -176,7 +176,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"{str(exc).splitlines()[0] if str(exc) else ''}): no comparison")
         return 0
     sess.run(None, feeds)
-    ts = []
+    ts: list[float] = []
     deadline = time.perf_counter() + 0.5
     while len(ts) < args.repeat or time.perf_counter() < deadline:
         t0 = time.perf_counter()

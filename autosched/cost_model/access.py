@@ -38,18 +38,17 @@ class Linearizer:
 
     # -- linear form: ({loop position: coefficient}, constant) -------------------------------
     def linear(self, e: E.Expr) -> tuple[dict[int, float], float]:
-        t = type(e)
-        if t is E.Const:
+        if isinstance(e, E.Const):
             return {}, float(e.value)
-        if t is E.Var:
+        if isinstance(e, E.Var):
             p = self.pos.get(e.uid)
             if p is not None:
                 return {p: 1.0}, 0.0
             let = self.lets.get(e.uid)
             return self.linear(let) if let is not None else ({}, 0.0)
-        if t is E.Cast:
+        if isinstance(e, E.Cast):
             return self.linear(e.value)
-        if t is E.Binary and e.op in (Op.ADD, Op.SUB, Op.MUL):
+        if isinstance(e, E.Binary) and e.op in (Op.ADD, Op.SUB, Op.MUL):
             ca, ka = self.linear(e.a)
             cb, kb = self.linear(e.b)
             if e.op is Op.MUL:
@@ -83,25 +82,24 @@ class Linearizer:
         return coefs, const
 
     def evaluate(self, e: E.Expr, env: dict[int, int]) -> float:
-        t = type(e)
-        if t is E.Const:
+        if isinstance(e, E.Const):
             return e.value
-        if t is E.Var:
+        if isinstance(e, E.Var):
             if e.uid in env:
                 return env[e.uid]
             let = self.lets.get(e.uid)
             return self.evaluate(let, env) if let is not None else 0
-        if t is E.Binary or t is E.Compare:
+        if isinstance(e, E.Binary | E.Compare):
             a, b = self.evaluate(e.a, env), self.evaluate(e.b, env)
             if e.op is Op.POW or (e.op.divides and not b):
                 return 0
             return e.op.fold(a, b)
-        if t is E.Cast:
+        if isinstance(e, E.Cast):
             return self.evaluate(e.value, env)
-        if t is E.Select:
+        if isinstance(e, E.Select):
             c = self.evaluate(e.cond, env)
             return self.evaluate(e.true_value if c else e.false_value, env)
-        if t is E.Not:
+        if isinstance(e, E.Not):
             return not self.evaluate(e.a, env)
         return 0  # a load inside an index (indirect access) or a call: no stride information
 

@@ -51,13 +51,13 @@ from autosched.cost_model.access import Linearizer, Loop, footprints, row_major_
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.tir import ir
 
 MAX_BUFFERS = 5
 INNER_LOOPS = 3
-KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
-GPU_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-            "threadIdx.z", "vthread")
+KINDS = ir.FOR_KINDS
+GPU_TAGS = (*ir.THREAD_TAGS, "vthread")
 # Cache sizes used for the traffic estimates. Target has no cache attributes yet; these are
 # typical per-core L1d / L2 sizes (CPU) and per-SM L1 / a slice of L2 (GPU).
 CACHE_BYTES = {"cpu": (32 * 1024, 1024 * 1024), "gpu": (128 * 1024, 4 * 1024 * 1024)}
@@ -138,7 +138,7 @@ def extract_features_batch(funcs: Sequence[ir.PrimFunc], target: Target) -> list
 
 
 def _const_int(e: E.Expr, default: int = 1) -> int:
-    if type(e) is E.Const:
+    if isinstance(e, E.Const):
         return int(e.value)
     from autosched.tir.arith import const_bound
 
@@ -175,9 +175,9 @@ class _Walker:
         from autosched.tir.visit import walk
 
         for n in walk(s):
-            if type(n) is ir.Allocate and n.buffer.scope in self.func_alloc:
+            if isinstance(n, ir.Allocate) and n.buffer.scope in self.func_alloc:
                 self.func_alloc[n.buffer.scope] += self._buffer_bytes(n.buffer)
-            elif type(n) is ir.Barrier:
+            elif isinstance(n, ir.Barrier):
                 self.barriers += 1
 
     def _shape(self, buf: ir.Buffer) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -193,20 +193,19 @@ class _Walker:
 
     # -- statements ---------------------------------------------------------------------------
     def _visit(self, s: ir.Stmt) -> None:
-        t = type(s)
-        if t is ir.For:
+        if isinstance(s, ir.For):
             ann = dict(s.annotations)
-            start = int(s.min.value) if type(s.min) is E.Const else 0
+            start = int(s.min.value) if isinstance(s.min, E.Const) else 0
             self.loops.append(Loop(s.var.uid, max(_const_int(s.extent), 1), s.kind,
                                    s.thread_tag, start, ann))
             self._visit(s.body)
             self.loops.pop()
-        elif t is ir.Seq:
+        elif isinstance(s, ir.Seq):
             for c in s.stmts:
                 self._visit(c)
-        elif t is ir.Store:
+        elif isinstance(s, ir.Store):
             self.rows.append(self._row(s))
-        elif t is ir.IfThenElse:
+        elif isinstance(s, ir.IfThenElse):
             self.guards.append((s.cond, len(self.loops)))
             self._visit(s.then_body)
             self.guards.pop()
@@ -214,11 +213,11 @@ class _Walker:
                 self.guards.append((E.Not(s.cond), len(self.loops)))
                 self._visit(s.else_body)
                 self.guards.pop()
-        elif t is ir.Allocate:
+        elif isinstance(s, ir.Allocate):
             self.allocs.append(s.buffer)
             self._visit(s.body)
             self.allocs.pop()
-        elif t is ir.LetStmt:
+        elif isinstance(s, ir.LetStmt):
             self.lets[s.var.uid] = s.value
             self._visit(s.body)
             del self.lets[s.var.uid]
@@ -340,7 +339,7 @@ class _Walker:
         inner = 0
         depth = len(self.loops)
         for cond, at in self.guards:
-            if type(cond) is E.Not:
+            if isinstance(cond, E.Not):
                 frac *= 1.0 - lin.fraction_true(cond.a)
             else:
                 frac *= lin.fraction_true(cond)
@@ -449,50 +448,49 @@ def _traffic(lines: list[float], extents: list[int], fits: list[bool]) -> float:
 
 def _count(e: E.Expr, ops: list[float], accesses: list) -> None:
     """Add the operations of ``e`` to ``ops`` and its loads to ``accesses``."""
-    t = type(e)
-    if t is E.Binary:
+    if isinstance(e, E.Binary):
         op = e.op
         is_f = dt.is_float(e.a.dtype)
-        if op in ("and", "or"):
+        if op in (Op.AND, Op.OR):
             ops[_OP["bool_op"]] += 1
-        elif op in ("add", "sub"):
+        elif op in (Op.ADD, Op.SUB):
             ops[_OP["float_addsub" if is_f else "int_addsub"]] += 1
             if is_f and (_is_mul(e.a) or _is_mul(e.b)):
                 ops[_OP["float_fma"]] += 1
-        elif op == "mul":
+        elif op is Op.MUL:
             ops[_OP["float_mul" if is_f else "int_mul"]] += 1
-        elif op in ("min", "max"):
+        elif op in (Op.MIN, Op.MAX):
             ops[_OP["float_minmax" if is_f else "int_cmp_minmax"]] += 1
-        elif op == "pow":
+        elif op is Op.POW:
             ops[_OP["float_math"]] += 1
         else:  # div floordiv floormod truncdiv truncmod
             ops[_OP["float_div" if is_f else "int_divmod"]] += 1
         _count(e.a, ops, accesses)
         _count(e.b, ops, accesses)
-    elif t is ir.Load:
+    elif isinstance(e, ir.Load):
         accesses.append((e.buffer, e.indices, False))
         for i in e.indices:
             _count(i, ops, accesses)
-    elif t is E.Compare:
+    elif isinstance(e, E.Compare):
         ops[_OP["float_cmp" if dt.is_float(e.a.dtype) else "int_cmp_minmax"]] += 1
         _count(e.a, ops, accesses)
         _count(e.b, ops, accesses)
-    elif t is E.Select:
+    elif isinstance(e, E.Select):
         ops[_OP["select"]] += 1
         _count(e.cond, ops, accesses)
         _count(e.true_value, ops, accesses)
         _count(e.false_value, ops, accesses)
-    elif t is E.Call:
+    elif isinstance(e, E.Call):
         ops[_OP["float_math"]] += 1
         for a in e.args:
             _count(a, ops, accesses)
-    elif t is E.Cast:
+    elif isinstance(e, E.Cast):
         ops[_OP["cast"]] += 1
         _count(e.value, ops, accesses)
-    elif t is E.Not:
+    elif isinstance(e, E.Not):
         ops[_OP["bool_op"]] += 1
         _count(e.a, ops, accesses)
 
 
 def _is_mul(e: E.Expr) -> bool:
-    return type(e) is E.Binary and e.op == "mul"
+    return isinstance(e, E.Binary) and e.op is Op.MUL

@@ -16,7 +16,7 @@ import numpy as np
 from autosched import te
 from autosched.driver import build
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, convert
+from autosched.graph.ops import ConvertContext, Value, convert, shape_of
 from autosched.te.dag import topo_ops
 from autosched.te.tensor import PlaceholderOp, Tensor
 
@@ -57,7 +57,7 @@ def _run(tensors: list[Tensor], bound: dict[Tensor, np.ndarray], target: str
     """The values of ``tensors``, whose placeholders are all ``bound``."""
     params = [op.output() for op in topo_ops(tensors) if isinstance(op, PlaceholderOp)]
     mod = build(te.create_schedule([t.op for t in tensors]), params + tensors, target=target)
-    arrays = [np.empty(tuple(int(d) for d in t.shape), dtype=t.dtype) for t in tensors]
+    arrays = [np.empty(shape_of(t), dtype=t.dtype) for t in tensors]
     # np.require keeps 0-d arrays 0-d (ascontiguousarray makes them 1-d)
     mod(*[np.require(bound[p], requirements="C") for p in params], *arrays)
     return arrays

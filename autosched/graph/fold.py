@@ -24,7 +24,15 @@ import numpy as np
 from autosched import te
 from autosched.errors import ModelImportError
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, const_inputs, convert, fail, register
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    const_inputs,
+    convert,
+    fail,
+    register,
+    shape_of,
+)
 from autosched.te.tensor import Tensor
 
 # A folded value lives in the model (and in memory during import): 64 MiB covers every weight
@@ -62,7 +70,7 @@ def lazy_inputs(node: Node, ins: Sequence[Value | None], opset: int) -> list[Val
 
 
 def _nbytes(v: Value) -> int:
-    return math.prod(int(d) for d in v.shape) * np.dtype(v.dtype).itemsize
+    return math.prod(shape_of(v)) * np.dtype(v.dtype).itemsize
 
 
 def folded_bytes(node: Node, ins: Sequence[Value | None], opset: int) -> int | None:
@@ -100,7 +108,7 @@ def runtime_outputs(node: Node, ins: Sequence[Value | None], ctx: ConvertContext
     kept = runtime_node(node, ins)
     outs = convert(kept, lazy_inputs(kept, ins if kept is node else [], ctx.opset), ctx)
     for name, o in zip(node.outputs, outs):
-        size = math.prod(int(d) for d in o.shape)
+        size = math.prod(shape_of(o))
         if not isinstance(o, Tensor) or size > MAX_KERNEL_ELEMENTS:
             raise ModelImportError(
                 f"{where}: node {node.name!r} ({node.op_type}) output {name!r} "

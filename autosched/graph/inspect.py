@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def flops_by_op(graph: Graph) -> dict[str, int]:
     return out
 
 
-def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
+def table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
     """Report lines: the header and rows in columns, the first left-aligned."""
     widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
     fmt = "  ".join(f"{{:{'<' if k == 0 else '>'}{w}}}" for k, w in enumerate(widths))

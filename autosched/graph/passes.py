@@ -279,7 +279,7 @@ def winograd_convs(graph: Graph) -> Graph:
         w = g.constants.get(n.inputs[1]) if n.op_type == "Conv" and len(n.inputs) > 1 else None
         m = (winograd_tile(n, w, g.values[out].shape)
              if w is not None and KERNEL_LAYOUT not in n.attrs and out in g.values else None)
-        if m is None:
+        if w is None or m is None:
             nodes.append(n)
             continue
         x = n.inputs[0]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autosched.errors import ScheduleError
-from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage
+from autosched.schedule.schedule import FuseRel, Schedule, SplitRel, Stage, split_extents
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp
@@ -71,7 +71,7 @@ class Bounds:
     def _infer(self, st: Stage) -> None:
         op = st.op
         assert isinstance(op, ComputeOp)
-        full = [(E.const(0, s.dtype), s) for s in op.shape]
+        full: list[tuple[E.Expr, E.Expr]] = [(E.const(0, s.dtype), s) for s in op.shape]
         if st.attach[0] == "at":
             region = self._attached_region(st, full)
         else:
@@ -162,13 +162,9 @@ class Bounds:
         ext = bound.extent
         for rel in st.relations:
             if isinstance(rel, SplitRel):
-                parent = ext[rel.parent.var.uid]
-                if rel.factor is not None:
-                    ext[rel.outer.var.uid] = _ceildiv(parent, rel.factor)
-                    ext[rel.inner.var.uid] = E.const(rel.factor)
-                else:
-                    ext[rel.outer.var.uid] = E.const(rel.nparts)
-                    ext[rel.inner.var.uid] = _ceildiv(parent, rel.nparts)
+                outer, inner = split_extents(ext[rel.parent.var.uid], rel.factor, rel.nparts)
+                ext[rel.outer.var.uid] = simplify(outer)
+                ext[rel.inner.var.uid] = simplify(inner)
             else:
                 total: E.Expr = E.const(1)
                 for a in rel.axes:
@@ -192,7 +188,7 @@ class Bounds:
             e = ext[iv.var.uid] = simplify(ext[iv.var.uid])
             self.var_extent[iv.var] = e
             if isinstance(e, E.Const):
-                self.var_bounds[iv.var] = (0, max(e.value - 1, 0))
+                self.var_bounds[iv.var] = (0, max(int(e.value) - 1, 0))
             if st.bindings.get(iv.var.uid, "").startswith("threadIdx"):
                 self.thread_vars.append(iv.var)
         for iv in st.root:
@@ -219,10 +215,6 @@ def inner_parts_split_again(relations: Sequence[SplitRel | FuseRel]) -> list[E.I
 def _after(sch: Schedule, a: Stage, b: Stage) -> bool:
     """Stages attached at the same loop run in stage order: does ``a`` come after ``b``?"""
     return sch.stages.index(a) > sch.stages.index(b)
-
-
-def _ceildiv(a: E.Expr, b: int) -> E.Expr:
-    return simplify(E.binary(Op.FLOORDIV, a + (b - 1), b))
 
 
 def _fold(items: list[E.Expr], op: Op, bounds: dict) -> E.Expr:

@@ -39,7 +39,6 @@ class LowerContext:
     sch: Schedule
     args: list[Tensor]
     name: str
-    target: Any = None
     bodies: dict[str, E.Expr] = field(default_factory=dict)
     bounds: Bounds | None = None
     buffers: dict[str, ir.Buffer] = field(default_factory=dict)
@@ -51,7 +50,8 @@ class LowerContext:
 def expand_inline(ctx: LowerContext) -> None:
     """Each scheduled stage's body with inlined stages substituted and reads redirected to the
     producing stage's current operation."""
-    sch, memo = ctx.sch, {}
+    sch = ctx.sch
+    memo: dict[str, E.Expr] = {}
 
     def expand(st: Stage) -> E.Expr:
         if st.name in memo:
@@ -131,22 +131,23 @@ class _NestBuilder:
     def __init__(self, ctx: LowerContext):
         self.ctx = ctx
         self.sch = ctx.sch
-        self.bounds = ctx.bounds
-        self.an = Analyzer(self.bounds.var_bounds)  # type: ignore[union-attr]  # one memo for the pass
+        assert ctx.bounds is not None, "infer_bounds runs before build_loops"
+        self.bounds: Bounds = ctx.bounds
+        self.an = Analyzer(self.bounds.var_bounds)  # one memo for the pass
         self.attached: dict[tuple[str, str], list[Stage]] = {}
         for st in self.sch.stages:
             if st.attach[0] == "at" and st.name in ctx.bodies:
                 self.attached.setdefault((st.attach[1], st.attach[2]), []).append(st)
 
     def buffer(self, st: Stage) -> ir.Buffer:
-        b = self.bounds[st.name]  # type: ignore[index]
+        b = self.bounds[st.name]
         shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
         buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
         self.ctx.buffers[st.name] = buf
         return buf
 
     def _min(self, st: Stage) -> list[E.Expr]:
-        b = self.bounds[st.name]  # type: ignore[index]
+        b = self.bounds[st.name]
         if st.attach[0] == "at" and st.name not in {t.name for t in self.ctx.args}:
             return b.region_min
         return [E.const(0, s.dtype) for s in st.op.shape]
@@ -156,6 +157,7 @@ class _NestBuilder:
         buf = self.ctx.buffers.get(st.name)
         if buf is None:
             raise LowerError(f"lower: {st.name} is read before it is computed (check compute_at targets)")
+        mins: list[E.Expr]
         if st.is_placeholder:
             mins = [E.const(0, s.dtype) for s in st.op.shape]
         else:
@@ -170,7 +172,7 @@ class _NestBuilder:
     def nest(self, st: Stage) -> ir.Stmt:
         op = st.op
         assert isinstance(op, ComputeOp)
-        bound: StageBound = self.bounds[st.name]  # type: ignore[index]
+        bound: StageBound = self.bounds[st.name]
         buf = self.ctx.buffers[st.name]
         mins = self._min(st)
         full = bound.full_value(st)
@@ -251,7 +253,7 @@ class _NestBuilder:
         return out
 
     def _for(self, st: Stage, iv: E.IterVar, body: ir.Stmt) -> ir.Stmt:
-        ext = self.bounds[st.name].extent[iv.var.uid]  # type: ignore[index]
+        ext = self.bounds[st.name].extent[iv.var.uid]
         uid = iv.var.uid
         tag = st.bindings.get(uid, "")
         kind = "thread" if tag else _KIND.get(st.annotations.get(uid, ""), "serial")
@@ -300,7 +302,7 @@ def unique_names(ctx: LowerContext) -> None:
     and generated C never shadow one variable with another of the same name."""
     assert ctx.body is not None
     taken: set[str] = {steps_ident(b.name) for b in ctx.params}
-    rename: dict[E.Var, E.Expr] = {}
+    rename: dict[E.Var, E.Var] = {}
     seen: set[int] = set()
     for v in loop_vars(ctx.body):
         if v.uid in seen:
@@ -318,7 +320,7 @@ def unique_names(ctx: LowerContext) -> None:
 
     def fstmt(s: ir.Stmt) -> ir.Stmt | None:
         if isinstance(s, (ir.For, ir.LetStmt)) and s.var.uid in by_uid:
-            return dataclasses.replace(s, var=by_uid[s.var.uid])  # type: ignore[type-var]
+            return dataclasses.replace(s, var=by_uid[s.var.uid])
         return None
 
     ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename), fstmt)
@@ -337,7 +339,6 @@ def lower(
     sch: Schedule | Any,
     args: Sequence[Tensor],
     name: str = "main",
-    target: Any = None,
     print_after: Sequence[str] = (),
 ) -> ir.PrimFunc:
     """Lower a schedule to a PrimFunc whose parameters are ``args`` in order.
@@ -349,7 +350,7 @@ def lower(
     """
     if not isinstance(sch, Schedule):
         sch = create_schedule(sch)
-    ctx = LowerContext(sch, list(args), name, target)
+    ctx = LowerContext(sch, list(args), name)
     wanted = set(print_after) | set(filter(None, os.environ.get("AUTOSCHED_PRINT_AFTER", "").split(",")))
     for pass_name, fn in PASSES:
         try:

@@ -38,6 +38,15 @@ class FuseRel:
     fused: E.IterVar
 
 
+def split_extents(extent: E.Expr, factor: int | None, nparts: int | None
+                  ) -> tuple[E.Expr, E.Expr]:
+    """(outer, inner) extents of a split of ``extent`` by ``factor`` or into ``nparts``."""
+    if factor is not None:
+        return _ceildiv(extent, factor), E.const(factor)
+    assert nparts is not None, "a split has a factor or a number of parts"
+    return E.const(nparts), _ceildiv(extent, nparts)
+
+
 def _ceildiv(a: E.Expr, b: int) -> E.Expr:
     return E.binary(Op.FLOORDIV, E.binary(Op.ADD, a, b - 1), b)
 
@@ -45,7 +54,7 @@ def _ceildiv(a: E.Expr, b: int) -> E.Expr:
 class Stage:
     """The schedule of one operation: its loop axes, their order, annotations and attachment."""
 
-    def __init__(self, sch: Schedule, name: str, op: Operation):
+    def __init__(self, sch: Schedule, name: str, op: PlaceholderOp | ComputeOp):
         self.sch = sch
         self.name = name
         self.op = op
@@ -68,6 +77,13 @@ class Stage:
     @property
     def is_placeholder(self) -> bool:
         return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def compute_op(self) -> ComputeOp:
+        """The op of a computed stage (its axes, reduce axes and body)."""
+        if not isinstance(self.op, ComputeOp):
+            raise ScheduleError(f"{self.name} is a placeholder (an input), not a computed stage")
+        return self.op
 
     @property
     def is_output(self) -> bool:
@@ -333,11 +349,7 @@ class Schedule:
         label = "factor" if step.factor is not None else "nparts"
         if value is None or value <= 0:
             raise ScheduleError(f"split {label} {value} for axis {iv.name} of {st.name}: must be a positive int")
-        ext = iv.dom.extent
-        if step.factor is not None:
-            outer_ext, inner_ext = _ceildiv(ext, step.factor), E.const(step.factor)
-        else:
-            outer_ext, inner_ext = E.const(value), _ceildiv(ext, value)
+        outer_ext, inner_ext = split_extents(iv.dom.extent, step.factor, step.nparts)
         o_name, i_name = step.outputs()
         outer = st._new_axis(o_name, outer_ext, iv.kind)
         inner = st._new_axis(i_name, inner_ext, iv.kind)
@@ -524,7 +536,7 @@ class Schedule:
 
         st = self._compute_stage(step.stage, "rfactor")
         rf_op, new_op = rfactor_ops(st, st.leaf_named(step.axis), step.factor_axis, step.output())
-        new_op = _with_axes(new_op, st.op.axis)  # as in TVM: C.op.axis still schedules C
+        new_op = _with_axes(new_op, st.compute_op.axis)  # as in TVM: C.op.axis still schedules C
         new = self._insert(Stage(self, step.output(), rf_op), before=st)
         new.read_map, st.read_map = st.read_map, {}
         st.op = new_op
@@ -535,7 +547,11 @@ class Schedule:
     def _insert(self, stage: Stage, before: Stage | None = None, after: Stage | None = None) -> Stage:
         if any(s.name == stage.name for s in self.stages):
             raise ScheduleError(f"a stage named {stage.name} already exists")
-        idx = self.stages.index(before) if before else self.stages.index(after) + 1  # type: ignore[arg-type]
+        if before is not None:
+            idx = self.stages.index(before)
+        else:
+            assert after is not None, "a new stage goes before or after another"
+            idx = self.stages.index(after) + 1
         self.stages.insert(idx, stage)
         return stage
 

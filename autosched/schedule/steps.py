@@ -275,7 +275,7 @@ def step_from_dict(d: dict[str, Any]) -> Step:
     check_step_dict(d)
     kind = d["kind"]
     cls = STEP_TYPES[kind]
-    args = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
+    args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "kind"}
     try:
         return cls(**args)
     except TypeError as exc:

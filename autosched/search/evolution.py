@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class EvolutionarySearch:
         return out[:n]
 
     def next_batch(self, n: int, model: Model, measured: set[str],
-                   seeds: list[Candidate] = ()) -> list[Lowered]:  # type: ignore[assignment]
+                   seeds: Sequence[Candidate] = ()) -> list[Lowered]:
         """Up to ``n`` unmeasured candidates: the best predicted, plus eps-greedy random ones."""
         cfg = self.cfg
         # the untuned default joins the first population: a sane start before the model learns
@@ -105,7 +105,9 @@ class EvolutionarySearch:
         for gen in range(cfg.generations + 1):
             if not pop:
                 break
-            scores = np.asarray(model.predict([p.features for p in pop]), dtype=float)
+            # concrete_many featurizes every candidate it returns
+            feats = [cast(np.ndarray, p.features) for p in pop]
+            scores = np.asarray(model.predict(feats), dtype=np.float64)
             for p, sc in zip(pop, scores):
                 if p.ir_hash not in measured and (p.ir_hash not in best or best[p.ir_hash][0] < sc):
                     best[p.ir_hash] = (float(sc), p)

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def divisors(n: int) -> list[int]:
-    out = set()
+    out: set[int] = set()
     for d in range(1, int(math.isqrt(n)) + 1):
         if n % d == 0:
             out.update((d, n // d))

@@ -329,8 +329,9 @@ class Measurer:
             built = self._build_all(token, step_lists, hooks, results)
             if built:
                 self._run_all(task, token, built, hooks, results)
-        assert all(r is not None for r in results)
-        return results  # type: ignore[return-value]
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results), "every candidate is built and run, or failed"
+        return done
 
     def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
         """Search candidates (``space.Candidate``) of ``task`` lowered in the build workers, in
@@ -482,10 +483,11 @@ class Measurer:
                 continue
             now = time.monotonic()
             next_deadline = min(d for _, d in busy.values())
+            # a busy slot has a live builder
             by_conn = {self._builders[s].conn: s for s in busy}  # type: ignore[union-attr]
             ready = wait(list(by_conn), timeout=max(0.0, next_deadline - now))
             for conn in ready:
-                slot = by_conn[conn]  # type: ignore[index]
+                slot = by_conn[conn]
                 idx, _ = busy.pop(slot)
                 w = self._live_builder(slot)
                 try:

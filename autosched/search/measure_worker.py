@@ -30,6 +30,7 @@ from autosched.search import protocol as P
 from autosched.search.protocol import MeasureOptions
 from autosched.targets import backend as backends
 from autosched.targets.backend import DeviceMemory, Module
+from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te.tensor import PlaceholderOp
 
@@ -255,8 +256,10 @@ class Server:
                 self.conn.send(P.Beat())
             costs = self._time(mod, args, opts, st.task.target)
         except RuntimeError_ as exc:
-            # a device context may be poisoned by a faulting kernel: start afresh
-            raise _Fail("RUNTIME_ERROR", str(exc), restart=memory is not None) from None
+            # a device context may be poisoned by a faulting kernel: start afresh, unless the
+            # kernel itself reported the failure through its status word (the context is fine)
+            restart = memory is not None and not isinstance(exc, KernelFailure)
+            raise _Fail("RUNTIME_ERROR", str(exc), restart=restart) from None
         except _Fail:
             raise
         except Exception as exc:

@@ -66,7 +66,7 @@ class DagInfo:
         self.outputs = {st.name for st in sch.stages if st.is_output}
         self.compute = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
         self.inlined = {st.name for st in self.compute
-                        if not st.op.reduce_axis and st.name not in self.outputs}
+                        if not st.compute_op.reduce_axis and st.name not in self.outputs}
         self.readers: dict[str, list[str]] = {st.name: [] for st in sch.stages}
         for st in self.compute:
             if st.name in self.inlined:
@@ -106,7 +106,7 @@ class DagInfo:
             return None
         e = self.sch.stage(readers[0])
         t = self.sch.stage(name)
-        if not isinstance(e.op, ComputeOp) or e.op.reduce_axis or len(e.op.axis) != len(t.op.axis):
+        if e.compute_op.reduce_axis or len(e.compute_op.axis) != len(t.compute_op.axis):
             return None
         from autosched.schedule.lower import LowerContext, expand_inline
 
@@ -116,7 +116,7 @@ class DagInfo:
         ctx = LowerContext(probe, [], "probe")
         expand_inline(ctx)
         t = probe.stage(name)
-        axis_of = {a.var.uid: j for j, a in enumerate(e.op.axis)}
+        axis_of = {a.var.uid: j for j, a in enumerate(e.compute_op.axis)}
         order: tuple[int, ...] | None = None
         for n in post_order(ctx.bodies[e.name]):
             if isinstance(n, E.TensorRead) and n.tensor.op.uid in t.uids:
@@ -127,8 +127,8 @@ class DagInfo:
                 order = js
         # the reader may read a leading part of an axis (a convolution computing rows past
         # its output, so that register tiles of 3 or 6 rows exist): its tiles then overhang
-        if order is None or any(_static_extent(e.op.axis[j]) > _static_extent(a)
-                                for j, a in zip(order, t.op.axis)):
+        if order is None or any(_static_extent(e.compute_op.axis[j]) > _static_extent(a)
+                                for j, a in zip(order, t.compute_op.axis)):
             return None
         return e.name, order
 
@@ -146,7 +146,7 @@ class Rule:
 
 def _static_extent(iv: E.IterVar) -> int:
     ext = iv.dom.extent
-    return ext.value if isinstance(ext, E.Const) else 1
+    return int(ext.value) if isinstance(ext, E.Const) else 1
 
 
 def _inline_rule(name: str) -> Rule:
@@ -244,7 +244,7 @@ def _stride(read: E.TensorRead, uid: int) -> int | None:
     cannot be told statically)."""
     from autosched.tir.evaluate import eval_int
 
-    shape = [d.value if isinstance(d, E.Const) else d for d in read.tensor.shape]
+    shape = [int(d.value) if isinstance(d, E.Const) else d for d in read.tensor.shape]
     if not all(isinstance(d, int) for d in shape):
         return None
     env = {v.uid: 0 for i in read.indices for v in post_order(i) if isinstance(v, E.Var)}
@@ -277,9 +277,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     whose accumulators need more than the target's ``registers`` vector registers is illegal:
     it spills on every multiply-add (on AVX2's 16 registers a 7 x 2-vector tile ran at a third
     of the speed of the same loop nest with 2 x 4)."""
-    st = sch0.stage(name)
-    op = st.op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     pre = f"{name}."
     n = len(op.axis)
     order = order or tuple(range(n))
@@ -316,7 +314,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         consumer, producer = tile_pair(sch, name, fused_into)
         outer, mid, inner = [], [], []
         for j, (f1, f2, f3) in zip(order, tiles):  # the reader's axis tiled like ours
-            a, rest = consumer.split(consumer.op.axis[j], factor=f1 * f2 * f3)
+            a, rest = consumer.split(consumer.compute_op.axis[j], factor=f1 * f2 * f3)
             b, c = consumer.split(rest, factor=f2 * f3)
             outer.append(a)
             mid.append(b)
@@ -333,14 +331,14 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         if 1 < last <= 64:
             consumer.vectorize(inner[back[-1]])
         d1, d2, d3 = [], [], []
-        for ax, (_, f2, f3) in zip(producer.op.axis, tiles):
+        for ax, (_, f2, f3) in zip(producer.compute_op.axis, tiles):
             x1, rest = producer.split(ax, factor=f2 * f3)
             x2, x3 = producer.split(rest, factor=f3)
             d1.append(x1)
             d2.append(x2)
             d3.append(x3)
         r0, r1 = [], []
-        for ax, knob in zip(producer.op.reduce_axis, red):
+        for ax, knob in zip(producer.compute_op.reduce_axis, red):
             (g,) = p[knob.name]
             a, b = producer.split(ax, factor=g)
             r0.append(a)
@@ -385,9 +383,7 @@ def _vector_choices(extent: int) -> tuple[int, ...]:
 
 
 def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
-    st = sch0.stage(name)
-    op = st.op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     pre = f"{name}."
     inner_ext = _static_extent(op.reduce_axis[-1])
     knobs: list[Knob] = [
@@ -398,19 +394,19 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
     def apply(sch: Schedule, p: Params) -> None:
         stage = sch.stage(name)
         vec = p[f"{pre}rfactor"]
-        at = p[f"{pre}at"] and reader is not None
+        at = reader if p[f"{pre}at"] else None
         rf = None
         if vec:
-            ko, ki = stage.split(stage.op.reduce_axis[-1], factor=vec)
+            ko, ki = stage.split(stage.compute_op.reduce_axis[-1], factor=vec)
             rf = sch[sch.rfactor(stage.op.output(), ki)]
-            kf, *rest = rf.op.axis
-            rf.reorder(*rest, *rf.op.reduce_axis, kf)
+            kf, *rest = rf.compute_op.axis
+            rf.reorder(*rest, *rf.compute_op.reduce_axis, kf)
             rf.vectorize(kf)
-        if at:
-            r = sch.stage(reader)  # type: ignore[arg-type]
+        if at is not None:
+            r = sch.stage(at)
             stage.compute_at(r, r.leaf[0])
-        elif stage.op.axis:
-            axes = list(stage.op.axis)
+        elif stage.compute_op.axis:
+            axes = list(stage.compute_op.axis)
             stage.parallel(stage.fuse(*axes) if len(axes) > 1 else axes[0])
         data_loops = [iv for iv in stage.leaf if iv.kind == "data"]
         if rf is not None and data_loops:
@@ -434,9 +430,7 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
     """A small-window reduction as an elementwise loop nest: outer data axes fused and
     parallel, the window's loops inside them, the last data axis split and vectorized
     innermost (each lane one output, its sum or max kept in a register)."""
-    st = sch0.stage(name)
-    op = st.op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     pre = f"{name}."
     n = len(op.axis)
     last = _static_extent(op.axis[-1])
@@ -451,14 +445,14 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
 
     def apply(sch: Schedule, p: Params) -> None:
         stage = sch.stage(name)
-        axes = list(stage.op.axis)
+        axes = list(stage.compute_op.axis)
         vec = p[f"{pre}vector"]
         lo, lanes = axes[-1], []
         if vec > 1:
             lo, li = stage.split(axes[-1], factor=vec)
             lanes = [li]
         outer = axes[:-1] + [lo]
-        stage.reorder(*outer, *stage.op.reduce_axis, *lanes)
+        stage.reorder(*outer, *stage.compute_op.reduce_axis, *lanes)
         if lanes:
             stage.vectorize(lanes[0])
         depth = min(p[f"{pre}parallel"], len(outer))
@@ -472,9 +466,7 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
 
 
 def _injective_rule(name: str, sch0: Schedule) -> Rule:
-    st = sch0.stage(name)
-    op = st.op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     pre = f"{name}."
     n = len(op.axis)
     last = _static_extent(op.axis[-1]) if n else 1
@@ -488,7 +480,7 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
 
     def apply(sch: Schedule, p: Params) -> None:
         stage = sch.stage(name)
-        axes = list(stage.op.axis)
+        axes = list(stage.compute_op.axis)
         if not axes:
             return
         vec = p[f"{pre}vector"]
@@ -548,12 +540,12 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
         tile = lambda n, into, s, order: _tile_rule(n, into, s, lanes, order, registers)  # noqa: E731
         reduce, injective = _reduce_rule, _injective_rule
     info = DagInfo(sch0)
-    tiled = {st.name for st in info.compute if st.name not in info.inlined and has_reuse(st.op)}
+    tiled = {st.name for st in info.compute if st.name not in info.inlined and has_reuse(st.compute_op)}
     rules: list[Rule] = []
     for st in info.compute:
         if st.name not in info.inlined:
             continue
-        pad = not gpu and has_condition(st.op) and _read_only_by(sch0, info, st.name, tiled)
+        pad = not gpu and has_condition(st.compute_op) and _read_only_by(sch0, info, st.name, tiled)
         rules.append(_pad_rule(st.name, sch0) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []

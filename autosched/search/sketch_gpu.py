@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 from autosched.errors import ScheduleError
-from autosched.schedule.schedule import Schedule
+from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
 from autosched.search.sketch import Params, Rule, _static_extent, tile_pair
 from autosched.te import expr as E
-from autosched.te.tensor import ComputeOp
+from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.tensor import thread_axis as _thread
 
 THREADS = (32, 64, 128, 256, 512)
@@ -76,9 +76,7 @@ def _bind_flat(sch: Schedule, name: str, axes: list, threads: int, vector: int =
 
 
 def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads: int) -> Rule:
-    st = sch0.stage(name)
-    op = st.op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     pre = f"{name}."
     extents = [_static_extent(a) for a in op.axis]
     thr, reg = default_tiles(extents, max_threads)
@@ -99,10 +97,10 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
             threads *= t
         if threads > max_threads:
             raise ScheduleError(f"{threads} threads per block exceed the limit {max_threads}")
-        inputs = [t for t in _direct_inputs(producer.op)]
+        inputs = _direct_inputs(producer.compute_op)
         caches = [sch[sch.cache_read(t, "shared", [producer])] for t in inputs]
         blocks, thr, inner = [], [], []
-        for ax, (t, f3, f4) in zip(consumer.op.axis, tiles):
+        for ax, (t, f3, f4) in zip(consumer.compute_op.axis, tiles):
             b, rest = consumer.split(ax, factor=t * f3 * f4)
             th, inn = consumer.split(rest, factor=f3 * f4)
             blocks.append(b)
@@ -115,12 +113,12 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
         consumer.bind(tf, _thread("threadIdx.x"))
         producer.compute_at(consumer, tf)
         x3, x4 = [], []
-        for ax, (_, _, f4) in zip(producer.op.axis, tiles):
+        for ax, (_, _, f4) in zip(producer.compute_op.axis, tiles):
             a, b = producer.split(ax, factor=f4)
             x3.append(a)
             x4.append(b)
         r0, r1, r2 = [], [], []
-        for ax, knob in zip(producer.op.reduce_axis, red):
+        for ax, knob in zip(producer.compute_op.reduce_axis, red):
             g1, g2 = p[knob.name]
             a, rest = producer.split(ax, factor=g1 * g2)
             b, c = producer.split(rest, factor=g2)
@@ -132,24 +130,24 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
         if unroll:
             producer.pragma(r0[0] if r0 else x3[0], "auto_unroll_max_step", unroll)
             producer.pragma(r0[0] if r0 else x3[0], "unroll_explicit", True)
-        for c in caches:
-            c.compute_at(producer, r0[-1] if r0 else x3[0])
-            _bind_threads(c, threads, p[f"{pre}fetch_vector"])
+        for cache in caches:
+            cache.compute_at(producer, r0[-1] if r0 else x3[0])
+            _bind_threads(cache, threads, p[f"{pre}fetch_vector"])
 
     return Rule(name, tuple(knobs), apply, "gpu_tile")
 
 
-def _direct_inputs(op: ComputeOp) -> list:
+def _direct_inputs(op: ComputeOp) -> list[Tensor]:
     from autosched.te.visit import tensors_read
 
     return tensors_read(op.body)
 
 
-def _bind_threads(st, threads: int, vector: int) -> None:  # noqa: ANN001
+def _bind_threads(st: Stage, threads: int, vector: int) -> None:
     """Cooperative fetching: all threads of the block copy the tile, ``vector`` elements each."""
-    axes = list(st.op.axis)
+    axes = list(st.compute_op.axis)
     f = st.fuse(*axes) if len(axes) > 1 else axes[0]
-    last = _static_extent(st.op.axis[-1])
+    last = _static_extent(st.compute_op.axis[-1])
     if vector > 1 and last % vector == 0:
         f, v = st.split(f, factor=vector)
         st.vectorize(v)
@@ -163,7 +161,7 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
 
     def apply(sch: Schedule, p: Params) -> None:
         st = sch.stage(name)
-        axes = list(st.op.axis)
+        axes = list(st.compute_op.axis)
         if axes:
             _bind_flat(sch, name, axes, p[f"{pre}threads"])
 
@@ -172,15 +170,14 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
 
 def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:
     pre = f"{name}."
-    op = sch0.stage(name).op
-    assert isinstance(op, ComputeOp)
+    op = sch0.stage(name).compute_op
     last = _static_extent(op.axis[-1]) if op.axis else 1
     knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
                          ChoiceKnob(f"{pre}vector", tuple(v for v in (1, 2, 4) if last % v == 0))]
 
     def apply(sch: Schedule, p: Params) -> None:
         st = sch.stage(name)
-        axes = list(st.op.axis)
+        axes = list(st.compute_op.axis)
         if axes:
             _bind_flat(sch, name, axes, p[f"{pre}threads"], p[f"{pre}vector"])
 

@@ -10,6 +10,7 @@ from autosched.schedule.schedule import Schedule, create_schedule
 from autosched.schedule.steps import Step
 from autosched.targets.target import Target, parse
 from autosched.te.dag import ComputeDAG
+from autosched.te.ops.args import static_shape
 from autosched.te.tensor import PlaceholderOp, Tensor
 from autosched.tir.ir import PrimFunc
 
@@ -62,7 +63,7 @@ class Task:
     def lower(self, sch: Schedule) -> PrimFunc:
         from autosched.schedule.lower import lower
 
-        return lower(sch, self.args, name=_c_name(self.name), target=self.target)
+        return lower(sch, self.args, name=_c_name(self.name))
 
     def build(self, sch: Schedule) -> Any:
         from autosched.driver import build_func
@@ -71,7 +72,7 @@ class Task:
 
     def shapes(self) -> list[tuple[list[int], str]]:
         """(shape, dtype) of every argument, in order."""
-        return [([int(d) for d in t.shape], t.dtype) for t in self.args]
+        return [(list(static_shape(t, f"task {self.name}")), t.dtype) for t in self.args]
 
     def __repr__(self) -> str:
         return f"Task({self.name}, {self.target}, key={self.workload_key})"

@@ -108,6 +108,7 @@ class TaskTuner:
             func = self.task.lower(sch)
         except (ScheduleError, LowerError):
             return None
+        # the default schedule comes from no sketch, so it has no candidate
         return Lowered(None, sch, func, ir_hash(func))  # type: ignore[arg-type]
 
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:

@@ -49,13 +49,15 @@ def field_names(cls: type) -> tuple[str, ...]:
 class Node:
     """Base of all IR nodes: structural hash cached at construction."""
 
+    _hash: int  # set by __post_init__, outside the dataclass fields of the subclasses
+
     def __post_init__(self) -> None:
         cls = type(self)
         parts = tuple(_hash_of(getattr(self, name)) for name in field_names(cls))
         object.__setattr__(self, "_hash", hash((cls.__name__, parts)))
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined]
+        return self._hash
 
     # Pickling drops the cached hash and recomputes it on load: str hashes differ per process.
     def __getstate__(self) -> dict:
@@ -156,11 +158,11 @@ class ExprOps:
     def __ge__(self, o: ExprLike) -> Expr:
         return compare(Op.GE, self, o)
 
-    def __eq__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare(Op.EQ, self, o)  # type: ignore[arg-type]
+    def __eq__(self, o: object) -> Expr:  # type: ignore[override]  # builds a node, as in TVM
+        return compare(Op.EQ, self, o)
 
-    def __ne__(self, o: object) -> Expr:  # type: ignore[override]
-        return compare(Op.NE, self, o)  # type: ignore[arg-type]
+    def __ne__(self, o: object) -> Expr:  # type: ignore[override]  # builds a node, as in TVM
+        return compare(Op.NE, self, o)
 
     def __and__(self, o: ExprLike) -> Expr:
         return logical(Op.AND, self, o)
@@ -257,7 +259,7 @@ class Binary(Expr):
 
     @property
     def dtype(self) -> str:
-        return self._dtype  # type: ignore[attr-defined]
+        return self._dtype  # type: ignore[attr-defined]  # set by __post_init__, not a field
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__({k: v for k, v in state.items() if k != "_dtype"})

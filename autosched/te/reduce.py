@@ -8,6 +8,7 @@ from typing import Any
 from autosched.errors import TEError
 from autosched.te import dtype as dt
 from autosched.te.expr import CommReducer, Const, Expr, IterVar, Reduce, Var, as_expr, binary, const
+from autosched.te.opcodes import Op
 
 
 class Reducer:
@@ -69,7 +70,7 @@ def comm_reducer(
     return Reducer(fcombine, fidentity, name)
 
 
-sum = comm_reducer(lambda x, y: binary("add", x, y), lambda t: const(0, t), "sum")  # noqa: A001
-max = comm_reducer(lambda x, y: binary("max", x, y), lambda t: const(dt.min_value(t), t), "max")  # noqa: A001
-min = comm_reducer(lambda x, y: binary("min", x, y), lambda t: const(dt.max_value(t), t), "min")  # noqa: A001
-prod = comm_reducer(lambda x, y: binary("mul", x, y), lambda t: const(1, t), "prod")
+sum = comm_reducer(lambda x, y: binary(Op.ADD, x, y), lambda t: const(0, t), "sum")  # noqa: A001
+max = comm_reducer(lambda x, y: binary(Op.MAX, x, y), lambda t: const(dt.min_value(t), t), "max")  # noqa: A001
+min = comm_reducer(lambda x, y: binary(Op.MIN, x, y), lambda t: const(dt.max_value(t), t), "min")  # noqa: A001
+prod = comm_reducer(lambda x, y: binary(Op.MUL, x, y), lambda t: const(1, t), "prod")

@@ -78,8 +78,7 @@ class ComputeOp(Operation):
 
     @property
     def dtype(self) -> str:
-        # set by __post_init__, outside the fields that identify the op
-        return self._dtype  # type: ignore[attr-defined]
+        return self._dtype  # type: ignore[attr-defined]  # set by __post_init__, not a field
 
     @property
     def input_tensors(self) -> list[Tensor]:

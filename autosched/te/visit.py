@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from autosched.errors import TEError
 from autosched.te import expr as E
@@ -96,7 +96,7 @@ def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
     return results[0]
 
 
-def substitute(e: E.Expr, mapping: dict[E.Var, E.Expr]) -> E.Expr:
+def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr]) -> E.Expr:
     """Replace variables by expressions."""
     if not mapping:
         return e

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,7 @@ def small_cnn(image: int = 32, batch: int = 1, classes: int = 10, seed: int = 0)
     return build(image=image, batch=batch, classes=classes, seed=seed)
 
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer,
+MODELS: dict[str, Callable[..., Any]] = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer,
           "small_cnn": small_cnn}
 
 

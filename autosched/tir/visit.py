@@ -104,6 +104,7 @@ def _map_own_exprs(s: ir.Stmt, fexpr: Callable[[E.Expr], E.Expr]) -> ir.Stmt:
             continue
         if nv is not v:
             changes[name] = nv
+    # every statement class is a dataclass; their base is not
     return replace(s, **changes) if changes else s  # type: ignore[type-var]
 
 

@@ -202,9 +202,9 @@ def test_a_full_disk_stops_with_one_clear_error_and_nothing_torn(
     first, batch = _records(task, rng, 1), _records(task, rng, 3)
     log = RecordLog(tmp_path / "log.jsonl")
     log.append(first)
-    line = len(batch[0].to_json_line()) + 1
+    first_line, second_line = (len(r.to_json_line()) + 1 for r in batch[:2])
     # the disk fills in the middle of the batch's second record
-    _fake_disk(monkeypatch, line + int(rng.integers(1, line - 1)), chunk=1 << 20)
+    _fake_disk(monkeypatch, first_line + int(rng.integers(1, second_line - 1)), chunk=1 << 20)
     with pytest.raises(OSError) as info:
         log.append(batch)
     monkeypatch.undo()

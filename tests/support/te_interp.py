@@ -17,6 +17,7 @@ import numpy as np
 
 from autosched.te import expr as E
 from autosched.te.dag import topo_ops
+from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -37,16 +38,16 @@ def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 _BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "floordiv": lambda a, b: np.floor_divide(a, np.where(b == 0, 1, b)),
-    "floormod": lambda a, b: np.mod(a, np.where(b == 0, 1, b)),
-    "truncdiv": _trunc_div,
-    "truncmod": lambda a, b: a - _trunc_div(a, b) * b,
-    "min": np.minimum, "max": np.maximum, "pow": np.power,
-    "and": np.logical_and, "or": np.logical_or,
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.true_divide,
+    Op.FLOORDIV: lambda a, b: np.floor_divide(a, np.where(b == 0, 1, b)),
+    Op.FLOORMOD: lambda a, b: np.mod(a, np.where(b == 0, 1, b)),
+    Op.TRUNCDIV: _trunc_div,
+    Op.TRUNCMOD: lambda a, b: a - _trunc_div(a, b) * b,
+    Op.MIN: np.minimum, Op.MAX: np.maximum, Op.POW: np.power,
+    Op.AND: np.logical_and, Op.OR: np.logical_or,
 }
-_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-            "gt": np.greater, "ge": np.greater_equal}
+_COMPARE = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
+            Op.GT: np.greater, Op.GE: np.greater_equal}
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
 
 

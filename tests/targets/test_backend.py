@@ -56,7 +56,8 @@ class ToyBackend(Backend):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Loaded as a plugin (-p tests.test_backend): the toy backend is a target like any other."""
+    """Loaded as a plugin (-p tests.targets.test_backend): the toy backend is a target like
+    any other."""
     backends.register(ToyBackend())
 
 

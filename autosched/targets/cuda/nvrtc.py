@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from autosched.cache import DiskCache
 from autosched.errors import CompileError
@@ -49,7 +50,7 @@ def _nvrtc():  # noqa: ANN202
     return nvrtc
 
 
-def _check(result: object, what: str) -> None:
+def _check(result: Any, what: str) -> None:
     code = result[0] if isinstance(result, tuple) else result
     if int(code) != 0:
         raise CompileError(f"NVRTC {what} failed: {code}")

@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def is_vthread(s: ir.For) -> bool:
     return s.kind == "thread" and s.thread_tag.startswith("vthread")
 
 
-def is_gpu_thread(s: ir.Stmt) -> bool:
+def is_gpu_thread(s: ir.Stmt) -> TypeGuard[ir.For]:
     return isinstance(s, ir.For) and s.kind == "thread" and not is_vthread(s)
 
 
@@ -86,7 +87,8 @@ class KernelInfo:
     @property
     def threads_per_block(self) -> int | None:
         sizes = [self.launch.get(t, 1) for t in ir.THREAD_TAGS[3:]]
-        return None if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
+        known = [n for n in sizes if n is not None]
+        return math.prod(known) if len(known) == len(sizes) else None
 
 
 def _outermost_thread_loops(
@@ -94,7 +96,7 @@ def _outermost_thread_loops(
 ) -> Iterator[tuple[ir.For, tuple[ir.Buffer, ...]]]:
     """Kernel roots with the shared buffers allocated around them."""
     if is_gpu_thread(s):
-        yield s, around  # type: ignore[misc]
+        yield s, around
         return
     if isinstance(s, ir.Seq):
         for c in s.stmts:
@@ -116,8 +118,8 @@ def kernels(func: ir.PrimFunc) -> list[KernelInfo]:
         launch: dict[str, int | None] = {}
         for loop in walk(root):
             if is_gpu_thread(loop):
-                ext = const_int(loop.extent)  # type: ignore[attr-defined]
-                tag = loop.thread_tag  # type: ignore[attr-defined]
+                ext = const_int(loop.extent)
+                tag = loop.thread_tag
                 prev = launch.get(tag, 0)
                 launch[tag] = None if ext is None or prev is None else max(prev, ext)
         shared: int | None = 0
@@ -436,9 +438,9 @@ class _Renderer:
         for tag in ir.THREAD_TAGS:
             if tag not in extents:
                 continue
-            consts = [const_int(e) for e in extents[tag]]
-            if all(c is not None for c in consts):
-                const_launch[tag] = max(max(consts), 0)  # type: ignore[type-var]
+            consts = [c for c in map(const_int, extents[tag]) if c is not None]
+            if len(consts) == len(extents[tag]):
+                const_launch[tag] = max(max(consts), 0)
                 launch[tag] = str(const_launch[tag])
             else:
                 parts = ", ".join(self.expr(e) for e in extents[tag])
@@ -595,8 +597,8 @@ class _Renderer:
             temps.append(t)
             checks.append(f"(0 <= ({t} := {text}) < {dim})")
         flat = parts[0]
-        for p, d in zip(parts[1:], dims[1:]):
-            flat = f"({flat} * {d} + {p})" if d != "1" else f"({flat} + {p})"
+        for p, dim in zip(parts[1:], dims[1:]):
+            flat = f"({flat} * {dim} + {p})" if dim != "1" else f"({flat} + {p})"
         if not checks:
             return flat
         cond = " & ".join(checks) if len(checks) > 1 else checks[0]

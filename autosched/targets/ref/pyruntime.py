@@ -63,7 +63,7 @@ def as_view(arr: np.ndarray) -> memoryview:
     flat = arr.reshape(-1)
     if arr.dtype == np.float16:
         flat = flat.view(np.uint16)
-    return memoryview(flat)
+    return memoryview(flat)  # type: ignore[arg-type]  # numpy stubs: __buffer__ on 3.12+
 
 
 _GARBAGE_BYTE = 0xA5  # what unwritten integer memory reads as: -1515870811 as int32
@@ -80,7 +80,7 @@ def alloc(dtype: str, size: int) -> memoryview:
         arr.fill(True)
     else:
         arr.view(np.uint8).fill(_GARBAGE_BYTE)
-    return memoryview(arr)
+    return memoryview(arr)  # type: ignore[arg-type]  # numpy stubs: __buffer__ on 3.12+
 
 
 def alloc_once(table: dict, uid: int, dtype: str, size: int) -> memoryview:

@@ -26,6 +26,7 @@ from autosched.errors import TEError
 from autosched.te import dtype as dt
 from autosched.te import intrin as I
 from autosched.te.expr import Const, Expr, compare, logical
+from autosched.te.opcodes import Op
 from autosched.te.ops import args
 from autosched.te.ops.tags import BROADCAST, ELEMWISE
 from autosched.te.tensor import Tensor, compute
@@ -218,7 +219,7 @@ def minimum(a: Any, b: Any) -> Tensor:
     return _arith("minimum", I.min, a, b)
 
 
-def _comparison(op: str, cmp: str) -> Callable[[Any, Any], Tensor]:
+def _comparison(op: str, cmp: Op) -> Callable[[Any, Any], Tensor]:
     def fn(a: Any, b: Any) -> Tensor:
         _mixed(op, a, b)
         return elementwise([a, b], lambda x, y: compare(cmp, x, y), f"T_{op}", op, _promoted(op))
@@ -228,12 +229,12 @@ def _comparison(op: str, cmp: str) -> Callable[[Any, Any], Tensor]:
     return fn
 
 
-equal = _comparison("equal", "eq")
-not_equal = _comparison("not_equal", "ne")
-less = _comparison("less", "lt")
-less_equal = _comparison("less_equal", "le")
-greater = _comparison("greater", "gt")
-greater_equal = _comparison("greater_equal", "ge")
+equal = _comparison("equal", Op.EQ)
+not_equal = _comparison("not_equal", Op.NE)
+less = _comparison("less", Op.LT)
+less_equal = _comparison("less_equal", Op.LE)
+greater = _comparison("greater", Op.GT)
+greater_equal = _comparison("greater_equal", Op.GE)
 
 
 def _logic(op: str, fn: Callable[[Expr, Expr], Expr], a: Any, b: Any) -> Tensor:
@@ -244,15 +245,15 @@ def _logic(op: str, fn: Callable[[Expr, Expr], Expr], a: Any, b: Any) -> Tensor:
 
 
 def logical_and(a: Any, b: Any) -> Tensor:
-    return _logic("logical_and", lambda x, y: logical("and", x, y), a, b)
+    return _logic("logical_and", lambda x, y: logical(Op.AND, x, y), a, b)
 
 
 def logical_or(a: Any, b: Any) -> Tensor:
-    return _logic("logical_or", lambda x, y: logical("or", x, y), a, b)
+    return _logic("logical_or", lambda x, y: logical(Op.OR, x, y), a, b)
 
 
 def logical_xor(a: Any, b: Any) -> Tensor:
-    return _logic("logical_xor", lambda x, y: compare("ne", x, y), a, b)
+    return _logic("logical_xor", lambda x, y: compare(Op.NE, x, y), a, b)
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:

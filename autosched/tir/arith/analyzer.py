@@ -69,7 +69,7 @@ class Analyzer:
     def _children(self, e: E.Expr) -> E.Expr:
         """``e`` with its expression children simplified (rebuilt without re-folding)."""
         changes: dict[str, Any] = {}
-        for f in fields(e):  # type: ignore[arg-type]
+        for f in fields(e):
             value = getattr(e, f.name)
             if isinstance(value, E.Expr):
                 new = self.simplify(value)
@@ -79,7 +79,7 @@ class Analyzer:
                 new_t = tuple(self.simplify(v) if isinstance(v, E.Expr) else v for v in value)
                 if any(a is not b for a, b in zip(new_t, value)):
                     changes[f.name] = new_t
-        return replace(e, **changes) if changes else e  # type: ignore[type-var]
+        return replace(e, **changes) if changes else e
 
     # --- booleans
 
@@ -312,16 +312,18 @@ class Analyzer:
             out = Lin(la.dtype)
             for ka, ca in [*la.terms.items(), (None, la.const)]:
                 for kb, cb in [*lb.terms.items(), (None, lb.const)]:
-                    if ka is None and kb is None:
-                        out.const += ca * cb
-                    elif ka is None or kb is None:
-                        out.iadd(Lin.atom((ka or kb).e), ca * cb)  # type: ignore[union-attr]
-                    else:
+                    if ka is not None and kb is not None:
                         out.iadd(self._mul_atoms(ka.e, kb.e), ca * cb)
+                    elif ka is not None:
+                        out.iadd(Lin.atom(ka.e), ca * cb)
+                    elif kb is not None:
+                        out.iadd(Lin.atom(kb.e), ca * cb)
+                    else:
+                        out.const += ca * cb
             return out
-        ka, fa = _content(la)
-        kb, fb = _content(lb)
-        return self._mul_atoms(fa.to_expr(), fb.to_expr()).scale(ka * kb)
+        ga, fa = _content(la)
+        gb, fb = _content(lb)
+        return self._mul_atoms(fa.to_expr(), fb.to_expr()).scale(ga * gb)
 
     def _mul_atoms(self, a: E.Expr, b: E.Expr) -> Lin:
         factors = sorted(_factors(a) + _factors(b), key=str)
@@ -352,19 +354,20 @@ class Analyzer:
     def _merge_divmod(self, lin: Lin) -> Lin:
         """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
         modulo c: the pattern of a fused loop index split back into its axes."""
-        mods = [(key, k) for key, k in lin.terms.items() if _const_divmod(key.e, Op.FLOORMOD)]
+        mods = [(key, k, mod) for key, k in lin.terms.items()
+                if (mod := _by_const(key.e, Op.FLOORMOD)) is not None]
         if not mods:
             return lin
         out = lin
-        for mkey, k in mods:
-            c = int(mkey.e.b.value)  # type: ignore[attr-defined]
+        for mkey, k, (z, c) in mods:
             for dkey, kd in list(out.terms.items()):
-                if kd != k * c or not _const_divmod(dkey.e, Op.FLOORDIV):
+                div = _by_const(dkey.e, Op.FLOORDIV)
+                if kd != k * c or div is None:
                     continue
-                if dkey.e.b.value != c or out.terms.get(mkey) != k:  # type: ignore[attr-defined]
+                if div[1] != c or out.terms.get(mkey) != k:
                     continue
-                y = self.lin(dkey.e.a)  # type: ignore[attr-defined]
-                diff = y.add(self.lin(mkey.e.a), -1)  # type: ignore[attr-defined]
+                y = self.lin(div[0])
+                diff = y.add(self.lin(z), -1)
                 if diff.const % c or any(v % c for v in diff.terms.values()):
                     continue
                 if out is lin:
@@ -377,14 +380,14 @@ class Analyzer:
 
     def _remainder(self, lin: Lin) -> Lin:
         """``k*y - (y // c) * (k*c)`` is ``(y % c) * k``: a remainder written out by hand."""
-        divs = [(key, m) for key, m in lin.terms.items() if _const_divmod(key.e, Op.FLOORDIV)]
+        divs = [(key, m, div) for key, m in lin.terms.items()
+                if (div := _by_const(key.e, Op.FLOORDIV)) is not None]
         out = lin
-        for dkey, m in divs:
-            c = int(dkey.e.b.value)  # type: ignore[attr-defined]
+        for dkey, m, (y_e, c) in divs:
             if m % c or out.terms.get(dkey) != m:
                 continue
             k = -m // c
-            y = self.lin(dkey.e.a)  # type: ignore[attr-defined]
+            y = self.lin(y_e)
             if not y.terms or any(out.terms.get(t) != k * v for t, v in y.terms.items()):
                 continue
             out = out.add(y, -k)
@@ -580,7 +583,7 @@ class Analyzer:
     def _lin_bound_terms(self, lin: Lin) -> Ival:
         out: Ival = (lin.const, lin.const)
         terms = lin.terms
-        if sum(1 for key in terms if _const_div(key.e)) >= 2:
+        if sum(1 for key in terms if _by_const(key.e, Op.FLOORDIV) is not None) >= 2:
             terms = dict(terms)
             out = iv.add(out, self._paired_divs(terms))
         for key, k in terms.items():
@@ -594,16 +597,15 @@ class Analyzer:
         ``d // c`` or ``d // c + 1`` whatever y is; removes the paired parts from ``terms``.
         Interval extents of divided indices (``(io*32 + 31) // 7 - io*32 // 7``) need this."""
         out: Ival = (0, 0)
-        divs = [key for key in terms if _const_div(key.e)]
-        for ka in divs:
-            for kb in divs:
+        divs = [(key, div) for key in terms if (div := _by_const(key.e, Op.FLOORDIV)) is not None]
+        for ka, (ya, c) in divs:
+            for kb, (yb, c_b) in divs:
                 ca, cb = terms.get(ka, 0), terms.get(kb, 0)
                 if ka is kb or ca <= 0 or cb >= 0:
                     continue
-                c = ka.e.b.value  # type: ignore[attr-defined]
-                if kb.e.b.value != c:  # type: ignore[attr-defined]
+                if c_b != c:
                     continue
-                d = self.lin(ka.e.a).add(self.lin(kb.e.a), -1)  # type: ignore[attr-defined]
+                d = self.lin(ya).add(self.lin(yb), -1)
                 if not d.is_const:
                     continue
                 m = min(ca, -cb)
@@ -682,13 +684,11 @@ def _content(lin: Lin) -> tuple[int, Lin]:
     return k, Lin(lin.dtype, lin.const // k, {key: c // k for key, c in lin.terms.items()})
 
 
-def _const_divmod(e: E.Expr, op: Op) -> bool:
-    """Is ``e`` ``floordiv`` / ``floormod`` (per op) by a positive constant?"""
-    return isinstance(e, E.Binary) and e.op == op and isinstance(e.b, E.Const) and e.b.value > 0
-
-
-def _const_div(e: E.Expr) -> bool:
-    return _const_divmod(e, Op.FLOORDIV)
+def _by_const(e: E.Expr, op: Op) -> tuple[E.Expr, int] | None:
+    """(y, c) when ``e`` is ``y op c`` (floordiv or floormod) with c a positive constant."""
+    if isinstance(e, E.Binary) and e.op == op and isinstance(e.b, E.Const) and e.b.value > 0:
+        return e.a, int(e.b.value)
+    return None
 
 
 def finite_pair(lo: int | float, hi: int | float) -> bool:

@@ -84,7 +84,8 @@ class _Sweep:
             widening = e.type == "int64" or e.value.dtype == e.type
             inner = self.expr(e.value) if widening else None
             if inner is not None:
-                out = tuple(ana.lin(E.Cast(e.type, x.to_expr())) for x in inner)  # type: ignore[assignment]
+                low, high = inner
+                out = ana.lin(E.Cast(e.type, low.to_expr())), ana.lin(E.Cast(e.type, high.to_expr()))
         if out is not None:
             return out
         # data-dependent or non-monotone: constant bounds of the whole atom, if any

@@ -16,8 +16,8 @@ from autosched.search.workloads import make
 from autosched.targets.cuda.host_emulate import HostEmulationError, run_on_host, unavailable
 from autosched.targets.cuda.runtime import CudaModule
 from autosched.te import expr as E
-from tests.search.test_search_gpu import FAILING, _lowered
 from tests.support.nvrtc import needs_nvrtc
+from tests.support.sgemm_candidates import FAILING, lowered
 
 pytestmark = [needs_nvrtc,
               pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
@@ -40,7 +40,7 @@ def _conv_numpy(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
 @pytest.mark.parametrize("n", [64, 128, 256])
 @pytest.mark.parametrize("params", FAILING)
 def test_pinned_h200_candidate_cuda_c_is_right(params, n, rng):
-    task, low = _lowered(params, n)
+    task, low = lowered(params, n)
     mod = task.build(low.schedule)
     a, b = _uniform(rng, (n, n)), _uniform(rng, (n, n))
     c = np.full((n, n), np.nan, "float32")
@@ -50,7 +50,7 @@ def test_pinned_h200_candidate_cuda_c_is_right(params, n, rng):
 
 
 def test_thread_order_does_not_change_the_result(rng):
-    task, low = _lowered(FAILING[1], 64)
+    task, low = lowered(FAILING[1], 64)
     mod = task.build(low.schedule)
     a, b = _uniform(rng, (64, 64)), _uniform(rng, (64, 64))
     outs = []
