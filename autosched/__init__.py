@@ -8,6 +8,7 @@ Example::
     print(aus.lower(s, [A, B, C]))
     graph = aus.from_onnx("model.onnx", shapes={"x": (1, 3, 224, 224)})   # importers.onnx
     model = aus.compile(graph, target="llvm", log="tuning_logs/model-llvm.jsonl")
+    deployed = aus.load("build/model")       # what `autosched compile model.onnx -o` wrote
 """
 
 from autosched import te
@@ -51,6 +52,10 @@ def __getattr__(name: str):  # noqa: ANN202
         from autosched.graph import compiler as _compiler
 
         return getattr(_compiler, name)
+    if name == "load":
+        from autosched.graph.loader import load
+
+        return load
     if name == "from_onnx":
         from importers.onnx import from_onnx
 
@@ -61,5 +66,5 @@ def __getattr__(name: str):  # noqa: ANN202
 __all__ = [
     "AutoschedError", "CompileError", "LowerError", "MeasureError", "ModelImportError",
     "ScheduleError", "TEError", "Task", "TuneOptions", "best_schedule", "build", "build_best",
-    "lower", "te", "tune",
+    "load", "lower", "te", "tune",
 ]

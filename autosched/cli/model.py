@@ -3,6 +3,7 @@
     autosched inspect model.onnx --shape input=1,3,224,224
     autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
     autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
+        # build/model/<name>.so (the model, a C API), <name>.h, README
     autosched run build/model            # or model.onnx [--log L]; random inputs by default
     autosched bench model.onnx --target llvm --log tuning_logs/model.jsonl
 """
@@ -93,7 +94,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
     """(model with run/time, graph) from an .onnx file or a build dir."""
     if os.path.isdir(args.model):
-        from autosched.graph.deploy import load
+        from autosched.graph.loader import load
 
         m = load(args.model)
         return m, m.graph
@@ -110,9 +111,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     graph = _graph(args)
     t0 = time.perf_counter()
     model = compile(graph, target=args.target, log=args.log)
-    path = export(model, args.output)
-    print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; "
-          f"wrote {path.parent} (load with autosched.graph.deploy.load)")
+    path = export(model, args.output, name=args.name)
+    print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
+          f"{path} and {path.with_suffix('.h').name} (C API, example in "
+          f"{path.parent / 'README'}; from Python: autosched.load)")
     return 0
 
 
@@ -213,6 +215,9 @@ def add_subcommands(sub: Any) -> None:
             add_plot_option(p)
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
+            p.add_argument("--name", default=None,
+                           help="the library's name, prefix of its C symbols (default: the "
+                                "model's graph name)")
         if name in ("run", "bench"):
             p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
             p.add_argument("--repeat", type=positive, default=10)

@@ -2,9 +2,12 @@
 
 Intermediates share byte buffers once their last reader has run (``memory_plan``); constants
 are bound once; ``run`` checks the inputs (names, shapes, dtypes) and returns fresh output
-arrays. Runs are thread-safe: each call borrows an arena (its own planned buffers, with the
-kernels bound to them) from a pool that grows to the number of calls in flight, so a server
-can share one model between threads.
+arrays. When the backend can link the kernels in this process (llvm on the host), a run is one
+native call into the same glue a deployed library has (graph/deploy.py): the kernels in order
+over one workspace, no Python between them; otherwise (and to time kernels one by one, or to
+say which node failed) the kernels are called from Python. Runs are thread-safe: each call
+borrows an arena (its own planned buffers and native context) from a pool that grows to the
+number of calls in flight, so a server can share one model between threads.
 
 Example::
 
@@ -16,8 +19,10 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,6 +117,28 @@ def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]
     return storage, total
 
 
+def aligned_empty(shape: Sequence[int], dtype: str) -> np.ndarray:
+    """An uninitialised array starting on a 64-byte boundary (kernels need 16)."""
+    n = dt.nbytes(dtype) * int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(n + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off: off + n].view(dtype).reshape(shape)
+
+
+def aligned(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy of it on a 64-byte boundary when it is not on a 16-byte one."""
+    if a.ctypes.data % 16 == 0:
+        return a
+    out = aligned_empty(a.shape, str(a.dtype))
+    np.copyto(out, a)
+    return out
+
+
+def pointer_arrays(*arrays: list[np.ndarray]) -> list[Any]:
+    """For each list of arrays, a C array of their data pointers (void *[])."""
+    return [(ctypes.c_void_p * max(len(xs), 1))(*(x.ctypes.data for x in xs)) for xs in arrays]
+
+
 def check_inputs(graph: Graph, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     """The inputs as contiguous arrays, after checking names, shapes and dtypes."""
     names = [i.name for i in graph.inputs]
@@ -163,10 +190,13 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 @dataclass
 class _Arena:
-    """One set of planned buffers and the kernels bound to them (those that read no input)."""
+    """One set of planned buffers and the kernels bound to them (those that read no input),
+    and a context of the native entry point (its workspace) with its thread count."""
 
     storage: dict[str, np.ndarray]
     bound: list[Callable[[], None] | None] | None = None
+    context: int = 0
+    threads: int = 0
 
 
 # the ops whose indices a kernel checks (STATUS_INDEX names them, not the whole group)
@@ -195,7 +225,7 @@ class CompiledModel:
         self.kernels = kernels
         self.target = target
         self.aliases = dict(aliases or {})  # reshapes: views of a kernel's output, no kernel
-        self.constants = {k: np.asarray(v, order="C")
+        self.constants = {k: aligned(np.asarray(v, order="C"))
                           for k, v in (constants if constants is not None
                                        else graph.constants).items()}
         self._steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
@@ -204,6 +234,20 @@ class CompiledModel:
         first = self._new_arena()
         self.storage = first.storage  # the first arena's buffers (what summary describes)
         self._free = [first]
+        self.num_threads: int | None = None  # None: the target's cores
+        self._linked: list[Any] = []  # [the native entry point, or None], linked on first use
+
+    @property
+    def _entry(self) -> Any:
+        """The whole model as one native call, or None when the backend cannot link it here."""
+        with self._lock:
+            if not self._linked:
+                from autosched.graph.deploy import library_name, library_spec
+
+                jit = getattr(self.target.backend, "jit_library", None)
+                self._linked.append(None if jit is None else jit(
+                    library_spec(self, library_name(self.graph.name), embed=False)))
+            return self._linked[0]
 
     def _new_arena(self) -> _Arena:
         raw, self.peak_bytes = memory_plan(self.graph, self._steps,
@@ -235,6 +279,38 @@ class CompiledModel:
         return [k.module.bind(*(vals[v] for v in k.args)) for k in self.kernels]
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        entry = self._entry
+        if entry is None:
+            return self._run_kernels(inputs)
+        _, outs, pointers = self._bind(inputs)
+        with self._arena() as arena:
+            status = entry.run(self._context(arena), *pointers)
+        if status:
+            self._run_kernels(inputs)  # raises, naming the node that failed
+            raise RuntimeError_(entry.message(status).decode())
+        return outs
+
+    def _bind(self, inputs: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
+        """The inputs (aligned), fresh outputs, and the native entry point's pointer arrays
+        to them (valid while both lists live)."""
+        ins = [aligned(a) for a in check_inputs(self.graph, inputs).values()]
+        values = self.graph.values
+        outs = [aligned_empty(values[o].shape, values[o].dtype) for o in self.graph.outputs]
+        return ins, outs, pointer_arrays(ins, outs)
+
+    def _context(self, arena: _Arena) -> int:
+        """The arena's native context, created on first use, with the model's thread count."""
+        threads = self.num_threads or self.target.num_cores
+        if not arena.context:
+            entry = self._entry
+            arena.context = entry.context(threads)
+            weakref.finalize(arena, entry.destroy, arena.context)
+        elif arena.threads != threads:
+            self._entry.set_threads(arena.context, threads)
+        arena.threads = threads
+        return arena.context
+
+    def _run_kernels(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         with self._arena() as arena:
             vals = self._values(inputs, arena)
             if arena.bound is None:  # kernels on planned buffers and constants only: bound once
@@ -257,7 +333,20 @@ class CompiledModel:
         """Seconds of one run (after a warm-up), inputs bound once: the median (or, with
         ``stat="min"``, the fastest) of at least ``repeat`` runs lasting ``min_s`` in all."""
         with self._arena() as arena:
-            return self._time(self._calls(inputs, arena), repeat, min_s, stat)
+            entry = self._entry
+            if entry is None:
+                return self._time(self._calls(inputs, arena), repeat, min_s, stat)
+            _, _, pointers = bound = self._bind(inputs)
+            context, run, message = self._context(arena), entry.run, entry.message
+
+            def call() -> None:
+                status = run(context, *pointers)
+                if status:
+                    raise RuntimeError_(message(status).decode())
+
+            t = self._time([call], repeat, min_s, stat)
+            del bound  # the arrays the pointers point to lived until here
+            return t
 
     @staticmethod
     def _time(calls: list[Callable[[], None]], repeat: int, min_s: float, stat: str) -> float:
@@ -277,6 +366,7 @@ class CompiledModel:
     def set_threads(self, n: int | None) -> None:
         """Run the kernels' parallel loops on ``n`` threads (None: the target's cores, as
         ``llvm -num-cores=N`` says); the tuned schedules stay those of the target's count."""
+        self.num_threads = n
         for k in self.kernels:
             if hasattr(k.module, "num_threads"):
                 k.module.num_threads = n

@@ -57,7 +57,8 @@ def test_zero_size_dims_run_like_onnxruntime(case, rng):
 def test_zero_size_intermediate_runs_in_a_deployed_build(tmp_path, rng):
     """The deployed loader viewed its planned bytes with its own copy of the executor's code,
     without the zero-size case: a [0, 4] intermediate failed with numpy's ValueError."""
-    from autosched.graph.deploy import export, load
+    from autosched.graph.deploy import export
+    from autosched.graph.loader import load
 
     nodes = [helper.make_node("Relu", ["a"], ["t"]), helper.make_node("Exp", ["t"], ["y"])]
     model = _model(nodes, {"a": [0, 4]}, ["y"])

@@ -208,7 +208,8 @@ def test_memory_plan_reuses_buffers(cnn: tuple[object, object]) -> None:
 
 
 def test_export_and_load_run_the_same(cnn: tuple[object, object], tmp_path: object) -> None:
-    from autosched.graph.deploy import export, load
+    from autosched.graph.deploy import export
+    from autosched.graph.loader import load
 
     m, model = cnn
     export(model, tmp_path)

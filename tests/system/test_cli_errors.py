@@ -43,7 +43,7 @@ def test_missing_and_corrupt_files(tmp_path: Path, capsys: pytest.CaptureFixture
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(np.random.default_rng().bytes(64))
     one_line_error(capsys, ["compile", str(corrupt), "-o", str(tmp_path / "b")], "corrupt.onnx")
-    one_line_error(capsys, ["run", str(tmp_path)], str(tmp_path), "manifest.json")
+    one_line_error(capsys, ["run", str(tmp_path)], str(tmp_path), "NAME.so")
 
 
 def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,7 @@ from autosched.targets.backend import Backend, register
 from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
+from autosched.targets.llvm.library import InProcess, LibrarySpec, jit_library
 from autosched.targets.llvm.runtime import CPUModule, HostModule
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
@@ -66,6 +67,11 @@ class LLVMBackend(Backend):
         feats = ",".join(sorted(f for f in str(fp.get("features", "")).split(",") if f))
         fhash = hashlib.sha256(feats.encode()).hexdigest()[:9]
         return f"llvm/{fp.get('triple', '')}/{fp.get('cpu', '')}/f{fhash}/t{fp.get('num_cores', 0)}"
+
+    def jit_library(self, spec: LibrarySpec) -> InProcess | None:
+        """A whole model's glue JIT-compiled over its kernels' code in this process (the
+        executor's one call per run); None when the kernels are not for this machine."""
+        return jit_library(spec)
 
     def preload(self) -> None:
         load_runtime_libraries()

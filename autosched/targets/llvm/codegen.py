@@ -275,7 +275,7 @@ class FuncGen(ExprGen):
             )
         if self.vec is not None and (self.lanes(s.min) > 1 or self.lanes(s.extent) > 1):
             return self.scalarize(s)
-        extent = s.extent.value if isinstance(s.extent, E.Const) else None
+        extent = int(s.extent.value) if isinstance(s.extent, E.Const) else None
         self._check_range(s)
         pragmas = dict(s.annotations)
         if "auto_unroll_max_step" in pragmas:
@@ -432,9 +432,9 @@ class FuncGen(ExprGen):
         if self.vec is not None:
             return self.scalarize(s)  # each lane needs its own copy
         elem = T.memory(buf.dtype)
-        count = 1
+        count: int | None = 1
         for d in buf.shape:
-            count = count * d.value if isinstance(d, E.Const) and count is not None else None
+            count = count * int(d.value) if isinstance(d, E.Const) and count is not None else None
         limit = STACK_BYTES.get(buf.scope, STACK_BYTES["global"])
         if count is not None and count * buf.itemsize <= limit:
             slot = self.allocas.alloca(ir.ArrayType(elem, max(count, 1)), name=buf.name)

@@ -130,7 +130,7 @@ def _index_check(gen: ExprGen, i: ir.Value, n: ir.Value) -> ir.Value:
     fail_bb, ok_bb = gen.new_block("index.bad"), gen.new_block("index.ok")
     b.cbranch(_any(gen, bad), fail_bb, ok_bb)
     b.position_at_end(fail_bb)
-    gen.fail(STATUS_INDEX)  # type: ignore[attr-defined]  (a FuncGen: emit_call checks)
+    gen.fail(STATUS_INDEX)  # type: ignore[attr-defined]  # a FuncGen: emit_call checks
     b.branch(ok_bb)
     b.position_at_end(ok_bb)
     return i

@@ -152,6 +152,16 @@ class HostModule(CPUModule):
         return self.num_threads or self.target.num_cores
 
     @property
+    def address(self) -> int:
+        """Where the JIT put the kernel function (valid while this module lives)."""
+        return ctypes.cast(self._cfunc, ctypes.c_void_p).value or 0
+
+    @property
+    def threads_address(self) -> int | None:
+        """Where the kernel's thread-count int32 lives; None without parallel loops."""
+        return None if self._threads is None else ctypes.addressof(self._threads)
+
+    @property
     def threads_ran(self) -> int:
         """How many thread bodies of parallel loops have run so far (0 without parallel loops)."""
         return 0 if self._ran is None else self._ran.value

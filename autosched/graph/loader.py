@@ -1,0 +1,238 @@
+"""Running a model library from Python: ``load(build_dir)`` (``autosched.load``).
+
+The build dir is what ``autosched compile -o`` (graph/deploy.py) writes: ``NAME.so`` with its
+C API. The loader runs it through ctypes on numpy arrays and needs numpy only (importing it
+pulls in neither LLVM, the ONNX importer, the search nor the cost model), so a runtime-only
+install is enough on the target. ``run`` may be called from many threads at once: each
+thread gets its own context (its own workspace).
+
+A build dir holds native code: loading it runs that code, so load only build dirs you would
+run as programs. What the loader reads is still checked before it acts on it (see
+docs/SECURITY.md): the dir and the library are files that only their owner can change, the
+library is an ELF shared library for this machine that defines the API, and what its
+introspection functions report (counts, names, dtypes, shapes) is bounded before any buffer is
+sized from it. A library built for another CPU says so in one line.
+
+Example::
+
+    model = autosched.load("build/net")
+    (y,) = model.run({"input": x})
+    print(model.target, model.time({"input": x}) * 1e3, "ms")
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosched.cache import untrusted
+from autosched.errors import ModelImportError, RuntimeError_
+from autosched.graph.executor import aligned, aligned_empty, check_inputs, pointer_arrays
+from autosched.graph.graph import Graph, ValueInfo
+from autosched.targets.elf import ElfError, host_machine, read_shared_library
+from autosched.targets.model_api import API
+from autosched.te import dtype as dt
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_LIBRARY_BYTES = 4 << 30
+MAX_TENSORS = 1024
+MAX_NDIM = 32
+MAX_TENSOR_BYTES = 1 << 48
+MAX_STRING = 4096
+REBUILD = "write it again with autosched compile MODEL -o DIR"
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("ndim", ctypes.c_int32), ("shape", ctypes.POINTER(ctypes.c_int64))]
+
+
+class ModelLibrary:
+    """A model library loaded for this process. ``run({name: array}) -> [arrays]``;
+    ``inputs`` / ``outputs`` describe them; ``threads`` is each context's thread count (0:
+    OMP_NUM_THREADS or all cores)."""
+
+    def __init__(self, build_dir: str | os.PathLike, threads: int = 0) -> None:
+        self.path = _library_file(Path(build_dir))
+        self.name = self.path.stem
+        self._lib = ctypes.CDLL(os.fspath(self.path))
+        self._api = {f: getattr(self._lib, f"{self.name}_{f}") for f in API}
+        _declare(self._api)
+        self.target = self._string("target")
+        self.version = self._string("version")
+        inputs = self._tensors("input")
+        outputs = self._tensors("output")
+        self.graph = Graph(inputs=inputs, outputs=[o.name for o in outputs], nodes=[],
+                           values={v.name: v for v in [*inputs, *outputs]}, name=self.name)
+        self._outputs = outputs
+        self.threads = threads
+        self._local = threading.local()
+        self._context()  # a CPU without the library's features fails here, not at run
+
+    def _string(self, function: str) -> str:
+        return _text(self._api[function](), f"{self.path}: {function}()")
+
+    def _tensors(self, which: str) -> list[ValueInfo]:
+        where = f"{self.path}: {self.name}_{which}"
+        n = self._api[f"num_{which}s"]()
+        if not 0 <= n <= MAX_TENSORS:
+            raise ModelImportError(f"{where}s: {n} {which}s; {REBUILD}")
+        out = []
+        for i in range(n):
+            info = self._api[which](i)
+            if not info:
+                raise ModelImportError(f"{where}({i}) is NULL; {REBUILD}")
+            out.append(_tensor(info.contents, f"{where}({i})"))
+        return out
+
+    def _context(self) -> Any:
+        """This thread's context, created on its first run."""
+        ctx = getattr(self._local, "context", None)
+        if ctx is None:
+            ctx = self._local.context = _Context(self)
+        return ctx.pointer
+
+    def message(self, status: int) -> str:
+        return self._api["status_message"](status).decode(errors="replace")[:MAX_STRING]
+
+    def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
+        ins, outs, args = self._bind(inputs)
+        self._call(args)
+        return outs
+
+    def _bind(self, inputs: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
+        ins = [aligned(a) for a in check_inputs(self.graph, inputs).values()]
+        outs = [aligned_empty(v.shape, v.dtype) for v in self._outputs]
+        return ins, outs, pointer_arrays(ins, outs)
+
+    def _call(self, pointers: Any) -> None:
+        status = self._api["run"](self._context(), *pointers)
+        if status:
+            raise RuntimeError_(f"{self.name}: {self.message(status)}")
+
+    def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
+        """Median seconds of one run (one C call), after a warm-up, inputs bound once."""
+        _, _, pointers = bound = self._bind(inputs)
+        self._call(pointers)
+        times: list[float] = []
+        deadline = time.perf_counter() + min_s
+        while len(times) < repeat or time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            self._call(pointers)
+            times.append(time.perf_counter() - t0)
+        del bound  # the arrays the pointers point to lived until here
+        return float(np.median(times))
+
+
+class _Context:
+    """One context of the library (a workspace), destroyed with this object."""
+
+    def __init__(self, model: ModelLibrary) -> None:
+        self.pointer = ctypes.c_void_p()
+        self._destroy = model._api["destroy"]
+        options = ctypes.c_int32(model.threads)
+        status = model._api["create"](ctypes.byref(options), ctypes.byref(self.pointer))
+        if status:
+            raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
+                                   f"{model.target}); compile the model for this machine "
+                                   "(autosched compile MODEL --target llvm -o DIR)")
+
+    def __del__(self) -> None:
+        if self.pointer:
+            self._destroy(self.pointer)
+
+
+def _declare(api: dict[str, Any]) -> None:
+    info = ctypes.POINTER(_TensorInfo)
+    protos = {"create": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]),
+              "run": (ctypes.c_int32, [ctypes.c_void_p] * 3),
+              "destroy": (None, [ctypes.c_void_p]),
+              "num_inputs": (ctypes.c_int32, []), "num_outputs": (ctypes.c_int32, []),
+              "input": (info, [ctypes.c_int32]), "output": (info, [ctypes.c_int32]),
+              "target": (ctypes.c_char_p, []), "version": (ctypes.c_char_p, []),
+              "status_message": (ctypes.c_char_p, [ctypes.c_int32])}
+    for name, (restype, argtypes) in protos.items():
+        api[name].restype = restype
+        api[name].argtypes = argtypes
+
+
+def _text(raw: bytes | None, where: str) -> str:
+    if raw is None or len(raw) > MAX_STRING:
+        raise ModelImportError(f"{where} returned no string or a longer one than "
+                               f"{MAX_STRING} bytes; {REBUILD}")
+    return raw.decode(errors="replace")
+
+
+def _tensor(info: _TensorInfo, where: str) -> ValueInfo:
+    """An input or output as the library describes it, checked by value."""
+    name = _text(info.name, f"{where}.name")
+    dtype = _text(info.dtype, f"{where}.dtype")
+    if dtype not in dt.ALL_TYPES:
+        raise ModelImportError(f"{where}: unknown dtype {dtype[:40]!r}; {REBUILD}")
+    if not 0 <= info.ndim <= MAX_NDIM:
+        raise ModelImportError(f"{where}: {info.ndim} dims; {REBUILD}")
+    shape = tuple(int(info.shape[d]) for d in range(info.ndim))
+    size = dt.nbytes(dtype)
+    for d in shape:
+        size *= max(d, 1)
+        if d < 0 or size > MAX_TENSOR_BYTES:
+            raise ModelImportError(f"{where}: shape {list(shape)} of {dtype}; {REBUILD}")
+    return ValueInfo(name, shape, dtype)
+
+
+def _library_file(d: Path) -> Path:
+    """The one NAME.so of the build dir, after checking that only its owner can change it, that
+    it is an ELF shared library for this machine and that it defines the API."""
+    root = d.resolve()
+    if not root.is_dir():
+        raise ModelImportError(f"build dir {d} does not exist; {REBUILD}")
+    _owned(root, f"build dir {d}")
+    found = sorted(p.name for p in root.iterdir() if p.suffix == ".so")
+    if len(found) != 1 or not NAME.fullmatch(found[0][:-3]):
+        raise ModelImportError(f"build dir {d} must hold one model library NAME.so (NAME a C "
+                               f"identifier), it holds {found[:5] or 'none'}; {REBUILD}")
+    path = (root / found[0]).resolve()
+    if path.parent != root or not path.is_file():
+        raise ModelImportError(f"build dir {d}: {found[0]} is not a file in the build dir (it "
+                               f"resolves to {path}); {REBUILD}")
+    _owned(path, f"build dir {d}: {found[0]}")
+    if path.stat().st_size > MAX_LIBRARY_BYTES:
+        raise ModelImportError(f"build dir {d}: {found[0]} has {path.stat().st_size} bytes, "
+                               "more than a model library can")
+    try:
+        elf = read_shared_library(path.read_bytes())
+    except ElfError as exc:
+        raise ModelImportError(f"build dir {d}: {found[0]} is not a shared library ({exc}); "
+                               f"{REBUILD}") from None
+    host = host_machine()
+    if elf.machine != host:
+        raise ModelImportError(
+            f"build dir {d}: {found[0]} is built for {elf.machine}, this machine is {host}: "
+            f"run it on an {elf.machine} machine, or compile the model for this one "
+            "(autosched compile MODEL --target llvm -o DIR)")
+    name = found[0][:-3]
+    missing = [f"{name}_{f}" for f in API if f"{name}_{f}" not in elf.functions]
+    if missing:
+        raise ModelImportError(f"build dir {d}: {found[0]} does not define {missing[0]}"
+                               f"{' and more' if len(missing) > 1 else ''}; {REBUILD}")
+    return path
+
+
+def _owned(path: Path, what: str) -> None:
+    problem = untrusted(os.stat(path), owners=(os.getuid(), 0))
+    if problem:
+        raise ModelImportError(f"{what}: not loading code from it: {problem} (make it yours "
+                               "and chmod go-w it)")
+
+
+def load(build_dir: str | os.PathLike, threads: int = 0) -> ModelLibrary:
+    """The model that ``autosched compile -o`` (graph/deploy.py's ``export``) wrote to
+    ``build_dir``, ready to run from Python."""
+    return ModelLibrary(build_dir, threads)

@@ -1,0 +1,124 @@
+"""The CPU check a model library runs at create: the extensions its code may use.
+
+Code compiled with ``+avx2`` on a CPU without AVX2 dies of SIGILL; the library answers a status
+instead. ``required(target)`` lists the vector and bit-manipulation features the target enables
+(those named in its feature string; a bare ``-mcpu=NAME`` names none); ``emit_cpu_check`` emits
+the tests as LLVM IR: on x86 cpuid (and, for AVX / AVX-512, xgetbv: the OS must save the wider
+registers), on aarch64 Linux the kernel's HWCAP / HWCAP2 bits (getauxval; NEON is baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from autosched.targets.llvm import types as T
+from autosched.targets.target import Target
+
+# LLVM feature -> (cpuid leaf, subleaf, register 0..3 = eax, ebx, ecx, edx, bit)
+CPUID = {
+    "ssse3": (1, 0, 2, 9), "fma": (1, 0, 2, 12), "sse4.1": (1, 0, 2, 19),
+    "sse4.2": (1, 0, 2, 20), "avx": (1, 0, 2, 28), "f16c": (1, 0, 2, 29),
+    "bmi": (7, 0, 1, 3), "avx2": (7, 0, 1, 5), "bmi2": (7, 0, 1, 8), "avx512f": (7, 0, 1, 16),
+    "avx512dq": (7, 0, 1, 17), "avx512ifma": (7, 0, 1, 21), "avx512cd": (7, 0, 1, 28),
+    "avx512bw": (7, 0, 1, 30), "avx512vl": (7, 0, 1, 31), "avx512vbmi": (7, 0, 2, 1),
+    "avx512vbmi2": (7, 0, 2, 6), "avx512vnni": (7, 0, 2, 11), "avx512bitalg": (7, 0, 2, 12),
+    "avx512vpopcntdq": (7, 0, 2, 14), "avx512fp16": (7, 0, 3, 23), "avx512bf16": (7, 1, 0, 5),
+}
+OSXSAVE = (1, 0, 2, 27)
+# LLVM feature -> (auxiliary vector entry: AT_HWCAP 16 or AT_HWCAP2 26, bit), arm64 Linux
+HWCAP = {"fullfp16": (16, 10), "dotprod": (16, 20), "sve": (16, 22), "fp16fml": (16, 23),
+         "sve2": (26, 1), "i8mm": (26, 13), "bf16": (26, 14)}
+XCR0_AVX = 0x6  # the OS saves SSE and AVX state
+XCR0_AVX512 = 0xE6  # ... and the opmask and upper ZMM state
+
+
+def _table(target: Target) -> Mapping[str, tuple[int, ...]]:
+    if target.triple.startswith(("x86_64", "i686", "i386")):
+        return CPUID
+    return HWCAP if target.triple.startswith(("aarch64", "arm64")) else {}
+
+
+def required(target: Target) -> list[str]:
+    """The checked features that ``target`` enables, sorted."""
+    enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    return sorted(enabled & set(_table(target)))
+
+
+def emit_cpu_check(b: ir.IRBuilder, target: Target) -> ir.Value | None:
+    """An i1 at ``b``: whether this CPU has every feature ``required(target)``; None when
+    nothing is required."""
+    features = required(target)
+    if not features:
+        return None
+    if _table(target) is HWCAP:
+        return _hwcap_check(b, features)
+    return _cpuid_check(b, features)
+
+
+def _hwcap_check(b: ir.IRBuilder, features: list[str]) -> ir.Value:
+    getauxval = b.module.globals.get("getauxval") or ir.Function(
+        b.module, ir.FunctionType(T.I64, [T.I64]), "getauxval")
+    words = {at: b.call(getauxval, [ir.Constant(T.I64, at)]) for at in {HWCAP[f][0]
+                                                                         for f in features}}
+    ok = ir.Constant(T.I1, 1)
+    for f in features:
+        at, bit = HWCAP[f]
+        has = b.and_(words[at], ir.Constant(T.I64, 1 << bit))
+        ok = b.and_(ok, b.icmp_unsigned("!=", has, ir.Constant(T.I64, 0)))
+    return ok
+
+
+def _cpuid_check(b: ir.IRBuilder, features: list[str]) -> ir.Value:
+    llvm.initialize_native_asmparser()  # emitting inline assembly parses it
+    max_leaf = _cpuid(b, 0, 0)[0]
+    ok = ir.Constant(T.I1, 1)
+    leaves: dict[tuple[int, int], list[ir.Value]] = {}
+    for f in features:
+        leaf, sub, reg, bit = CPUID[f]
+        if (leaf, sub) not in leaves:  # what a leaf past max_leaf answers is not zeros: guarded
+            leaves[(leaf, sub)] = _cpuid(b, leaf, sub)
+        ok = b.and_(ok, _bit(b, leaves[(leaf, sub)][reg], bit))
+        if leaf == 7:
+            ok = b.and_(ok, b.icmp_unsigned(">=", max_leaf, ir.Constant(T.I32, 7)))
+    wide = [f for f in features if f.startswith("avx") or f in ("fma", "f16c")]
+    if wide:
+        leaf1 = leaves.get((1, 0)) or _cpuid(b, 1, 0)
+        mask = XCR0_AVX512 if any(f.startswith("avx512") for f in wide) else XCR0_AVX
+        osxsave = _bit(b, leaf1[OSXSAVE[2]], OSXSAVE[3])  # xgetbv exists: branch, not select
+        before = b.block
+        query = b.append_basic_block("xgetbv")
+        after = b.append_basic_block("xsave_checked")
+        b.cbranch(osxsave, query, after)
+        b.position_at_end(query)
+        xcr0 = b.and_(_xgetbv(b), ir.Constant(T.I32, mask))
+        saved = b.icmp_unsigned("==", xcr0, ir.Constant(T.I32, mask))
+        b.branch(after)
+        b.position_at_end(after)
+        phi = b.phi(T.I1)
+        phi.add_incoming(saved, query)
+        phi.add_incoming(ir.Constant(T.I1, 0), before)
+        ok = b.and_(ok, phi)
+    return ok
+
+
+def _cpuid(b: ir.IRBuilder, leaf: int, sub: int) -> list[ir.Value]:
+    regs = ir.LiteralStructType([T.I32] * 4)
+    fn = ir.FunctionType(regs, [T.I32, T.I32])
+    asm = ir.InlineAsm(fn, "cpuid", "={ax},={bx},={cx},={dx},{ax},{cx}", side_effect=True)
+    out = b.call(asm, [ir.Constant(T.I32, leaf), ir.Constant(T.I32, sub)])
+    return [b.extract_value(out, k) for k in range(4)]
+
+
+def _xgetbv(b: ir.IRBuilder) -> ir.Value:
+    regs = ir.LiteralStructType([T.I32] * 2)
+    asm = ir.InlineAsm(ir.FunctionType(regs, [T.I32]), "xgetbv", "={ax},={dx},{cx}",
+                       side_effect=True)
+    return b.extract_value(b.call(asm, [ir.Constant(T.I32, 0)]), 0)
+
+
+def _bit(b: ir.IRBuilder, reg: ir.Value, bit: int) -> ir.Value:
+    return b.icmp_unsigned("!=", b.and_(reg, ir.Constant(T.I32, 1 << bit)),
+                           ir.Constant(T.I32, 0))

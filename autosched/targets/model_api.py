@@ -1,0 +1,134 @@
+"""The C API of a model library (llvm/library.py builds one): functions, status codes, header.
+
+For a model named ``net``::
+
+    typedef struct net_context net_context;
+    typedef struct { int32_t num_threads; } net_options;   /* 0: OMP_NUM_THREADS / all cores */
+    int32_t net_create(const net_options *options, net_context **context);
+    int32_t net_run(net_context *context, const void *const *inputs, void *const *outputs);
+    void net_destroy(net_context *context);
+
+``create`` checks the CPU and allocates the context's workspace; ``run`` reads the inputs and
+writes the outputs (host pointers, in the order the introspection functions list them, each
+16-byte aligned, row-major and contiguous); one context per thread makes concurrent runs safe.
+A context's thread count is handed to each kernel as it starts (a kernel keeps it in one
+process-wide variable): contexts that run at once should ask for the same count.
+Every function returns a status: 0, or the bits below (``net_status_message`` says which).
+
+This module needs no LLVM: the Python loader (graph/loader.py) takes the names from here.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from autosched.targets.status import STATUS_ALLOC, STATUS_INDEX
+from autosched.targets.status import STATUS_MESSAGES as KERNEL_MESSAGES
+
+API = ("create", "run", "destroy", "num_inputs", "num_outputs", "input", "output", "target",
+       "version", "status_message")
+STATUS_OK = 0
+
+
+class Status(IntEnum):
+    """What a library call reports: the kernels' bits (targets/status.py) and the library's."""
+
+    ALLOC = STATUS_ALLOC
+    INDEX = STATUS_INDEX
+    ARGUMENT = 4
+    CPU = 8
+
+
+STATUS_MESSAGES = {
+    STATUS_OK: "ok",
+    Status.ALLOC: KERNEL_MESSAGES[STATUS_ALLOC],
+    Status.INDEX: KERNEL_MESSAGES[STATUS_INDEX],
+    Status.ARGUMENT: "a NULL context, or an input or output pointer that is NULL or not "
+                     "16-byte aligned",
+    Status.CPU: "this CPU lacks an instruction set extension the library was compiled for",
+}
+
+
+def header(name: str, inputs: list[tuple[str, str, tuple[int, ...]]],
+           outputs: list[tuple[str, str, tuple[int, ...]]], target: str) -> str:
+    """``name``.h: the API's declarations, with the inputs and outputs in comments."""
+    guard = f"{name.upper()}_H"
+    lines = [f"/* {name}: a model compiled by autosched for {target}. */",
+             f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
+             '#ifdef __cplusplus', 'extern "C" {', "#endif", "",
+             "/* inputs and outputs, in the order of the pointer arrays of run(): */"]
+    for which, tensors in (("input", inputs), ("output", outputs)):
+        for j, (tname, dtype, shape) in enumerate(tensors):
+            lines.append(f"/*   {which} {j}: {tname}, {dtype}{list(shape)} */")
+    codes = "\n".join(f"#define {name.upper()}_STATUS_{s.name} {int(s)}" for s in Status)
+    lines += ["", f"#define {name.upper()}_STATUS_OK 0", codes, "", f"""\
+typedef struct {name}_context {name}_context;
+typedef struct {{ int32_t num_threads; }} {name}_options;  /* 0: OMP_NUM_THREADS or all cores */
+typedef struct {{
+  const char *name;
+  const char *dtype;     /* "float32", "int64", ... */
+  int32_t ndim;
+  const int64_t *shape;
+}} {name}_tensor_info;
+
+/* Checks the CPU, allocates a context (its workspace); options may be NULL. */
+int32_t {name}_create(const {name}_options *options, {name}_context **context);
+/* One inference: inputs and outputs are arrays of host pointers (16-byte aligned). */
+int32_t {name}_run({name}_context *context, const void *const *inputs, void *const *outputs);
+void {name}_destroy({name}_context *context);
+
+int32_t {name}_num_inputs(void);
+int32_t {name}_num_outputs(void);
+const {name}_tensor_info *{name}_input(int32_t index);   /* NULL when out of range */
+const {name}_tensor_info *{name}_output(int32_t index);
+const char *{name}_target(void);
+const char *{name}_version(void);    /* of autosched */
+const char *{name}_status_message(int32_t status);
+
+#ifdef __cplusplus
+}}
+#endif
+#endif"""]
+    return "\n".join(lines) + "\n"
+
+
+def readme(name: str, target: str) -> str:
+    """The build dir's README: what is there and a C program that runs the model."""
+    return f"""\
+{name}: a model compiled by autosched for {target}
+
+  {name}.so   the model: kernels, weights, memory plan (links libc, libm, libgomp if threaded)
+  {name}.h    its C API
+
+Build and run (allocate each input and output as the introspection functions say):
+
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include "{name}.h"
+
+    static void *tensor(const {name}_tensor_info *t) {{
+      size_t n = 1;
+      for (int32_t d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+      return aligned_alloc(64, (n * 8 + 63) / 64 * 64);   /* 8: the widest dtype */
+    }}
+
+    int main(void) {{
+      {name}_context *ctx;
+      {name}_options options = {{.num_threads = 0}};
+      int32_t status = {name}_create(&options, &ctx);
+      if (status) {{ fprintf(stderr, "%s\\n", {name}_status_message(status)); return 1; }}
+      void *inputs[64], *outputs[64];
+      for (int32_t i = 0; i < {name}_num_inputs(); i++) inputs[i] = tensor({name}_input(i));
+      for (int32_t i = 0; i < {name}_num_outputs(); i++) outputs[i] = tensor({name}_output(i));
+      /* ... fill the inputs ... */
+      status = {name}_run(ctx, (const void *const *)inputs, outputs);
+      if (status) fprintf(stderr, "%s\\n", {name}_status_message(status));
+      {name}_destroy(ctx);
+      return status != 0;
+    }}
+
+    cc main.c -o main ./{name}.so -Wl,-rpath,'$ORIGIN'
+
+One context per thread: contexts share the weights, each has its own workspace.
+In Python: autosched.load("THIS_DIR").run({{"input name": array}}).
+"""

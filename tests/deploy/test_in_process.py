@@ -1,0 +1,58 @@
+"""The in-process executor runs the model through the same glue as a deployed library: one
+native call per run, no Python between kernels; threads and failures as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import autosched as aus
+from autosched.errors import RuntimeError_
+from autosched.targets.llvm.runtime import HostModule
+from autosched.testing.models import ort_run, small_cnn
+from importers.onnx import from_onnx
+
+
+def test_a_run_calls_no_kernel_from_python(monkeypatch: pytest.MonkeyPatch,
+                                           rng: np.random.Generator) -> None:
+    proto = small_cnn(image=11)
+    model = aus.compile(from_onnx(proto), target="llvm -num-cores=2")
+    x = {"input": rng.uniform(-1, 1, (1, 3, 11, 11)).astype(np.float32)}
+
+    def python_call(*_: object) -> None:
+        raise AssertionError("a kernel was called from Python")
+
+    monkeypatch.setattr(HostModule, "__call__", python_call)
+    monkeypatch.setattr(HostModule, "bind", python_call)
+    (y,) = model.run(x)
+    np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+    assert model.time(x, repeat=2, min_s=0.0) > 0
+
+
+def test_set_threads_reaches_the_kernels(rng: np.random.Generator) -> None:
+    model = aus.compile(from_onnx(small_cnn(image=11)), target="llvm -num-cores=2")
+    x = {"input": rng.uniform(-1, 1, (1, 3, 11, 11)).astype(np.float32)}
+    threaded = [k.module for k in model.kernels if k.module.uses_threads]
+    if not threaded:
+        pytest.skip("no kernel of this model has a parallel loop")
+    for n in (1, 3):
+        model.set_threads(n)
+        before = [m.threads_ran for m in threaded]
+        model.run(x)
+        ran = [m.threads_ran - b for m, b in zip(threaded, before)]
+        assert all(r % n == 0 and r > 0 for r in ran), (n, ran)
+
+
+def test_a_failing_kernel_names_its_node(rng: np.random.Generator) -> None:
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
+    node = helper.make_node("Gather", ["d", "i"], ["y"], name="pick")
+    model = aus.compile(from_onnx(helper.make_model(helper.make_graph([node], "g", [d, i], [y]))),
+                        target="llvm")
+    data = rng.standard_normal((5, 3)).astype(np.float32)
+    with pytest.raises(RuntimeError_, match="pick.*out of range"):
+        model.run({"d": data, "i": np.array([0, 1, 9, 2])})
+    np.testing.assert_array_equal(model.run({"d": data, "i": np.array([0, 4, 1, 2])})[0],
+                                  data[[0, 4, 1, 2]])
