@@ -21,7 +21,10 @@ from autosched.errors import (
     ScheduleError,
     TEError,
 )
+from autosched.schedule.schedule import create_schedule as _create_schedule
 from autosched.version import __version__ as __version__
+
+te.create_schedule = _create_schedule  # te declares the name; scheduling is the layer above it
 
 
 def lower(sch, args, name: str = "main"):  # noqa: ANN001, ANN201

@@ -41,11 +41,6 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"te", "demo"},
 }
 
-# Names a package re-exports from a layer above it, on purpose: (importer, imported) -> why.
-REEXPORTS = {
-    ("autosched.te", "autosched.schedule.schedule"):
-        "te.create_schedule is the spelling TVM users know; it imports on first call",
-}
 
 
 def modules() -> dict[str, Path]:
@@ -94,7 +89,7 @@ def edges() -> Iterator[tuple[str, str, str]]:
     known = modules()
     for name, path in sorted(known.items()):
         for target, line in imports(name, path, known):
-            if unit(name) != unit(target) and (name, target) not in REEXPORTS:
+            if unit(name) != unit(target):
                 yield name, target, f"{path.relative_to(ROOT)}:{line}"
 
 

@@ -9,6 +9,9 @@ Example::
     C = te.compute((64, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from autosched.te.dag import ComputeDAG, workload_key
 from autosched.te.expr import (
     Call,
@@ -67,12 +70,10 @@ from autosched.te.tensor import (
     var,
 )
 
-
-def create_schedule(ops):  # noqa: ANN001, ANN201
-    """A default schedule for the given output operations (or tensors)."""
-    from autosched.schedule.schedule import create_schedule as _create
-
-    return _create(ops)
+# create_schedule(ops): a default schedule for the given output operations (or tensors), the
+# spelling TVM users know. Schedules sit in the layer above te, so te only declares the name and
+# the root package binds it to autosched.schedule.schedule.create_schedule on import.
+create_schedule: Callable[[Any], Any]
 
 
 __all__ = [
