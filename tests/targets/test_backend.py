@@ -131,15 +131,14 @@ def test_a_registered_backend_is_a_target(toy: Backend, rng: np.random.Generator
 
 def test_the_toy_backend_runs_the_operator_tests() -> None:
     """A subprocess pytest: the plugin registers "toy", ``--targets`` picks it."""
-    files = [str(p.relative_to(ROOT)) for name in ("test_ops_elemwise.py", "test_ops_matmul.py")
-             for p in (ROOT / "tests").rglob(name)]
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_ops_*.py"))
     plugin = ".".join(Path(__file__).resolve().relative_to(ROOT).with_suffix("").parts)
     cmd = [sys.executable, "-m", "pytest", "-p", plugin, "-p", "no:cacheprovider", *files,
            "--targets=toy"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     passed = re.search(r"(\d+) passed", proc.stdout)
-    assert passed and int(passed.group(1)) >= 20, proc.stdout[-2000:]
+    assert passed and int(passed.group(1)) >= 500, proc.stdout[-2000:]
 
 
 # -- no code outside autosched/targets/ branches on a target kind --------------------------------
