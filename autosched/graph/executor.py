@@ -32,6 +32,7 @@ import numpy as np
 
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.graph import Graph, ValueInfo
+from autosched.targets.arrays import aligned, aligned_empty
 from autosched.targets.status import STATUS_INDEX, KernelFailure, status_message
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
@@ -115,23 +116,6 @@ def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]
                 raw, size = raw_of.pop(v)
                 free.setdefault(size, []).append(raw)
     return storage, total
-
-
-def aligned_empty(shape: Sequence[int], dtype: str) -> np.ndarray:
-    """An uninitialised array starting on a 64-byte boundary (kernels need 16)."""
-    n = dt.nbytes(dtype) * int(np.prod(shape, dtype=np.int64))
-    raw = np.empty(n + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off: off + n].view(dtype).reshape(shape)
-
-
-def aligned(a: np.ndarray) -> np.ndarray:
-    """``a``, or a copy of it on a 64-byte boundary when it is not on a 16-byte one."""
-    if a.ctypes.data % 16 == 0:
-        return a
-    out = aligned_empty(a.shape, str(a.dtype))
-    np.copyto(out, a)
-    return out
 
 
 def pointer_arrays(*arrays: list[np.ndarray]) -> list[Any]:

@@ -34,8 +34,9 @@ import numpy as np
 
 from autosched.cache import untrusted
 from autosched.errors import ModelImportError, RuntimeError_
-from autosched.graph.executor import aligned, aligned_empty, check_inputs, pointer_arrays
+from autosched.graph.executor import check_inputs, pointer_arrays
 from autosched.graph.graph import Graph, ValueInfo
+from autosched.targets.arrays import aligned, aligned_empty
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
 from autosched.targets.model_api import API
 from autosched.te import dtype as dt

@@ -29,6 +29,7 @@ from autosched.errors import AutoschedError, LowerError, RuntimeError_, Schedule
 from autosched.search import protocol as P
 from autosched.search.protocol import MeasureOptions
 from autosched.targets import backend as backends
+from autosched.targets.arrays import aligned_copy, aligned_empty
 from autosched.targets.backend import DeviceMemory, Module
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
@@ -328,10 +329,10 @@ class Server:
                 continue
             if x is None:
                 dtype = np.dtype(t.dtype)
-                arr = _aligned(tuple(int(d) for d in t.shape), dtype)
+                arr = aligned_empty(tuple(int(d) for d in t.shape), dtype)
                 arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
             else:
-                arr = _aligned_copy(x)
+                arr = aligned_copy(x)
             args.append(arr if memory is None else memory.to_device(arr))
         return args
 
@@ -339,20 +340,6 @@ class Server:
         memory = self._memory(st.task.target)
         return arr if memory is None else memory.to_host(arr)
 
-
-
-def _aligned(shape: tuple[int, ...], dtype: np.dtype, align: int = 64) -> np.ndarray:
-    size = int(np.prod(shape, dtype=np.int64))
-    nbytes = max(size, 1) * dtype.itemsize
-    raw = np.empty(nbytes + align, dtype=np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + nbytes].view(dtype)[:size].reshape(shape)
-
-
-def _aligned_copy(x: np.ndarray) -> np.ndarray:
-    out = _aligned(x.shape, x.dtype)
-    np.copyto(out, x)
-    return out
 
 
 def _die_with_parent() -> None:

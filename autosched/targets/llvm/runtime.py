@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import CompileError, RuntimeError_
+from autosched.targets.arrays import aligned_copy
 from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.llvm import compile as cc
 from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
@@ -175,7 +176,7 @@ class HostModule(CPUModule):
         copies: list[tuple[Any, Any]] = []
         for arr in arrays:
             if arr.ctypes.data % PARAM_ALIGN:
-                aligned = _aligned_copy(arr)
+                aligned = aligned_copy(arr)
                 copies.append((aligned, arr))
                 arr = aligned
             args.append(arr.ctypes.data)
@@ -251,9 +252,3 @@ def _check_overlap(fname: str, params: tuple[Buffer, ...], arrays: tuple[Any, ..
                 )
 
 
-def _aligned_copy(arr: np.ndarray) -> np.ndarray:
-    raw = np.empty(arr.nbytes + PARAM_ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % PARAM_ALIGN
-    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
-    np.copyto(out, arr)
-    return out
