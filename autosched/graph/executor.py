@@ -118,9 +118,34 @@ def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]
     return storage, total
 
 
-def pointer_arrays(*arrays: list[np.ndarray]) -> list[Any]:
-    """For each list of arrays, a C array of their data pointers (void *[])."""
-    return [(ctypes.c_void_p * max(len(xs), 1))(*(x.ctypes.data for x in xs)) for xs in arrays]
+def native_arguments(graph: Graph, inputs: dict[str, Any], outputs: Sequence[ValueInfo]
+                     ) -> tuple[list[np.ndarray], list[np.ndarray], list[Any]]:
+    """The checked inputs (aligned), fresh aligned ``outputs``, and the two C arrays of their
+    data pointers (void *[]) a whole-model run takes; the pointers are valid while both lists
+    live."""
+    ins = [aligned(a) for a in check_inputs(graph, inputs).values()]
+    outs = [aligned_empty(v.shape, v.dtype) for v in outputs]
+    pointers = [(ctypes.c_void_p * max(len(xs), 1))(*(x.ctypes.data for x in xs))
+                for xs in (ins, outs)]
+    return ins, outs, pointers
+
+
+def time_calls(calls: Sequence[Callable[[], None]], repeat: int, min_s: float,
+               stat: str = "median") -> float:
+    """Seconds of one round of ``calls`` after a warm-up round: the median (or, with
+    ``stat="min"``, the fastest) of at least ``repeat`` rounds lasting ``min_s`` in all."""
+    def once() -> None:
+        for call in calls:
+            call()
+
+    once()
+    times: list[float] = []
+    deadline = time.perf_counter() + min_s
+    while len(times) < repeat or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - t0)
+    return float(np.min(times) if stat == "min" else np.median(times))
 
 
 def check_inputs(graph: Graph, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -266,7 +291,7 @@ class CompiledModel:
         entry = self._entry
         if entry is None:
             return self._run_kernels(inputs)
-        _, outs, pointers = self._bind(inputs)
+        _, outs, pointers = self._native_arguments(inputs)
         with self._arena() as arena:
             status = entry.run(self._context(arena), *pointers)
         if status:
@@ -274,13 +299,10 @@ class CompiledModel:
             raise RuntimeError_(entry.message(status).decode())
         return outs
 
-    def _bind(self, inputs: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
-        """The inputs (aligned), fresh outputs, and the native entry point's pointer arrays
-        to them (valid while both lists live)."""
-        ins = [aligned(a) for a in check_inputs(self.graph, inputs).values()]
+    def _native_arguments(self, inputs: dict[str, Any]
+                          ) -> tuple[list[np.ndarray], list[np.ndarray], list[Any]]:
         values = self.graph.values
-        outs = [aligned_empty(values[o].shape, values[o].dtype) for o in self.graph.outputs]
-        return ins, outs, pointer_arrays(ins, outs)
+        return native_arguments(self.graph, inputs, [values[o] for o in self.graph.outputs])
 
     def _context(self, arena: _Arena) -> int:
         """The arena's native context, created on first use, with the model's thread count."""
@@ -319,8 +341,8 @@ class CompiledModel:
         with self._arena() as arena:
             entry = self._entry
             if entry is None:
-                return self._time(self._calls(inputs, arena), repeat, min_s, stat)
-            _, _, pointers = bound = self._bind(inputs)
+                return time_calls(self._calls(inputs, arena), repeat, min_s, stat)
+            _, _, pointers = bound = self._native_arguments(inputs)
             context, run, message = self._context(arena), entry.run, entry.message
 
             def call() -> None:
@@ -328,24 +350,9 @@ class CompiledModel:
                 if status:
                     raise RuntimeError_(message(status).decode())
 
-            t = self._time([call], repeat, min_s, stat)
+            t = time_calls([call], repeat, min_s, stat)
             del bound  # the arrays the pointers point to lived until here
             return t
-
-    @staticmethod
-    def _time(calls: list[Callable[[], None]], repeat: int, min_s: float, stat: str) -> float:
-        def once() -> None:
-            for call in calls:
-                call()
-
-        once()
-        times: list[float] = []
-        deadline = time.perf_counter() + min_s
-        while len(times) < repeat or time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            once()
-            times.append(time.perf_counter() - t0)
-        return float(np.min(times) if stat == "min" else np.median(times))
 
     def set_threads(self, n: int | None) -> None:
         """Run the kernels' parallel loops on ``n`` threads (None: the target's cores, as

@@ -26,7 +26,6 @@ import ctypes
 import os
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,8 @@ import numpy as np
 
 from autosched.cache import untrusted
 from autosched.errors import ModelImportError, RuntimeError_
-from autosched.graph.executor import check_inputs, pointer_arrays
+from autosched.graph.executor import native_arguments, time_calls
 from autosched.graph.graph import Graph, ValueInfo
-from autosched.targets.arrays import aligned, aligned_empty
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
 from autosched.targets.model_api import API
 from autosched.te import dtype as dt
@@ -104,14 +102,9 @@ class ModelLibrary:
         return self._api["status_message"](status).decode(errors="replace")[:MAX_STRING]
 
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
-        ins, outs, args = self._bind(inputs)
+        _, outs, args = native_arguments(self.graph, inputs, self._outputs)
         self._call(args)
         return outs
-
-    def _bind(self, inputs: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], Any]:
-        ins = [aligned(a) for a in check_inputs(self.graph, inputs).values()]
-        outs = [aligned_empty(v.shape, v.dtype) for v in self._outputs]
-        return ins, outs, pointer_arrays(ins, outs)
 
     def _call(self, pointers: Any) -> None:
         status = self._api["run"](self._context(), *pointers)
@@ -120,16 +113,10 @@ class ModelLibrary:
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run (one C call), after a warm-up, inputs bound once."""
-        _, _, pointers = bound = self._bind(inputs)
-        self._call(pointers)
-        times: list[float] = []
-        deadline = time.perf_counter() + min_s
-        while len(times) < repeat or time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            self._call(pointers)
-            times.append(time.perf_counter() - t0)
+        _, _, pointers = bound = native_arguments(self.graph, inputs, self._outputs)
+        t = time_calls([lambda: self._call(pointers)], repeat, min_s)
         del bound  # the arrays the pointers point to lived until here
-        return float(np.median(times))
+        return t
 
 
 class _Context:
