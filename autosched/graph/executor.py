@@ -212,14 +212,16 @@ class _Arena:
 INDEXING_OPS = ("Gather", "GatherElements", "GatherND")
 
 
-def _where(kernel: Any, status: int) -> str:
-    """The task and nodes a kernel's failure comes from."""
+def kernel_failure(kernel: Any, status: int) -> RuntimeError_:
+    """The one-line error of a kernel that reported ``status``: the task and the nodes it
+    comes from, then what the status bits mean."""
     nodes = kernel.group.nodes
     if status == STATUS_INDEX:
         nodes = [n for n in nodes if n.op_type in INDEXING_OPS] or nodes
     names = [n.name or n.op_type for n in nodes]
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return f"task {kernel.task.name}, node {', '.join(names[:3])}{more}"
+    return RuntimeError_(f"task {kernel.task.name}, node {', '.join(names[:3])}{more}: "
+                         f"{status_message(status)}")
 
 
 class CompiledModel:
@@ -330,8 +332,7 @@ class CompiledModel:
                     else:
                         kern.module(*(vals[v] for v in kern.args))
                 except KernelFailure as exc:  # say which node
-                    raise RuntimeError_(f"{_where(kern, exc.status)}: "
-                                        f"{status_message(exc.status)}") from None
+                    raise kernel_failure(kern, exc.status) from None
             return [np.array(vals[o]) for o in self.graph.outputs]
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5,

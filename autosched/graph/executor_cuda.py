@@ -31,10 +31,15 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.graph.executor import _where, allocate, check_inputs, memory_plan, nbytes
+from autosched.graph.executor import (
+    allocate,
+    check_inputs,
+    kernel_failure,
+    memory_plan,
+    nbytes,
+)
 from autosched.graph.graph import Graph
 from autosched.targets.cuda.runtime import Launch, StatusWords
-from autosched.targets.status import status_message
 from autosched.targets.target import Target
 
 
@@ -94,7 +99,7 @@ class CudaModel:
             return
         for kernel, word in zip(self._checked, self._status.read()):
             if word:
-                raise RuntimeError_(f"{_where(kernel, int(word))}: {status_message(int(word))}")
+                raise kernel_failure(kernel, int(word))
 
     def _launch(self, sync_each: bool = False) -> None:
         drv = self.drv
