@@ -32,6 +32,7 @@ import os
 import stat
 import statistics
 import warnings
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,6 +340,7 @@ class RecordLog:
         self._cache: tuple[tuple[int, int], list[MeasureRecord]] | None = None
         # (device and inode, bytes scanned, header references seen) of the file appended to
         self._seen_headers: tuple[tuple[int, int], int, set[str]] | None = None
+        self.skipped = 0  # lines the last load() skipped (corrupt, other version, no header)
 
     @staticmethod
     def default_path(name: str, target: Target) -> Path:
@@ -478,7 +480,7 @@ class RecordLog:
         try:
             with gzip.open(self.path, "rb") as f:
                 data = f.read(MAX_GZ_BYTES + 1)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:  # zlib.error is an OSError too
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
             raise OSError(errno.EINVAL, f"the gzipped tuning log cannot be read ({exc})",
                           str(self.path)) from None
         if len(data) > MAX_GZ_BYTES:
@@ -493,7 +495,10 @@ class RecordLog:
         headers: dict[str, dict[str, Any]] = {}  # from anywhere in the file: a merged log's too
         other_versions: list[tuple[int, Any]] = []
 
+        self.skipped = 0
+
         def skip(n: int, what: str, exc: Exception) -> None:
+            self.skipped += 1
             if torn_tail and n == len(lines):
                 what = "truncated last line"
             warnings.warn(f"{self.path} line {n}: skipping {what} ({exc})", stacklevel=4)
@@ -520,6 +525,7 @@ class RecordLog:
                 skip(n, "a record without its target header", exc)
             except (ValueError, TypeError) as exc:
                 skip(n, "corrupt line", exc)
+        self.skipped += len(other_versions)
         if other_versions:
             shown = ", ".join(f"{n} (version {v!r})" for n, v in other_versions[:10])
             more = f" and {len(other_versions) - 10} more" if len(other_versions) > 10 else ""
