@@ -215,10 +215,10 @@ class MeasureRecord:
         if any(c <= 0 for c in costs):
             raise ValueError(f"record costs must be positive seconds, got {short_repr(d['costs'])}")
         target = d["target"]
-        if isinstance(target, str) and target in (headers or {}):
+        if isinstance(target, str):
+            if target not in (headers or {}):
+                raise MissingHeader(f"no target header {short_repr(target)} in the log")
             target = (headers or {})[target]
-        elif isinstance(target, str):
-            raise MissingHeader(f"no target header {short_repr(target)} in the log")
         if not isinstance(target, dict):
             raise ValueError("record target must be a fingerprint object or a header's reference")
         if d["error_code"] not in KNOWN_ERRORS:
