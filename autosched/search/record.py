@@ -64,6 +64,7 @@ MAX_ERROR_MSG = 2000
 MIN_FREE_BYTES = 1 << 20  # a job refuses to start when its log's device has less free
 MAX_GZ_BYTES = 4 << 30  # a gzipped log decompressing past this is refused (a zip bomb)
 HEADER_KEY = "target_header"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 # -- target fingerprints ---------------------------------------------------------------------
@@ -412,8 +413,18 @@ class RecordLog:
                 tmp.unlink()
         self._cache = self._seen_headers = None
 
-    def _refuse_gzip(self) -> None:
+    def _gzipped(self) -> bool:
+        """Named .gz, or starting with gzip's magic bytes (a gzipped log under another name)."""
         if self.path.suffix == ".gz":
+            return True
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(2) == GZIP_MAGIC
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+
+    def _refuse_gzip(self) -> None:
+        if self._gzipped():
             raise OSError(errno.EINVAL, "a gzipped tuning log is read-only; gunzip it, or log "
                           "to another file", str(self.path))
 
@@ -475,7 +486,7 @@ class RecordLog:
         return list(records)
 
     def _read(self) -> bytes:
-        if self.path.suffix != ".gz":
+        if not self._gzipped():
             return self.path.read_bytes()
         try:
             with gzip.open(self.path, "rb") as f:

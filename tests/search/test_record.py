@@ -381,6 +381,13 @@ def test_gzipped_logs_load_and_refuse_appends(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="read-only"):
         tune(task, trials=4, log=gz.path, measurer=object(), model=object(),
              options=TuneOptions(verbose=False))
+    # gzipped under another name: read as gzip, and not appended to either
+    disguised = RecordLog(tmp_path / "disguised.jsonl")
+    disguised.path.write_bytes(before)
+    assert disguised.load() == recs
+    with pytest.raises(OSError, match="read-only"):
+        disguised.append([_record(task, 5e-4)])
+    assert disguised.path.read_bytes() == before
     gz.path.write_bytes(before[: len(before) // 2])  # a truncated download
     with pytest.raises(OSError, match="cannot be read") as info:
         RecordLog(gz.path).load()
