@@ -235,8 +235,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         if _identity(r) not in seen:
             seen.add(_identity(r))
             kept.append(r)
-    _write(kept, args.output, f"from {len(args.logs)} logs, {len(records) - len(kept)} "
-           "duplicates dropped")
+    dropped = len(records) - len(kept)
+    _write(kept, args.output, f"from {_count(len(args.logs), 'log')}, "
+           f"{_count(dropped, 'duplicate')} dropped")
     return 0
 
 
