@@ -48,9 +48,24 @@ def add_shape_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
-    parser.add_argument("--trials", type=count, default=trials)
+    parser.add_argument("--trials", type=count, default=None,
+                        help=f"new measurements to make (default {trials}; none past "
+                             "--total-trials when only that is given)")
+    parser.add_argument("--total-trials", type=count, default=None,
+                        help="stop once the log holds this many trials of the job (rerun a "
+                             "killed job with it to finish the same budget)")
+    parser.set_defaults(default_trials=trials)
     parser.add_argument("--batch-size", type=positive, default=16)
     parser.add_argument("--seed", type=int, default=None)
+
+
+def trial_budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """(trials, total_trials) for ``tune`` from ``--trials`` / ``--total-trials`` (the
+    subcommand's default number of new trials when neither is given)."""
+    trials = args.trials
+    if trials is None and args.total_trials is None:
+        trials = args.default_trials
+    return trials, args.total_trials
 
 
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:

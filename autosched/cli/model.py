@@ -26,6 +26,7 @@ from autosched.cli.args import (
     positive,
     require_regular,
     shapes,
+    trial_budget,
 )
 from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
 
@@ -68,23 +69,32 @@ def cmd_tune(args: argparse.Namespace) -> int:
     graph = _graph(args)
     tasks, weights = extract_tasks(graph, args.target)
     log = args.log or RecordLog.default_path(Path(args.model).stem, tasks[0].target)
-    print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {args.trials} trials, "
-          f"log {log}")
+    trials, total = trial_budget(args)
+    asked = (f"{trials} trials (new measurements)" if total is None else
+             f"up to {total} trials in the log" if trials is None else
+             f"{trials} trials (new measurements), up to {total} in the log")
+    print(f"{args.model}: {len(tasks)} tasks ({sum(weights)} kernels), {asked}, log {log}")
     # one tune() call (one task scheduler, one set of workers); a table every ~1/8 of the budget
-    every = max(args.batch_size * 4, args.trials // 8)
-    start, last = time.perf_counter(), 0
+    every = max(args.batch_size * 4, (trials or total or 0) // 8)
+    start = time.perf_counter()
+    shown = measured = 0
+
+    def show(done: int) -> None:
+        nonlocal shown
+        print(f"{done} new trials ({time.perf_counter() - start:.0f} s)")
+        print(task_table(tasks, weights, log)[0], flush=True)
+        shown = done
 
     def report(done: int) -> None:
-        nonlocal last
-        if done // every == last // every and done < args.trials:
-            return
-        table, _ = task_table(tasks, weights, log)
-        print(f"trials {done}/{args.trials} ({time.perf_counter() - start:.0f} s)")
-        print(table, flush=True)
-        last = done
+        nonlocal measured
+        measured = done
+        if done // every != shown // every:
+            show(done)
 
-    tune(tasks, trials=args.trials, log=log, weights=weights, on_round=report,
+    tune(tasks, trials, log, total_trials=total, weights=weights, on_round=report,
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
+    if measured != shown:  # the last rounds since the last table
+        show(measured)
     if args.plot:
         write_curves([log], args.plot, {t.workload_key: w for t, w in zip(tasks, weights)},
                      args.model)

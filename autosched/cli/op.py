@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from autosched.cli.args import add_tuning_options, positive
+from autosched.cli.args import add_tuning_options, positive, trial_budget
 from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
 
 
@@ -34,7 +34,8 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
     check_plot_option(args)
     task = _op_task(args)
     log = args.log or RecordLog.default_path(task.name, task.target)
-    best = tune(task, trials=args.trials, log=log,
+    trials, total = trial_budget(args)
+    best = tune(task, trials, log, total_trials=total,
                 options=TuneOptions(batch_size=args.batch_size, seed=args.seed))[task.name]
     if math.isfinite(best):
         print(f"{task.name}: best {best * 1e3:.3f} ms, {task.flop_count / best / 1e9:.1f} GFLOPS; log {log}")

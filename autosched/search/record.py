@@ -5,6 +5,12 @@ lowered IR), where (the target fingerprint) and what came out (costs in seconds,
 code). Lines are appended and fsynced one at a time, so a job killed mid-way loses at most the
 line being written; a torn or corrupt line is skipped with a warning naming the file and line.
 
+The target fingerprint (1-3 KB) is written once per target per file, as a header line
+``{"target_header": "llvm-3fa9c01d2b7e", "fingerprint": {...}}``, and each record names it by
+that short reference (a hash of the fingerprint, so two headers of one reference always agree
+and a header written twice is harmless). Logs of version 1, the fingerprint on every line,
+still load; so do gzipped logs (``*.jsonl.gz``, read only).
+
 Example::
 
     log = RecordLog("tuning_logs/matmul.jsonl")
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import hashlib
 import json
 import math
@@ -25,7 +32,8 @@ import os
 import stat
 import statistics
 import warnings
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,10 +57,14 @@ if TYPE_CHECKING:
     from autosched.schedule.schedule import Schedule
     from autosched.search.task import Task
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: records name their target by a header's reference
+READ_VERSIONS = (1, 2)
 DEFAULT_LOG_DIR = "tuning_logs"
 MAX_ERROR_MSG = 2000
 MIN_FREE_BYTES = 1 << 20  # a job refuses to start when its log's device has less free
+MAX_GZ_BYTES = 4 << 30  # a gzipped log decompressing past this is refused (a zip bomb)
+HEADER_KEY = "target_header"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 # -- target fingerprints ---------------------------------------------------------------------
@@ -86,6 +98,19 @@ def fingerprint_key(fp: dict[str, Any] | Target) -> str:
     if kind not in backends.kinds():
         return kind
     return backends.get(kind).fingerprint_key(fp)
+
+
+def target_ref(fp: dict[str, Any]) -> str:
+    """The short reference a log's records use for the fingerprint ``fp``: its kind and a hash
+    of the whole fingerprint (not fingerprint_key, which maps related fingerprints together).
+
+    Example::
+
+        target_ref(target_fingerprint(parse("llvm")))   # "llvm-3fa9c01d2b7e"
+    """
+    text = json.dumps(fp, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    kind = "".join(ch for ch in str(fp.get("kind", ""))[:16] if ch.isalnum()) or "target"
+    return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def ir_hash(func: PrimFunc) -> str:
@@ -146,10 +171,13 @@ class MeasureRecord:
         """The steps as Step objects (ScheduleError when one is malformed)."""
         return [step_from_dict(d) for d in self.steps]
 
-    def to_json_line(self) -> str:
+    def to_json_line(self, target: str | None = None) -> str:
+        """The record as one line of the current version; ``target``: the reference of a
+        header line that holds the fingerprint (RecordLog writes it), else the fingerprint."""
         d = {
-            "version": self.version, "workload_key": self.workload_key,
-            "task_name": self.task_name, "target": self.target, "steps": self.steps,
+            "version": RECORD_VERSION, "workload_key": self.workload_key,
+            "task_name": self.task_name, "target": self.target if target is None else target,
+            "steps": self.steps,
             "costs": self.costs, "error_code": self.error_code,
             "error_msg": self.error_msg[:MAX_ERROR_MSG], "timestamp": self.timestamp,
             "build_time": self.build_time, "autosched_version": self.autosched_version,
@@ -166,10 +194,12 @@ class MeasureRecord:
         return self.error_code in TRANSIENT_ERRORS
 
     @staticmethod
-    def from_json(d: dict[str, Any], source: str = "") -> MeasureRecord:
+    def from_json(d: dict[str, Any], source: str = "",
+                  headers: dict[str, dict[str, Any]] | None = None) -> MeasureRecord:
         """Parse one decoded line; ValueError naming the problem when it is not a record (the
         values are checked too: a log is data from outside, and one bad line must not crash a
-        resume or be chosen as the best)."""
+        resume or be chosen as the best). A target given by reference is looked up in
+        ``headers`` ({reference: fingerprint}); MissingHeader when it is not there."""
         if not isinstance(d, dict):
             raise ValueError(f"a record must be a JSON object, got {type(d).__name__}")
         missing = [k for k in ("version", "workload_key", "target", "steps", "costs",
@@ -185,8 +215,13 @@ class MeasureRecord:
         costs = [_number(c, "record costs") for c in d["costs"]]
         if any(c <= 0 for c in costs):
             raise ValueError(f"record costs must be positive seconds, got {short_repr(d['costs'])}")
-        if not isinstance(d["target"], dict):
-            raise ValueError("record target must be a fingerprint object")
+        target = d["target"]
+        if isinstance(target, str):
+            if target not in (headers or {}):
+                raise MissingHeader(f"no target header {short_repr(target)} in the log")
+            target = (headers or {})[target]
+        if not isinstance(target, dict):
+            raise ValueError("record target must be a fingerprint object or a header's reference")
         if d["error_code"] not in KNOWN_ERRORS:
             raise ValueError(f"unknown error code {short_repr(d['error_code'])}")
         extra = d.get("extra") or {}
@@ -196,7 +231,7 @@ class MeasureRecord:
             _check_candidate(extra["candidate"])
         return MeasureRecord(
             workload_key=str(d["workload_key"]), task_name=str(d.get("task_name", "")),
-            target=d["target"], steps=d["steps"], costs=costs,
+            target=target, steps=d["steps"], costs=costs,
             error_code=d["error_code"], error_msg=str(d.get("error_msg", "")),
             timestamp=_number(d.get("timestamp", 0.0), "timestamp"),
             build_time=_number(d.get("build_time", 0.0), "build_time"),
@@ -204,6 +239,10 @@ class MeasureRecord:
             ir_hash=str(d.get("ir_hash", "")), extra=dict(extra),
             version=int(d["version"]), source=source,
         )
+
+
+class MissingHeader(ValueError):
+    """A record names its target by a reference that no header line of the log defines."""
 
 
 # -- checking the values of a decoded line -------------------------------------------------
@@ -300,6 +339,9 @@ class RecordLog:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self._cache: tuple[tuple[int, int], list[MeasureRecord]] | None = None
+        # (device and inode, bytes scanned, header references seen) of the file appended to
+        self._seen_headers: tuple[tuple[int, int], int, set[str]] | None = None
+        self.skipped = 0  # lines the last load() skipped (corrupt, other version, no header)
 
     @staticmethod
     def default_path(name: str, target: Target) -> Path:
@@ -308,23 +350,83 @@ class RecordLog:
         return Path(DEFAULT_LOG_DIR) / f"{name}-{target.kind}.jsonl"
 
     def append(self, records: Iterable[MeasureRecord]) -> None:
-        """Append each record as one line, flushed and fsynced before the next. A write that
-        fails (a full disk) leaves no torn line and raises OSError naming the log."""
+        """Append each record as one line, flushed and fsynced before the next (with its
+        target's header line in the same write the first time the file sees that target). A
+        write that fails (a full disk) leaves no torn line and raises OSError naming the log."""
         records = list(records)
         if not records:
             return
+        self._refuse_gzip()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: torn-line check
         try:
             if _ends_without_newline(fd):
                 # a torn last line from a killed job: end it so our first record stays whole
                 self._write_whole(fd, b"\n", f"0 of {len(records)} records written")
-            for n, rec in enumerate(records):
-                self._write_whole(fd, (rec.to_json_line() + "\n").encode(),
-                                  f"{n} of {len(records)} records written")
+            chunks = encode_records(records, self._headers_in(fd))
+            for n, chunk in enumerate(chunks):
+                self._write_whole(fd, chunk, f"{n} of {len(records)} records written")
                 os.fsync(fd)
         finally:
             os.close(fd)
+
+    def _headers_in(self, fd: int) -> set[str]:
+        """The references of the whole header lines in the open log. Read once per process and
+        then only the part appended since (by anyone): a header another writer added is not
+        written again, and one that two writers add at once is harmless."""
+        st = os.fstat(fd)
+        ident = (st.st_dev, st.st_ino)
+        seen = self._seen_headers
+        if seen is None or seen[0] != ident or st.st_size < seen[1]:
+            seen = (ident, 0, set())
+        _, offset, refs = seen
+        tail = os.pread(fd, st.st_size - offset, offset) if st.st_size > offset else b""
+        whole = tail[: tail.rfind(b"\n") + 1]  # a line still being written is read next time
+        for raw in whole.split(b"\n"):
+            if HEADER_KEY.encode() in raw:
+                with contextlib.suppress(ValueError, TypeError, RecursionError):
+                    refs.add(_header(_decode(raw))[0])
+        self._seen_headers = (ident, offset + len(whole), refs)
+        return refs
+
+    def rewrite(self, records: Iterable[MeasureRecord]) -> None:
+        """Replace the file with ``records`` (gzipped when the name ends in .gz) in one atomic
+        rename: a reader sees the old file or the new one, and a failed write leaves the old.
+
+        Example::
+
+            RecordLog("best.jsonl").rewrite(best_records)
+        """
+        data = b"".join(encode_records(records, set()))
+        if self.path.suffix == ".gz":
+            data = gzip.compress(data, mtime=0)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        self._cache = self._seen_headers = None
+
+    def _gzipped(self) -> bool:
+        """Named .gz, or starting with gzip's magic bytes (a gzipped log under another name)."""
+        if self.path.suffix == ".gz":
+            return True
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(2) == GZIP_MAGIC
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+
+    def _refuse_gzip(self) -> None:
+        if self._gzipped():
+            raise OSError(errno.EINVAL, "a gzipped tuning log is read-only; gunzip it, or log "
+                          "to another file", str(self.path))
 
     def _write_whole(self, fd: int, data: bytes, progress: str) -> None:
         """Write ``data`` to the end of the log, looping over short writes; on an error cut
@@ -349,7 +451,9 @@ class RecordLog:
 
     def check_writable(self) -> None:
         """OSError naming the log when records cannot be appended to it (no permission, a
-        directory, a full disk): a tuning job calls this before it measures anything."""
+        directory, a full disk, a gzipped log): a tuning job calls this before it measures
+        anything."""
+        self._refuse_gzip()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -365,8 +469,9 @@ class RecordLog:
                           f"{MIN_FREE_BYTES >> 20} MiB free; nothing was measured", str(self.path))
 
     def load(self) -> list[MeasureRecord]:
-        """Every record of this version in the file, in order. Torn, corrupt and other-version
-        lines are skipped with a warning naming the file and line; a missing file is empty."""
+        """Every record of a known version in the file (gzipped when its name ends in .gz), in
+        order. Torn, corrupt and other-version lines, and records whose target header the file
+        lacks, are skipped with a warning naming the file and line; a missing file is empty."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -376,36 +481,68 @@ class RecordLog:
         stamp = (st.st_size, st.st_mtime_ns)
         if self._cache is not None and self._cache[0] == stamp:
             return list(self._cache[1])
-        with open(self.path, "rb") as f:
-            data = f.read()
-        records = self._parse(data)
+        records = self._parse(self._read())
         self._cache = (stamp, records)
         return list(records)
 
+    def _read(self) -> bytes:
+        if not self._gzipped():
+            return self.path.read_bytes()
+        try:
+            with gzip.open(self.path, "rb") as f:
+                data = f.read(MAX_GZ_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise OSError(errno.EINVAL, f"the gzipped tuning log cannot be read ({exc})",
+                          str(self.path)) from None
+        if len(data) > MAX_GZ_BYTES:
+            raise OSError(errno.EFBIG, f"the gzipped tuning log holds over {MAX_GZ_BYTES >> 30} "
+                          "GiB", str(self.path))
+        return data
+
     def _parse(self, data: bytes) -> list[MeasureRecord]:
-        out: list[MeasureRecord] = []
-        other_versions: list[tuple[int, Any]] = []
         lines = data.split(b"\n")
         torn_tail = not data.endswith(b"\n")
+        decoded: list[tuple[int, Any]] = []
+        headers: dict[str, dict[str, Any]] = {}  # from anywhere in the file: a merged log's too
+        other_versions: list[tuple[int, Any]] = []
+
+        self.skipped = 0
+
+        def skip(n: int, what: str, exc: Exception) -> None:
+            self.skipped += 1
+            if torn_tail and n == len(lines):
+                what = "truncated last line"
+            warnings.warn(f"{self.path} line {n}: skipping {what} ({exc})", stacklevel=4)
+
         for n, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            where = f"{self.path}:{n}"
             try:
-                d = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
-                if isinstance(d, dict) and d.get("version") != RECORD_VERSION:
+                d = _decode(raw)
+                if isinstance(d, dict) and HEADER_KEY in d:
+                    ref, fp = _header(d)
+                    headers[ref] = fp
+                elif isinstance(d, dict) and d.get("version") not in READ_VERSIONS:
                     other_versions.append((n, d.get("version")))
-                    continue
-                out.append(MeasureRecord.from_json(d, source=where))
+                else:
+                    decoded.append((n, d))
             except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
-                what = ("truncated last line" if torn_tail and n == len(lines)
-                        else "corrupt line")
-                warnings.warn(f"{self.path} line {n}: skipping {what} ({exc})", stacklevel=3)
+                skip(n, "corrupt line", exc)
+        out: list[MeasureRecord] = []
+        for n, d in decoded:
+            try:
+                out.append(MeasureRecord.from_json(d, f"{self.path}:{n}", headers))
+            except MissingHeader as exc:
+                skip(n, "a record without its target header", exc)
+            except (ValueError, TypeError) as exc:
+                skip(n, "corrupt line", exc)
+        self.skipped += len(other_versions)
         if other_versions:
             shown = ", ".join(f"{n} (version {v!r})" for n, v in other_versions[:10])
             more = f" and {len(other_versions) - 10} more" if len(other_versions) > 10 else ""
+            known = " or ".join(str(v) for v in READ_VERSIONS)
             warnings.warn(f"{self.path}: skipping {len(other_versions)} records not of version "
-                          f"{RECORD_VERSION}: lines {shown}{more}", stacklevel=3)
+                          f"{known}: lines {shown}{more}", stacklevel=3)
         return out
 
     def records_for(self, workload_key: str, target: Target | dict) -> list[MeasureRecord]:
@@ -428,6 +565,36 @@ class RecordLog:
 
     def __repr__(self) -> str:
         return f"RecordLog({str(self.path)!r})"
+
+
+def encode_records(records: Iterable[MeasureRecord], known: set[str]) -> Iterator[bytes]:
+    """Each record as the bytes that put it in a log: its line, preceded by its target's header
+    line when the reference is not in ``known`` (the headers the file has; updated)."""
+    for rec in records:
+        ref = target_ref(rec.target)
+        line = (rec.to_json_line(ref) + "\n").encode()
+        if ref not in known:
+            known.add(ref)
+            header = {"version": RECORD_VERSION, HEADER_KEY: ref, "fingerprint": rec.target}
+            line = (json.dumps(header, separators=(",", ":"), allow_nan=False) + "\n"
+                    ).encode() + line
+        yield line
+
+
+def _decode(raw: bytes) -> Any:
+    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _header(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(reference, fingerprint) of a decoded header line; ValueError when the fingerprint is not
+    an object or does not hash to the reference (a header cannot redefine another's)."""
+    ref, fp = d.get(HEADER_KEY), d.get("fingerprint")
+    if not isinstance(fp, dict):
+        raise ValueError(f"target header {short_repr(ref)} has no fingerprint object")
+    if ref != target_ref(fp):
+        raise ValueError(f"target header {short_repr(ref)} does not match its fingerprint "
+                         f"(which hashes to {target_ref(fp)})")
+    return ref, fp
 
 
 def _ends_without_newline(fd: int) -> bool:

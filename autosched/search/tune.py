@@ -3,7 +3,7 @@
 Example::
 
     task = aus.Task(C, target="llvm")
-    aus.tune(task, trials=200, log="tuning_logs/matmul.jsonl")   # appends; resumes when rerun
+    aus.tune(task, trials=200, log="tuning_logs/matmul.jsonl")   # 200 new measurements, appended
     f = aus.build_best(task, log="tuning_logs/matmul.jsonl")
 """
 
@@ -198,11 +198,15 @@ def _train(model: Any, tuners: Sequence[TaskTuner]) -> None:
         model.fit(feats, ys, groups=groups)
 
 
+DEFAULT_TRIALS = 200
+
+
 def tune(
     tasks: Task | Sequence[Task],
-    trials: int = 200,
+    trials: int | None = None,
     log: str | os.PathLike | None = None,
     *,
+    total_trials: int | None = None,
     weights: Sequence[float] | None = None,
     options: TuneOptions | None = None,
     measurer: Any = None,
@@ -210,15 +214,35 @@ def tune(
     on_round: Callable[[int], None] | None = None,
     **measure_kwargs: Any,
 ) -> dict[str, float]:
-    """Tune ``tasks`` for ``trials`` measurements in all (counting those already in ``log``:
-    rerunning the same command resumes and measures nothing twice). Returns the best seconds
-    per task name. Several tasks share the trials through the gradient task scheduler;
-    ``on_round(trials_done)`` is called after each round (e.g. to print a per-task table).
-    ``measure_kwargs`` override fields of ``options.measure`` (protocol.MeasureOptions)."""
+    """Make ``trials`` new measurements of ``tasks`` (TVM's meaning; 200 when neither budget is
+    given), appending them to ``log``: a rerun resumes from what the log holds and measures
+    nothing twice. ``total_trials`` also stops the job once the log holds that many of its
+    tasks' trials, so rerunning a killed job with the same ``total_trials`` finishes it. Returns
+    the best seconds per task name. Several tasks share the trials through the gradient task
+    scheduler; ``on_round(measured)`` is called after each round with the count of new
+    measurements so far (e.g. to print a per-task table). ``measure_kwargs`` override fields of
+    ``options.measure`` (protocol.MeasureOptions).
+
+    Example::
+
+        aus.tune(task, trials=64, log="tuning_logs/gemm.jsonl")          # 64 more
+        aus.tune(task, total_trials=256, log="tuning_logs/gemm.jsonl")   # up to 256 in all
+    """
     task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
     opts = options or TuneOptions()
+    for name, value in (("trials", trials), ("total_trials", total_trials)):
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be at least 0, got {value}")
     record_log = RecordLog(log if log is not None else _default_log(task_list))
     record_log.check_writable()  # before any measurement: an unwritable log would lose them
+    logged = [record_log.records_for(t.workload_key, t.target) for t in task_list]
+    done = sum(len(recs) for recs in logged)
+    budget = _budget(trials, total_trials, done)
+    if budget == 0:
+        # said even when not verbose: it is the whole answer to a rerun that did nothing
+        print(nothing_to_do(done, trials, total_trials, record_log.path), flush=True)
+        return {t.name: min((r.cost for r in recs), default=math.inf)
+                for t, recs in zip(task_list, logged)}
     rng = np.random.default_rng(opts.seed)
     if measurer is None:
         from autosched.search.measure import Measurer
@@ -231,15 +255,12 @@ def tune(
     from autosched.search.task_scheduler import TaskScheduler
 
     sched = TaskScheduler(tuners, weights)
-    done = sum(t.trials for t in tuners)
-    if done >= trials and opts.verbose:
-        print(f"{record_log.path}: {done} trials already recorded (budget {trials}); nothing to do")
-    bar = _progress(trials, done, opts.verbose)
-    stalls = 0
+    bar = _progress(budget, opts.verbose)
+    measured = stalls = 0
     try:
-        while done < trials:
+        while measured < budget:
             tuner = sched.next_task()
-            n = min(opts.batch_size, trials - done)
+            n = min(opts.batch_size, budget - measured)
             t0 = time.perf_counter()
             recs = tuner.round(n, model, measurer)
             if not recs:
@@ -251,18 +272,37 @@ def tune(
                     break
                 continue
             stalls = 0
-            done += len(recs)
+            measured += len(recs)
             sched.update(tuner)
             _train(model, tuners)
             if bar is not None:
                 bar.update(len(recs))
                 bar.set_postfix_str(_status(tuners, sched.weights, time.perf_counter() - t0))
             if on_round is not None:
-                on_round(done)
+                on_round(measured)
     finally:
         if bar is not None:
             bar.close()
     return {t.task.name: t.best_cost for t in tuners}
+
+
+def _budget(trials: int | None, total_trials: int | None, done: int) -> int:
+    """How many new measurements to make: ``trials``, capped by what ``total_trials`` leaves
+    over the ``done`` already logged (``trials`` unbounded when only the total is given)."""
+    if trials is None and total_trials is None:
+        trials = DEFAULT_TRIALS
+    left = math.inf if total_trials is None else max(total_trials - done, 0)
+    out = min(math.inf if trials is None else trials, left)
+    return int(out)
+
+
+def nothing_to_do(done: int, trials: int | None, total_trials: int | None,
+                  log: str | os.PathLike) -> str:
+    """The one line a job with no measurement left to make prints."""
+    if trials == 0:
+        return f"{log}: 0 trials asked for; nothing to measure ({done} already recorded)"
+    return (f"all {total_trials} trials of this job are already in {log} ({done} recorded); "
+            f"nothing to measure: pass --trials N (trials=N) for N more")
 
 
 def _status(tuners: Sequence[TaskTuner], weights: Sequence[float], secs: float) -> str:
@@ -280,12 +320,12 @@ def _status(tuners: Sequence[TaskTuner], weights: Sequence[float], secs: float) 
     return f"estimated model latency {total * 1e3:.3f} ms"
 
 
-def _progress(total: int, done: int, verbose: bool):  # noqa: ANN202
+def _progress(total: int, verbose: bool):  # noqa: ANN202
     if not verbose:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=min(done, total), desc="trials", unit="trial")
+    return tqdm(total=total, desc="new trials", unit="trial")
 
 
 def best_schedule(task: Task, log: str | os.PathLike) -> Any:

@@ -80,8 +80,8 @@ def test_tune_records_resume_and_build_best(tmp_path, rng):
     assert len(set(hashes)) == len(hashes), "a candidate was measured twice"
     ok = [r for r in recs if r.ok]
     assert ok and best[task.name] == min(r.cost for r in ok)
-    # resume: a larger budget measures only new candidates
-    aus.tune(task, trials=24, log=log, options=opts, repeat=2, min_repeat_ms=5)
+    # resume: 8 more trials measure only new candidates
+    aus.tune(task, trials=8, log=log, options=opts, repeat=2, min_repeat_ms=5)
     recs2 = RecordLog(log).load()
     assert len(recs2) == 24 and [r.ir_hash for r in recs2[:16]] == hashes
     assert len({r.ir_hash for r in recs2}) == 24
@@ -112,7 +112,8 @@ def test_killed_job_loses_nothing_and_remeasures_nothing(tmp_path):
         tensors = make("gemm", [64, 64, 64])
         task = aus.Task(lambda: tensors, target="llvm", name="gemm")
         opts = aus.TuneOptions(batch_size=4, seed=3, verbose=False, population=32, generations=1)
-        aus.tune(task, trials=40, log={str(log)!r}, options=opts, repeat=2, min_repeat_ms=5)
+        aus.tune(task, total_trials=40, log={str(log)!r}, options=opts, repeat=2,
+                 min_repeat_ms=5)
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
@@ -141,8 +142,8 @@ def test_corrupt_line_is_skipped_when_resuming(tmp_path):
     aus.tune(task, trials=4, log=log, options=opts, repeat=1, min_repeat_ms=1)
     with open(log, "a") as f:
         f.write('{"version": 1, "workload_key": "torn\n')
-    with pytest.warns(UserWarning, match="line 5"):
-        aus.tune(task, trials=8, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    with pytest.warns(UserWarning, match="line 6"):  # line 1: the target header
+        aus.tune(task, trials=4, log=log, options=opts, repeat=1, min_repeat_ms=1)
     assert len(RecordLog(log).load()) == 8
 
 
@@ -210,8 +211,8 @@ def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
     tasks = [_task("softmax", [4, 8 * (i + 1)], "llvm") for i in range(3)]
     log = tmp_path / "three.jsonl"
     opts = aus.TuneOptions(batch_size=4, seed=0, verbose=False, population=8, generations=1)
-    for trials in (4, 8, 12):
-        aus.tune(tasks, trials=trials, log=log, options=opts, repeat=1, min_repeat_ms=1)
+    for _ in range(3):
+        aus.tune(tasks, trials=4, log=log, options=opts, repeat=1, min_repeat_ms=1)
     counts = [len(RecordLog(log).records_for(t.workload_key, t.target)) for t in tasks]
     assert counts == [4, 4, 4]
     resumed, new = _FakeTuner(1e9, 1.0), _FakeTuner(1e9, 1.0)
@@ -228,7 +229,8 @@ def test_cli_tune_op(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "GFLOPS" in out.stdout
     assert "s[" in out.stdout or "the default schedule (no steps) was fastest" in out.stdout
-    assert len([json.loads(x) for x in log.read_text().splitlines()]) == 4
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 5 and "target_header" in lines[0]  # the target's header, 4 records
 
 
 def test_register_tile_default_follows_reuse_and_strides() -> None:

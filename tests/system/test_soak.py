@@ -23,7 +23,7 @@ from tests.support import ROOT
 
 def _start(log: Path, trials: int, out: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "autosched", "tune-op", "gemm", "24", "20",
-           "28", "--trials", str(trials), "--batch-size", "2", "--log", str(log)]
+           "28", "--total-trials", str(trials), "--batch-size", "2", "--log", str(log)]
     with open(out, "ab") as f:
         return subprocess.Popen(cmd, cwd=log.parent, stdout=f, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))

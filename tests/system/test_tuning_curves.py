@@ -76,7 +76,7 @@ def _from_log(path: Path) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         d = json.loads(line)
-        if d["error_code"] == "WORKER_KILLED":
+        if "target_header" in d or d["error_code"] == "WORKER_KILLED":  # not a trial
             continue
         task = out.setdefault(d["workload_key"], {"name": d["task_name"], "trials": 0,
                                                    "best": math.inf})
@@ -150,7 +150,7 @@ def test_curves_are_running_minima(tmp_path: Path, rng: np.random.Generator) -> 
 
     log = _synthetic_log(tmp_path / "three.jsonl", rng)
     lines = [d for d in map(json.loads, log.read_text().splitlines())
-             if d["error_code"] != "WORKER_KILLED"]
+             if "target_header" not in d and d["error_code"] != "WORKER_KILLED"]
     (run,) = tuning_runs(log)
     assert run.trials == len(lines)
     first_time = lines[0]["timestamp"]
