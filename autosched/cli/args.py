@@ -53,6 +53,12 @@ def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.add_argument("--seed", type=int, default=None)
 
 
+def add_strict_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict-target", action="store_true",
+                        help="apply only records of the very same target fingerprint (CPU name "
+                             "and whole feature list), not those of targets with the same key")
+
+
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     """The ``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}
