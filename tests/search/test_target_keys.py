@@ -141,6 +141,19 @@ def test_key_is_what_changes_the_code() -> None:
     assert cuda.key == "cuda/sm_80" and cuda.family == target_keys(parse("cuda -arch=sm_90")).family
 
 
+def test_a_bare_cpu_name_brings_its_vector_isa() -> None:
+    from autosched.targets.llvm.cpu_features import required
+
+    # LLVM generates AVX-512 for -mcpu=znver5: the search's vector width and registers, and the
+    # CPU check a deployed library runs, say so too
+    znver5, znver3 = parse(f"{X86} -mcpu=znver5"), parse(f"{X86} -mcpu=znver3")
+    assert (znver5.vector_bits, znver5.vector_registers) == (512, 32)
+    assert (znver3.vector_bits, znver3.vector_registers) == (256, 16)
+    assert {"avx512f", "avx512bw", "fma"} <= set(required(znver5))
+    assert "avx512f" not in required(znver3) and "avx2" in required(znver3)
+    assert parse(f"{X86} -mcpu=znver4 -mattr=-avx512f").vector_bits == 256
+
+
 def test_bundled_znver4_log_keys_as_any_cpu_with_its_avx512() -> None:
     with gzip.open(BUNDLED, "rt") as f:
         fp = json.loads(f.readline())["target"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from autosched.targets.backend import Backend, TargetKeys, register
 from autosched.targets.host import _vector_bits as vector_bits
+from autosched.targets.host import _vector_registers as vector_registers
 from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
@@ -53,7 +54,13 @@ class LLVMBackend(Backend):
     exports = True
 
     def target(self, options: tuple[tuple[str, str], ...]) -> Target:
-        return Target(self.kind, options, device="cpu", **cpu_target_fields(dict(options)))
+        fields = cpu_target_fields(dict(options))
+        feats = key_features(fields["triple"], fields["cpu"], fields["features"])
+        if feats is not None:  # the vector ISA LLVM generates for: what the CPU implies too
+            isa = ",".join(f"+{f}" for f in feats)
+            fields.update(vector_bits=vector_bits(fields["triple"], fields["cpu"], isa),
+                          vector_registers=vector_registers(fields["triple"], isa))
+        return Target(self.kind, options, device="cpu", **fields)
 
     def build(self, func: PrimFunc, target: Target) -> CPUModule:
         return build_module(func, target)

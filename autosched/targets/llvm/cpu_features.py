@@ -1,8 +1,9 @@
-"""The CPU check a model library runs at create: the extensions its code may use.
+"""The CPU check a model library runs at create: the extensions its code may use; and the key
+features of a target, the vector ISA that tuning records are keyed by (``key_features``).
 
 Code compiled with ``+avx2`` on a CPU without AVX2 dies of SIGILL; the library answers a status
 instead. ``required(target)`` lists the vector and bit-manipulation features the target enables
-(those named in its feature string; a bare ``-mcpu=NAME`` names none); ``emit_cpu_check`` emits
+(those named in its feature string, and the vector ISA a named CPU implies); ``emit_cpu_check`` emits
 the tests as LLVM IR: on x86 cpuid (and, for AVX / AVX-512, xgetbv: the OS must save the wider
 registers), on aarch64 Linux the kernel's HWCAP / HWCAP2 bits (getauxval; NEON is baseline).
 """
@@ -42,8 +43,10 @@ def _table(target: Target) -> Mapping[str, tuple[int, ...]]:
 
 
 def required(target: Target) -> list[str]:
-    """The checked features that ``target`` enables, sorted."""
+    """The checked features that ``target`` enables (its feature string's, and the vector ISA
+    its CPU implies: a bare ``-mcpu=znver5`` emits AVX-512), sorted."""
     enabled = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    enabled |= set(key_features(target.triple, target.cpu, target.features) or ())
     return sorted(enabled & set(_table(target)))
 
 
