@@ -67,12 +67,12 @@ _SAID: set[tuple[str, str, int]] = set()
 def target_fingerprint(target: Target) -> dict[str, Any]:
     """What the measured code depended on, as the target's backend describes it (for llvm the
     triple, CPU, features, thread count and the llvmlite / LLVM versions; for cuda the arch and
-    the NVRTC and driver versions).
+    the NVRTC and driver versions). Records store it whole; lookups use its keys.
 
     Example::
 
         fp = target_fingerprint(parse("llvm"))   # {"kind": "llvm", "triple": "x86_64-...", ...}
-        fingerprint_key(fp)               # "llvm/x86_64-unknown-linux-gnu/znver4/f3a9c01d2/t2"
+        fingerprint_key(fp)               # "llvm/x86_64-linux/v512/avx,avx2,...,sse4.2/t2"
     """
     return target.backend.fingerprint(target)
 
