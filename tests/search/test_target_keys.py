@@ -324,3 +324,17 @@ def test_a_related_candidate_is_snapped_to_the_knobs_of_this_target() -> None:
     assert {k: v for k, v in fitted.params if k != unroll.name} == {
         k: v for k, v in c.params if k != unroll.name}
     assert _fit(space, replace(c, sketch=len(space.sketches))) is None  # no such sketch
+
+
+def test_a_malformed_fingerprint_keys_without_crashing(tmp_path: Path) -> None:
+    # a log is data from outside: a fingerprint's fields may be of any JSON type
+    task = _matmul(ZNVER4)
+    odd = {"kind": "llvm", "triple": 5, "cpu": None, "features": ["+avx512f"], "num_cores": [2]}
+    keys = target_keys(odd)
+    assert keys.family == "llvm/5-unknown" and keys.key != target_keys(task.target).key
+    assert target_keys({"kind": "no-such-backend"}).key == "no-such-backend"
+    (good,) = _records(task, np.random.default_rng(), 1)
+    log = RecordLog(tmp_path / "mm.jsonl")
+    log.append([replace(good, target=odd, ir_hash="odd"), good])
+    assert log.best(task.workload_key, task.target, k=5) == [good]
+    assert log.related_records(task.workload_key, task.target) == []
