@@ -102,6 +102,15 @@ class _Untrained:
         pass
 
 
+class _Random(_Untrained):
+    """A cost model that has learnt to guess: the search evolves under random scores."""
+
+    trained = True
+
+    def predict(self, feats: list) -> np.ndarray:
+        return np.random.default_rng().random(len(feats))
+
+
 def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER]
 
@@ -259,16 +268,18 @@ def test_strict_target_on_the_command_line() -> None:
 # -- seeding ---------------------------------------------------------------------------------
 
 
-def _first_round(task: Task, log: RecordLog, n: int = 8) -> tuple[TaskTuner, list[str]]:
+def _first_round(task: Task, log: RecordLog, model: Any, n: int = 8
+                 ) -> tuple[TaskTuner, list[str]]:
     rng = np.random.default_rng()
-    tuner = TaskTuner(task, log, rng, TuneOptions(verbose=False))
+    tuner = TaskTuner(task, log, rng, TuneOptions(verbose=False, population=16, generations=1))
     measurer = _Measurer(rng)
-    tuner.round(n, _Untrained(), measurer)
+    tuner.round(n, model, measurer)
     (batch,) = measurer.batches
     return tuner, batch
 
 
-def test_an_avx2_record_seeds_an_avx512_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", [_Untrained(), _Random()], ids=["cold", "evolving"])
+def test_an_avx2_record_seeds_an_avx512_target(tmp_path: Path, model: Any) -> None:
     rng = np.random.default_rng()
     avx2, avx512 = _matmul(HASWELL), _matmul(ZNVER4)
     log = RecordLog(tmp_path / "mm.jsonl")
@@ -276,7 +287,7 @@ def test_an_avx2_record_seeds_an_avx512_target(tmp_path: Path) -> None:
     log.append(recs)
     assert log.best(avx512.workload_key, avx512.target) == []
     assert log.records_for(avx512.workload_key, avx512.target) == []
-    tuner, batch = _first_round(avx512, log)
+    tuner, batch = _first_round(avx512, log, model)
     assert tuner.related == recs
     fastest = min(recs, key=lambda r: r.cost)
     # the record's schedule, replayed for the AVX-512 target, is among the first measured
@@ -306,7 +317,7 @@ def test_a_cuda_sm80_record_seeds_sm90(tmp_path: Path) -> None:
     log.append(recs)
     assert log.best(sm90.workload_key, sm90.target) == []
     assert log.related_records(sm90.workload_key, sm90.target) == recs
-    tuner, batch = _first_round(sm90, log)
+    tuner, batch = _first_round(sm90, log, _Random())
     for r in recs:
         assert ir_hash(sm90.lower(sm90.schedule(r.schedule_steps()))) in batch
 
