@@ -107,6 +107,11 @@ def target_keys(fp: dict[str, Any] | Target) -> TargetKeys:
     return backends.get(kind).target_keys(fp)
 
 
+def _target_key(target: Target, strict: bool) -> str:
+    keys = target_keys(target)
+    return keys.exact if strict else keys.key
+
+
 # How a record's target stands to the target looked up, closest first: measured on it (EXACT),
 # on another CPU of the same key (COMPATIBLE: they apply), with another thread count (THREADS:
 # they apply when the workload has nothing closer), on a related target (RELATED: they seed).
@@ -556,7 +561,7 @@ class ApplyHistoryBest:
             if rec is None:
                 self.missing.append(task)
         if self.missing:
-            listed = ", ".join(f"{t.name} (key {t.workload_key}, {fingerprint_key(t.target)})"
+            listed = ", ".join(f"{t.name} (key {t.workload_key}, {_target_key(t.target, strict)})"
                                for t in self.missing)
             warnings.warn(f"no tuning record in {self.log.path} for {len(self.missing)} of "
                           f"{len(self.tasks)} workloads: {listed}; using the default schedule",
