@@ -190,13 +190,19 @@ def _best_candidates(space: SearchSpace, records: Sequence[MeasureRecord], k: in
     out: list[Candidate] = []
     for r in sorted((r for r in records if r.ok and r.extra.get("candidate")),
                     key=lambda r: r.cost):
-        c = Candidate.from_dict(r.extra["candidate"])
-        c2 = _fit(space, c) if fit else c if _known(space, c) else None
-        if c2 is not None and c2 not in out:
-            out.append(c2)
+        c = _fitted(space, Candidate.from_dict(r.extra["candidate"]), fit)
+        if c is not None and c not in out:
+            out.append(c)
             if len(out) >= k:
                 break
     return out
+
+
+def _fitted(space: SearchSpace, c: Candidate, fit: bool) -> Candidate | None:
+    """``c`` if it fits ``space``; else, with ``fit``, ``_fit(space, c)``; else None."""
+    if _known(space, c):
+        return c
+    return _fit(space, c) if fit else None
 
 
 def _fit(space: SearchSpace, c: Candidate) -> Candidate | None:
