@@ -68,6 +68,12 @@ def trial_budget(args: argparse.Namespace) -> tuple[int | None, int | None]:
     return trials, args.total_trials
 
 
+def add_strict_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict-target", action="store_true",
+                        help="apply only records of the very same target fingerprint (CPU name "
+                             "and whole feature list), not those of targets with the same key")
+
+
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     """The ``--shape NAME=D0,D1,...`` (or ``NAME=D0xD1x...``) options as {name: dims}."""
     out = {}

@@ -22,6 +22,7 @@ import numpy as np
 from autosched.cli.args import (
     ArgumentError,
     add_shape_option,
+    add_strict_target_option,
     add_tuning_options,
     positive,
     require_regular,
@@ -41,7 +42,8 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f} ms" if math.isfinite(s) else "n/a"
 
 
-def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike) -> tuple[str, float]:
+def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
+               strict_target: bool = False) -> tuple[str, float]:
     """Per task: trials, best latency, weight; and the estimated end-to-end latency (sum of
     weight x best; inf while a task has no successful record)."""
     from autosched.search.record import RecordLog
@@ -50,7 +52,7 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike) -> 
     lines = [f"  {'task':34s} {'w':>3s} {'trials':>6s} {'best':>12s} {'w x best':>12s}"]
     total = 0.0
     for t, w in zip(tasks, weights):
-        recs = rl.records_for(t.workload_key, t.target) if rl else []
+        recs = rl.records_for(t.workload_key, t.target, strict_target) if rl else []
         ok = [r.cost for r in recs if r.ok]
         best = min(ok) if ok else math.inf
         total += w * best
@@ -82,7 +84,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     def show(done: int) -> None:
         nonlocal shown
         print(f"{done} new trials ({time.perf_counter() - start:.0f} s)")
-        print(task_table(tasks, weights, log)[0], flush=True)
+        print(task_table(tasks, weights, log, args.strict_target)[0], flush=True)
         shown = done
 
     def report(done: int) -> None:
@@ -92,6 +94,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             show(done)
 
     tune(tasks, trials, log, total_trials=total, weights=weights, on_round=report,
+         strict_target=args.strict_target,
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if measured != shown:  # the last rounds since the last table
         show(measured)
@@ -111,7 +114,8 @@ def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
     from autosched.graph.compiler import compile
 
     graph = _graph(args)
-    return compile(graph, target=args.target, log=args.log), graph
+    return compile(graph, target=args.target, log=args.log,
+                   strict_target=args.strict_target), graph
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -120,7 +124,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     t0 = time.perf_counter()
-    model = compile(graph, target=args.target, log=args.log)
+    model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target)
     path = export(model, args.output, name=args.name)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "
@@ -220,6 +224,7 @@ def add_subcommands(sub: Any) -> None:
         add_shape_option(p)
         if name != "inspect":
             p.add_argument("--log", default=None, help="tuning log (JSON lines)")
+            add_strict_target_option(p)
         if name == "tune":
             add_tuning_options(p, trials=200)
             add_plot_option(p)

@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from autosched.cli.args import add_tuning_options, positive, trial_budget
+from autosched.cli.args import add_strict_target_option, add_tuning_options, positive, trial_budget
 from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
 
 
@@ -35,11 +35,11 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
     task = _op_task(args)
     log = args.log or RecordLog.default_path(task.name, task.target)
     trials, total = trial_budget(args)
-    best = tune(task, trials, log, total_trials=total,
+    best = tune(task, trials, log, total_trials=total, strict_target=args.strict_target,
                 options=TuneOptions(batch_size=args.batch_size, seed=args.seed))[task.name]
     if math.isfinite(best):
         print(f"{task.name}: best {best * 1e3:.3f} ms, {task.flop_count / best / 1e9:.1f} GFLOPS; log {log}")
-        print(best_schedule(task, log).to_python() or "# the default schedule (no steps) was fastest")
+        print(best_schedule(task, log, args.strict_target).to_python() or "# the default schedule (no steps) was fastest")
         if args.plot:
             write_curves([log], args.plot)
         return 0
@@ -51,7 +51,7 @@ def cmd_best_op(args: argparse.Namespace) -> int:
     from autosched.search.tune import best_schedule
 
     task = _op_task(args)
-    print(best_schedule(task, args.log).to_python())
+    print(best_schedule(task, args.log, args.strict_target).to_python())
     return 0
 
 
@@ -64,6 +64,7 @@ def add_subcommands(sub: Any) -> None:
         p.add_argument("sizes", type=positive, nargs="+", help="the operator's sizes, e.g. M N K")
         p.add_argument("--target", default="llvm")
         p.add_argument("--log", default=None)
+        add_strict_target_option(p)
         add_tuning_options(p, trials=64)
         if name == "tune-op":
             add_plot_option(p)

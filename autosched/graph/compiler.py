@@ -206,11 +206,12 @@ def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int = 1000,
     return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
 
 
-def _schedule_for(task: Task, records: Any, tgt: Target) -> tuple[Any, bool]:
+def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False
+                  ) -> tuple[Any, bool]:
     from autosched.search.space import SearchSpace
 
     if records is not None:
-        best = records.best(task.workload_key, tgt)
+        best = records.best(task.workload_key, tgt, strict=strict)
         if best:
             try:
                 return task.schedule(best[0].schedule_steps()), True
@@ -221,9 +222,10 @@ def _schedule_for(task: Task, records: Any, tgt: Target) -> tuple[Any, bool]:
 
 
 def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
-            log: str | os.PathLike | None = None) -> Any:
+            log: str | os.PathLike | None = None, strict_target: bool = False) -> Any:
     """Compile a graph: each fused group with its best record in ``log`` (the untuned default
-    schedule when there is none, with a warning listing those tasks). Returns a CompiledModel
+    schedule when there is none, with a warning listing those tasks); records of targets with
+    the same key apply, ``strict_target``: only those of the very same fingerprint. Returns a CompiledModel
     (modules on host arrays) or a CudaModel (a GPU's memory) with
     ``run({name: array}) -> [arrays]``.
 
@@ -248,7 +250,7 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
-            sch, tuned = _schedule_for(gt.task, records, tgt)
+            sch, tuned = _schedule_for(gt.task, records, tgt, strict_target)
             if not tuned:
                 untuned.append(gt.task.name)
             built[key] = gt.task.build(sch)

@@ -27,6 +27,7 @@ import errno
 import gzip
 import hashlib
 import json
+import logging
 import math
 import os
 import stat
@@ -49,6 +50,7 @@ from autosched.schedule.steps import (
 )
 from autosched.search.error_codes import ErrorCode
 from autosched.targets import backend as backends
+from autosched.targets.backend import TargetKeys
 from autosched.targets.target import Target
 from autosched.tir.ir import PrimFunc
 from autosched.version import __version__
@@ -66,6 +68,10 @@ MAX_GZ_BYTES = 4 << 30  # a gzipped log decompressing past this is refused (a zi
 HEADER_KEY = "target_header"
 GZIP_MAGIC = b"\x1f\x8b"
 
+_log = logging.getLogger(__name__)
+# (log, target, match level) already said: records of other targets applied
+_SAID: set[tuple[str, str, int]] = set()
+
 
 # -- target fingerprints ---------------------------------------------------------------------
 
@@ -73,31 +79,69 @@ GZIP_MAGIC = b"\x1f\x8b"
 def target_fingerprint(target: Target) -> dict[str, Any]:
     """What the measured code depended on, as the target's backend describes it (for llvm the
     triple, CPU, features, thread count and the llvmlite / LLVM versions; for cuda the arch and
-    the NVRTC and driver versions).
+    the NVRTC and driver versions). Records store it whole; lookups use its keys.
 
     Example::
 
         fp = target_fingerprint(parse("llvm"))   # {"kind": "llvm", "triple": "x86_64-...", ...}
-        fingerprint_key(fp)               # "llvm/x86_64-unknown-linux-gnu/znver4/f3a9c01d2/t2"
+        fingerprint_key(fp)               # "llvm/x86_64-linux/v512/avx,avx2,...,sse4.2/t2"
     """
     return target.backend.fingerprint(target)
 
 
 def fingerprint_key(fp: dict[str, Any] | Target) -> str:
-    """A short stable string for lookups: the fields that change which schedule is fastest
-    (kind, triple, CPU, features, threads / GPU arch), not library versions. A fingerprint read
-    from a log whose kind no backend knows keys as its kind alone.
+    """A short stable string for lookups: what changes the generated code (docs/TARGETS.md):
+    for llvm the architecture and OS, the vector width and ISA features the code generator uses
+    and the thread count; for cuda the arch. Not the CPU's name, not library versions. A
+    fingerprint read from a log whose kind no backend knows keys as its kind alone.
 
     Example::
 
         fingerprint_key(parse("cuda -arch=sm_90"))   # "cuda/sm_90"
+        fingerprint_key(parse("llvm -mcpu=znver4"))  # "llvm/x86_64-linux/v512/avx,...,sse4.2/t16"
+    """
+    return target_keys(fp).key
+
+
+def target_keys(fp: dict[str, Any] | Target) -> TargetKeys:
+    """The keys a record's target is matched by, from the whole fingerprint to its family
+    (backend.TargetKeys).
+
+    Example::
+
+        target_keys(parse("cuda -arch=sm_80")).family == target_keys(parse("cuda")).family
     """
     if isinstance(fp, Target):
         fp = target_fingerprint(fp)
     kind = str(fp.get("kind", ""))
     if kind not in backends.kinds():
-        return kind
-    return backends.get(kind).fingerprint_key(fp)
+        return TargetKeys(kind, kind, kind, kind)
+    return backends.get(kind).target_keys(fp)
+
+
+def _target_key(target: Target, strict: bool) -> str:
+    keys = target_keys(target)
+    return keys.exact if strict else keys.key
+
+
+# How a record's target stands to the target looked up, closest first: measured on it (EXACT),
+# on another CPU of the same key (COMPATIBLE: they apply), with another thread count (THREADS:
+# they apply when the workload has nothing closer), on a related target (RELATED: they seed).
+EXACT, COMPATIBLE, THREADS, RELATED = range(4)
+
+
+def target_match(have: TargetKeys, want: TargetKeys, strict: bool = False) -> int | None:
+    """How a record of target ``have`` matches target ``want`` (EXACT ... RELATED), or None
+    when they are not related. ``strict``: whatever is not EXACT is at most RELATED."""
+    if have.exact == want.exact:
+        return EXACT
+    if have.family != want.family:
+        return None
+    if strict:
+        return RELATED
+    if have.key == want.key:
+        return COMPATIBLE
+    return THREADS if have.isa == want.isa else RELATED
 
 
 def target_ref(fp: dict[str, Any]) -> str:
@@ -545,23 +589,72 @@ class RecordLog:
                           f"{known}: lines {shown}{more}", stacklevel=3)
         return out
 
-    def records_for(self, workload_key: str, target: Target | dict) -> list[MeasureRecord]:
-        """The measurements (errors included) of one workload on a matching target (a Target, or
-        a fingerprint read from a log); records cut short from outside (``transient``) measured
+    def records_for(self, workload_key: str, target: Target | dict, strict: bool = False
+                    ) -> list[MeasureRecord]:
+        """The measurements (errors included) of one workload on a target of the same key (a
+        Target, or a fingerprint read from a log): measured there or on another CPU that gets
+        the same code, which a line says once per log and target. ``strict``: the whole
+        fingerprint must match. Records cut short from outside (``transient``) measured
         nothing and are left out."""
-        key = fingerprint_key(target)
-        return [r for r in self.load() if r.workload_key == workload_key
-                and r.target_key == key and not r.transient]
+        want = target_keys(target)
+        applied = [(m, r) for m, r in self._matching(workload_key, want, strict)
+                   if m in (EXACT, COMPATIBLE)]
+        self._say_applied(applied, want)
+        return [r for _, r in applied]
 
-    def best(self, workload_key: str, target: Target | dict, k: int = 1
+    def related_records(self, workload_key: str, target: Target | dict, strict: bool = False
+                        ) -> list[MeasureRecord]:
+        """The measurements of one workload on related targets: the same family (another
+        vector ISA, another thread count, another GPU arch) but not the same key. They do not
+        count as the target's trials; they seed its search and its cost model."""
+        return [r for m, r in self._matching(workload_key, target_keys(target), strict)
+                if m in (THREADS, RELATED)]
+
+    def best(self, workload_key: str, target: Target | dict, k: int = 1, strict: bool = False
              ) -> list[MeasureRecord]:
-        """The ``k`` fastest successful records of ``workload_key`` on ``target``."""
-        ok = [r for r in self.records_for(workload_key, target) if r.ok]
-        return sorted(ok, key=lambda r: r.cost)[:k]
+        """The ``k`` fastest successful records of ``workload_key`` on a target of the same key
+        (``records_for``); when there are none, those of the same vector ISA with another thread
+        count (a line says so once per log and target). ``strict``: the whole fingerprint."""
+        want = target_keys(target)
+        ok = [(m, r) for m, r in self._matching(workload_key, want, strict) if r.ok]
+        applied = ([(m, r) for m, r in ok if m in (EXACT, COMPATIBLE)]
+                   or [(m, r) for m, r in ok if m == THREADS])
+        top = sorted(applied, key=lambda mr: mr[1].cost)[:k]
+        self._say_applied(top, want)
+        return [r for _, r in top]
 
-    def measured_ir_hashes(self, workload_key: str, target: Target | dict) -> set[str]:
+    def measured_ir_hashes(self, workload_key: str, target: Target | dict, strict: bool = False
+                           ) -> set[str]:
         """IR hashes already measured (with or without error): never measure them again."""
-        return {r.ir_hash for r in self.records_for(workload_key, target) if r.ir_hash}
+        return {r.ir_hash for r in self.records_for(workload_key, target, strict) if r.ir_hash}
+
+    def _matching(self, workload_key: str, want: TargetKeys, strict: bool
+                  ) -> list[tuple[int, MeasureRecord]]:
+        """(target_match level, record) of the workload's records on targets related to
+        ``want``, transient ones left out."""
+        out = []
+        for r in self.load():
+            if r.workload_key == workload_key and not r.transient:
+                m = target_match(target_keys(r.target), want, strict)
+                if m is not None:
+                    out.append((m, r))
+        return out
+
+    def _say_applied(self, applied: Iterable[tuple[int, MeasureRecord]], want: TargetKeys
+                     ) -> None:
+        """One line per log, target and kind of difference when records of another target
+        apply (not one per workload: a model has dozens)."""
+        for m, r in applied:
+            said = (str(self.path), want.exact, m)
+            if m == EXACT or said in _SAID:
+                continue
+            _SAID.add(said)
+            have = target_keys(r.target)
+            why = ("the same code" if m == COMPATIBLE else
+                   "the same vector ISA, another thread count, for workloads without a "
+                   "record of their own")
+            _log.warning("%s: applying records measured on %s to %s: %s (%s)", self.path,
+                         have.exact, want.exact, why, have.key if m == COMPATIBLE else have.isa)
 
     def __repr__(self) -> str:
         return f"RecordLog({str(self.path)!r})"
@@ -619,7 +712,7 @@ class ApplyHistoryBest:
     """
 
     def __init__(self, tasks: Sequence[Task] | Task, log: RecordLog | str | os.PathLike,
-                 candidates: int = 8):
+                 candidates: int = 8, strict: bool = False):
         from autosched.search.task import Task
 
         self.tasks = [tasks] if isinstance(tasks, Task) else list(tasks)
@@ -627,6 +720,7 @@ class ApplyHistoryBest:
         self.records: dict[int, MeasureRecord | None] = {}
         self.schedules: dict[int, Schedule] = {}
         self.missing: list[Task] = []
+        self.strict = strict
         for task in self.tasks:
             rec, sch = self._best_replay(task, candidates)
             self.records[id(task)] = rec
@@ -634,14 +728,15 @@ class ApplyHistoryBest:
             if rec is None:
                 self.missing.append(task)
         if self.missing:
-            listed = ", ".join(f"{t.name} (key {t.workload_key}, {fingerprint_key(t.target)})"
+            listed = ", ".join(f"{t.name} (key {t.workload_key}, {_target_key(t.target, strict)})"
                                for t in self.missing)
             warnings.warn(f"no tuning record in {self.log.path} for {len(self.missing)} of "
                           f"{len(self.tasks)} workloads: {listed}; using the default schedule",
                           stacklevel=2)
 
     def _best_replay(self, task: Task, candidates: int) -> tuple[MeasureRecord | None, Schedule]:
-        for rec in self.log.best(task.workload_key, task.target, k=candidates):
+        for rec in self.log.best(task.workload_key, task.target, k=candidates,
+                                 strict=self.strict):
             try:
                 return rec, task.schedule(rec.schedule_steps())
             except ScheduleError as exc:
@@ -660,17 +755,18 @@ class ApplyHistoryBest:
         return self.records[id(task)]
 
 
-def apply_history_best(tasks: Sequence[Task] | Task, log: RecordLog | str | os.PathLike
-                       ) -> dict[str, Schedule]:
+def apply_history_best(tasks: Sequence[Task] | Task, log: RecordLog | str | os.PathLike,
+                       strict_target: bool = False) -> dict[str, Schedule]:
     """{workload_key: best replayed schedule}, the default schedule where the log has none
-    (with a warning listing those workloads).
+    (with a warning listing those workloads). Records of targets with the same key apply
+    (``RecordLog.best``); ``strict_target`` applies only those of the very same fingerprint.
 
     Example::
 
         schedules = apply_history_best(tasks, "tuning_logs/resnet18-llvm.jsonl")
         mod = task.build(schedules[task.workload_key])
     """
-    best = ApplyHistoryBest(tasks, log)
+    best = ApplyHistoryBest(tasks, log, strict=strict_target)
     out: dict[str, Schedule] = {}
     for task in best.tasks:
         out.setdefault(task.workload_key, best.schedules[id(task)])

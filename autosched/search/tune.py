@@ -51,11 +51,19 @@ def _featurizer(target: Any):  # noqa: ANN202
     return lambda func: extract_features(func, target)
 
 
+# Records of related targets (another vector ISA or thread count, another GPU arch) seed a task:
+# the best SEEDS of their candidates are measured in its first rounds, and up to RELATED_TRAIN
+# of them train the cost model (each target its own ranking group).
+SEEDS = 8
+RELATED_TRAIN = 64
+
+
 class TaskTuner:
-    """The state of one task's search: its space, what the log already measured, the best."""
+    """The state of one task's search: its space, what the log already measured, the best.
+    ``strict``: only records of the very same target fingerprint count as measured here."""
 
     def __init__(self, task: Task, log: RecordLog, rng: np.random.Generator, opts: TuneOptions,
-                 lowerer: Any = None):
+                 lowerer: Any = None, strict: bool = False):
         from autosched.search.evolution import EvolutionConfig
 
         self.task = task
@@ -65,7 +73,10 @@ class TaskTuner:
             self.space, _featurizer(task.target), rng,
             EvolutionConfig(population=opts.population, generations=opts.generations), lowerer)
         self.target_key = fingerprint_key(task.target)
-        self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target)
+        self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target,
+                                                            strict)
+        self.related = log.related_records(task.workload_key, task.target, strict)
+        self.related_seeds = _best_candidates(self.space, self.related, SEEDS, fit=True)
         self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
         self.best_cost = min((r.cost for r in self.records), default=math.inf)
         self.history: list[float] = [self.best_cost] if self.records else []
@@ -79,19 +90,37 @@ class TaskTuner:
         return self.task.flop_count / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
 
     def seeds(self, k: int = 16) -> list[Candidate]:
-        ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")), key=lambda r: r.cost)
-        cands = (Candidate.from_dict(r.extra["candidate"]) for r in ok)
-        return [c for c in cands if _known(self.space, c)][:k]
+        """The evolution's starts: the best measured candidates, then those of related targets."""
+        own = _best_candidates(self.space, self.records, k)
+        return own + [c for c in self.related_seeds if c not in own][: max(k - len(own), 0)]
 
     def training_data(self) -> tuple[list[np.ndarray], list[float]]:
         """Features and normalised throughputs (best = 1) of this task's measured records."""
+        return self._scored(self.records, self.best_cost)
+
+    def related_training_data(self) -> dict[str, tuple[list[np.ndarray], list[float]]]:
+        """{related target key: (features, normalised throughputs)} of up to RELATED_TRAIN
+        successful records of related targets, spread from fastest to slowest (their costs
+        rank candidates within their target; they are not this target's)."""
+        by_key: dict[str, list[MeasureRecord]] = {}
+        for r in self.related:
+            if r.ok:
+                by_key.setdefault(r.target_key, []).append(r)
+        out = {}
+        for key, recs in by_key.items():
+            recs.sort(key=lambda r: r.cost)
+            step = max(1, len(recs) * len(by_key) // RELATED_TRAIN)
+            out[key] = self._scored(recs[::step], recs[0].cost)
+        return out
+
+    def _scored(self, records: Sequence[MeasureRecord], best: float
+                ) -> tuple[list[np.ndarray], list[float]]:
         feats, ys = [], []
-        best = self.best_cost
         cands = [Candidate.from_dict(r.extra["candidate"]) if r.extra.get("candidate") else None
-                 for r in self.records]
+                 for r in records]
         known = [c for c in cands if c is not None and _known(self.space, c)]
         lowered = dict(zip(known, self.search.concrete_many(known)))
-        for r, c in zip(self.records, cands):
+        for r, c in zip(records, cands):
             low = lowered.get(c) if c is not None else None
             if low is None or low.features is None or r.transient:  # transient: not measured
                 continue
@@ -113,14 +142,22 @@ class TaskTuner:
 
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
         batch = self.search.next_batch(n, model, self.measured, self.seeds())
+        first: list[Lowered] = []
         if not self.records:
             # the untuned defaults (the sketch's default candidate, and the plain schedule) are
             # measured in the first round, so tuning never ends worse than compiling untuned
-            first: list[Lowered] = []
-            for d in (self.search.concrete(self.space.default_candidate()), self._plain()):
-                if d is not None and all(d.ir_hash != f.ir_hash for f in first):
-                    first.append(d)
-            hashes = {d.ir_hash for d in first}
+            first = [d for d in (self.search.concrete(self.space.default_candidate()),
+                                 self._plain()) if d is not None]
+        # then the best of related targets, up to half of each round until all are measured
+        seeded = [s for s in self.search.concrete_many(self.related_seeds)
+                  if s is not None and s.ir_hash not in self.measured]
+        first += seeded[: max((n - len(first)) // 2, 1)]
+        if first:
+            unique: list[Lowered] = []
+            for f in first:
+                if all(f.ir_hash != u.ir_hash for u in unique):
+                    unique.append(f)
+            first, hashes = unique, {f.ir_hash for f in unique}
             batch = first + [b for b in batch if b.ir_hash not in hashes][: max(n - len(first), 0)]
         if not batch:
             return []
@@ -144,6 +181,47 @@ def _known(space: SearchSpace, c: Candidate) -> bool:
     if not space.knows(c):
         return False
     return all(_admits(k, v) for k, (_, v) in zip(space.sketches[c.sketch].knobs, c.params))
+
+
+def _best_candidates(space: SearchSpace, records: Sequence[MeasureRecord], k: int,
+                     fit: bool = False) -> list[Candidate]:
+    """The candidates of the ``k`` fastest successful records that fit ``space`` (``fit``:
+    knob values snapped to the space's, for records of another target)."""
+    out: list[Candidate] = []
+    for r in sorted((r for r in records if r.ok and r.extra.get("candidate")),
+                    key=lambda r: r.cost):
+        c = _fitted(space, Candidate.from_dict(r.extra["candidate"]), fit)
+        if c is not None and c not in out:
+            out.append(c)
+            if len(out) >= k:
+                break
+    return out
+
+
+def _fitted(space: SearchSpace, c: Candidate, fit: bool) -> Candidate | None:
+    """``c`` if it fits ``space``; else, with ``fit``, ``_fit(space, c)``; else None."""
+    if _known(space, c):
+        return c
+    return _fit(space, c) if fit else None
+
+
+def _fit(space: SearchSpace, c: Candidate) -> Candidate | None:
+    """``c`` with each choice its knob does not offer (a vector length of a wider ISA, say)
+    replaced by the nearest one it does; None when the sketch or a tile does not fit."""
+    from dataclasses import replace
+
+    if not space.knows(c):
+        return None
+    params = []
+    for knob, (name, v) in zip(space.sketches[c.sketch].knobs, c.params):
+        if not _admits(knob, v):
+            options = getattr(knob, "options", ())
+            if not isinstance(v, int) or not options or not all(
+                    isinstance(o, int) for o in options):
+                return None
+            v = min(options, key=lambda o: (abs(o - v), o))
+        params.append((name, v))
+    return replace(c, params=tuple(params))
 
 
 def _admits(knob: Any, value: Any) -> bool:
@@ -190,10 +268,11 @@ def _train(model: Any, tuners: Sequence[TaskTuner]) -> None:
     """Retrain on every task's records; each task is its own ranking group."""
     feats, ys, groups = [], [], []
     for t in tuners:
-        f, y = t.training_data()
-        feats += f
-        ys += y
-        groups += [t.task.workload_key] * len(f)
+        data = {"": t.training_data(), **t.related_training_data()}
+        for key, (f, y) in data.items():  # a related target's records: a group of their own
+            feats += f
+            ys += y
+            groups += [f"{t.task.workload_key}@{key}" if key else t.task.workload_key] * len(f)
     if len(feats) >= 8:
         model.fit(feats, ys, groups=groups)
 
@@ -212,6 +291,7 @@ def tune(
     measurer: Any = None,
     model: Any = None,
     on_round: Callable[[int], None] | None = None,
+    strict_target: bool = False,
     **measure_kwargs: Any,
 ) -> dict[str, float]:
     """Make ``trials`` new measurements of ``tasks`` (TVM's meaning; 200 when neither budget is
@@ -222,6 +302,11 @@ def tune(
     scheduler; ``on_round(measured)`` is called after each round with the count of new
     measurements so far (e.g. to print a per-task table). ``measure_kwargs`` override fields of
     ``options.measure`` (protocol.MeasureOptions).
+
+    Records of targets with the same key (another CPU name, the same vector ISA and threads)
+    count as measured here; records of related targets (another vector ISA or thread count,
+    another GPU arch) seed the first rounds and the cost model. ``strict_target``: only records
+    of the very same target fingerprint count, all others of its family seed.
 
     Example::
 
@@ -235,7 +320,7 @@ def tune(
             raise ValueError(f"{name} must be at least 0, got {value}")
     record_log = RecordLog(log if log is not None else _default_log(task_list))
     record_log.check_writable()  # before any measurement: an unwritable log would lose them
-    logged = [record_log.records_for(t.workload_key, t.target) for t in task_list]
+    logged = [record_log.records_for(t.workload_key, t.target, strict_target) for t in task_list]
     done = sum(len(recs) for recs in logged)
     budget = _budget(trials, total_trials, done)
     if budget == 0:
@@ -248,7 +333,8 @@ def tune(
         from autosched.search.measure import Measurer
 
         measurer = Measurer(task_list[0].target, opts.measure, **measure_kwargs)
-    tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t)) for t in task_list]
+    tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t), strict_target)
+              for t in task_list]
     if model is None:
         model = _make_model()
     _train(model, tuners)
@@ -328,11 +414,12 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
     return tqdm(total=total, desc="new trials", unit="trial")
 
 
-def best_schedule(task: Task, log: str | os.PathLike) -> Any:
-    """The best recorded schedule of ``task`` (the default one, with a warning, if none)."""
-    return ApplyHistoryBest([task], RecordLog(log)).schedule_for(task)
+def best_schedule(task: Task, log: str | os.PathLike, strict_target: bool = False) -> Any:
+    """The best recorded schedule of ``task`` (the default one, with a warning, if none);
+    ``strict_target``: only records of the very same target fingerprint."""
+    return ApplyHistoryBest([task], RecordLog(log), strict=strict_target).schedule_for(task)
 
 
-def build_best(task: Task, log: str | os.PathLike) -> Any:
+def build_best(task: Task, log: str | os.PathLike, strict_target: bool = False) -> Any:
     """Build ``task`` with its best recorded schedule from ``log``."""
-    return task.build(best_schedule(task, log))
+    return task.build(best_schedule(task, log, strict_target))

@@ -134,6 +134,27 @@ class WallClockModule:
                             warmup=warmup, min_repeat_ms=min_repeat_ms)
 
 
+@dataclass(frozen=True)
+class TargetKeys:
+    """How closely a tuning record's target matches another, from the most exact to the
+    loosest: records of an equal ``exact`` or ``key`` apply (``--strict-target``: only
+    ``exact``); of an equal ``isa`` apply when the workload has no record of the key; of an
+    equal ``family`` seed the search.
+
+    Example (llvm)::
+
+        exact   llvm/x86_64-unknown-linux-gnu/znver4/f3a9c01d2/t2   triple, CPU, all features
+        key     llvm/x86_64-linux/v512/avx,avx2,...,fma,sse4.2/t2  what changes the code
+        isa     llvm/x86_64-linux/v512/avx,avx2,...,fma,sse4.2     the key less its threads
+        family  llvm/x86_64-linux                                  related targets
+    """
+
+    exact: str
+    key: str
+    isa: str
+    family: str
+
+
 class DeviceMemory(Protocol):
     """Where a backend's arguments live when they are not host arrays (a GPU's memory)."""
 
@@ -169,8 +190,13 @@ class Backend:
         return {"kind": self.kind, "target": str(target)}
 
     def fingerprint_key(self, fp: dict[str, Any]) -> str:
-        """The fields of a fingerprint that change which schedule is fastest, as a short key."""
-        return self.kind
+        """What changes the generated code (and so which schedule is fastest), as a short key:
+        records of the same key apply to each other's targets."""
+        return self.target_keys(fp).key
+
+    def target_keys(self, fp: dict[str, Any]) -> TargetKeys:
+        """The keys records are matched by, from the whole target to its family."""
+        return TargetKeys(exact=self.kind, key=self.kind, isa=self.kind, family=self.kind)
 
     def unfit(self, func: PrimFunc, target: Target) -> str | None:
         """Why a lowered candidate cannot run on ``target`` (the search drops it), or None."""

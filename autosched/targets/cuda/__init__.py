@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 from autosched.errors import CompileError
-from autosched.targets.backend import Backend, DeviceMemory, Module, register
+from autosched.targets.backend import Backend, DeviceMemory, Module, TargetKeys, register
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.target import Target
 from autosched.te.expr import Const
@@ -90,8 +90,11 @@ class CudaBackend(Backend):
         """The arch and the NVRTC and driver versions (when this machine has them)."""
         return {**super().fingerprint(target), "arch": target.arch, **_versions()}
 
-    def fingerprint_key(self, fp: dict[str, Any]) -> str:
-        return f"cuda/{fp.get('arch', '')}"
+    def target_keys(self, fp: dict[str, Any]) -> TargetKeys:
+        """Keyed by the arch (``cuda/sm_90``): NVRTC compiles for it and nothing else about the
+        GPU changes the code; every other arch is related (its records seed the search)."""
+        key = f"cuda/{fp.get('arch', '')}"
+        return TargetKeys(exact=key, key=key, isa=key, family=self.kind)
 
     def unfit(self, func: ir.PrimFunc, target: Target) -> str | None:
         need = shared_bytes(func)

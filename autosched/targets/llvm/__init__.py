@@ -20,10 +20,13 @@ import functools
 import hashlib
 from typing import Any
 
-from autosched.targets.backend import Backend, register
+from autosched.targets.backend import Backend, TargetKeys, register
+from autosched.targets.host import _vector_bits as vector_bits
+from autosched.targets.host import _vector_registers as vector_registers
 from autosched.targets.host import cpu_target_fields
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
+from autosched.targets.llvm.cpu_features import key_features
 from autosched.targets.llvm.library import InProcess, LibrarySpec, jit_library
 from autosched.targets.llvm.runtime import CPUModule, HostModule
 from autosched.targets.target import Target
@@ -51,7 +54,13 @@ class LLVMBackend(Backend):
     exports = True
 
     def target(self, options: tuple[tuple[str, str], ...]) -> Target:
-        return Target(self.kind, options, device="cpu", **cpu_target_fields(dict(options)))
+        fields = cpu_target_fields(dict(options))
+        feats = key_features(fields["triple"], fields["cpu"], fields["features"])
+        if feats is not None:  # the vector ISA LLVM generates for: what the CPU implies too
+            isa = ",".join(f"+{f}" for f in feats)
+            fields.update(vector_bits=vector_bits(fields["triple"], fields["cpu"], isa),
+                          vector_registers=vector_registers(fields["triple"], isa))
+        return Target(self.kind, options, device="cpu", **fields)
 
     def build(self, func: PrimFunc, target: Target) -> CPUModule:
         return build_module(func, target)
@@ -62,11 +71,13 @@ class LLVMBackend(Backend):
                 "features": target.features, "num_cores": target.num_cores,
                 **_versions()}
 
-    def fingerprint_key(self, fp: dict[str, Any]) -> str:
-        """llvm/<triple>/<cpu>/f<hash of the sorted features>/t<threads>"""
-        feats = ",".join(sorted(f for f in str(fp.get("features", "")).split(",") if f))
-        fhash = hashlib.sha256(feats.encode()).hexdigest()[:9]
-        return f"llvm/{fp.get('triple', '')}/{fp.get('cpu', '')}/f{fhash}/t{fp.get('num_cores', 0)}"
+    def target_keys(self, fp: dict[str, Any]) -> TargetKeys:
+        """The key: the triple's architecture and OS, the vector width and key features
+        (cpu_features.KEY_FEATURES) and the thread count, e.g.
+        ``llvm/x86_64-linux/v512/avx,avx2,avx512bf16,...,fma,sse4.2/t16``. The exact key adds
+        the triple, CPU name and whole feature string."""
+        return _target_keys(str(fp.get("triple", "")), str(fp.get("cpu", "")),
+                            str(fp.get("features", "")), str(fp.get("num_cores", 0)))
 
     def jit_library(self, spec: LibrarySpec) -> InProcess | None:
         """A whole model's glue JIT-compiled over its kernels' code in this process (the
@@ -75,6 +86,30 @@ class LLVMBackend(Backend):
 
     def preload(self) -> None:
         load_runtime_libraries()
+
+
+# the OS part of a triple (darwin and macosx versions dropped); vendor and environment are left
+# out of keys: they do not change a kernel's code
+_OSES = ("linux", "windows", "darwin", "macos", "ios", "freebsd", "netbsd", "openbsd", "android",
+         "none")
+
+
+@functools.lru_cache(maxsize=256)
+def _target_keys(triple: str, cpu: str, features: str, threads: str) -> TargetKeys:
+    parts = triple.split("-")
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(parts[0], parts[0])
+    os_name = next((o for p in parts[1:] for o in _OSES if p.startswith(o)), "unknown")
+    family = f"llvm/{arch}-{'macos' if os_name == 'darwin' else os_name}"
+    feats = key_features(triple, cpu, features)
+    if feats is None:  # a CPU named without features that the table does not know
+        isa = f"{family}/cpu={cpu}"
+    else:
+        bits = vector_bits(triple, cpu, ",".join(f"+{f}" for f in feats))
+        isa = f"{family}/v{bits}/{','.join(feats) or 'base'}"
+    listed = ",".join(sorted(f for f in features.split(",") if f))
+    fhash = hashlib.sha256(listed.encode()).hexdigest()[:9]
+    return TargetKeys(exact=f"llvm/{triple}/{cpu}/f{fhash}/t{threads}", key=f"{isa}/t{threads}",
+                      isa=isa, family=family)
 
 
 @functools.cache
