@@ -246,9 +246,10 @@ def test_tune_counts_a_renamed_cpus_records_unless_strict(tmp_path: Path) -> Non
     _, renamed, log, recs = _renamed_log(tmp_path / "mm.jsonl", 3)
     measurer = _Measurer(np.random.default_rng())
     opts = TuneOptions(verbose=False, batch_size=8)
-    tune(renamed, trials=3, log=log.path, measurer=measurer, model=_Untrained(), options=opts)
+    tune(renamed, total_trials=3, log=log.path, measurer=measurer, model=_Untrained(),
+         options=opts)
     assert measurer.batches == []  # the budget is spent: the records count as this target's
-    tune(renamed, trials=8, log=log.path, measurer=measurer, model=_Untrained(), options=opts,
+    tune(renamed, total_trials=8, log=log.path, measurer=measurer, model=_Untrained(), options=opts,
          strict_target=True)
     (batch,) = measurer.batches  # strict: they only seed, and are measured again first
     assert len(batch) == 8
