@@ -35,7 +35,7 @@ from autosched.errors import AutoschedError, MeasureError
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import MeasureResult, _error
-from autosched.search.measure_worker import compare, random_inputs
+from autosched.search.measure_worker import compare, random_inputs, unwritten_output
 from autosched.search.protocol import MeasureOptions
 from autosched.search.task import Task
 from autosched.targets.target import Target
@@ -220,15 +220,7 @@ class EmulatedMeasurer:
         from autosched.tir.params import bind_arrays
 
         lib = mod.export_library(self._dir / f"{name}.so")
-        args = []
-        for t, x in zip(task.args, inputs):
-            if x is not None:
-                args.append(x)
-                continue
-            dtype = np.dtype(t.dtype)
-            arr = np.empty(tuple(int(d) for d in t.shape), dtype)
-            arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
-            args.append(arr)
+        args = [x if x is not None else unwritten_output(t) for t, x in zip(task.args, inputs)]
         sig = mod.signature
         sizes = bind_arrays(mod.entry_name, sig.params, args, frozenset())
         if len(args) + len(sig.sym_vars) > MAX_ARGS:

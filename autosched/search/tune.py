@@ -29,6 +29,7 @@ from autosched.search.record import (
     fingerprint_key,
     records_from,
 )
+from autosched.search.runner import Runner, make_runner
 from autosched.search.space import Candidate, Lowered, SearchSpace
 from autosched.search.task import Task
 
@@ -67,7 +68,8 @@ class TaskTuner:
         self.target_key = fingerprint_key(task.target)
         self.records: list[MeasureRecord] = log.records_for(task.workload_key, task.target)
         self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
-        self.best_cost = min((r.cost for r in self.records), default=math.inf)
+        self.best_cost = min((r.cost for r in self.records if not _emulated(r)),
+                             default=math.inf)
         self.history: list[float] = [self.best_cost] if self.records else []
 
     @property
@@ -79,7 +81,8 @@ class TaskTuner:
         return self.task.flop_count / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
 
     def seeds(self, k: int = 16) -> list[Candidate]:
-        ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")), key=lambda r: r.cost)
+        ok = sorted((r for r in self.records if r.ok and r.extra.get("candidate")
+                     and not _emulated(r)), key=lambda r: r.cost)
         cands = (Candidate.from_dict(r.extra["candidate"]) for r in ok)
         return [c for c in cands if _known(self.space, c)][:k]
 
@@ -93,7 +96,8 @@ class TaskTuner:
         lowered = dict(zip(known, self.search.concrete_many(known)))
         for r, c in zip(self.records, cands):
             low = lowered.get(c) if c is not None else None
-            if low is None or low.features is None or r.transient:  # transient: not measured
+            # transient: not measured; emulated: checked, but its time says nothing of speed
+            if low is None or low.features is None or r.transient or _emulated(r):
                 continue
             feats.append(low.features)
             ys.append(best / r.cost if r.ok and math.isfinite(best) else 0.0)
@@ -126,16 +130,24 @@ class TaskTuner:
             return []
         schedules = [self.search.schedule_of(b) for b in batch]
         results = measurer.measure(self.task, schedules)
-        recs = records_from(self.task, schedules, results, [_extra(self.space, b) for b in batch])
+        extras = [_extra(self.space, b) | ({"emulated": True} if res.emulated else {})
+                  for b, res in zip(batch, results)]
+        recs = records_from(self.task, schedules, results, extras)
         recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
         self.log.append(recs)
         self.records.extend(recs)
         for r, b in zip(recs, batch):
             self.measured.add(b.ir_hash)
-            if r.ok and r.cost < self.best_cost:
+            if r.ok and not _emulated(r) and r.cost < self.best_cost:
                 self.best_cost = r.cost
         self.history.append(self.best_cost)
         return recs
+
+
+def _emulated(r: MeasureRecord) -> bool:
+    """Whether ``r`` ran under an emulator: it checked the candidate's output, and its costs
+    (seconds of emulation) are never taken as the candidate's speed."""
+    return r.extra.get("emulated") is True
 
 
 def _known(space: SearchSpace, c: Candidate) -> bool:
@@ -206,6 +218,7 @@ def tune(
     weights: Sequence[float] | None = None,
     options: TuneOptions | None = None,
     measurer: Any = None,
+    runner: Runner | str | None = None,
     model: Any = None,
     on_round: Callable[[int], None] | None = None,
     **measure_kwargs: Any,
@@ -214,16 +227,34 @@ def tune(
     rerunning the same command resumes and measures nothing twice). Returns the best seconds
     per task name. Several tasks share the trials through the gradient task scheduler;
     ``on_round(trials_done)`` is called after each round (e.g. to print a per-task table).
-    ``measure_kwargs`` override fields of ``options.measure`` (protocol.MeasureOptions)."""
+    ``measure_kwargs`` override fields of ``options.measure`` (protocol.MeasureOptions).
+
+    ``runner`` says where candidates are measured (search/runner.py): "local" (the default:
+    worker processes on this machine), "ray" or "ray://HOST:PORT" (the nodes of a Ray cluster
+    that advertise the target), or a runner object (``measurer`` is its older name). A runner
+    this call makes, it closes. Candidates measured only under an emulator (an aarch64 board
+    emulated by qemu) are recorded with ``extra.emulated``: they count as checked and measured
+    trials, but their times never become the task's best nor train the cost model, so such a
+    job returns inf for its tasks."""
     task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
     opts = options or TuneOptions()
     record_log = RecordLog(log if log is not None else _default_log(task_list))
     record_log.check_writable()  # before any measurement: an unwritable log would lose them
     rng = np.random.default_rng(opts.seed)
-    if measurer is None:
-        from autosched.search.measure import Measurer
+    if runner is None:
+        runner = measurer
+    if runner is not None and not isinstance(runner, str):
+        return _tune(task_list, trials, record_log, rng, weights, opts, runner, model, on_round)
+    made = make_runner(runner, task_list[0].target, opts.measure, **measure_kwargs)
+    try:
+        return _tune(task_list, trials, record_log, rng, weights, opts, made, model, on_round)
+    finally:
+        made.close()
 
-        measurer = Measurer(task_list[0].target, opts.measure, **measure_kwargs)
+
+def _tune(task_list: list[Task], trials: int, record_log: RecordLog, rng: np.random.Generator,
+          weights: Sequence[float] | None, opts: TuneOptions, measurer: Any, model: Any,
+          on_round: Callable[[int], None] | None) -> dict[str, float]:
     tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t)) for t in task_list]
     if model is None:
         model = _make_model()
