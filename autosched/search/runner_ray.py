@@ -61,7 +61,8 @@ class MeasureActor:
 
     def where(self) -> str:
         """Which node and process this actor is (for logs and tests)."""
-        return f"{socket.gethostname()} pid {os.getpid()}"
+        node = ray.get_runtime_context().get_node_id()
+        return f"{socket.gethostname()} node {node} pid {os.getpid()}"
 
     def run(self, task: Task, artifact: P.Artifact) -> MeasureResult:
         # the first copy of a task stays: the Measurer keeps its inputs and reference by task
@@ -140,16 +141,16 @@ class RayRunner:
 
         with RayRunner(parse("llvm"), address="ray://head:10001") as r:
             results = r.measure(task, schedules)      # list[MeasureResult], same order
-        r.measured_on       # Counter: candidates measured per actor ("host pid N")
+        r.measured_on       # Counter: candidates measured per actor ("host node ID pid N")
 
     ``address`` None connects to the cluster on this machine or the one RAY_ADDRESS names,
-    else starts a local one whose node advertises ``target``. ``on_dispatch(n)`` (tests) is
-    called after the n-th candidate is handed to an actor.
+    else starts a local one whose node advertises ``target``. ``on_dispatch(n, where)`` (tests)
+    is called after the n-th candidate is handed to the actor at ``where``.
     """
 
     def __init__(self, target: Target | None = None, options: MeasureOptions | None = None,
                  address: str | None = None, *, start_timeout: float = STARTUP_TIMEOUT,
-                 on_dispatch: Callable[[int], None] | None = None, **overrides: Any):
+                 on_dispatch: Callable[[int, str], None] | None = None, **overrides: Any):
         self.target = target
         self.options = replace(options or MeasureOptions(), **overrides)
         self.start_timeout = start_timeout
@@ -223,7 +224,7 @@ class RayRunner:
                 inflight[ref] = (actor, i, time.monotonic() + limit)
                 self.dispatched += 1
                 if self.on_dispatch is not None:
-                    self.on_dispatch(self.dispatched)
+                    self.on_dispatch(self.dispatched, pool.live[actor])
             if not inflight:  # every actor died: start others where the resource is left
                 pool = self._pool(task.target)
                 continue
