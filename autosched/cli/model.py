@@ -84,6 +84,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         last = done
 
     tune(tasks, trials=args.trials, log=log, weights=weights, on_round=report,
+         runner=args.runner,
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if args.plot:
         write_curves([log], args.plot, {t.workload_key: w for t, w in zip(tasks, weights)},
