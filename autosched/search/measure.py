@@ -51,7 +51,7 @@ import tempfile
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -319,11 +319,14 @@ class Measurer:
         return done
 
     def build(self, task: Task, candidates: Sequence[Schedule | Sequence[Step]], *,
-              test_hooks: Mapping[int, str] | None = None
+              test_hooks: Mapping[int, str] | None = None,
+              on_built: Callable[[P.Artifact], None] | None = None
               ) -> tuple[list[P.Artifact], list[MeasureResult | None]]:
         """Build each candidate in the build workers: the artifacts of those that built (what a
         run worker, here or on another machine, needs to run them), and one result per
-        candidate, set for those that failed to build (None for the built ones)."""
+        candidate, set for those that failed to build (None for the built ones).
+        ``on_built(artifact)`` is called as each one is built (to ship it while others
+        build)."""
         self._set_target(self._check_target(task))
         step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
                       for c in candidates]
@@ -332,7 +335,7 @@ class Measurer:
             return [], results
         with _quiet_parent_threads():
             built = self._build_all(self._token(task), step_lists, dict(test_hooks or {}),
-                                    results)
+                                    results, on_built)
         return built, results
 
     def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
@@ -471,7 +474,8 @@ class Measurer:
         self._builders[slot] = None
 
     def _build_all(self, token: int, step_lists: list[list[dict]], hooks: dict[int, str],
-                   results: list[MeasureResult | None]) -> list[P.Artifact]:
+                   results: list[MeasureResult | None],
+                   on_built: Callable[[P.Artifact], None] | None = None) -> list[P.Artifact]:
         queue = deque(range(len(step_lists)))
         busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
         built: list[P.Artifact] = []
@@ -526,6 +530,8 @@ class Measurer:
                     continue
                 if isinstance(msg, P.Built):
                     built.append(P.Artifact(idx, msg.ir_hash, msg.build_time, msg.artifact))
+                    if on_built is not None:
+                        on_built(built[-1])
                 elif isinstance(msg, P.Bug):
                     self._bug(f"building candidate {idx}", msg.traceback)
                 else:

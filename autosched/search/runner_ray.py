@@ -47,6 +47,7 @@ from autosched.search.protocol import MeasureOptions
 from autosched.search.runner import needs_emulation, resource_name
 from autosched.search.task import Task
 from autosched.targets.target import Target, parse
+from autosched.version import __version__
 
 ATTEMPTS = 3  # a candidate whose actor dies this many times is recorded as cut short
 
@@ -59,10 +60,11 @@ class MeasureActor:
         self._measurers: dict[str, Any] = {}
         self._tasks: dict[tuple[str, str], Task] = {}
 
-    def where(self) -> str:
-        """Which node and process this actor is (for logs and tests)."""
+    def hello(self) -> tuple[str, str]:
+        """Which node and process this actor is (for logs and tests), and its autosched
+        version (artifacts are pickled modules: both sides must run the same autosched)."""
         node = ray.get_runtime_context().get_node_id()
-        return f"{socket.gethostname()} node {node} pid {os.getpid()}"
+        return f"{socket.gethostname()} node {node} pid {os.getpid()}", __version__
 
     def run(self, task: Task, artifact: P.Artifact) -> MeasureResult:
         # the first copy of a task stays: the Measurer keeps its inputs and reference by task
@@ -97,15 +99,16 @@ class _Pool:
         self.options = options
         self.live: dict[Any, str] = {}           # actor -> where it runs
         self.starting: dict[Any, Any] = {}       # ready ref -> actor
+        self.stale: set[str] = set()             # nodes that run another autosched version
 
     def top_up(self) -> None:
         """Start an actor for each unit of the resource the cluster has beyond ours."""
         units = int(ray.cluster_resources().get(self.resource, 0))
-        for _ in range(units - len(self.live) - len(self.starting)):
+        for _ in range(units - len(self.live) - len(self.starting) - len(self.stale)):
             actor = RemoteActor.options(
                 num_cpus=0, resources={self.resource: 1}, max_restarts=0,
                 max_task_retries=0).remote(self.options)
-            self.starting[actor.where.remote()] = actor
+            self.starting[actor.hello.remote()] = actor
 
     def admit(self, timeout: float) -> None:
         """Move the actors that have started into ``live``, waiting up to ``timeout`` s."""
@@ -116,9 +119,14 @@ class _Pool:
         for ref in ready:
             actor = self.starting.pop(ref)
             try:
-                self.live[actor] = ray.get(ref)
+                where, version = ray.get(ref)
             except RayActorError:  # died while starting (its node went away)
-                pass
+                continue
+            if version != __version__:
+                self.stale.add(where)
+                ray.kill(actor)
+                continue
+            self.live[actor] = where
 
     def drop(self, actor: Any) -> None:
         self.live.pop(actor, None)
@@ -164,10 +172,11 @@ class RayRunner:
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """Build here, measure on the cluster; one result per candidate, in order."""
-        built, results = self._builder.build(task, candidates)
-        if built:
-            for b, res in zip(built, self._run(task, built)):
-                results[b.index] = res
+        batch = self._batch(task)
+        # each candidate goes to an actor as soon as it is built, while the others build
+        _, results = self._builder.build(task, candidates, on_built=batch.add)
+        for index, res in batch.finish().items():
+            results[index] = res
         done = [r for r in results if r is not None]
         assert len(done) == len(results), "every candidate is built and run, or failed"
         return done
@@ -199,66 +208,97 @@ class RayRunner:
         if not pool.live:
             pool.admit(self.start_timeout)
         if not pool.live:
+            stale = (f"; these run another autosched than {__version__}: "
+                     f"{', '.join(sorted(pool.stale))}" if pool.stale else "")
             raise MeasureError(
                 f"no node of the Ray cluster measures {target}: none advertises {resource} or "
                 f"its actors did not start in {self.start_timeout:g} s; join one with ray start "
-                f"--resources='{{\"{resource}\": 1}}'")
+                f"--resources='{{\"{resource}\": 1}}'{stale}")
         return pool
 
-    def _run(self, task: Task, built: list[P.Artifact]) -> list[MeasureResult]:
-        pool = self._pool(task.target)
-        task_ref = ray.put(task)
-        queue = deque(range(len(built)))
-        out: list[MeasureResult | None] = [None] * len(built)
-        attempts: Counter[int] = Counter()
-        inflight: dict[Any, tuple[Any, int, float]] = {}  # ref -> (actor, position, deadline)
-        limit = (STARTUP_TIMEOUT + self.options.reference_timeout
-                 + self.options.run_timeout * (self.options.repeat + 3))
-        while queue or inflight:
-            busy = {a for a, _, _ in inflight.values()}
-            for actor in [a for a in pool.live if a not in busy]:
-                if not queue:
-                    break
-                i = queue.popleft()
-                ref = actor.run.remote(task_ref, built[i])
-                inflight[ref] = (actor, i, time.monotonic() + limit)
-                self.dispatched += 1
-                if self.on_dispatch is not None:
-                    self.on_dispatch(self.dispatched, pool.live[actor])
-            if not inflight:  # every actor died: start others where the resource is left
-                pool = self._pool(task.target)
-                continue
-            soonest = min(d for _, _, d in inflight.values())
-            ready, _ = ray.wait(list(inflight), num_returns=1,
-                                timeout=max(0.0, soonest - time.monotonic()))
-            for ref in ready:
-                actor, i, _ = inflight.pop(ref)
-                try:
-                    out[i] = ray.get(ref)
-                    self.measured_on[pool.live.get(actor, "?")] += 1
-                except RayActorError as exc:  # the actor or its node died: requeue its candidate
-                    pool.drop(actor)
-                    self._retry(i, attempts, queue, out, f"the measuring actor died ({exc})")
-            now = time.monotonic()
-            for ref, (actor, i, deadline) in list(inflight.items()):
-                if now >= deadline:  # a node that stopped answering without dying
-                    inflight.pop(ref)
-                    pool.drop(actor)
-                    self._retry(i, attempts, queue, out, f"no answer in {limit:g} s")
-            if inflight or queue:
-                pool.top_up()
-                pool.admit(0.0)
-        return [r for r in out if r is not None]
+    def _batch(self, task: Task) -> _Batch:
+        return _Batch(self, task, self._pool(task.target))
 
-    def _retry(self, i: int, attempts: Counter[int], queue: deque[int],
-               out: list[MeasureResult | None], why: str) -> None:
-        attempts[i] += 1
-        if attempts[i] < ATTEMPTS:
-            self.requeued += 1
-            queue.appendleft(i)
+
+class _Batch:
+    """One batch on its way through the actors: candidates are added as they are built and
+    handed to idle actors; the candidate of an actor that dies is queued again."""
+
+    def __init__(self, runner: RayRunner, task: Task, pool: _Pool):
+        self.runner, self.task, self.pool = runner, task, pool
+        self.task_ref = ray.put(task)
+        self.queue: deque[P.Artifact] = deque()
+        self.out: dict[int, MeasureResult] = {}  # by Artifact.index
+        self.attempts: Counter[int] = Counter()
+        self.inflight: dict[Any, tuple[Any, P.Artifact, float]] = {}  # ref -> (actor, b, due)
+        opts = runner.options
+        self.limit = STARTUP_TIMEOUT + opts.reference_timeout + opts.run_timeout * (opts.repeat + 3)
+
+    def add(self, b: P.Artifact) -> None:
+        """Queue a built candidate, hand out what idle actors can take, collect what is done."""
+        self.queue.append(b)
+        self.pump(0.0)
+
+    def finish(self) -> dict[int, MeasureResult]:
+        """Wait until every queued candidate has its result."""
+        while self.queue or self.inflight:
+            if not self.pool.live and not self.inflight:
+                # every actor died: start others where the resource is left (or raise)
+                self.pool = self.runner._pool(self.task.target)
+            self.pump(None)
+        return self.out
+
+    def pump(self, timeout: float | None) -> None:
+        """Dispatch to idle actors, then collect finished candidates, waiting up to
+        ``timeout`` s for one (None: until one finishes or is overdue)."""
+        self._dispatch()
+        if not self.inflight:
             return
-        out[i] = _error(ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not "
-                        "by the candidate (a resumed job measures it again)", transient=True)
+        if timeout is None:
+            soonest = min(due for _, _, due in self.inflight.values())
+            timeout = max(0.0, soonest - time.monotonic())
+        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+        for ref in ready:
+            actor, b, _ = self.inflight.pop(ref)
+            try:
+                self.out[b.index] = ray.get(ref)
+                self.runner.measured_on[self.pool.live.get(actor, "?")] += 1
+            except RayActorError as exc:  # the actor or its node died: requeue its candidate
+                self.pool.drop(actor)
+                self._retry(b, f"the measuring actor died ({exc})")
+        now = time.monotonic()
+        for ref, (actor, b, due) in list(self.inflight.items()):
+            if now >= due:  # a node that stopped answering without dying
+                self.inflight.pop(ref)
+                self.pool.drop(actor)
+                self._retry(b, f"no answer in {self.limit:g} s")
+        if ready and (self.queue or self.inflight):
+            self.pool.top_up()
+            self.pool.admit(0.0)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        busy = {a for a, _, _ in self.inflight.values()}
+        for actor in [a for a in self.pool.live if a not in busy]:
+            if not self.queue:
+                return
+            b = self.queue.popleft()
+            ref = actor.run.remote(self.task_ref, b)
+            self.inflight[ref] = (actor, b, time.monotonic() + self.limit)
+            r = self.runner
+            r.dispatched += 1
+            if r.on_dispatch is not None:
+                r.on_dispatch(r.dispatched, self.pool.live[actor])
+
+    def _retry(self, b: P.Artifact, why: str) -> None:
+        self.attempts[b.index] += 1
+        if self.attempts[b.index] < ATTEMPTS:
+            self.runner.requeued += 1
+            self.queue.appendleft(b)
+            return
+        self.out[b.index] = _error(
+            ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not by the "
+            "candidate (a resumed job measures it again)", transient=True)
 
 
 def _connect(address: str | None, target: Target | None) -> None:

@@ -151,9 +151,9 @@ def test_two_nodes_one_killed_mid_job_loses_and_repeats_nothing(cluster: Any,
     killed: list[str] = []
 
     def kill_its_node(n: int, where: str) -> None:
-        # the 5th candidate goes to an actor that has measured already; its node dies with the
-        # candidate in flight
-        if n == 5:
+        # from the 4th candidate on, the first one handed to an actor that has measured
+        # already: its node dies with the candidate in flight
+        if n >= 4 and not killed and runner.measured_on[where] >= 1:
             node = next(x for x in cluster.host_nodes if x.node_id in where)
             cluster.remove_node(node, allow_graceful=False)
             killed.append(node.node_id)
@@ -165,7 +165,7 @@ def test_two_nodes_one_killed_mid_job_loses_and_repeats_nothing(cluster: Any,
                     options=TuneOptions(batch_size=8, seed=1, verbose=False))
         nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
         requeued = runner.requeued
-    assert killed, "the job never reached its 5th candidate"
+    assert killed, "no node was killed"
     assert requeued >= 1, "the killed node had a candidate in flight, which must be re-queued"
     assert len(nodes_used) == 2 and killed[0] in nodes_used, "both nodes measured"
     records = _log_lines(log)
