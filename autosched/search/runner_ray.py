@@ -163,7 +163,7 @@ class RayRunner:
         self.options = replace(options or MeasureOptions(), **overrides)
         self.start_timeout = start_timeout
         self.on_dispatch = on_dispatch
-        _connect(address, target)
+        self._own_ray = _connect(address, target)  # a Ray this runner started, it stops
         self._builder = Measurer(target, self.options)
         self._pools: dict[str, _Pool] = {}
         self.dispatched = 0
@@ -190,6 +190,9 @@ class RayRunner:
             pool.close()
         self._pools.clear()
         self._builder.close()
+        if self._own_ray and ray.is_initialized():
+            ray.shutdown()
+            self._own_ray = False
 
     def __enter__(self) -> RayRunner:
         return self
@@ -301,18 +304,20 @@ class _Batch:
             "candidate (a resumed job measures it again)", transient=True)
 
 
-def _connect(address: str | None, target: Target | None) -> None:
+def _connect(address: str | None, target: Target | None) -> bool:
+    """Connect to Ray unless this process already is; whether this call did."""
     if ray.is_initialized():
-        return
+        return False
     quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     if address is not None:
         ray.init(address=address, **quiet)
-        return
+        return True
     try:
         ray.init(address="auto", **quiet)
     except ConnectionError:  # no cluster to join: a local one, this machine its only node
         resources = {resource_name(target): 1.0} if target is not None else {}
         ray.init(resources=resources, **quiet)
+    return True
 
 
 def _ray_start_line(targets: Sequence[str], slots: int, address: str) -> str:
