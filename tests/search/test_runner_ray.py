@@ -32,6 +32,7 @@ from autosched.search.task import Task
 from autosched.search.tune import TuneOptions, tune
 from autosched.search.workloads import gemm
 from autosched.targets.target import parse
+from tests.support import backends
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,6 +134,8 @@ def cluster() -> Iterator[Any]:
     nodes = [c.add_node(num_cpus=1, resources={host: 1}) for _ in range(2)]
     if shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc"):
         c.add_node(num_cpus=1, resources={resource_name(parse(AARCH64)): 1})
+    if backends.GPU_SKIP is None:
+        c.add_node(num_cpus=1, resources={resource_name(parse("cuda")): 1})
     ray.init(address=c.address, log_to_driver=False)
     c.host_nodes = nodes
     try:
@@ -200,3 +203,29 @@ def test_aarch64_board_node_under_qemu_tunes_from_the_command_line(
         batch_size=1, seed=3, verbose=False, measure=QUICK))
     assert again[task.name] == math.inf, "emulated times are never the best"
     assert len(_log_lines(log)) == 6
+
+
+@needs_ray
+def test_a_target_no_node_advertises_is_one_clear_error(cluster: Any, tmp_path: Path) -> None:
+    from autosched.search.runner_ray import RayRunner
+
+    avx2 = "llvm -mcpu=skylake -mattr=+avx2,+fma"
+    with RayRunner(parse(avx2), QUICK, start_timeout=1.0) as runner:
+        with pytest.raises(MeasureError, match="none advertises autosched:llvm-x86_64-v256.*"
+                                               "ray start --resources="):
+            runner.measure(_gemm(avx2), [[]])
+
+
+@needs_ray
+@pytest.mark.gpu
+def test_gpu_node_measures_cuda_candidates(cluster: Any, tmp_path: Path) -> None:
+    task = _gemm("cuda", 70, 66, 33)
+    log = tmp_path / "gemm-cuda.jsonl"
+    best = tune(task, trials=6, log=log, runner="ray", options=TuneOptions(
+        batch_size=6, seed=4, verbose=False, measure=QUICK))
+    records = _log_lines(log)
+    assert len(records) == 6 and len({r["ir_hash"] for r in records}) == 6
+    assert sum(r["error_code"] == "NO_ERROR" for r in records) >= 2, \
+        [r["error_msg"] for r in records]
+    assert not any(r["extra"].get("emulated") for r in records)
+    assert math.isfinite(best[task.name])
