@@ -234,16 +234,25 @@ class _Batch:
         self.out: dict[int, MeasureResult] = {}  # by Artifact.index
         self.attempts: Counter[int] = Counter()
         self.inflight: dict[Any, tuple[Any, P.Artifact, float]] = {}  # ref -> (actor, b, due)
+        self.error: Exception | None = None
         opts = runner.options
         self.limit = STARTUP_TIMEOUT + opts.reference_timeout + opts.run_timeout * (opts.repeat + 3)
 
     def add(self, b: P.Artifact) -> None:
-        """Queue a built candidate, hand out what idle actors can take, collect what is done."""
+        """Queue a built candidate, hand out what idle actors can take, collect what is done.
+        Called from inside the build loop, so an error (an actor's MeasureError, say) waits
+        for ``finish``: raised here, it would leave the build workers' replies unread."""
         self.queue.append(b)
-        self.pump(0.0)
+        if self.error is None:
+            try:
+                self.pump(0.0)
+            except Exception as exc:  # re-raised by finish, after the builds
+                self.error = exc
 
     def finish(self) -> dict[int, MeasureResult]:
         """Wait until every queued candidate has its result."""
+        if self.error is not None:
+            raise self.error
         while self.queue or self.inflight:
             if not self.pool.live and not self.inflight:
                 # every actor died: start others where the resource is left (or raise)
