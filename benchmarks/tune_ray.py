@@ -2,7 +2,7 @@
 the same trial budget by the local runner and by ``--runner ray`` over N local worker nodes,
 each from a fresh log; candidates measured per minute and the tuned model's latency.
 
-    python benchmarks/tune_ray.py --trials 400                 # local vs 2 nodes
+    python benchmarks/tune_ray.py --trials 400                 # local, 1 node, 2 nodes
     python benchmarks/tune_ray.py --trials 400 --nodes 2 4 --image 112
 
 The Ray side starts its own cluster on this machine (ray.cluster_utils.Cluster: a head without
@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=400)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--image", type=int, default=224)
-    ap.add_argument("--nodes", type=int, nargs="+", default=[2],
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2],
                     help="worker-node counts of the Ray runs")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--out", default="benchmarks/results/tune_ray.json")
@@ -97,8 +97,11 @@ def main() -> int:
         finally:
             ray.shutdown()
             cluster.shutdown()
-        rows["runs"][name]["speedup"] = (rows["runs"][name]["per_minute"]
-                                         / rows["runs"]["local"]["per_minute"])
+        one = rows["runs"].get("ray x1", rows["runs"]["local"])
+        rows["runs"][name]["speedup_vs_local"] = (rows["runs"][name]["per_minute"]
+                                                  / rows["runs"]["local"]["per_minute"])
+        rows["runs"][name]["speedup_vs_one_node"] = (rows["runs"][name]["per_minute"]
+                                                     / one["per_minute"])
         print(f"{name}: {rows['runs'][name]}", flush=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
