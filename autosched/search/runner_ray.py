@@ -100,6 +100,7 @@ class _Pool:
         self.live: dict[Any, str] = {}           # actor -> where it runs
         self.starting: dict[Any, Any] = {}       # ready ref -> actor
         self.stale: set[str] = set()             # nodes that run another autosched version
+        self.death = ""                          # why the last actor died while starting
 
     def top_up(self) -> None:
         """Start an actor for each unit of the resource the cluster has beyond ours."""
@@ -120,7 +121,8 @@ class _Pool:
             actor = self.starting.pop(ref)
             try:
                 where, version = ray.get(ref)
-            except RayActorError:  # died while starting (its node went away)
+            except RayActorError as exc:  # died while starting (its node went away, ...)
+                self.death = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
                 continue
             if version != __version__:
                 self.stale.add(where)
@@ -211,12 +213,13 @@ class RayRunner:
         if not pool.live:
             pool.admit(self.start_timeout)
         if not pool.live:
-            stale = (f"; these run another autosched than {__version__}: "
-                     f"{', '.join(sorted(pool.stale))}" if pool.stale else "")
+            why = (f"; these run another autosched than {__version__}: "
+                   f"{', '.join(sorted(pool.stale))}" if pool.stale else "")
+            why += f"; the last actor to start died: {pool.death}" if pool.death else ""
             raise MeasureError(
                 f"no node of the Ray cluster measures {target}: none advertises {resource} or "
                 f"its actors did not start in {self.start_timeout:g} s; join one with ray start "
-                f"--resources='{{\"{resource}\": 1}}'{stale}")
+                f"--resources='{{\"{resource}\": 1}}'{why}")
         return pool
 
     def _batch(self, task: Task) -> _Batch:
