@@ -34,7 +34,7 @@ import numpy as np
 from autosched.errors import AutoschedError, MeasureError
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
-from autosched.search.measure import MeasureResult, _error
+from autosched.search.measure import MeasureResult, failed_result
 from autosched.search.measure_worker import compare, random_inputs, unwritten_output
 from autosched.search.protocol import MeasureOptions
 from autosched.search.task import Task
@@ -199,9 +199,9 @@ class EmulatedMeasurer:
             timeout = self.options.run_timeout * (self.options.repeat + 2)
             outs, costs = self._execute(task, mod, f"c{b.index}", inputs, timeout, timed=True)
         except _Failed as f:
-            return _error(f.code, str(f), run_time=time.perf_counter() - t0, **kw)
+            return failed_result(f.code, str(f), run_time=time.perf_counter() - t0, **kw)
         except AutoschedError as exc:  # linking the library
-            return _error(ErrorCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}",
+            return failed_result(ErrorCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}",
                           run_time=time.perf_counter() - t0, **kw)
         run_time = time.perf_counter() - t0
         names = [t.name for t, x in zip(task.args, inputs) if x is None]
@@ -209,7 +209,7 @@ class EmulatedMeasurer:
             for name, got, want in zip(names, outs, reference):
                 problem = compare(name, got, want)
                 if problem:
-                    return _error(ErrorCode.WRONG_ANSWER, problem, run_time=run_time, **kw)
+                    return failed_result(ErrorCode.WRONG_ANSWER, problem, run_time=run_time, **kw)
         return MeasureResult(tuple(costs), ErrorCode.NO_ERROR, "", timestamp=time.time(),
                              run_time=run_time, **kw)
 

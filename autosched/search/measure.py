@@ -108,7 +108,9 @@ class MeasureResult:
         return statistics.median(self.costs) if self.ok else float("inf")
 
 
-def _error(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
+def failed_result(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
+    """The result of a candidate that failed with ``code`` (the message cut to what a record
+    keeps), stamped now."""
     return MeasureResult((), code, msg[-MAX_ERROR_MSG:] if len(msg) > MAX_ERROR_MSG else msg,
                          timestamp=time.time(), **kw)
 
@@ -450,7 +452,7 @@ class Measurer:
         raise UnexpectedWorkerError(f"unexpected error in the measure worker while {where}:\n{tb}")
 
     def _result_of_error(self, msg: P.Failed, **kw: Any) -> MeasureResult:
-        return _error(ErrorCode.parse(msg.code), msg.msg, ir_hash=msg.ir_hash or kw.pop(
+        return failed_result(ErrorCode.parse(msg.code), msg.msg, ir_hash=msg.ir_hash or kw.pop(
             "ir_hash", ""), build_time=msg.build_time or kw.pop("build_time", 0.0), **kw)
 
     # -- building ---------------------------------------------------------------------------
@@ -524,7 +526,7 @@ class Measurer:
                         retried.add(idx)
                         queue.appendleft(idx)  # once more, in a fresh worker
                     else:
-                        results[idx] = _error(ErrorCode.CRASH, _died_msg("the build " + report,
+                        results[idx] = failed_result(ErrorCode.CRASH, _died_msg("the build " + report,
                                                                          outside),
                                               transient=outside)
                     continue
@@ -547,11 +549,11 @@ class Measurer:
                         retried.add(idx)
                         queue.appendleft(idx)
                     elif stopped:
-                        results[idx] = _error(ErrorCode.CRASH, _died_msg(
+                        results[idx] = failed_result(ErrorCode.CRASH, _died_msg(
                             f"the build worker pid {pid} was stopped from outside", True),
                             transient=True, build_time=self.options.build_timeout)
                     else:
-                        results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
+                        results[idx] = failed_result(ErrorCode.COMPILE_TIMEOUT,
                                               f"building took over "
                                               f"{self.options.build_timeout:g} s; worker killed",
                                               build_time=self.options.build_timeout)
@@ -631,17 +633,17 @@ class Measurer:
             self._drop_runner()
             run_time = time.perf_counter() - t0
             if stopped:
-                return _error(ErrorCode.CRASH, _died_msg(
+                return failed_result(ErrorCode.CRASH, _died_msg(
                     f"the run worker pid {pid} was stopped from outside", True),
                     transient=True, run_time=run_time, **kw)
-            return _error(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
+            return failed_result(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
                           f"{self.options.run_timeout:g} s; worker killed", run_time=run_time,
                           **kw)
         except _Died:
             report = w.death_report()
             outside = w.killed_from_outside()
             self._drop_runner()
-            return _error(ErrorCode.CRASH, _died_msg("the run " + report, outside),
+            return failed_result(ErrorCode.CRASH, _died_msg("the run " + report, outside),
                           transient=outside, run_time=time.perf_counter() - t0, **kw)
         run_time = time.perf_counter() - t0
         if isinstance(msg, P.Ran):

@@ -42,7 +42,7 @@ from ray.exceptions import RayActorError
 from autosched.errors import AutoschedError, MeasureError
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
-from autosched.search.measure import STARTUP_TIMEOUT, Measurer, MeasureResult, _error
+from autosched.search.measure import STARTUP_TIMEOUT, Measurer, MeasureResult, failed_result
 from autosched.search.protocol import MeasureOptions
 from autosched.search.runner import needs_emulation, resource_name
 from autosched.search.task import Task
@@ -311,7 +311,7 @@ class _Batch:
             self.runner.requeued += 1
             self.queue.appendleft(b)
             return
-        self.out[b.index] = _error(
+        self.out[b.index] = failed_result(
             ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not by the "
             "candidate (a resumed job measures it again)", transient=True)
 
