@@ -272,6 +272,8 @@ class Measurer:
         m = Measurer(parse("llvm"), MeasureOptions(build_workers=2, min_repeat_ms=100))
         m = Measurer(parse("llvm"), build_workers=2, min_repeat_ms=100)   # the same
         results = m.measure(task, schedules)     # list[MeasureResult], same order
+        built, failed = m.build(task, schedules) # the two halves of measure, for a runner
+        results = m.run_artifacts(task, built)   # that runs the artifacts on another machine
         m.close()                                # or use it as a context manager
 
     ``target`` (optional) pins the target: measuring a task for another target raises.
