@@ -47,6 +47,16 @@ def add_shape_option(parser: argparse.ArgumentParser) -> None:
                         help="bind an input's shape (symbolic dims)")
 
 
+def runner(text: str) -> str:
+    """An argparse type: where candidates are measured (search/runner.py's forms)."""
+    from autosched.search.runner import check_runner
+
+    try:
+        return check_runner(text)
+    except AutoschedError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.add_argument("--trials", type=count, default=None,
                         help=f"new measurements to make (default {trials}; none past "
@@ -57,6 +67,10 @@ def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.set_defaults(default_trials=trials)
     parser.add_argument("--batch-size", type=positive, default=16)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--runner", type=runner, default="local",
+                        help="where candidates are measured: local (this machine), ray (the "
+                             "Ray cluster on this machine or RAY_ADDRESS), ray://HOST:PORT; "
+                             "docs/REMOTE.md")
 
 
 def trial_budget(args: argparse.Namespace) -> tuple[int | None, int | None]:

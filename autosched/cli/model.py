@@ -94,7 +94,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             show(done)
 
     tune(tasks, trials, log, total_trials=total, weights=weights, on_round=report,
-         strict_target=args.strict_target,
+         strict_target=args.strict_target, runner=args.runner,
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if measured != shown:  # the last rounds since the last table
         show(measured)

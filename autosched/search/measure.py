@@ -51,7 +51,7 @@ import tempfile
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -96,6 +96,7 @@ class MeasureResult:
     timestamp: float = 0.0
     ir_hash: str = ""
     transient: bool = False  # cut short from outside (worker killed or stopped), not measured
+    emulated: bool = False  # run under an emulator (qemu): checked, but its costs are no timing
 
     @property
     def ok(self) -> bool:
@@ -107,7 +108,9 @@ class MeasureResult:
         return statistics.median(self.costs) if self.ok else float("inf")
 
 
-def _error(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
+def failed_result(code: ErrorCode, msg: str, **kw: Any) -> MeasureResult:
+    """The result of a candidate that failed with ``code`` (the message cut to what a record
+    keeps), stamped now."""
     return MeasureResult((), code, msg[-MAX_ERROR_MSG:] if len(msg) > MAX_ERROR_MSG else msg,
                          timestamp=time.time(), **kw)
 
@@ -260,14 +263,6 @@ def _close_all() -> None:
 # -- the measurer -----------------------------------------------------------------------------
 
 
-@dataclass
-class _Built:
-    index: int
-    ir_hash: str
-    build_time: float
-    artifact: bytes
-
-
 class Measurer:
     """Builds candidates in a process pool, runs them one by one in a worker process, checks
     them against the default schedule and times them.
@@ -277,6 +272,8 @@ class Measurer:
         m = Measurer(parse("llvm"), MeasureOptions(build_workers=2, min_repeat_ms=100))
         m = Measurer(parse("llvm"), build_workers=2, min_repeat_ms=100)   # the same
         results = m.measure(task, schedules)     # list[MeasureResult], same order
+        built, failed = m.build(task, schedules) # the two halves of measure, for a runner
+        results = m.run_artifacts(task, built)   # that runs the artifacts on another machine
         m.close()                                # or use it as a context manager
 
     ``target`` (optional) pins the target: measuring a task for another target raises.
@@ -311,27 +308,50 @@ class Measurer:
         corrupt (perturbs the output before the check), and kills from outside: build_sigkill,
         run_sigkill, run_sigterm, run_sigstop (``_once`` added: on the first attempt only).
         """
-        if self.target is not None and fingerprint_key(self.target) != fingerprint_key(
-                task.target):
-            raise MeasureError(f"this Measurer is for {self.target}; task {task.name} is for "
-                               f"{task.target}")
         if not candidates:
             return []
-        self._set_target(task.target)
         hooks = dict(test_hooks or {})
-        step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
-                      for c in candidates]
-        results: list[MeasureResult | None] = [None] * len(candidates)
-        token = self._token(task)
+        self._set_target(self._check_target(task))
         if self._runner is None:
             self._runner = self._start()  # its imports overlap the builds; it says ready later
-        with _quiet_parent_threads():
-            built = self._build_all(token, step_lists, hooks, results)
-            if built:
-                self._run_all(task, token, built, hooks, results)
+        built, results = self.build(task, candidates, test_hooks=hooks)
+        if built:
+            for b, res in zip(built, self.run_artifacts(task, built, test_hooks=hooks)):
+                results[b.index] = res
         done = [r for r in results if r is not None]
         assert len(done) == len(results), "every candidate is built and run, or failed"
         return done
+
+    def build(self, task: Task, candidates: Sequence[Schedule | Sequence[Step]], *,
+              test_hooks: Mapping[int, str] | None = None,
+              on_built: Callable[[P.Artifact], None] | None = None
+              ) -> tuple[list[P.Artifact], list[MeasureResult | None]]:
+        """Build each candidate in the build workers: the artifacts of those that built (what a
+        run worker, here or on another machine, needs to run them), and one result per
+        candidate, set for those that failed to build (None for the built ones).
+        ``on_built(artifact)`` is called as each one is built (to ship it while others
+        build)."""
+        self._set_target(self._check_target(task))
+        step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
+                      for c in candidates]
+        results: list[MeasureResult | None] = [None] * len(candidates)
+        if not candidates:
+            return [], results
+        with _quiet_parent_threads():
+            built = self._build_all(self._token(task), step_lists, dict(test_hooks or {}),
+                                    results, on_built)
+        return built, results
+
+    def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
+                      test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
+        """Run built candidates of ``task`` one at a time in the run worker, each checked
+        against the default schedule on this machine's random inputs and timed; results in
+        the order of ``artifacts`` (``test_hooks`` is keyed by ``Artifact.index``)."""
+        self._set_target(self._check_target(task))
+        if not artifacts:
+            return []
+        with _quiet_parent_threads():
+            return self._run_all(task, self._token(task), artifacts, dict(test_hooks or {}))
 
     def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
         """Search candidates (``space.Candidate``) of ``task`` lowered in the build workers, in
@@ -403,6 +423,13 @@ class Measurer:
                 return data
         raise KeyError(token)
 
+    def _check_target(self, task: Task) -> Target:
+        if self.target is not None and fingerprint_key(self.target) != fingerprint_key(
+                task.target):
+            raise MeasureError(f"this Measurer is for {self.target}; task {task.name} is for "
+                               f"{task.target}")
+        return task.target
+
     def _set_target(self, target: Target) -> None:
         # workers preload one backend; a Measurer used for another backend starts fresh ones
         if self._target is not None and self._target.backend is not target.backend:
@@ -427,7 +454,7 @@ class Measurer:
         raise UnexpectedWorkerError(f"unexpected error in the measure worker while {where}:\n{tb}")
 
     def _result_of_error(self, msg: P.Failed, **kw: Any) -> MeasureResult:
-        return _error(ErrorCode.parse(msg.code), msg.msg, ir_hash=msg.ir_hash or kw.pop(
+        return failed_result(ErrorCode.parse(msg.code), msg.msg, ir_hash=msg.ir_hash or kw.pop(
             "ir_hash", ""), build_time=msg.build_time or kw.pop("build_time", 0.0), **kw)
 
     # -- building ---------------------------------------------------------------------------
@@ -451,10 +478,11 @@ class Measurer:
         self._builders[slot] = None
 
     def _build_all(self, token: int, step_lists: list[list[dict]], hooks: dict[int, str],
-                   results: list[MeasureResult | None]) -> list[_Built]:
+                   results: list[MeasureResult | None],
+                   on_built: Callable[[P.Artifact], None] | None = None) -> list[P.Artifact]:
         queue = deque(range(len(step_lists)))
         busy: dict[int, tuple[int, float]] = {}  # slot -> (candidate, deadline)
-        built: list[_Built] = []
+        built: list[P.Artifact] = []
         retried: set[int] = set()  # candidates whose build was cut short from outside once
         restarted = False  # a worker killed from outside while starting is replaced once
         slots = range(min(self.options.build_workers, len(step_lists)))
@@ -500,12 +528,14 @@ class Measurer:
                         retried.add(idx)
                         queue.appendleft(idx)  # once more, in a fresh worker
                     else:
-                        results[idx] = _error(ErrorCode.CRASH, _died_msg("the build " + report,
+                        results[idx] = failed_result(ErrorCode.CRASH, _died_msg("the build " + report,
                                                                          outside),
                                               transient=outside)
                     continue
                 if isinstance(msg, P.Built):
-                    built.append(_Built(idx, msg.ir_hash, msg.build_time, msg.artifact))
+                    built.append(P.Artifact(idx, msg.ir_hash, msg.build_time, msg.artifact))
+                    if on_built is not None:
+                        on_built(built[-1])
                 elif isinstance(msg, P.Bug):
                     self._bug(f"building candidate {idx}", msg.traceback)
                 else:
@@ -521,11 +551,11 @@ class Measurer:
                         retried.add(idx)
                         queue.appendleft(idx)
                     elif stopped:
-                        results[idx] = _error(ErrorCode.CRASH, _died_msg(
+                        results[idx] = failed_result(ErrorCode.CRASH, _died_msg(
                             f"the build worker pid {pid} was stopped from outside", True),
                             transient=True, build_time=self.options.build_timeout)
                     else:
-                        results[idx] = _error(ErrorCode.COMPILE_TIMEOUT,
+                        results[idx] = failed_result(ErrorCode.COMPILE_TIMEOUT,
                                               f"building took over "
                                               f"{self.options.build_timeout:g} s; worker killed",
                                               build_time=self.options.build_timeout)
@@ -580,15 +610,17 @@ class Measurer:
             raise MeasureError(f"cannot check candidates of {task.name}: {msg.msg}")
         return inputs, msg.outputs
 
-    def _run_all(self, task: Task, token: int, built: list[_Built], hooks: dict[int, str],
-                 results: list[MeasureResult | None]) -> None:
+    def _run_all(self, task: Task, token: int, built: Sequence[P.Artifact],
+                 hooks: dict[int, str]) -> list[MeasureResult]:
+        results = []
         for b in built:
             res = self._run_one(task, token, b, _hook(hooks, b.index, False))
             if res.transient:  # cut short from outside: once more, in a fresh worker
                 res = self._run_one(task, token, b, _hook(hooks, b.index, True))
-            results[b.index] = res
+            results.append(res)
+        return results
 
-    def _run_one(self, task: Task, token: int, b: _Built, hook: str | None) -> MeasureResult:
+    def _run_one(self, task: Task, token: int, b: P.Artifact, hook: str | None) -> MeasureResult:
         w = self._run_worker(task, token)
         t0 = time.perf_counter()
         kw = {"ir_hash": b.ir_hash, "build_time": b.build_time}
@@ -603,17 +635,17 @@ class Measurer:
             self._drop_runner()
             run_time = time.perf_counter() - t0
             if stopped:
-                return _error(ErrorCode.CRASH, _died_msg(
+                return failed_result(ErrorCode.CRASH, _died_msg(
                     f"the run worker pid {pid} was stopped from outside", True),
                     transient=True, run_time=run_time, **kw)
-            return _error(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
+            return failed_result(ErrorCode.RUN_TIMEOUT, f"one call or repeat took over "
                           f"{self.options.run_timeout:g} s; worker killed", run_time=run_time,
                           **kw)
         except _Died:
             report = w.death_report()
             outside = w.killed_from_outside()
             self._drop_runner()
-            return _error(ErrorCode.CRASH, _died_msg("the run " + report, outside),
+            return failed_result(ErrorCode.CRASH, _died_msg("the run " + report, outside),
                           transient=outside, run_time=time.perf_counter() - t0, **kw)
         run_time = time.perf_counter() - t0
         if isinstance(msg, P.Ran):

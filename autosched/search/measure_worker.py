@@ -81,6 +81,15 @@ def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None
     return out
 
 
+def unwritten_output(t: Any) -> np.ndarray:
+    """An array for the computed argument ``t`` filled with NaN (or a sentinel), so that an
+    element the kernel does not write cannot pass the check."""
+    dtype = np.dtype(t.dtype)
+    arr = aligned_empty(tuple(int(d) for d in t.shape), dtype)
+    arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
+    return arr
+
+
 def compare(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
     """None when ``got`` matches ``want`` within the dtype's tolerance, else what differs."""
     if got.shape != want.shape:
@@ -328,9 +337,7 @@ class Server:
                 args.append(st.device_inputs[n])
                 continue
             if x is None:
-                dtype = np.dtype(t.dtype)
-                arr = aligned_empty(tuple(int(d) for d in t.shape), dtype)
-                arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
+                arr = unwritten_output(t)
             else:
                 arr = aligned_copy(x)
             args.append(arr if memory is None else memory.to_device(arr))

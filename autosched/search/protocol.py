@@ -163,3 +163,18 @@ class Failed:
 @dataclass(frozen=True)
 class Bug:
     traceback: str
+
+
+# -- what travels between machines ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built candidate, ready to run wherever its target is: ``index`` in the batch it was
+    built in, the hash of its lowered IR, its build seconds and the pickled module (object
+    code, or source and cubin, or loop IR)."""
+
+    index: int
+    ir_hash: str
+    build_time: float
+    artifact: bytes

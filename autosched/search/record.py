@@ -208,6 +208,12 @@ class MeasureRecord:
         return statistics.median(self.costs) if self.ok else math.inf
 
     @property
+    def emulated(self) -> bool:
+        """Measured under an emulator (an aarch64 board emulated by qemu): its output was
+        checked, but its cost (seconds of emulation) says nothing of the candidate's speed."""
+        return self.extra.get("emulated") is True
+
+    @property
     def target_key(self) -> str:
         return fingerprint_key(self.target)
 
@@ -614,9 +620,11 @@ class RecordLog:
              ) -> list[MeasureRecord]:
         """The ``k`` fastest successful records of ``workload_key`` on a target of the same key
         (``records_for``); when there are none, those of the same vector ISA with another thread
-        count (a line says so once per log and target). ``strict``: the whole fingerprint."""
+        count (a line says so once per log and target). ``strict``: the whole fingerprint.
+        Records measured under an emulator rank only when there are no others."""
         want = target_keys(target)
         ok = [(m, r) for m, r in self._matching(workload_key, want, strict) if r.ok]
+        ok = [(m, r) for m, r in ok if not r.emulated] or ok
         applied = ([(m, r) for m, r in ok if m in (EXACT, COMPATIBLE)]
                    or [(m, r) for m, r in ok if m == THREADS])
         top = sorted(applied, key=lambda mr: mr[1].cost)[:k]

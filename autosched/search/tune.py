@@ -29,6 +29,7 @@ from autosched.search.record import (
     fingerprint_key,
     records_from,
 )
+from autosched.search.runner import Runner, make_runner
 from autosched.search.space import Candidate, Lowered, SearchSpace
 from autosched.search.task import Task
 
@@ -78,7 +79,8 @@ class TaskTuner:
         self.related = log.related_records(task.workload_key, task.target, strict)
         self.related_seeds = _best_candidates(self.space, self.related, SEEDS, fit=True)
         self.measured: set[str] = {r.ir_hash for r in self.records if r.ir_hash}
-        self.best_cost = min((r.cost for r in self.records), default=math.inf)
+        self.best_cost = min((r.cost for r in self.records if not r.emulated),
+                             default=math.inf)
         self.history: list[float] = [self.best_cost] if self.records else []
 
     @property
@@ -122,7 +124,8 @@ class TaskTuner:
         lowered = dict(zip(known, self.search.concrete_many(known)))
         for r, c in zip(records, cands):
             low = lowered.get(c) if c is not None else None
-            if low is None or low.features is None or r.transient:  # transient: not measured
+            # transient: not measured; emulated: checked, but its time says nothing of speed
+            if low is None or low.features is None or r.transient or r.emulated:
                 continue
             feats.append(low.features)
             ys.append(best / r.cost if r.ok and math.isfinite(best) else 0.0)
@@ -163,13 +166,15 @@ class TaskTuner:
             return []
         schedules = [self.search.schedule_of(b) for b in batch]
         results = measurer.measure(self.task, schedules)
-        recs = records_from(self.task, schedules, results, [_extra(self.space, b) for b in batch])
+        extras = [_extra(self.space, b) | ({"emulated": True} if res.emulated else {})
+                  for b, res in zip(batch, results)]
+        recs = records_from(self.task, schedules, results, extras)
         recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
         self.log.append(recs)
         self.records.extend(recs)
         for r, b in zip(recs, batch):
             self.measured.add(b.ir_hash)
-            if r.ok and r.cost < self.best_cost:
+            if r.ok and not r.emulated and r.cost < self.best_cost:
                 self.best_cost = r.cost
         self.history.append(self.best_cost)
         return recs
@@ -188,8 +193,8 @@ def _best_candidates(space: SearchSpace, records: Sequence[MeasureRecord], k: in
     """The candidates of the ``k`` fastest successful records that fit ``space`` (``fit``:
     knob values snapped to the space's, for records of another target)."""
     out: list[Candidate] = []
-    for r in sorted((r for r in records if r.ok and r.extra.get("candidate")),
-                    key=lambda r: r.cost):
+    for r in sorted((r for r in records if r.ok and r.extra.get("candidate")
+                     and not r.emulated), key=lambda r: r.cost):
         c = _fitted(space, Candidate.from_dict(r.extra["candidate"]), fit)
         if c is not None and c not in out:
             out.append(c)
@@ -289,6 +294,7 @@ def tune(
     weights: Sequence[float] | None = None,
     options: TuneOptions | None = None,
     measurer: Any = None,
+    runner: Runner | str | None = None,
     model: Any = None,
     on_round: Callable[[int], None] | None = None,
     strict_target: bool = False,
@@ -308,6 +314,14 @@ def tune(
     another GPU arch) seed the first rounds and the cost model. ``strict_target``: only records
     of the very same target fingerprint count, all others of its family seed.
 
+    ``runner`` says where candidates are measured (search/runner.py): "local" (the default:
+    worker processes on this machine), "ray" or "ray://HOST:PORT" (the nodes of a Ray cluster
+    that advertise the target), or a runner object (``measurer`` is its older name). A runner
+    this call makes, it closes. Candidates measured only under an emulator (an aarch64 board
+    emulated by qemu) are recorded with ``extra.emulated``: they count as checked and measured
+    trials, but their times never become the task's best nor train the cost model, so such a
+    job returns inf for its tasks.
+
     Example::
 
         aus.tune(task, trials=64, log="tuning_logs/gemm.jsonl")          # 64 more
@@ -326,13 +340,26 @@ def tune(
     if budget == 0:
         # said even when not verbose: it is the whole answer to a rerun that did nothing
         print(nothing_to_do(done, trials, total_trials, record_log.path), flush=True)
-        return {t.name: min((r.cost for r in recs), default=math.inf)
+        return {t.name: min((r.cost for r in recs if not r.emulated), default=math.inf)
                 for t, recs in zip(task_list, logged)}
     rng = np.random.default_rng(opts.seed)
-    if measurer is None:
-        from autosched.search.measure import Measurer
+    if runner is None:
+        runner = measurer
+    if runner is not None and not isinstance(runner, str):
+        return _tune(task_list, budget, record_log, rng, weights, opts, runner, model, on_round,
+                     strict_target)
+    made = make_runner(runner, task_list[0].target, opts.measure, **measure_kwargs)
+    try:
+        return _tune(task_list, budget, record_log, rng, weights, opts, made, model, on_round,
+                     strict_target)
+    finally:
+        made.close()
 
-        measurer = Measurer(task_list[0].target, opts.measure, **measure_kwargs)
+
+
+def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.random.Generator,
+          weights: Sequence[float] | None, opts: TuneOptions, measurer: Any, model: Any,
+          on_round: Callable[[int], None] | None, strict_target: bool) -> dict[str, float]:
     tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t), strict_target)
               for t in task_list]
     if model is None:

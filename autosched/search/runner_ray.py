@@ -1,0 +1,364 @@
+"""The Ray runner: build here, measure on the cluster's nodes that advertise the target.
+
+The tuner's machine builds each batch in its build workers (measure.py) and ships the built
+artifacts (pickled modules: object code, or source and cubin) to measurement actors. An actor
+is placed on a node that advertises the task's target as a custom resource
+(``runner.resource_name``: ``autosched:llvm-x86_64-v512``, ``autosched:cuda-sm_90``), one actor
+per unit of the resource, and measures one candidate at a time with the run worker of a local
+Measurer: checked against the default schedule on that node, then timed. A node that runs a
+cross-compiled target only under an emulator (an x86 machine standing in for an aarch64 board
+through qemu-user) runs its candidates with emulated.EmulatedMeasurer, and their results say
+``emulated``. Several actors of one target measure in parallel; when an actor or its node dies
+(Ray reports RayActorError), only its in-flight candidate is lost, and it is queued again for
+another actor. Ray does the transport, placement and failure detection: there is no RPC here.
+
+Join a node (docs/REMOTE.md has the board setup)::
+
+    python -m autosched.search.runner_ray resources --target llvm       # prints the ray start line
+    ray start --address=HEAD:6379 --resources='{"autosched:llvm-x86_64-v512": 1}'
+
+and tune from any machine of the cluster, or through Ray Client::
+
+    autosched tune model.onnx --target llvm --runner ray://HEAD:10001 --log resnet18.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from autosched.errors import AutoschedError, MeasureError
+from autosched.search import protocol as P
+from autosched.search.error_codes import ErrorCode
+from autosched.search.measure import STARTUP_TIMEOUT, Measurer, MeasureResult, failed_result
+from autosched.search.protocol import MeasureOptions
+from autosched.search.runner import needs_emulation, resource_name
+from autosched.search.task import Task
+from autosched.targets.target import Target, parse
+from autosched.version import __version__
+
+ATTEMPTS = 3  # a candidate whose actor dies this many times is recorded as cut short
+
+
+class MeasureActor:
+    """Measures built candidates on its node, one at a time (a Ray actor: ``RemoteActor``)."""
+
+    def __init__(self, options: MeasureOptions):
+        self.options = options
+        self._measurers: dict[str, Any] = {}
+        self._tasks: dict[tuple[str, str], Task] = {}
+
+    def hello(self) -> tuple[str, str]:
+        """Which node and process this actor is (for logs and tests), and its autosched
+        version (artifacts are pickled modules: both sides must run the same autosched)."""
+        node = ray.get_runtime_context().get_node_id()
+        return f"{socket.gethostname()} node {node} pid {os.getpid()}", __version__
+
+    def run(self, task: Task, artifact: P.Artifact) -> MeasureResult:
+        # the first copy of a task stays: the Measurer keeps its inputs and reference by task
+        task = self._tasks.setdefault((task.workload_key, str(task.target)), task)
+        return self._measurer(task.target).run_artifacts(task, [artifact])[0]
+
+    def close(self) -> None:
+        for m in self._measurers.values():
+            m.close()
+        self._measurers.clear()
+
+    def _measurer(self, target: Target) -> Any:
+        key = str(target)
+        if key not in self._measurers:
+            if needs_emulation(target):
+                from autosched.search.emulated import EmulatedMeasurer
+
+                self._measurers[key] = EmulatedMeasurer(target, self.options)
+            else:
+                self._measurers[key] = Measurer(None, replace(self.options, build_workers=1))
+        return self._measurers[key]
+
+
+RemoteActor: Any = ray.remote(MeasureActor)
+
+
+class _Pool:
+    """The actors of one resource: those that answered, and those still starting."""
+
+    def __init__(self, resource: str, options: MeasureOptions):
+        self.resource = resource
+        self.options = options
+        self.live: dict[Any, str] = {}           # actor -> where it runs
+        self.starting: dict[Any, Any] = {}       # ready ref -> actor
+        self.stale: set[str] = set()             # nodes that run another autosched version
+        self.death = ""                          # why the last actor died while starting
+
+    def top_up(self) -> None:
+        """Start an actor for each unit of the resource the cluster has beyond ours."""
+        units = int(ray.cluster_resources().get(self.resource, 0))
+        for _ in range(units - len(self.live) - len(self.starting) - len(self.stale)):
+            actor = RemoteActor.options(
+                num_cpus=0, resources={self.resource: 1}, max_restarts=0,
+                max_task_retries=0).remote(self.options)
+            self.starting[actor.hello.remote()] = actor
+
+    def admit(self, timeout: float) -> None:
+        """Move the actors that have started into ``live``, waiting up to ``timeout`` s."""
+        if not self.starting:
+            return
+        ready, _ = ray.wait(list(self.starting), num_returns=len(self.starting),
+                            timeout=timeout)
+        for ref in ready:
+            actor = self.starting.pop(ref)
+            try:
+                where, version = ray.get(ref)
+            except RayActorError as exc:  # died while starting (its node went away, ...)
+                self.death = str(exc).strip().splitlines()[-1][:300] if str(exc) else repr(exc)
+                continue
+            if version != __version__:
+                self.stale.add(where)
+                ray.kill(actor)
+                continue
+            self.live[actor] = where
+
+    def drop(self, actor: Any) -> None:
+        self.live.pop(actor, None)
+        try:
+            ray.kill(actor)
+        except (RayActorError, ValueError):
+            pass
+
+    def close(self) -> None:
+        for actor in [*self.live, *self.starting.values()]:
+            self.drop(actor)
+        self.starting.clear()
+
+
+class RayRunner:
+    """Builds candidates here and measures them on the Ray cluster's nodes that advertise
+    their target (see the module's docstring).
+
+    Example::
+
+        with RayRunner(parse("llvm"), address="ray://head:10001") as r:
+            results = r.measure(task, schedules)      # list[MeasureResult], same order
+        r.measured_on       # Counter: candidates measured per actor ("host node ID pid N")
+
+    ``address`` None connects to the cluster on this machine or the one RAY_ADDRESS names,
+    else starts a local one whose node advertises ``target``. ``on_dispatch(n, where)`` (tests)
+    is called after the n-th candidate is handed to the actor at ``where``.
+    """
+
+    def __init__(self, target: Target | None = None, options: MeasureOptions | None = None,
+                 address: str | None = None, *, start_timeout: float = STARTUP_TIMEOUT,
+                 on_dispatch: Callable[[int, str], None] | None = None, **overrides: Any):
+        self.target = target
+        self.options = replace(options or MeasureOptions(), **overrides)
+        self.start_timeout = start_timeout
+        self.on_dispatch = on_dispatch
+        self._own_ray = _connect(address, target)  # a Ray this runner started, it stops
+        self._builder = Measurer(target, self.options)
+        self._pools: dict[str, _Pool] = {}
+        self.dispatched = 0
+        self.requeued = 0  # candidates queued again after their actor died
+        self.measured_on: Counter[str] = Counter()
+
+    def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
+        """Build here, measure on the cluster; one result per candidate, in order."""
+        batch = self._batch(task)
+        # each candidate goes to an actor as soon as it is built, while the others build
+        _, results = self._builder.build(task, candidates, on_built=batch.add)
+        for index, res in batch.finish().items():
+            results[index] = res
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results), "every candidate is built and run, or failed"
+        return done
+
+    def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
+        """Candidates lowered in the local build workers (Measurer.lower_candidates)."""
+        return self._builder.lower_candidates(task, candidates)
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        self._builder.close()
+        if self._own_ray and ray.is_initialized():
+            ray.shutdown()
+            self._own_ray = False
+
+    def __enter__(self) -> RayRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- dispatch ---------------------------------------------------------------------------
+    def _pool(self, target: Target) -> _Pool:
+        resource = resource_name(target)
+        pool = self._pools.get(resource)
+        if pool is None:
+            pool = self._pools[resource] = _Pool(resource, self.options)
+        pool.top_up()
+        pool.admit(0.0)
+        if not pool.live:
+            pool.admit(self.start_timeout)
+        if not pool.live:
+            why = (f"; these run another autosched than {__version__}: "
+                   f"{', '.join(sorted(pool.stale))}" if pool.stale else "")
+            why += f"; the last actor to start died: {pool.death}" if pool.death else ""
+            raise MeasureError(
+                f"no node of the Ray cluster measures {target}: none advertises {resource} or "
+                f"its actors did not start in {self.start_timeout:g} s; join one with ray start "
+                f"--resources='{{\"{resource}\": 1}}'{why}")
+        return pool
+
+    def _batch(self, task: Task) -> _Batch:
+        return _Batch(self, task, self._pool(task.target))
+
+
+class _Batch:
+    """One batch on its way through the actors: candidates are added as they are built and
+    handed to idle actors; the candidate of an actor that dies is queued again."""
+
+    def __init__(self, runner: RayRunner, task: Task, pool: _Pool):
+        self.runner, self.task, self.pool = runner, task, pool
+        self.task_ref = ray.put(task)
+        self.queue: deque[P.Artifact] = deque()
+        self.out: dict[int, MeasureResult] = {}  # by Artifact.index
+        self.attempts: Counter[int] = Counter()
+        self.inflight: dict[Any, tuple[Any, P.Artifact, float]] = {}  # ref -> (actor, b, due)
+        self.error: Exception | None = None
+        opts = runner.options
+        self.limit = STARTUP_TIMEOUT + opts.reference_timeout + opts.run_timeout * (opts.repeat + 3)
+
+    def add(self, b: P.Artifact) -> None:
+        """Queue a built candidate, hand out what idle actors can take, collect what is done.
+        Called from inside the build loop, so an error (an actor's MeasureError, say) waits
+        for ``finish``: raised here, it would leave the build workers' replies unread."""
+        self.queue.append(b)
+        if self.error is None:
+            try:
+                self.pump(0.0)
+            except Exception as exc:  # re-raised by finish, after the builds
+                self.error = exc
+
+    def finish(self) -> dict[int, MeasureResult]:
+        """Wait until every queued candidate has its result."""
+        if self.error is not None:
+            raise self.error
+        while self.queue or self.inflight:
+            if not self.pool.live and not self.inflight:
+                # every actor died: start others where the resource is left (or raise)
+                self.pool = self.runner._pool(self.task.target)
+            self.pump(None)
+        return self.out
+
+    def pump(self, timeout: float | None) -> None:
+        """Dispatch to idle actors, then collect finished candidates, waiting up to
+        ``timeout`` s for one (None: until one finishes or is overdue)."""
+        self._dispatch()
+        if not self.inflight:
+            return
+        if timeout is None:
+            soonest = min(due for _, _, due in self.inflight.values())
+            timeout = max(0.0, soonest - time.monotonic())
+        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+        for ref in ready:
+            actor, b, _ = self.inflight.pop(ref)
+            try:
+                self.out[b.index] = ray.get(ref)
+                self.runner.measured_on[self.pool.live.get(actor, "?")] += 1
+            except RayActorError as exc:  # the actor or its node died: requeue its candidate
+                self.pool.drop(actor)
+                self._retry(b, f"the measuring actor died ({exc})")
+        now = time.monotonic()
+        for ref, (actor, b, due) in list(self.inflight.items()):
+            if now >= due:  # a node that stopped answering without dying
+                self.inflight.pop(ref)
+                self.pool.drop(actor)
+                self._retry(b, f"no answer in {self.limit:g} s")
+        if ready and (self.queue or self.inflight):
+            self.pool.top_up()
+            self.pool.admit(0.0)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        busy = {a for a, _, _ in self.inflight.values()}
+        for actor in [a for a in self.pool.live if a not in busy]:
+            if not self.queue:
+                return
+            b = self.queue.popleft()
+            ref = actor.run.remote(self.task_ref, b)
+            self.inflight[ref] = (actor, b, time.monotonic() + self.limit)
+            r = self.runner
+            r.dispatched += 1
+            if r.on_dispatch is not None:
+                r.on_dispatch(r.dispatched, self.pool.live[actor])
+
+    def _retry(self, b: P.Artifact, why: str) -> None:
+        self.attempts[b.index] += 1
+        if self.attempts[b.index] < ATTEMPTS:
+            self.runner.requeued += 1
+            self.queue.appendleft(b)
+            return
+        self.out[b.index] = failed_result(
+            ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not by the "
+            "candidate (a resumed job measures it again)", transient=True)
+
+
+def _connect(address: str | None, target: Target | None) -> bool:
+    """Connect to Ray unless this process already is; whether this call did."""
+    if ray.is_initialized():
+        return False
+    quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if address is not None:
+        ray.init(address=address, **quiet)
+        return True
+    try:
+        ray.init(address="auto", **quiet)
+    except ConnectionError:  # no cluster to join: a local one, this machine its only node
+        resources = {resource_name(target): 1.0} if target is not None else {}
+        ray.init(resources=resources, **quiet)
+    return True
+
+
+def _ray_start_line(targets: Sequence[str], slots: int, address: str) -> str:
+    resources = {resource_name(parse(t)): slots for t in targets}
+    return (f"ray start --address={address} "
+            f"--resources='{json.dumps(resources, separators=(',', ':'))}'")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m autosched.search.runner_ray resources --target T [--target T2] [--slots N]``:
+    print the custom resources a node that measures these targets advertises, as the ray
+    start line that joins it to a cluster."""
+    p = argparse.ArgumentParser(prog="python -m autosched.search.runner_ray")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("resources", help="the ray start line of a node that measures TARGET")
+    r.add_argument("--target", action="append", required=True,
+                   help='a target string, e.g. "llvm" or "cuda -arch=sm_90" (repeatable)')
+    r.add_argument("--slots", type=int, default=1,
+                   help="candidates measured at once on the node (1: timings do not share "
+                        "the machine)")
+    r.add_argument("--address", default="HEAD:6379", help="the head node's address")
+    args = p.parse_args(argv)
+    try:
+        print(_ray_start_line(args.target, args.slots, args.address))
+    except AutoschedError as exc:  # a bad target string: one line naming it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Measurement throughput of the Ray runner: ResNet-18 (autosched.testing.models) tuned with
+the same trial budget by the local runner and by ``--runner ray`` over N local worker nodes,
+each from a fresh log; candidates measured per minute and the tuned model's latency.
+
+    python benchmarks/tune_ray.py --trials 400                 # local, 1 node, 2 nodes
+    python benchmarks/tune_ray.py --trials 400 --nodes 2 4 --image 112
+
+The Ray side starts its own cluster on this machine (ray.cluster_utils.Cluster: a head without
+resources, ``--nodes`` worker nodes advertising this CPU's target once each), so each node
+measures one candidate at a time, as a board or a GPU machine would; builds happen here, in
+the same build pool as the local runner's. On one machine the nodes share its cores: the
+speed-up shows what overlapping measurements buys (the local runner measures one candidate at
+a time while the build pool waits), not what separate machines would give, and concurrent runs
+perturb each other's timings, so the tuned latencies are compared too (timed in alternating
+rounds; benchmarks/baseline.py). Prints the machine (date, commit, CPU, load average) and
+writes benchmarks/results/tune_ray.json. Needs the ``cluster`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
+
+import autosched as aus  # noqa: E402
+from autosched.graph.compiler import extract_tasks  # noqa: E402
+from autosched.graph.executor import random_inputs  # noqa: E402
+from autosched.search.record import RecordLog  # noqa: E402
+from autosched.search.runner import make_runner, resource_name  # noqa: E402
+from autosched.search.tune import TuneOptions, tune  # noqa: E402
+from autosched.targets.target import parse  # noqa: E402
+from autosched.testing import models  # noqa: E402
+from importers.onnx import from_onnx  # noqa: E402
+
+
+def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
+              ) -> dict[str, float]:
+    """Tune into a fresh ``log`` with ``runner``; wall seconds and candidates per minute."""
+    r = make_runner(runner, tasks[0].target, min_repeat_ms=20.0)
+    t0 = time.perf_counter()
+    try:
+        tune(tasks, trials=args.trials, log=log, weights=weights, runner=r,
+             options=TuneOptions(batch_size=args.batch_size, seed=0, verbose=False))
+    finally:
+        r.close()
+    secs = time.perf_counter() - t0
+    measured = len(RecordLog(log).load())
+    return {"tune_s": secs, "candidates": measured, "per_minute": measured / secs * 60}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=400)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2],
+                    help="worker-node counts of the Ray runs")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
+    ap.add_argument("--out", default="benchmarks/results/tune_ray.json")
+    args = ap.parse_args()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    graph = from_onnx(models.resnet18(image=args.image))
+    feeds = random_inputs(graph)
+    tasks, weights = extract_tasks(graph, "llvm")
+    print(baseline.header())
+    print(f"ResNet-18 1x3x{args.image}x{args.image}: {len(tasks)} tasks, {args.trials} trials",
+          flush=True)
+    rows: dict[str, Any] = {"trials": args.trials, "image": args.image, "cores": os.cpu_count(),
+                            "machine": baseline.header(), "runs": {}}
+    work = Path(tempfile.mkdtemp(prefix="tune_ray-"))
+    logs = {"local": work / "local.jsonl"}
+    rows["runs"]["local"] = tune_with("local", tasks, weights, logs["local"], args)
+    print(f"local: {rows['runs']['local']}", flush=True)
+    for n in args.nodes:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        for _ in range(n):
+            cluster.add_node(num_cpus=1, resources={resource_name(parse("llvm")): 1})
+        ray.init(address=cluster.address, log_to_driver=False)
+        name = f"ray x{n}"
+        logs[name] = work / f"ray{n}.jsonl"
+        try:
+            rows["runs"][name] = tune_with("ray", tasks, weights, logs[name], args)
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+        one = rows["runs"].get("ray x1", rows["runs"]["local"])
+        rows["runs"][name]["speedup_vs_local"] = (rows["runs"][name]["per_minute"]
+                                                  / rows["runs"]["local"]["per_minute"])
+        rows["runs"][name]["speedup_vs_one_node"] = (rows["runs"][name]["per_minute"]
+                                                     / one["per_minute"])
+        print(f"{name}: {rows['runs'][name]}", flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        models_by_run = {k: aus.compile(graph, "llvm", log=v) for k, v in logs.items()}
+    got = baseline.alternate({k: (lambda m=m: m.time(feeds, min_s=2.0))
+                              for k, m in models_by_run.items()}, args.rounds)
+    print(f"tuned ResNet-18 ms, median round (best round): {baseline.rounds_line(got)}")
+    for k, r in got.items():
+        rows["runs"][k]["latency_ms"] = [r.median * 1e3, r.best * 1e3]
+    rows["load_average"] = os.getloadavg()
+    print(json.dumps(rows, indent=1))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
