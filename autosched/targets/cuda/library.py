@@ -396,9 +396,9 @@ static const span CODE[N_ARCHS][N_MODULES] = {{
 }};
 {_array("uint32_t", "FUNCTION_MODULE", [str(m) for m, _ in plan.functions], "0")}
 {_array("char *const", "FUNCTION_NAME", [c_string(k) for _, k in plan.functions], "0")}
-{_array("launch", "LAUNCHES", launches)}
+{_array("launch", "LAUNCHES", launches, "{0, {0, 0, 0}, {0, 0, 0}, 0, 0}")}
 {_array("place", "ARGS", args)}
-{_array("copy", "COPIES", copies)}
+{_array("copy", "COPIES", copies, "{{0, 0}, 0, 0}")}
 {_array("uint64_t", "INPUT_BYTES", [f"{_tensor_bytes(t)}u" for t in spec.inputs], "0")}
 {_array("uint64_t", "OUTPUT_BYTES", [f"{_tensor_bytes(t)}u" for t in spec.outputs], "0")}
 {_array("uint64_t", "STAGE_IN", [f"{at}u" for at in plan.stage_in], "0")}
