@@ -168,11 +168,13 @@ class _Context:
         self._destroy = model._api["destroy"]
         options = _Options(model.threads, model.device, model.stream or None)
         status = model._api["create"](ctypes.byref(options), ctypes.byref(self.pointer))
+        if status and model.gpu:  # the library's message says what failed and what to do
+            raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
+                                   f"{model.target})")
         if status:
-            kind = "cuda -arch=sm_XY" if model.gpu else "llvm"
             raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
                                    f"{model.target}); compile the model for this machine "
-                                   f"(autosched compile MODEL --target {kind} -o DIR)")
+                                   "(autosched compile MODEL --target llvm -o DIR)")
 
     def __del__(self) -> None:
         if self.pointer:

@@ -6,25 +6,31 @@ and by ``autosched.load``, against onnxruntime."""
 from __future__ import annotations
 
 import ctypes
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
 
 import autosched as aus
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.deploy import export, library_spec
+from autosched.targets.cuda.host_emulate import unavailable
 from autosched.targets.cuda.library import build_library, c_string
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.model_api import API, DEVICE_API, Status
+from autosched.targets.model_api import header as api_header
 from autosched.testing.models import ort_run, resnet18, small_cnn
 from importers.onnx import from_onnx
 from tests.deploy.c_driver import DriverError
+from tests.deploy.mock_cuda import gather_model
 from tests.support.nvrtc import needs_nvrtc
 
 pytestmark = needs_nvrtc
+needs_host_emulation = pytest.mark.skipif(
+    unavailable() is not None, reason=f"host emulation of CUDA C: {unavailable()}")
 MODELS = {"small_cnn": lambda: small_cnn(image=20), "resnet18": lambda: resnet18(image=64)}
 
 
@@ -38,16 +44,6 @@ def _deploy(proto: object, arch: str, out: Path, name: str) -> dict[str, np.ndar
     rng = np.random.default_rng()
     return {v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype)
             for v in from_onnx(proto).inputs}
-
-
-def _gather_model() -> object:
-    """A Gather: its kernel checks each index and reports through the status word."""
-    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 3])
-    i = helper.make_tensor_value_info("i", TensorProto.INT64, [4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
-    node = helper.make_node("Gather", ["d", "i"], ["y"], name="pick")
-    return helper.make_model(helper.make_graph([node], "g", [d, i], [y]),
-                             opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _no_gpu() -> bool:
@@ -104,7 +100,7 @@ def test_without_a_cuda_driver_load_fails_in_one_line(cnn_library: Path) -> None
 
 
 def test_the_generated_c_compiles_without_warnings(tmp_path: Path) -> None:
-    model = _compile(_gather_model(), "sm_90")
+    model = _compile(gather_model(), "sm_90")
     spec = library_spec(model, "gather", static=False)
     built = build_library(spec, tmp_path / "gather.so", flags=("-Werror", "-Wshadow"))
     assert "#define GATHER_RUN_DEVICE_WAITS 1" in built.header  # its kernel checks indices
@@ -121,9 +117,49 @@ def test_c_strings_survive_any_name(tmp_path: Path) -> None:
         name.encode()
 
 
-def test_a_model_for_an_llvm_target_still_exports_as_before(tmp_path: Path) -> None:
-    export(aus.compile(from_onnx(small_cnn(image=8)), target="llvm"), tmp_path, name="cpu")
-    assert "run_device" not in (tmp_path / "cpu.h").read_text()
+def test_the_cpu_header_keeps_its_layout_and_gains_no_device_entry() -> None:
+    text = api_header("net", [("x", "float32", (2,))], [("y", "float32", (2,))], "llvm")
+    assert "run_device" not in text and "RUN_DEVICE_WAITS" not in text
+    fields = text[text.index("typedef struct {"):text.index("} net_options;")]
+    assert fields.index("int32_t num_threads;") < fields.index("int32_t device;") < \
+        fields.index("void *stream;")  # a CPU library reads the first field only
+
+
+# -- in CI, over a stand-in driver that runs the kernels' CUDA C on the CPU ----------------------
+
+def _over_a_stand_in_driver(model: str, archs: str, folder: Path, *gpus: str) -> list[dict]:
+    """tests/deploy/mock_cuda.py's reports, from a child process (the stand-in replaces
+    libcuda.so.1 for the process that loads it)."""
+    proc = subprocess.run([sys.executable, "-m", "tests.deploy.mock_cuda", model, archs,
+                           str(folder), *gpus], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@needs_host_emulation
+def test_over_a_stand_in_driver_each_gpu_runs_the_code_of_its_arch(tmp_path: Path) -> None:
+    """sm_90 and sm_86 GPUs (the sm_86 one runs the sm_80 cubins), both pointer kinds against
+    onnxruntime; an sm_75 GPU gets one line naming its arch; a GPU without the memory gets
+    the ALLOC status; every context leaves nothing behind."""
+    sm90, sm86, sm75, full = _over_a_stand_in_driver(
+        "small_cnn", "sm_90,sm_80", tmp_path, "90:-1", "86:-1", "75:-1", "90:100000")
+    for report, arch in ((sm90, "sm_90"), (sm86, "sm_80")):
+        assert report["errors"] == [] and report["create"] == ""
+        assert report["host"] < 1e-4 and report["device"] < 1e-4
+        assert report["archs"] == [arch] and report["launches"] > 0
+    assert "GPU 0 is sm_75; this library holds code for sm_90, sm_80 only" in sm75["create"]
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in full["create"] and sm75["launches"] == 0
+    for report in (sm75, full):
+        assert "\n" not in report["create"]
+    assert [r["live"] for r in (sm90, sm86, sm75, full)] == [0, 0, 0, 0]
+
+
+@needs_host_emulation
+def test_over_a_stand_in_driver_a_kernel_check_is_the_status_of_the_run(tmp_path: Path) -> None:
+    (report,) = _over_a_stand_in_driver("gather", "sm_90", tmp_path, "90:-1")
+    assert report["errors"] == [] and report["host"] == 0 and report["device"] == 0
+    assert "out of range" in report["bad_index"] and report["live"] == 0
 
 
 # -- on a GPU ------------------------------------------------------------------------------------
@@ -174,7 +210,7 @@ def test_load_runs_a_cuda_library_as_the_executor_and_onnxruntime(tmp_path: Path
 @pytest.mark.gpu
 def test_a_failing_kernel_check_is_the_status_of_the_run(tmp_path: Path,
                                                          rng: np.random.Generator) -> None:
-    export(_compile(_gather_model(), detect_cuda_arch()), tmp_path, name="gather")
+    export(_compile(gather_model(), detect_cuda_arch()), tmp_path, name="gather")
     deployed = aus.load(tmp_path)
     data = rng.standard_normal((5, 3)).astype(np.float32)
     with pytest.raises(RuntimeError_, match="out of range"):
