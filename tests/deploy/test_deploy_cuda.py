@@ -162,6 +162,22 @@ def test_over_a_stand_in_driver_a_kernel_check_is_the_status_of_the_run(tmp_path
     assert "out of range" in report["bad_index"] and report["live"] == 0
 
 
+@pytest.mark.slow
+@needs_host_emulation
+def test_over_a_stand_in_driver_resnet18_matches_onnxruntime(tmp_path: Path) -> None:
+    """Kernel modules that several calls share, 48 launches, 45 MB of weights (15 s)."""
+    (report,) = _over_a_stand_in_driver("resnet18", "sm_90", tmp_path, "90:-1")
+    assert report["errors"] == [] and report["live"] == 0
+    assert report["host"] < 2e-3 and report["device"] < 2e-3
+
+
+@needs_host_emulation
+def test_over_a_stand_in_driver_outputs_no_kernel_writes_are_copied(tmp_path: Path) -> None:
+    """A reshape of another output and the input itself, on both paths."""
+    (report,) = _over_a_stand_in_driver("views", "sm_90", tmp_path, "90:-1")
+    assert report["errors"] == [] and report["host"] == 0 and report["device"] == 0
+
+
 # -- on a GPU ------------------------------------------------------------------------------------
 
 def _check(got: list[np.ndarray], want: list[np.ndarray]) -> None:
