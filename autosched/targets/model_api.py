@@ -1,19 +1,35 @@
-"""The C API of a model library (llvm/library.py builds one): functions, status codes, header.
+"""The C API of a model library (llvm/library.py builds one for CPUs, cuda/library.py for NVIDIA
+GPUs): functions, status codes, header.
 
 For a model named ``net``::
 
     typedef struct net_context net_context;
-    typedef struct { int32_t num_threads; } net_options;   /* 0: OMP_NUM_THREADS / all cores */
+    typedef struct {
+      int32_t num_threads;  /* CPU: 0 = OMP_NUM_THREADS / all cores; GPU libraries ignore it */
+      int32_t device;       /* GPU: the CUDA device ordinal; CPU libraries ignore it */
+      void *stream;         /* GPU: the CUstream, NULL = the default stream; CPU ignores it */
+    } net_options;
     int32_t net_create(const net_options *options, net_context **context);
     int32_t net_run(net_context *context, const void *const *inputs, void *const *outputs);
+    int32_t net_run_device(net_context *context, const void *const *inputs,
+                           void *const *outputs);                       /* GPU libraries */
     void net_destroy(net_context *context);
 
 ``create`` checks the CPU and allocates the context's workspace; ``run`` reads the inputs and
 writes the outputs (host pointers, in the order the introspection functions list them, each
 16-byte aligned, row-major and contiguous); one context per thread makes concurrent runs safe.
 A context's thread count is handed to each kernel as it starts (a kernel keeps it in one
-process-wide variable): contexts that run at once should ask for the same count.
-Every function returns a status: 0, or the bits below (``net_status_message`` says which).
+process-wide variable): contexts that run at once should ask for the same count. The options
+struct grew from the thread count alone: a CPU library reads its first field only, so callers
+built against either layout work with it.
+
+A GPU library's ``create`` loads the CUDA driver, picks the code for the GPU's arch, uploads the
+weights and allocates the workspace on the device (each context its own); its ``run`` takes host
+pointers (copies in, runs, copies out, waits for the stream) and ``run_device`` device pointers
+(queued on the stream, not waited for, unless the kernels check indices: the header's
+``NET_RUN_DEVICE_WAITS``). Every function returns a status: 0, or the bits below
+(``net_status_message`` says which; for DEVICE and DRIVER, the last such failure's call and
+reason, such as the GPU's arch).
 
 This module needs no LLVM: the Python loader (graph/loader.py) takes the names from here.
 """
