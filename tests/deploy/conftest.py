@@ -22,7 +22,7 @@ from tests.deploy.c_driver import DRIVER, DriverError, Runner, tools
 def c_runner(tmp_path: Path) -> Callable[..., Runner]:
     """``c_runner(arch)(build_dir, name, inputs, outputs)``: the driver built with the host's
     cc (arch None) or the cross compiler, run (under qemu for a cross arch, emulating ``cpu``
-    when given; ``flags``: more compiler flags, such as -DDEVICE_POINTERS) on ``inputs``;
+    when given; ``flags``: more compiler flags, such as -DDEVICE_POINTERS -ldl) on ``inputs``;
     returns the outputs, given as (shape, dtype). A driver that
     fails raises DriverError with its exit status and stderr."""
 
@@ -35,9 +35,8 @@ def c_runner(tmp_path: Path) -> Callable[..., Runner]:
             src = tmp_path / "driver.c"
             src.write_text(DRIVER.replace("NAME", name))
             exe = tmp_path / "driver"
-            subprocess.run([compiler, "-O1", "-std=c11", *flags, f"-I{build}", str(src), "-o",
-                            str(exe), str(build / f"{name}.so"), f"-Wl,-rpath,{build}", "-ldl"],
-                           check=True)
+            subprocess.run([compiler, "-O1", "-std=c11", f"-I{build}", str(src), "-o", str(exe),
+                            str(build / f"{name}.so"), f"-Wl,-rpath,{build}", *flags], check=True)
             (tmp_path / "in.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes()
                                                        for a in inputs))
             proc = subprocess.run([*prefix, str(exe), str(tmp_path / "in.bin"),

@@ -195,7 +195,7 @@ def test_from_c_on_the_gpu_matches_onnxruntime(model_name: str, pointers: str, t
     build = tmp_path / "build"
     feeds = _deploy(proto, detect_cuda_arch(), build, model_name)
     want = ort_run(proto, feeds)
-    run = c_runner(flags=["-DDEVICE_POINTERS"] if pointers == "device" else [])
+    run = c_runner(flags=["-DDEVICE_POINTERS", "-ldl"] if pointers == "device" else [])
     _check(run(build, model_name, list(feeds.values()), [(w.shape, str(w.dtype)) for w in want]),
            want)
 
