@@ -18,10 +18,11 @@ import autosched as aus
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.deploy import export, library_spec
 from autosched.targets.cuda.host_emulate import unavailable
-from autosched.targets.cuda.library import build_library, c_string
+from autosched.targets.cuda.library import build_library, c_string, deployed_target, library_archs
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.model_api import API, DEVICE_API, Status
 from autosched.targets.model_api import header as api_header
+from autosched.targets.target import parse
 from autosched.testing.models import ort_run, resnet18, small_cnn
 from importers.onnx import from_onnx
 from tests.deploy.c_driver import DriverError
@@ -105,6 +106,15 @@ def test_the_generated_c_compiles_without_warnings(tmp_path: Path) -> None:
     built = build_library(spec, tmp_path / "gather.so", flags=("-Werror", "-Wshadow"))
     assert "#define GATHER_RUN_DEVICE_WAITS 1" in built.header  # its kernel checks indices
     assert built.target == "cuda -arch=sm_90"
+
+
+def test_the_target_a_library_reports() -> None:
+    """Kernels build for the first listed arch; the library says every arch, never emulation."""
+    target = parse("cuda -arch=sm_80,sm_90 -emulate=ir")
+    assert target.arch == "sm_80" and library_archs(target) == ("sm_80", "sm_90")
+    assert str(deployed_target(target)) == "cuda -arch=sm_80,sm_90"
+    detected = parse("cuda -emulate=ir")
+    assert str(deployed_target(detected)) == f"cuda -arch={detected.arch}"
 
 
 def test_c_strings_survive_any_name(tmp_path: Path) -> None:

@@ -97,10 +97,11 @@ def library_archs(target: Target) -> tuple[str, ...]:
 
 def deployed_target(target: Target) -> Target:
     """``target`` as the library reports it: without host emulation (a library built from an
-    emulated model on a machine without a GPU runs on the GPU)."""
-    options = " ".join(f"-{k}={v}" if v else f"-{k}" for k, v in target.options
-                       if k != "emulate")
-    return parse(f"{target.kind} {options}".strip())
+    emulated model on a machine without a GPU runs on the GPU), with the arch it detected."""
+    options = [(k, v) for k, v in target.options if k != "emulate"]
+    if "arch" not in dict(options):
+        options.append(("arch", target.arch))
+    return parse(" ".join([target.kind, *(f"-{k}={v}" if v else f"-{k}" for k, v in options)]))
 
 
 def host_compiler() -> str:
