@@ -50,7 +50,9 @@ CUresult cuDeviceGet(int *d, int i) { *d = i; return i < devices ? 0 : 101; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   (void)d; *v = attr == 75 ? cc / 10 : attr == 76 ? cc % 10 : 0; return 0;
 }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)(intptr_t)(d + 1); live++; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  *c = (void *)(intptr_t)(d + 1); live++; return 0;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; live--; return 0; }
 CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
 CUresult cuCtxPopCurrent_v2(void **c) { *c = NULL; return 0; }
@@ -211,11 +213,11 @@ def _max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
 
 
 def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]]) -> list[dict]:
-    """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to ``folder``, and
-    run it over the stand-in driver posing as each of ``gpus`` in turn, (compute capability,
-    bytes it can allocate or -1): the host and the device-pointer path against onnxruntime.
-    A report per GPU: {"create": the load error or "", "host" / "device": max abs error,
-    "archs": code that ran, "launches", "errors", "live": what destroy left}."""
+    """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to
+    ``folder``, and run it over the stand-in driver posing as each of ``gpus`` in turn
+    ((compute capability, bytes it can allocate or -1)): the host and the device-pointer path
+    against onnxruntime. A report per GPU: {"create": the load error or "", "host" / "device":
+    max abs error, "archs": code that ran, "launches", "errors", "live": what destroy left}."""
     import gc
 
     import autosched as aus

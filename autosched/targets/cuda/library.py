@@ -292,6 +292,280 @@ def _blob(symbol: str, path: Path) -> str:
             f'extern const unsigned char {symbol}[] __attribute__((visibility("hidden")));')
 
 
+# What does not change between models: loading the driver, contexts, runs, introspection
+# (@name@: the model's name; the tables come first, from c_source).
+GLUE = r"""
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static char cu_failure[256]; /* why the driver cannot be used; empty when it can */
+static char detail[320];     /* the last DEVICE or DRIVER failure, for status_message */
+
+static void note(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(detail, sizeof detail, format, args);
+  va_end(args);
+}
+
+static const char *error_name(CUresult r) {
+  const char *name = NULL;
+  if (cu.GetErrorName) cu.GetErrorName(r, &name);
+  return name ? name : "an unknown CUDA error";
+}
+
+static int32_t failed(const char *call, CUresult r) {
+  note(MODEL ": %s failed: %s", call, error_name(r));
+  return r == CU_OUT_OF_MEMORY ? ST_ALLOC | ST_DRIVER : ST_DRIVER;
+}
+
+static void load_driver(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(cu_failure, sizeof cu_failure, "no CUDA driver (libcuda.so.1): %s", dlerror());
+    return;
+  }
+  for (size_t i = 0; i < sizeof SYMBOLS / sizeof *SYMBOLS; i++) {
+    void *f = dlsym(lib, SYMBOLS[i].name);
+    if (!f) {
+      snprintf(cu_failure, sizeof cu_failure, "the CUDA driver lacks %s (too old)",
+               SYMBOLS[i].name);
+      return;
+    }
+    memcpy((char *)&cu + SYMBOLS[i].at, &f, sizeof f);
+  }
+  CUresult r = cu.Init(0);
+  if (r) snprintf(cu_failure, sizeof cu_failure, "cuInit failed: %s", error_name(r));
+}
+
+/* The code for compute capability major.minor: a cubin of the same major and the highest minor
+   not above it, else PTX for the highest arch not above it; -1 when none fits. */
+static int pick_arch(int major, int minor) {
+  int best = -1, best_ptx = -1, cc = major * 10 + minor;
+  for (int a = 0; a < N_ARCHS; a++) {
+    if (!ARCHS[a].ptx && ARCHS[a].cc / 10 == major && ARCHS[a].cc <= cc &&
+        (best < 0 || ARCHS[a].cc > ARCHS[best].cc)) best = a;
+    if (ARCHS[a].ptx && ARCHS[a].cc <= cc && (best_ptx < 0 || ARCHS[a].cc > ARCHS[best_ptx].cc))
+      best_ptx = a;
+  }
+  return best >= 0 ? best : best_ptx;
+}
+
+/* -- contexts ---------------------------------------------------------------------------- */
+
+struct @name@_context {
+  CUcontext cuda;
+  CUdevice device;
+  CUstream stream;
+  int arch;
+  CUdeviceptr memory; /* the weights, then the workspace */
+  CUmodule modules[N_MODULES];
+  CUfunction functions[N_FUNCTIONS];
+};
+
+/* Frees what create made; the caller has made the context's CUDA context current. */
+static void release(struct @name@_context *c) {
+  for (int m = 0; m < N_MODULES; m++)
+    if (c->modules[m]) cu.ModuleUnload(c->modules[m]);
+  if (c->memory) cu.MemFree(c->memory);
+}
+
+static int32_t setup(struct @name@_context *c) {
+  CUresult r = cu.MemAlloc(&c->memory, MEMORY_BYTES);
+  if (r) return failed("cuMemAlloc of the weights and workspace", r);
+  if (WEIGHTS_BYTES && (r = cu.HtoD(c->memory, weights_data(), WEIGHTS_BYTES, c->stream)))
+    return failed("uploading the weights", r);
+  for (int m = 0; m < N_MODULES; m++)
+    if ((r = cu.ModuleLoadData(&c->modules[m], @name@__code + CODE[c->arch][m].at)))
+      return failed("cuModuleLoadData", r);
+  for (int f = 0; f < N_FUNCTIONS; f++)
+    if ((r = cu.ModuleGetFunction(&c->functions[f], c->modules[FUNCTION_MODULE[f]],
+                                  FUNCTION_NAME[f])))
+      return failed("cuModuleGetFunction", r);
+  if ((r = cu.StreamSynchronize(c->stream))) return failed("uploading the weights", r);
+  return ST_OK;
+}
+
+API int32_t @name@_create(const @name@_options *options, @name@_context **context) {
+  if (!context) return ST_ARGUMENT;
+  *context = NULL;
+  pthread_once(&cu_once, load_driver);
+  if (cu_failure[0]) {
+    note(MODEL ": %s", cu_failure);
+    return ST_DEVICE;
+  }
+  int ordinal = options ? options->device : 0, count = 0, major = 0, minor = 0;
+  CUresult r = cu.DeviceGetCount(&count);
+  if (r || ordinal < 0 || ordinal >= count) {
+    note(MODEL ": no CUDA device %d (this machine has %d)", ordinal, count);
+    return ST_DEVICE;
+  }
+  CUdevice device;
+  if ((r = cu.DeviceGet(&device, ordinal)) ||
+      (r = cu.DeviceGetAttribute(&major, CC_MAJOR, device)) ||
+      (r = cu.DeviceGetAttribute(&minor, CC_MINOR, device)))
+    return failed("cuDeviceGet", r);
+  int a = pick_arch(major, minor);
+  if (a < 0) {
+    note(MODEL ": GPU %d is sm_%d%d; this library holds code for %s only (compile the model "
+         "with -arch=sm_%d%d)", ordinal, major, minor, ARCH_NAMES, major, minor);
+    return ST_DEVICE;
+  }
+  struct @name@_context *c = calloc(1, sizeof *c);
+  if (!c) return ST_ALLOC;
+  c->device = device;
+  c->stream = options ? (CUstream)options->stream : NULL;
+  c->arch = a;
+  if ((r = cu.PrimaryCtxRetain(&c->cuda, device))) {
+    free(c);
+    return failed("cuDevicePrimaryCtxRetain", r);
+  }
+  CUcontext popped;
+  int32_t status = (r = cu.CtxPush(c->cuda)) ? failed("cuCtxPushCurrent", r) : setup(c);
+  if (!r) {
+    if (status) release(c);
+    cu.CtxPop(&popped);
+  }
+  if (status) {
+    cu.PrimaryCtxRelease(device);
+    free(c);
+    return status;
+  }
+  *context = c;
+  return ST_OK;
+}
+
+API void @name@_destroy(@name@_context *c) {
+  if (!c) return;
+  CUcontext popped;
+  if (!cu.CtxPush(c->cuda)) {
+    cu.StreamSynchronize(c->stream);
+    release(c);
+    cu.CtxPop(&popped);
+  }
+  cu.PrimaryCtxRelease(c->device);
+  free(c);
+}
+
+/* -- runs -------------------------------------------------------------------------------- */
+
+static CUdeviceptr address(const struct @name@_context *c, place p, const CUdeviceptr *in,
+                           const CUdeviceptr *out) {
+  switch (p.region) {
+    case IN: return in[p.at];
+    case OUT: return out[p.at];
+    case WEIGHTS: return c->memory + p.at;
+    default: return c->memory + WORK_AT + p.at;
+  }
+}
+
+/* The launches and copies of one run on the context's stream, not waiting for them. */
+static int32_t enqueue(struct @name@_context *c, const CUdeviceptr *in, const CUdeviceptr *out) {
+  CUdeviceptr values[MAX_ARGS];
+  void *params[MAX_ARGS];
+  CUresult r;
+  if (CHECKS && (r = cu.MemsetD32(c->memory + WORK_AT + STATUS_AT, 0, 1, c->stream)))
+    return failed("clearing the status word", r);
+  for (int l = 0; l < N_LAUNCHES; l++) {
+    const launch *k = &LAUNCHES[l];
+    for (uint32_t j = 0; j < k->count; j++) {
+      values[j] = address(c, ARGS[k->first + j], in, out);
+      params[j] = &values[j];
+    }
+    r = cu.Launch(c->functions[k->function], k->grid[0], k->grid[1], k->grid[2], k->block[0],
+                  k->block[1], k->block[2], 0, c->stream, params, NULL);
+    if (r) {
+      note(MODEL ": launching kernel %s (launch %d of %d) failed: %s", FUNCTION_NAME[k->function],
+           l + 1, N_LAUNCHES, error_name(r));
+      return r == CU_OUT_OF_MEMORY ? ST_ALLOC | ST_DRIVER : ST_DRIVER;
+    }
+  }
+  for (int k = 0; k < N_COPIES; k++)
+    if ((r = cu.DtoD(out[COPIES[k].output], address(c, COPIES[k].src, in, out),
+                     COPIES[k].nbytes, c->stream)))
+      return failed("copying an output", r);
+  return ST_OK;
+}
+
+/* Waits for the stream; the kernels' status word, or the driver's failure. */
+static int32_t finish(struct @name@_context *c) {
+  int32_t word = 0;
+  CUresult r;
+  if (CHECKS && (r = cu.DtoH(&word, c->memory + WORK_AT + STATUS_AT, 4, c->stream)))
+    return failed("reading the status word", r);
+  if ((r = cu.StreamSynchronize(c->stream))) return failed("running the kernels", r);
+  return word;
+}
+
+API int32_t @name@_run(@name@_context *c, const void *const *inputs, void *const *outputs) {
+  if (!c || !inputs || !outputs) return ST_ARGUMENT;
+  CUdeviceptr in[N_INPUTS + 1], out[N_OUTPUTS + 1];
+  for (int i = 0; i < N_INPUTS; i++) {
+    if (!inputs[i]) return ST_ARGUMENT;
+    in[i] = c->memory + WORK_AT + STAGE_IN[i];
+  }
+  for (int o = 0; o < N_OUTPUTS; o++) {
+    if (!outputs[o]) return ST_ARGUMENT;
+    out[o] = c->memory + WORK_AT + STAGE_OUT[o];
+  }
+  CUcontext popped;
+  CUresult r = cu.CtxPush(c->cuda);
+  if (r) return failed("cuCtxPushCurrent", r);
+  int32_t status = ST_OK;
+  for (int i = 0; i < N_INPUTS && !status; i++)
+    if ((r = cu.HtoD(in[i], inputs[i], INPUT_BYTES[i], c->stream)))
+      status = failed("copying an input to the GPU", r);
+  if (!status) status = enqueue(c, in, out);
+  for (int o = 0; o < N_OUTPUTS && !status; o++)
+    if ((r = cu.DtoH(outputs[o], out[o], OUTPUT_BYTES[o], c->stream)))
+      status = failed("copying an output from the GPU", r);
+  if (!status) status = finish(c);
+  cu.CtxPop(&popped);
+  return status;
+}
+
+API int32_t @name@_run_device(@name@_context *c, const void *const *inputs, void *const *outputs) {
+  if (!c || !inputs || !outputs) return ST_ARGUMENT;
+  CUdeviceptr in[N_INPUTS + 1], out[N_OUTPUTS + 1];
+  for (int i = 0; i < N_INPUTS; i++) {
+    in[i] = (CUdeviceptr)(uintptr_t)inputs[i];
+    if (!in[i] || in[i] % 16) return ST_ARGUMENT;
+  }
+  for (int o = 0; o < N_OUTPUTS; o++) {
+    out[o] = (CUdeviceptr)(uintptr_t)outputs[o];
+    if (!out[o] || out[o] % 16) return ST_ARGUMENT;
+  }
+  CUcontext popped;
+  CUresult r = cu.CtxPush(c->cuda);
+  if (r) return failed("cuCtxPushCurrent", r);
+  int32_t status = enqueue(c, in, out);
+  if (!status && CHECKS) status = finish(c);
+  cu.CtxPop(&popped);
+  return status;
+}
+
+/* -- introspection ----------------------------------------------------------------------- */
+
+API int32_t @name@_num_inputs(void) { return N_INPUTS; }
+API int32_t @name@_num_outputs(void) { return N_OUTPUTS; }
+API const @name@_tensor_info *@name@_input(int32_t i) {
+  return i >= 0 && i < N_INPUTS ? &INPUTS[i] : NULL;
+}
+API const @name@_tensor_info *@name@_output(int32_t i) {
+  return i >= 0 && i < N_OUTPUTS ? &OUTPUTS[i] : NULL;
+}
+API const char *@name@_target(void) { return TARGET; }
+API const char *@name@_version(void) { return VERSION; }
+
+/* The lowest bit's message; a DEVICE or DRIVER failure's says which call and why. */
+API const char *@name@_status_message(int32_t status) {
+  if (status == ST_OK) return OK_MESSAGE;
+  if ((status & (ST_DEVICE | ST_DRIVER)) && detail[0]) return detail;
+  for (size_t k = 0; k < sizeof MESSAGES / sizeof *MESSAGES; k++)
+    if (status & MESSAGES[k].bit) return MESSAGES[k].text;
+  return "unknown status";
+}
+"""
+
+
 def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
     """The library's C source; the weights and code blobs are ``blobs``/weights.bin and
     code.bin."""
@@ -407,7 +681,15 @@ static const span CODE[N_ARCHS][N_MODULES] = {{
 {chr(10).join(tables)}
 {chr(10).join(infos)}
 
-/* -- the CUDA driver, loaded at the first create --------------------------------------- */
+#define MODEL "{n}"
+#define TARGET {c_string(str(plan.target))}
+#define VERSION {c_string(spec.version)}
+#define OK_MESSAGE {c_string(STATUS_MESSAGES[STATUS_OK])}
+static const struct {{ int32_t bit; const char *text; }} MESSAGES[] = {{
+  {messages}
+}};
+
+/* -- the CUDA driver, loaded at the first create: its functions -------------------------- */
 
 struct driver {{
 {driver}
@@ -416,276 +698,4 @@ static struct driver cu;
 static const struct {{ const char *name; size_t at; }} SYMBOLS[] = {{
   {symbols}
 }};
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-static char cu_failure[256]; /* why the driver cannot be used; empty when it can */
-static char detail[320];     /* the last DEVICE or DRIVER failure, for status_message */
-
-static void note(const char *format, ...) {{
-  va_list args;
-  va_start(args, format);
-  vsnprintf(detail, sizeof detail, format, args);
-  va_end(args);
-}}
-
-static const char *error_name(CUresult r) {{
-  const char *name = NULL;
-  if (cu.GetErrorName) cu.GetErrorName(r, &name);
-  return name ? name : "an unknown CUDA error";
-}}
-
-static int32_t failed(const char *call, CUresult r) {{
-  note("{n}: %s failed: %s", call, error_name(r));
-  return r == CU_OUT_OF_MEMORY ? ST_ALLOC | ST_DRIVER : ST_DRIVER;
-}}
-
-static void load_driver(void) {{
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {{
-    snprintf(cu_failure, sizeof cu_failure, "no CUDA driver (libcuda.so.1): %s", dlerror());
-    return;
-  }}
-  for (size_t i = 0; i < sizeof SYMBOLS / sizeof *SYMBOLS; i++) {{
-    void *f = dlsym(lib, SYMBOLS[i].name);
-    if (!f) {{
-      snprintf(cu_failure, sizeof cu_failure, "the CUDA driver lacks %s (too old)",
-               SYMBOLS[i].name);
-      return;
-    }}
-    memcpy((char *)&cu + SYMBOLS[i].at, &f, sizeof f);
-  }}
-  CUresult r = cu.Init(0);
-  if (r) snprintf(cu_failure, sizeof cu_failure, "cuInit failed: %s", error_name(r));
-}}
-
-/* The code for compute capability major.minor: a cubin of the same major and the highest minor
-   not above it, else PTX for the highest arch not above it; -1 when none fits. */
-static int pick_arch(int major, int minor) {{
-  int best = -1, best_ptx = -1, cc = major * 10 + minor;
-  for (int a = 0; a < N_ARCHS; a++) {{
-    if (!ARCHS[a].ptx && ARCHS[a].cc / 10 == major && ARCHS[a].cc <= cc &&
-        (best < 0 || ARCHS[a].cc > ARCHS[best].cc)) best = a;
-    if (ARCHS[a].ptx && ARCHS[a].cc <= cc && (best_ptx < 0 || ARCHS[a].cc > ARCHS[best_ptx].cc))
-      best_ptx = a;
-  }}
-  return best >= 0 ? best : best_ptx;
-}}
-
-/* -- contexts ---------------------------------------------------------------------------- */
-
-struct {n}_context {{
-  CUcontext cuda;
-  CUdevice device;
-  CUstream stream;
-  int arch;
-  CUdeviceptr memory; /* the weights, then the workspace */
-  CUmodule modules[N_MODULES];
-  CUfunction functions[N_FUNCTIONS];
-}};
-
-/* Frees what create made; the caller has made the context's CUDA context current. */
-static void release(struct {n}_context *c) {{
-  for (int m = 0; m < N_MODULES; m++)
-    if (c->modules[m]) cu.ModuleUnload(c->modules[m]);
-  if (c->memory) cu.MemFree(c->memory);
-}}
-
-static int32_t setup(struct {n}_context *c) {{
-  CUresult r = cu.MemAlloc(&c->memory, MEMORY_BYTES);
-  if (r) return failed("cuMemAlloc of the weights and workspace", r);
-  if (WEIGHTS_BYTES && (r = cu.HtoD(c->memory, weights_data(), WEIGHTS_BYTES, c->stream)))
-    return failed("uploading the weights", r);
-  for (int m = 0; m < N_MODULES; m++)
-    if ((r = cu.ModuleLoadData(&c->modules[m], {n}__code + CODE[c->arch][m].at)))
-      return failed("cuModuleLoadData", r);
-  for (int f = 0; f < N_FUNCTIONS; f++)
-    if ((r = cu.ModuleGetFunction(&c->functions[f], c->modules[FUNCTION_MODULE[f]],
-                                  FUNCTION_NAME[f])))
-      return failed("cuModuleGetFunction", r);
-  if ((r = cu.StreamSynchronize(c->stream))) return failed("uploading the weights", r);
-  return ST_OK;
-}}
-
-API int32_t {n}_create(const {n}_options *options, {n}_context **context) {{
-  if (!context) return ST_ARGUMENT;
-  *context = NULL;
-  pthread_once(&cu_once, load_driver);
-  if (cu_failure[0]) {{
-    note("{n}: %s", cu_failure);
-    return ST_DEVICE;
-  }}
-  int ordinal = options ? options->device : 0, count = 0, major = 0, minor = 0;
-  CUresult r = cu.DeviceGetCount(&count);
-  if (r || ordinal < 0 || ordinal >= count) {{
-    note("{n}: no CUDA device %d (this machine has %d)", ordinal, count);
-    return ST_DEVICE;
-  }}
-  CUdevice device;
-  if ((r = cu.DeviceGet(&device, ordinal)) ||
-      (r = cu.DeviceGetAttribute(&major, CC_MAJOR, device)) ||
-      (r = cu.DeviceGetAttribute(&minor, CC_MINOR, device)))
-    return failed("cuDeviceGet", r);
-  int a = pick_arch(major, minor);
-  if (a < 0) {{
-    note("{n}: GPU %d is sm_%d%d; this library holds code for %s only (compile the model "
-         "with -arch=sm_%d%d)", ordinal, major, minor, ARCH_NAMES, major, minor);
-    return ST_DEVICE;
-  }}
-  struct {n}_context *c = calloc(1, sizeof *c);
-  if (!c) return ST_ALLOC;
-  c->device = device;
-  c->stream = options ? (CUstream)options->stream : NULL;
-  c->arch = a;
-  if ((r = cu.PrimaryCtxRetain(&c->cuda, device))) {{
-    free(c);
-    return failed("cuDevicePrimaryCtxRetain", r);
-  }}
-  CUcontext popped;
-  int32_t status = (r = cu.CtxPush(c->cuda)) ? failed("cuCtxPushCurrent", r) : setup(c);
-  if (!r) {{
-    if (status) release(c);
-    cu.CtxPop(&popped);
-  }}
-  if (status) {{
-    cu.PrimaryCtxRelease(device);
-    free(c);
-    return status;
-  }}
-  *context = c;
-  return ST_OK;
-}}
-
-API void {n}_destroy({n}_context *c) {{
-  if (!c) return;
-  CUcontext popped;
-  if (!cu.CtxPush(c->cuda)) {{
-    cu.StreamSynchronize(c->stream);
-    release(c);
-    cu.CtxPop(&popped);
-  }}
-  cu.PrimaryCtxRelease(c->device);
-  free(c);
-}}
-
-/* -- runs -------------------------------------------------------------------------------- */
-
-static CUdeviceptr address(const struct {n}_context *c, place p, const CUdeviceptr *in,
-                           const CUdeviceptr *out) {{
-  switch (p.region) {{
-    case IN: return in[p.at];
-    case OUT: return out[p.at];
-    case WEIGHTS: return c->memory + p.at;
-    default: return c->memory + WORK_AT + p.at;
-  }}
-}}
-
-/* The launches and copies of one run on the context's stream, not waiting for them. */
-static int32_t enqueue(struct {n}_context *c, const CUdeviceptr *in, const CUdeviceptr *out) {{
-  CUdeviceptr values[MAX_ARGS];
-  void *params[MAX_ARGS];
-  CUresult r;
-  if (CHECKS && (r = cu.MemsetD32(c->memory + WORK_AT + STATUS_AT, 0, 1, c->stream)))
-    return failed("clearing the status word", r);
-  for (int l = 0; l < N_LAUNCHES; l++) {{
-    const launch *k = &LAUNCHES[l];
-    for (uint32_t j = 0; j < k->count; j++) {{
-      values[j] = address(c, ARGS[k->first + j], in, out);
-      params[j] = &values[j];
-    }}
-    r = cu.Launch(c->functions[k->function], k->grid[0], k->grid[1], k->grid[2], k->block[0],
-                  k->block[1], k->block[2], 0, c->stream, params, NULL);
-    if (r) {{
-      note("{n}: launching kernel %s (launch %d of %d) failed: %s", FUNCTION_NAME[k->function],
-           l + 1, N_LAUNCHES, error_name(r));
-      return r == CU_OUT_OF_MEMORY ? ST_ALLOC | ST_DRIVER : ST_DRIVER;
-    }}
-  }}
-  for (int k = 0; k < N_COPIES; k++)
-    if ((r = cu.DtoD(out[COPIES[k].output], address(c, COPIES[k].src, in, out),
-                     COPIES[k].nbytes, c->stream)))
-      return failed("copying an output", r);
-  return ST_OK;
-}}
-
-/* Waits for the stream; the kernels' status word, or the driver's failure. */
-static int32_t finish(struct {n}_context *c) {{
-  int32_t word = 0;
-  CUresult r;
-  if (CHECKS && (r = cu.DtoH(&word, c->memory + WORK_AT + STATUS_AT, 4, c->stream)))
-    return failed("reading the status word", r);
-  if ((r = cu.StreamSynchronize(c->stream))) return failed("running the kernels", r);
-  return word;
-}}
-
-API int32_t {n}_run({n}_context *c, const void *const *inputs, void *const *outputs) {{
-  if (!c || !inputs || !outputs) return ST_ARGUMENT;
-  CUdeviceptr in[N_INPUTS + 1], out[N_OUTPUTS + 1];
-  for (int i = 0; i < N_INPUTS; i++) {{
-    if (!inputs[i]) return ST_ARGUMENT;
-    in[i] = c->memory + WORK_AT + STAGE_IN[i];
-  }}
-  for (int o = 0; o < N_OUTPUTS; o++) {{
-    if (!outputs[o]) return ST_ARGUMENT;
-    out[o] = c->memory + WORK_AT + STAGE_OUT[o];
-  }}
-  CUcontext popped;
-  CUresult r = cu.CtxPush(c->cuda);
-  if (r) return failed("cuCtxPushCurrent", r);
-  int32_t status = ST_OK;
-  for (int i = 0; i < N_INPUTS && !status; i++)
-    if ((r = cu.HtoD(in[i], inputs[i], INPUT_BYTES[i], c->stream)))
-      status = failed("copying an input to the GPU", r);
-  if (!status) status = enqueue(c, in, out);
-  for (int o = 0; o < N_OUTPUTS && !status; o++)
-    if ((r = cu.DtoH(outputs[o], out[o], OUTPUT_BYTES[o], c->stream)))
-      status = failed("copying an output from the GPU", r);
-  if (!status) status = finish(c);
-  cu.CtxPop(&popped);
-  return status;
-}}
-
-API int32_t {n}_run_device({n}_context *c, const void *const *inputs, void *const *outputs) {{
-  if (!c || !inputs || !outputs) return ST_ARGUMENT;
-  CUdeviceptr in[N_INPUTS + 1], out[N_OUTPUTS + 1];
-  for (int i = 0; i < N_INPUTS; i++) {{
-    in[i] = (CUdeviceptr)(uintptr_t)inputs[i];
-    if (!in[i] || in[i] % 16) return ST_ARGUMENT;
-  }}
-  for (int o = 0; o < N_OUTPUTS; o++) {{
-    out[o] = (CUdeviceptr)(uintptr_t)outputs[o];
-    if (!out[o] || out[o] % 16) return ST_ARGUMENT;
-  }}
-  CUcontext popped;
-  CUresult r = cu.CtxPush(c->cuda);
-  if (r) return failed("cuCtxPushCurrent", r);
-  int32_t status = enqueue(c, in, out);
-  if (!status && CHECKS) status = finish(c);
-  cu.CtxPop(&popped);
-  return status;
-}}
-
-/* -- introspection ----------------------------------------------------------------------- */
-
-API int32_t {n}_num_inputs(void) {{ return N_INPUTS; }}
-API int32_t {n}_num_outputs(void) {{ return N_OUTPUTS; }}
-API const {n}_tensor_info *{n}_input(int32_t i) {{
-  return i >= 0 && i < N_INPUTS ? &INPUTS[i] : NULL;
-}}
-API const {n}_tensor_info *{n}_output(int32_t i) {{
-  return i >= 0 && i < N_OUTPUTS ? &OUTPUTS[i] : NULL;
-}}
-API const char *{n}_target(void) {{ return {c_string(str(plan.target))}; }}
-API const char *{n}_version(void) {{ return {c_string(spec.version)}; }}
-
-static const struct {{ int32_t bit; const char *text; }} MESSAGES[] = {{
-  {messages}
-}};
-
-/* The lowest bit's message; a DEVICE or DRIVER failure's says which call and why. */
-API const char *{n}_status_message(int32_t status) {{
-  if (status == ST_OK) return {c_string(STATUS_MESSAGES[STATUS_OK])};
-  if ((status & (ST_DEVICE | ST_DRIVER)) && detail[0]) return detail;
-  for (size_t k = 0; k < sizeof MESSAGES / sizeof *MESSAGES; k++)
-    if (status & MESSAGES[k].bit) return MESSAGES[k].text;
-  return "unknown status";
-}}
-"""
+{GLUE.replace('@name@', n)}"""
