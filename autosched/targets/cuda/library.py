@@ -361,8 +361,10 @@ struct @name@_context {
   CUfunction functions[N_FUNCTIONS];
 };
 
-/* Frees what create made; the caller has made the context's CUDA context current. */
+/* Frees what create made, once the stream is done with it; the caller has made the context's
+   CUDA context current. */
 static void release(struct @name@_context *c) {
+  cu.StreamSynchronize(c->stream);
   for (int m = 0; m < N_MODULES; m++)
     if (c->modules[m]) cu.ModuleUnload(c->modules[m]);
   if (c->memory) cu.MemFree(c->memory);
@@ -437,7 +439,6 @@ API void @name@_destroy(@name@_context *c) {
   if (!c) return;
   CUcontext popped;
   if (!cu.CtxPush(c->cuda)) {
-    cu.StreamSynchronize(c->stream);
     release(c);
     cu.CtxPop(&popped);
   }
