@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import autosched as aus
-from autosched.errors import ModelImportError, RuntimeError_
+from autosched.errors import CompileError, ModelImportError, RuntimeError_
 from autosched.graph.deploy import export, library_spec
 from autosched.targets.cuda.host_emulate import unavailable
 from autosched.targets.cuda.library import build_library, c_string, deployed_target, library_archs
@@ -106,6 +106,14 @@ def test_the_generated_c_compiles_without_warnings(tmp_path: Path) -> None:
     built = build_library(spec, tmp_path / "gather.so", flags=("-Werror", "-Wshadow"))
     assert "#define GATHER_RUN_DEVICE_WAITS 1" in built.header  # its kernel checks indices
     assert built.target == "cuda -arch=sm_90"
+
+
+def test_without_a_host_c_compiler_the_error_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosched.targets.cuda import library
+
+    monkeypatch.setattr(library.shutil, "which", lambda name: None)
+    with pytest.raises(CompileError, match=r"host C compiler \(cc or gcc\)"):
+        library.host_compiler()
 
 
 def test_the_target_a_library_reports() -> None:

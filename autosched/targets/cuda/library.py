@@ -22,7 +22,7 @@ some kernel checks indices: then it waits to read their status word).
 
 Example::
 
-    spec = library_spec(model, "net")           # graph/deploy.py
+    spec = library_spec(model, "net", static=False)    # graph/deploy.py; export does all this
     built = build_library(spec, "build/net/net.so")
     Path("build/net/net.h").write_text(built.header)
 """
