@@ -1,7 +1,8 @@
-"""A compiled CPU model as one shared library with a C API: ``export(model, out)``.
+"""A compiled model as one shared library with a C API: ``export(model, out)``.
 
 The build dir gets ``NAME.so`` (every kernel, the weights, the static memory plan and the call
-order, behind ``NAME_create / NAME_run / NAME_destroy``; targets/llvm/library.py), ``NAME.h``
+order, behind ``NAME_create / NAME_run / NAME_destroy``; targets/llvm/library.py for CPUs,
+targets/cuda/library.py for NVIDIA GPUs over the CUDA driver API), ``NAME.h``
 (the API, with the inputs and outputs listed) and a README with a C program that runs it.
 Nothing on the target needs Python; ``autosched.load(out)`` runs the same
 library from Python through ctypes (graph/loader.py).
@@ -38,36 +39,54 @@ def library_name(name: str) -> str:
 
 
 def export(model: Any, build_dir: str | os.PathLike, name: str | None = None) -> Path:
-    """Write ``model`` (a CompiledModel for an llvm target, host or cross) to ``build_dir`` as
-    NAME.so, NAME.h and README; returns the library's path. ``name`` (default: the graph's)
-    prefixes every C symbol."""
+    """Write ``model`` to ``build_dir`` as NAME.so, NAME.h and README; returns the library's
+    path. ``name`` (default: the graph's) prefixes every C symbol. A model for an llvm target
+    (host or cross) becomes LLVM code; one for a cuda target (static shapes), C over the CUDA
+    driver API with a cubin per listed arch (``cuda -arch=sm_80,sm_90``) that the host C
+    compiler builds: a machine without a GPU builds it from a model compiled for
+    ``cuda -arch=sm_XX -emulate=ir`` (the same kernels)."""
     from autosched.targets.llvm.library import build_library
     from autosched.targets.model_api import header, readme
 
+    out = Path(build_dir)
+    device_library = getattr(model.target.backend, "model_library", None)
+    if device_library is not None:  # kernels for a device, glue over its driver
+        spec = library_spec(model, library_name(name or model.graph.name), static=False)
+        out.mkdir(parents=True, exist_ok=True)
+        built = device_library(spec, out / f"{spec.name}.so")
+        return _write(out, spec.name, built.header, readme(spec.name, built.target, gpu=True))
     if not model.target.backend.exports:
         raise RuntimeError_(f"export writes models whose kernels export as libraries (target "
-                            f"llvm); this one is for {model.target}")
+                            f"llvm or cuda); this one is for {model.target}")
     spec = library_spec(model, library_name(name or model.graph.name))
-    out = Path(build_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lib = build_library(spec, out / f"{spec.name}.so")
+    build_library(spec, out / f"{spec.name}.so")
     inputs, outputs = ([(t.name, t.dtype, t.shape) for t in ts]
                        for ts in (spec.inputs, spec.outputs))
-    (out / f"{spec.name}.h").write_text(header(spec.name, inputs, outputs, str(spec.target)))
-    (out / "README").write_text(readme(spec.name, str(spec.target)))
-    for p in (out, lib, out / f"{spec.name}.h", out / "README"):
+    return _write(out, spec.name, header(spec.name, inputs, outputs, str(spec.target)),
+                  readme(spec.name, str(spec.target)))
+
+
+def _write(out: Path, name: str, header: str, readme: str) -> Path:
+    """NAME.h and README next to the library NAME.so, only their owner allowed to change
+    them; returns the library's path."""
+    lib = out / f"{name}.so"
+    (out / f"{name}.h").write_text(header)
+    (out / "README").write_text(readme)
+    for p in (out, lib, out / f"{name}.h", out / "README"):
         _owner_writable_only(p)
     return lib
 
 
-def library_spec(model: Any, name: str, embed: bool = True) -> Any:
+def library_spec(model: Any, name: str, embed: bool = True, static: bool = True) -> Any:
     """The LibrarySpec of ``model``: the weights packed (or, with ``embed`` false, read where
     ``model.constants`` holds them, for a library run in this process), the memory plan laid
-    out in one workspace, each kernel argument's place."""
+    out in one workspace, each kernel argument's place. ``static``: check here that the
+    kernels (llvm modules) have no symbolic sizes; a device backend checks its own."""
     from autosched.targets.llvm.library import Call, Copy, LibrarySpec, Place, Tensor
 
     g = model.graph
-    for k in model.kernels:
+    for k in model.kernels if static else ():
         if k.module.signature.sym_vars:
             raise RuntimeError_(f"kernel {k.module.entry_name} has symbolic sizes; graph "
                                 "kernels have static shapes")

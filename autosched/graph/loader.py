@@ -13,11 +13,19 @@ library is an ELF shared library for this machine that defines the API, and what
 introspection functions report (counts, names, dtypes, shapes) is bounded before any buffer is
 sized from it. A library built for another CPU says so in one line.
 
+A CUDA library (targets/cuda/library.py) loads the same way: ``run`` takes numpy arrays (the
+library copies them to the GPU and back), and ``run_device`` takes arrays already on the GPU
+(``__cuda_array_interface__``: CuPy, PyTorch, Numba, pycuda's GPUArray), queued on the stream
+given to ``load`` without waiting for it. A machine without the driver, the GPU or the arch
+the library was built for fails at load with one line saying which.
+
 Example::
 
     model = autosched.load("build/net")
     (y,) = model.run({"input": x})
     print(model.target, model.time({"input": x}) * 1e3, "ms")
+    gpu = autosched.load("build/net_cuda", device=0)
+    gpu.run_device({"input": x_gpu}, [y_gpu])          # e.g. cupy arrays; then sync the stream
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.executor import native_arguments, time_calls
 from autosched.graph.graph import Graph, ValueInfo
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
-from autosched.targets.model_api import API
+from autosched.targets.model_api import API, DEVICE_API
 from autosched.te import dtype as dt
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -53,17 +61,32 @@ class _TensorInfo(ctypes.Structure):
                 ("ndim", ctypes.c_int32), ("shape", ctypes.POINTER(ctypes.c_int64))]
 
 
+class _Options(ctypes.Structure):
+    """NAME_options (model_api.py): a CPU library reads the thread count, a CUDA one the rest."""
+
+    _fields_ = [("num_threads", ctypes.c_int32), ("device", ctypes.c_int32),
+                ("stream", ctypes.c_void_p)]
+
+
 class ModelLibrary:
     """A model library loaded for this process. ``run({name: array}) -> [arrays]``;
     ``inputs`` / ``outputs`` describe them; ``threads`` is each context's thread count (0:
-    OMP_NUM_THREADS or all cores)."""
+    OMP_NUM_THREADS or all cores); a CUDA library runs on GPU ``device``, on ``stream`` (a
+    CUstream as an int; 0: the default stream)."""
 
-    def __init__(self, build_dir: str | os.PathLike, threads: int = 0) -> None:
+    def __init__(self, build_dir: str | os.PathLike, threads: int = 0, device: int = 0,
+                 stream: int = 0) -> None:
         self.path = _library_file(Path(build_dir))
         self.name = self.path.stem
         self._lib = ctypes.CDLL(os.fspath(self.path))
         self._api = {f: getattr(self._lib, f"{self.name}_{f}") for f in API}
+        # a CUDA library: also a run on device pointers
+        self.gpu = hasattr(self._lib, f"{self.name}_{DEVICE_API[0]}")
+        if self.gpu:
+            self._api.update({f: getattr(self._lib, f"{self.name}_{f}") for f in DEVICE_API})
         _declare(self._api)
+        self.device = device
+        self.stream = stream
         self.target = self._string("target")
         self.version = self._string("version")
         inputs = self._tensors("input")
@@ -106,10 +129,28 @@ class ModelLibrary:
         self._call(args)
         return outs
 
-    def _call(self, pointers: Any) -> None:
-        status = self._api["run"](self._context(), *pointers)
+    def _call(self, pointers: Any, entry: str = "run") -> None:
+        status = self._api[entry](self._context(), *pointers)
         if status:
             raise RuntimeError_(f"{self.name}: {self.message(status)}")
+
+    def run_device(self, inputs: dict[str, Any], outputs: list[Any]) -> None:
+        """A CUDA library's run on arrays on the GPU (``__cuda_array_interface__``, C-contiguous,
+        of the shapes and dtypes of ``graph``): queued on the stream, not waited for."""
+        if not self.gpu:
+            raise RuntimeError_(f"{self.name}: run_device runs CUDA libraries; this one is for "
+                                f"{self.target} (use run)")
+        names = [v.name for v in self.graph.inputs]
+        if sorted(inputs) != sorted(names):
+            raise ModelImportError(f"{self.name}: run_device takes the inputs {names}, got "
+                                   f"{sorted(inputs)}")
+        if len(outputs) != len(self._outputs):
+            raise ModelImportError(f"{self.name}: {len(outputs)} outputs given, the model has "
+                                   f"{len(self._outputs)}")
+        pointers = [(ctypes.c_void_p * max(len(xs), 1))(*xs) for xs in (
+            [_device_pointer(inputs[n], v) for n, v in zip(names, self.graph.inputs)],
+            [_device_pointer(a, v) for a, v in zip(outputs, self._outputs)])]
+        self._call(pointers, "run_device")
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run (one C call), after a warm-up, inputs bound once."""
@@ -125,8 +166,11 @@ class _Context:
     def __init__(self, model: ModelLibrary) -> None:
         self.pointer = ctypes.c_void_p()
         self._destroy = model._api["destroy"]
-        options = ctypes.c_int32(model.threads)
+        options = _Options(model.threads, model.device, model.stream or None)
         status = model._api["create"](ctypes.byref(options), ctypes.byref(self.pointer))
+        if status and model.gpu:  # the library's message says what failed and what to do
+            raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
+                                   f"{model.target})")
         if status:
             raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
                                    f"{model.target}); compile the model for this machine "
@@ -141,14 +185,34 @@ def _declare(api: dict[str, Any]) -> None:
     info = ctypes.POINTER(_TensorInfo)
     protos = {"create": (ctypes.c_int32, [ctypes.c_void_p, ctypes.c_void_p]),
               "run": (ctypes.c_int32, [ctypes.c_void_p] * 3),
+              "run_device": (ctypes.c_int32, [ctypes.c_void_p] * 3),
               "destroy": (None, [ctypes.c_void_p]),
               "num_inputs": (ctypes.c_int32, []), "num_outputs": (ctypes.c_int32, []),
               "input": (info, [ctypes.c_int32]), "output": (info, [ctypes.c_int32]),
               "target": (ctypes.c_char_p, []), "version": (ctypes.c_char_p, []),
               "status_message": (ctypes.c_char_p, [ctypes.c_int32])}
     for name, (restype, argtypes) in protos.items():
+        if name not in api:
+            continue
         api[name].restype = restype
         api[name].argtypes = argtypes
+
+
+def _device_pointer(array: Any, info: ValueInfo) -> int:
+    """The device address of ``array``, after checking it is a C-contiguous ``info``."""
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        raise ModelImportError(f"{info.name}: run_device takes arrays on the GPU (with "
+                               f"__cuda_array_interface__), got a {type(array).__name__}")
+    shape, dtype = tuple(cai["shape"]), np.dtype(cai["typestr"])
+    if shape != tuple(info.shape) or str(dtype) != info.dtype:
+        raise ModelImportError(f"{info.name} must be {info.dtype}{list(info.shape)}, got "
+                               f"{dtype}{list(shape)}")
+    strides = cai.get("strides")
+    if strides is not None and tuple(strides) != np.empty(shape, dtype).strides:
+        raise ModelImportError(f"{info.name} must be C-contiguous; its strides are "
+                               f"{tuple(strides)}")
+    return int(cai["data"][0])
 
 
 def _text(raw: bytes | None, where: str) -> str:
@@ -220,7 +284,8 @@ def _owned(path: Path, what: str) -> None:
                                "and chmod go-w it)")
 
 
-def load(build_dir: str | os.PathLike, threads: int = 0) -> ModelLibrary:
+def load(build_dir: str | os.PathLike, threads: int = 0, device: int = 0,
+         stream: int = 0) -> ModelLibrary:
     """The model that ``autosched compile -o`` (graph/deploy.py's ``export``) wrote to
-    ``build_dir``, ready to run from Python."""
-    return ModelLibrary(build_dir, threads)
+    ``build_dir``, ready to run from Python (``device`` and ``stream``: a CUDA library's)."""
+    return ModelLibrary(build_dir, threads, device, stream)

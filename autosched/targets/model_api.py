@@ -1,19 +1,35 @@
-"""The C API of a model library (llvm/library.py builds one): functions, status codes, header.
+"""The C API of a model library (llvm/library.py builds one for CPUs, cuda/library.py for NVIDIA
+GPUs): functions, status codes, header.
 
 For a model named ``net``::
 
     typedef struct net_context net_context;
-    typedef struct { int32_t num_threads; } net_options;   /* 0: OMP_NUM_THREADS / all cores */
+    typedef struct {
+      int32_t num_threads;  /* CPU: 0 = OMP_NUM_THREADS / all cores; GPU libraries ignore it */
+      int32_t device;       /* GPU: the CUDA device ordinal; CPU libraries ignore it */
+      void *stream;         /* GPU: the CUstream, NULL = the default stream; CPU ignores it */
+    } net_options;
     int32_t net_create(const net_options *options, net_context **context);
     int32_t net_run(net_context *context, const void *const *inputs, void *const *outputs);
+    int32_t net_run_device(net_context *context, const void *const *inputs,
+                           void *const *outputs);                       /* GPU libraries */
     void net_destroy(net_context *context);
 
 ``create`` checks the CPU and allocates the context's workspace; ``run`` reads the inputs and
 writes the outputs (host pointers, in the order the introspection functions list them, each
 16-byte aligned, row-major and contiguous); one context per thread makes concurrent runs safe.
 A context's thread count is handed to each kernel as it starts (a kernel keeps it in one
-process-wide variable): contexts that run at once should ask for the same count.
-Every function returns a status: 0, or the bits below (``net_status_message`` says which).
+process-wide variable): contexts that run at once should ask for the same count. The options
+struct grew from the thread count alone: a CPU library reads its first field only, so callers
+built against either layout work with it.
+
+A GPU library's ``create`` loads the CUDA driver, picks the code for the GPU's arch, uploads the
+weights and allocates the workspace on the device (each context its own); its ``run`` takes host
+pointers (copies in, runs, copies out, waits for the stream) and ``run_device`` device pointers
+(queued on the stream, not waited for, unless the kernels check indices: the header's
+``NET_RUN_DEVICE_WAITS``). Every function returns a status: 0, or the bits below
+(``net_status_message`` says which; for DEVICE and DRIVER, the last such failure's call and
+reason, such as the GPU's arch).
 
 This module needs no LLVM: the Python loader (graph/loader.py) takes the names from here.
 """
@@ -27,6 +43,7 @@ from autosched.targets.status import STATUS_MESSAGES as KERNEL_MESSAGES
 
 API = ("create", "run", "destroy", "num_inputs", "num_outputs", "input", "output", "target",
        "version", "status_message")
+DEVICE_API = ("run_device",)  # GPU libraries only: a run on device pointers
 STATUS_OK = 0
 
 
@@ -37,6 +54,8 @@ class Status(IntEnum):
     INDEX = STATUS_INDEX
     ARGUMENT = 4
     CPU = 8
+    DEVICE = 16
+    DRIVER = 32
 
 
 STATUS_MESSAGES = {
@@ -46,12 +65,17 @@ STATUS_MESSAGES = {
     Status.ARGUMENT: "a NULL context, or an input or output pointer that is NULL or not "
                      "16-byte aligned",
     Status.CPU: "this CPU lacks an instruction set extension the library was compiled for",
+    Status.DEVICE: "no CUDA driver, no such GPU, or no code in the library for the GPU's arch",
+    Status.DRIVER: "a CUDA driver call failed",
 }
 
 
 def header(name: str, inputs: list[tuple[str, str, tuple[int, ...]]],
-           outputs: list[tuple[str, str, tuple[int, ...]]], target: str) -> str:
-    """``name``.h: the API's declarations, with the inputs and outputs in comments."""
+           outputs: list[tuple[str, str, tuple[int, ...]]], target: str, gpu: bool = False,
+           run_device_waits: bool = False) -> str:
+    """``name``.h: the API's declarations, with the inputs and outputs in comments. ``gpu`` (a
+    CUDA library) adds ``run_device`` (which waits for the stream only when
+    ``run_device_waits``: the kernels check indices) and says what create and run do there."""
     guard = f"{name.upper()}_H"
     lines = [f"/* {name}: a model compiled by autosched for {target}. */",
              f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
@@ -63,7 +87,12 @@ def header(name: str, inputs: list[tuple[str, str, tuple[int, ...]]],
     codes = "\n".join(f"#define {name.upper()}_STATUS_{s.name} {int(s)}" for s in Status)
     lines += ["", f"#define {name.upper()}_STATUS_OK 0", codes, "", f"""\
 typedef struct {name}_context {name}_context;
-typedef struct {{ int32_t num_threads; }} {name}_options;  /* 0: OMP_NUM_THREADS or all cores */
+typedef struct {{
+  int32_t num_threads;  /* CPU: 0 = OMP_NUM_THREADS or all cores; GPU libraries ignore it */
+  int32_t device;       /* GPU: the CUDA device ordinal; CPU libraries ignore it */
+  void *stream;         /* GPU: the CUstream runs are queued on, NULL = the default stream;
+                           CPU libraries ignore it */
+}} {name}_options;
 typedef struct {{
   const char *name;
   const char *dtype;     /* "float32", "int64", ... */
@@ -71,10 +100,7 @@ typedef struct {{
   const int64_t *shape;
 }} {name}_tensor_info;
 
-/* Checks the CPU, allocates a context (its workspace); options may be NULL. */
-int32_t {name}_create(const {name}_options *options, {name}_context **context);
-/* One inference: inputs and outputs are arrays of host pointers (16-byte aligned). */
-int32_t {name}_run({name}_context *context, const void *const *inputs, void *const *outputs);
+{_calls(name, gpu, run_device_waits)}
 void {name}_destroy({name}_context *context);
 
 int32_t {name}_num_inputs(void);
@@ -92,12 +118,46 @@ const char *{name}_status_message(int32_t status);
     return "\n".join(lines) + "\n"
 
 
-def readme(name: str, target: str) -> str:
-    """The build dir's README: what is there and a C program that runs the model."""
+def _calls(name: str, gpu: bool, waits: bool) -> str:
+    """The declarations of create and run, with what they do on the CPU or the GPU."""
+    run = (f"int32_t {name}_run({name}_context *context, const void *const *inputs, "
+           "void *const *outputs);")
+    if not gpu:
+        return f"""\
+/* Checks the CPU, allocates a context (its workspace); options may be NULL. */
+int32_t {name}_create(const {name}_options *options, {name}_context **context);
+/* One inference: inputs and outputs are arrays of host pointers (16-byte aligned). */
+{run}"""
+    return f"""\
+#define {name.upper()}_RUN_DEVICE_WAITS {int(waits)}  /* 1: run_device waits to read kernel checks */
+
+/* Loads the CUDA driver (libcuda.so.1), picks the code built for the GPU's arch, uploads the
+   weights and allocates the workspace on options->device; options may be NULL (device 0,
+   the default stream). Each context has its own device memory. */
+int32_t {name}_create(const {name}_options *options, {name}_context **context);
+/* One inference on HOST pointers: copies the inputs to the GPU, runs, copies the outputs
+   back and waits for the stream; a kernel's failure is returned as the status. */
+{run}
+/* One inference on DEVICE pointers (16-byte aligned, on the context's device): queued on the
+   stream; does not wait for it (unless {name.upper()}_RUN_DEVICE_WAITS is 1: then it waits
+   to read the kernels' checks). Synchronise the stream before reading the outputs. */
+int32_t {name}_run_device({name}_context *context, const void *const *inputs,
+    void *const *outputs);"""
+
+
+def readme(name: str, target: str, gpu: bool = False) -> str:
+    """The build dir's README: what is there and a C program that runs the model (``gpu``: a
+    CUDA library, whose run takes host pointers too)."""
+    what = ("cubins, weights, memory plan (links libc, libdl; loads libcuda.so.1)" if gpu else
+            "kernels, weights, memory plan (links libc, libm, libgomp if threaded)")
+    options = ".device = 0, .stream = NULL" if gpu else ".num_threads = 0"
+    share = ("each has its own weights and workspace on the GPU.\nNAME_run_device takes "
+             "device pointers and does not wait for the stream" if gpu else
+             "contexts share the weights, each has its own workspace").replace("NAME", name)
     return f"""\
 {name}: a model compiled by autosched for {target}
 
-  {name}.so   the model: kernels, weights, memory plan (links libc, libm, libgomp if threaded)
+  {name}.so   the model: {what}
   {name}.h    its C API
 
 Build and run (allocate each input and output as the introspection functions say):
@@ -114,7 +174,7 @@ Build and run (allocate each input and output as the introspection functions say
 
     int main(void) {{
       {name}_context *ctx;
-      {name}_options options = {{.num_threads = 0}};
+      {name}_options options = {{{options}}};
       int32_t status = {name}_create(&options, &ctx);
       if (status) {{ fprintf(stderr, "%s\\n", {name}_status_message(status)); return 1; }}
       void *inputs[64], *outputs[64];
@@ -129,6 +189,6 @@ Build and run (allocate each input and output as the introspection functions say
 
     cc main.c -o main ./{name}.so -Wl,-rpath,'$ORIGIN'
 
-One context per thread: contexts share the weights, each has its own workspace.
+One context per thread: {share}.
 In Python: autosched.load("THIS_DIR").run({{"input name": array}}).
 """

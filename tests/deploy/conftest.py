@@ -22,10 +22,12 @@ from tests.deploy.c_driver import DRIVER, DriverError, Runner, tools
 def c_runner(tmp_path: Path) -> Callable[..., Runner]:
     """``c_runner(arch)(build_dir, name, inputs, outputs)``: the driver built with the host's
     cc (arch None) or the cross compiler, run (under qemu for a cross arch, emulating ``cpu``
-    when given) on ``inputs``; returns the outputs, given as (shape, dtype). A driver that
+    when given; ``flags``: more compiler flags, such as -DDEVICE_POINTERS -ldl) on ``inputs``;
+    returns the outputs, given as (shape, dtype). A driver that
     fails raises DriverError with its exit status and stderr."""
 
-    def make(arch: str | None = None, threads: int = 2, cpu: str | None = None) -> Runner:
+    def make(arch: str | None = None, threads: int = 2, cpu: str | None = None,
+             flags: Sequence[str] = ()) -> Runner:
         compiler, prefix = tools(arch, cpu)
 
         def run(build: Path, name: str, inputs: Sequence[np.ndarray],
@@ -34,7 +36,7 @@ def c_runner(tmp_path: Path) -> Callable[..., Runner]:
             src.write_text(DRIVER.replace("NAME", name))
             exe = tmp_path / "driver"
             subprocess.run([compiler, "-O1", "-std=c11", f"-I{build}", str(src), "-o", str(exe),
-                            str(build / f"{name}.so"), f"-Wl,-rpath,{build}"], check=True)
+                            str(build / f"{name}.so"), f"-Wl,-rpath,{build}", *flags], check=True)
             (tmp_path / "in.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes()
                                                        for a in inputs))
             proc = subprocess.run([*prefix, str(exe), str(tmp_path / "in.bin"),

@@ -46,10 +46,14 @@ def build_module(func: ir.PrimFunc, target: Target):  # noqa: ANN201  (CudaModul
     threads = min(256, target.max_threads_per_block)
     func = privatize(bind_unbound(func, threads))  # the function codegen renders, as IR
     source = generate(func, target)
-    options = ("--use_fast_math",) if "fast-math" in dict(target.options) else ()
-    binary = compile_cuda(source.code, target.arch or "sm_90", options,
+    binary = compile_cuda(source.code, target.arch or "sm_90", nvrtc_options(target),
                           needs_headers=source.uses_half, name=f"{func.name}.cu")
     return CudaModule(func, target, source, binary)
+
+
+def nvrtc_options(target: Target) -> tuple[str, ...]:
+    """The NVRTC options ``target`` asks for (beyond the arch)."""
+    return ("--use_fast_math",) if "fast-math" in dict(target.options) else ()
 
 
 def shared_bytes(func: ir.PrimFunc) -> int:
@@ -73,7 +77,8 @@ class CudaBackend(Backend):
         opts = dict(options)
         if opts.get("emulate", EMULATE[0]) not in EMULATE:
             raise CompileError(f"cuda -emulate={opts['emulate']}: expected one of {EMULATE}")
-        arch = opts.get("arch") or detect_cuda_arch()
+        # -arch=sm_80,sm_90: a model library holds code for each; kernels build for the first
+        arch = opts.get("arch", "").split(",")[0] or detect_cuda_arch()
         return Target(self.kind, options, device="gpu", arch=arch,
                       max_shared_memory_per_block=48 * 1024)
 
@@ -85,6 +90,13 @@ class CudaBackend(Backend):
         from autosched.targets.cuda.host_emulate import EmulatedModule
 
         return EmulatedModule(mod, mode)
+
+    def model_library(self, spec: Any, path: str) -> Any:
+        """Build ``spec`` (graph/deploy.py's library_spec) as one shared library over the CUDA
+        driver API; returns its header's text and target (cuda/library.py's Built)."""
+        from autosched.targets.cuda.library import build_library
+
+        return build_library(spec, path)
 
     def fingerprint(self, target: Target) -> dict[str, Any]:
         """The arch and the NVRTC and driver versions (when this machine has them)."""
@@ -159,4 +171,4 @@ def _versions() -> dict[str, str]:
 
 register(CudaBackend())
 
-__all__ = ["CudaBackend", "build_module", "shared_bytes"]
+__all__ = ["CudaBackend", "build_module", "nvrtc_options", "shared_bytes"]

@@ -1,0 +1,274 @@
+"""A stand-in CUDA driver, so that CI (no GPU) runs a CUDA model library end to end.
+
+``MOCK`` is a ``libcuda.so.1`` in C: device memory is host memory, modules remember their image,
+and ``cuLaunchKernel`` hands the function's image, name, launch sizes and parameters to a
+callback. ``Emulator`` is that callback: it finds which kernel module (and arch) the image is,
+by its bytes, and runs the kernel's CUDA C on the CPU through the host emulation
+(targets/cuda/host_emulate.py, checked: an access outside the buffer a parameter is given is an
+error). So the library's own C (arch choice, memory plan, call order, arguments, copies, status
+word) runs unchanged, only the driver under it is another.
+
+The library dlopens ``libcuda.so.1`` by name, which finds the stand-in once it is loaded (its
+SONAME is that name); a process that loads it has no real driver afterwards, so the scenario
+runs in a child process: ``python -m tests.deploy.mock_cuda MODEL ARCHS CC DIR`` prints a JSON
+report (see ``main``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MOCK = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int (*launcher)(const void *image, const char *name, const unsigned *dims, void **params);
+typedef struct { const void *image; } module;
+typedef struct { const void *image; char name[256]; } function;
+
+static launcher on_launch;
+static int cc = 90, devices = 1, live = 0;
+static long long memory = -1; /* bytes cuMemAlloc may still give; -1: any */
+
+void mock_configure(int compute_capability, int count, long long bytes, launcher l) {
+  cc = compute_capability; devices = count; memory = bytes; on_launch = l;
+}
+int mock_live(void) { return live; } /* contexts, modules, allocations not yet released */
+
+CUresult cuInit(unsigned flags) { (void)flags; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = devices; return 0; }
+CUresult cuDeviceGet(int *d, int i) { *d = i; return i < devices ? 0 : 101; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
+  (void)d; *v = attr == 75 ? cc / 10 : attr == 76 ? cc % 10 : 0; return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  *c = (void *)(intptr_t)(d + 1); live++; return 0;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; live--; return 0; }
+CUresult cuCtxPushCurrent_v2(void *c) { (void)c; return 0; }
+CUresult cuCtxPopCurrent_v2(void **c) { *c = NULL; return 0; }
+CUresult cuModuleLoadData(void **m, const void *image) {
+  module *x = malloc(sizeof *x); x->image = image; *m = x; live++; return 0;
+}
+CUresult cuModuleUnload(void *m) { free(m); live--; return 0; }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+  static function table[4096]; static int used;
+  if (used == 4096) return 2;
+  function *x = &table[used++];
+  x->image = ((module *)m)->image;
+  strncpy(x->name, name, sizeof x->name - 1);
+  *f = x;
+  return 0;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+  if (memory >= 0 && (long long)n > memory) return 2;
+  if (memory >= 0) memory -= (long long)n;
+  void *q = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!q) return 2;
+  memset(q, 0xA5, n); /* garbage: nothing may rely on fresh memory being zero */
+  *p = (CUdeviceptr)(uintptr_t)q; live++; return 0;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); live--; return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) {
+  (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) {
+  (void)st; memcpy(d, (const void *)(uintptr_t)s, n); return 0;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) {
+  (void)st; memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return 0;
+}
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, void *st) {
+  (void)st; for (size_t i = 0; i < n; i++) ((unsigned *)(uintptr_t)d)[i] = v; return 0;
+}
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
+                        void **extra) {
+  (void)shared; (void)stream; (void)extra;
+  unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+  function *fn = f;
+  return on_launch(fn->image, fn->name, dims, params) ? 719 : 0;
+}
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuGetErrorName(CUresult r, const char **s) {
+  *s = r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED"
+     : "CUDA_ERROR_UNKNOWN";
+  return 0;
+}
+"""
+
+LAUNCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                            ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_void_p))
+
+
+def build_mock(folder: Path) -> Path:
+    """The stand-in driver, compiled with the host's cc as ``folder``/libcuda.so.1."""
+    (folder / "mock_cuda.c").write_text(MOCK)
+    lib = folder / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1",
+                    str(folder / "mock_cuda.c"), "-o", str(lib)], check=True)
+    return lib
+
+
+class Emulator:
+    """The launch callback: each kernel run on the CPU by the host emulation of its module."""
+
+    def __init__(self, modules: list[Any], archs: tuple[str, ...]) -> None:
+        from autosched.targets.cuda import nvrtc_options
+        from autosched.targets.cuda.nvrtc import compile_cuda
+
+        self.binaries = [(m, arch, compile_cuda(m.source.code, arch, nvrtc_options(m.target),
+                                                needs_headers=m.source.uses_half,
+                                                name=f"{m.func.name}.cu").data)
+                         for m in modules for arch in archs]
+        self.archs: set[str] = set()  # the archs whose code ran
+        self.launches = 0
+        self.errors: list[str] = []
+        self.callback = LAUNCHER(self._launch)
+
+    def _launch(self, image: int, name: bytes, dims: Any, params: Any) -> int:
+        try:
+            self.run(image, name.decode(), [dims[i] for i in range(6)], params)
+            return 0
+        except Exception as exc:  # a launch the library got wrong: reported, not raised in C
+            self.errors.append(f"{name.decode()}: {type(exc).__name__}: {exc}")
+            return 1
+
+    def run(self, image: int, name: str, dims: list[int], params: Any) -> None:
+        from autosched.targets.cuda import host_emulate as he
+
+        found = [(m, arch) for m, arch, data in self.binaries
+                 if name in m.kernel_names and ctypes.string_at(image, len(data)) == data]
+        if len(found) != 1:
+            raise AssertionError(f"the image launched is {len(found)} of the modules")
+        module, arch = found[0]
+        self.archs.add(arch)
+        self.launches += 1
+        k = module.kernel_names.index(name)
+        info = module.source.kernels[k]
+        program = he._program(module.source, checked=True)
+        lib = he._library(program.text)
+        values = [ctypes.c_uint64.from_address(params[j]).value
+                  for j in range(len(info.buffers) + info.checks)]
+        n = len(info.buffers)
+        ptrs = (ctypes.c_void_p * max(n, 1))(*values[:n])
+        sizes = (ctypes.c_longlong * max(n, 1))(
+            *[he._nbytes(b, {}) // b.itemsize for b in info.buffers])
+        scalars = (ctypes.c_longlong * 1)()
+        status = (ctypes.c_int.from_address(values[n]) if info.checks else ctypes.c_int(0))
+        fn = getattr(lib, f"as_launch_{program.kernels[k].name}")
+        fn.restype = ctypes.c_int
+        code = fn(ptrs, sizes, scalars, (ctypes.c_longlong * 6)(*dims), ctypes.c_int(0),
+                  ctypes.c_double(60.0), ctypes.byref(status))
+        if code:
+            raise AssertionError(lib.as_error().decode(errors="replace"))
+
+
+class _OnDevice:
+    """A host array posing as a device array (the stand-in's device memory is host memory)."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
+                                         "data": (a.ctypes.data, False), "version": 3}
+
+
+def gather_model() -> Any:
+    """A Gather: its kernel checks each index and reports through the status word."""
+    from onnx import TensorProto, helper
+
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
+    node = helper.make_node("Gather", ["d", "i"], ["y"], name="pick")
+    return helper.make_model(helper.make_graph([node], "g", [d, i], [y]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def views_model() -> Any:
+    """Outputs that no kernel writes in place: a reshape of another output, and the input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([6, 5], np.int64), "shape")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["flat"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("flat", "r", "x")]
+    return helper.make_model(helper.make_graph(nodes, "views", [x], outs, [shape]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    assert [g.shape for g in got] == [w.shape for w in want]
+    return max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+
+
+def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]]) -> list[dict]:
+    """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to
+    ``folder``, and run it over the stand-in driver posing as each of ``gpus`` in turn
+    ((compute capability, bytes it can allocate or -1)): the host and the device-pointer path
+    against onnxruntime. A report per GPU: {"create": the load error or "", "host" / "device":
+    max abs error, "archs": code that ran, "launches", "errors", "live": what destroy left}."""
+    import gc
+
+    import autosched as aus
+    from autosched.errors import ModelImportError, RuntimeError_
+    from autosched.graph.deploy import export
+    from autosched.targets.cuda.library import cuda_module, library_archs
+    from autosched.testing.models import ort_run, resnet18, small_cnn
+    from importers.onnx import from_onnx
+
+    proto = {"small_cnn": lambda: small_cnn(image=11), "gather": gather_model,
+             "resnet18": lambda: resnet18(image=32),
+             "views": views_model}[model]()
+    compiled = aus.compile(from_onnx(proto), target=f"cuda -arch={archs} -emulate=ir")
+    export(compiled, folder / "build", name=model)
+    mock = ctypes.CDLL(str(build_mock(folder)), mode=ctypes.RTLD_GLOBAL)
+    modules = list({id(m): m for m in (cuda_module(k.module) for k in compiled.kernels)}.values())
+    rng = np.random.default_rng()
+    feeds = {v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype)
+             for v in compiled.graph.inputs}
+    if model == "gather":
+        feeds["i"] = np.array([0, 4, 1, 2])
+    want = ort_run(proto, feeds)
+    reports = []
+    for cc, memory in gpus:
+        emulator = Emulator(modules, library_archs(compiled.target))
+        mock.mock_configure(cc, 1, ctypes.c_longlong(memory), emulator.callback)
+        report: dict[str, Any] = {"create": "", "errors": emulator.errors}
+        try:
+            deployed = aus.load(folder / "build")
+        except ModelImportError as exc:
+            report["create"] = str(exc)
+        else:
+            report["host"] = _max_error(deployed.run(feeds), want)
+            outs = [np.full(w.shape, np.nan, w.dtype) for w in want]
+            deployed.run_device({k: _OnDevice(v) for k, v in feeds.items()},
+                                [_OnDevice(o) for o in outs])
+            report["device"] = _max_error(outs, want)
+            if model == "gather":
+                try:
+                    deployed.run({"d": feeds["d"], "i": np.array([0, 1, 9, 2])})
+                except RuntimeError_ as exc:
+                    report["bad_index"] = str(exc)
+            del deployed
+        gc.collect()
+        report.update(archs=sorted(emulator.archs), launches=emulator.launches,
+                      live=mock.mock_live())
+        reports.append(report)
+    return reports
+
+
+if __name__ == "__main__":
+    model, archs, folder, *gpus = sys.argv[1:]
+    print(json.dumps(main(model, archs, Path(folder),
+                          [tuple(map(int, g.split(":"))) for g in gpus])))  # type: ignore[misc]
