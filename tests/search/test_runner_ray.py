@@ -53,7 +53,9 @@ def _gemm(target: str, m: int = 33, n: int = 29, k: int = 17) -> Task:
 
 
 def _log_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The log's records (its target header lines left out)."""
+    lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [d for d in lines if "target_header" not in d]
 
 
 # -- the interface, without ray --------------------------------------------------------------
