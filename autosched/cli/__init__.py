@@ -14,6 +14,7 @@ module per kind of job (op, model, logs, demo), and one way to report errors.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -78,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         check_paths(args)
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()  # here, so that a reader that has gone is met below, not at exit
+        return rc
+    except BrokenPipeError:  # `autosched logs summary LOG | head`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except USER_ERRORS as exc:
         if args.debug:
             traceback.print_exc()

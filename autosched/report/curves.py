@@ -96,8 +96,7 @@ def _records(log: str | os.PathLike) -> list[MeasureRecord]:
     records = [r for r in RecordLog(log).load() if not r.transient]
     if not any(r.ok for r in records):
         found = f"{len(records)} records, none successful" if records else "no valid record"
-        hint = "; decompress it first (gunzip -k)" if str(log).endswith(".gz") else ""
-        raise LogError(f"{log}: {found}: nothing to plot{hint}")
+        raise LogError(f"{log}: {found}: nothing to plot")
     return records
 
 

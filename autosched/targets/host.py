@@ -42,7 +42,7 @@ def host_features() -> str:
     return _llvm().get_host_cpu_features().flatten()
 
 
-def _vector_bits(triple: str, cpu: str, features: str) -> int:
+def vector_bits(triple: str, cpu: str, features: str) -> int:
     if triple.startswith(("x86_64", "i686")):
         if "+avx512f" in features:
             return 512
@@ -52,7 +52,7 @@ def _vector_bits(triple: str, cpu: str, features: str) -> int:
     return 128  # NEON, RVV at minimum length, armv7 NEON
 
 
-def _vector_registers(triple: str, features: str) -> int:
+def vector_registers(triple: str, features: str) -> int:
     if triple.startswith(("x86_64", "i686")):
         return 32 if "+avx512f" in features else 16
     if triple.startswith(("aarch64", "arm64", "riscv")):
@@ -78,8 +78,8 @@ def cpu_target_fields(opts: dict[str, str]) -> dict:
         "cpu": cpu,
         "features": features,
         "num_cores": cores,
-        "vector_bits": _vector_bits(triple, cpu, features),
-        "vector_registers": _vector_registers(triple, features),
+        "vector_bits": vector_bits(triple, cpu, features),
+        "vector_registers": vector_registers(triple, features),
     }
 
 

@@ -177,3 +177,17 @@ def test_unbound_dim_names_the_shape_option(tmp_path: Path,
                           "bind it with --shape x=D0,D1,...")
     assert "shapes=" not in err
     assert main(["run", str(path), "--shape", "x=2,3"]) == 0
+
+
+def test_a_reader_that_goes_away_is_no_error() -> None:
+    """`autosched logs summary LOG | head -1`: the pipe's reader has gone before the table is
+    written; the command ends quietly instead of printing BrokenPipeError tracebacks."""
+    root = Path(__file__).resolve().parents[2]
+    log = root / "tuning_logs" / "cost_model_conv2d_llvm_4t.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "autosched", "logs", "summary", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "BrokenPipeError" not in err and "Traceback" not in err, err

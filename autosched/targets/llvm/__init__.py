@@ -21,9 +21,7 @@ import hashlib
 from typing import Any
 
 from autosched.targets.backend import Backend, TargetKeys, register
-from autosched.targets.host import _vector_bits as vector_bits
-from autosched.targets.host import _vector_registers as vector_registers
-from autosched.targets.host import cpu_target_fields
+from autosched.targets.host import cpu_target_fields, vector_bits, vector_registers
 from autosched.targets.llvm.codegen import build_ir
 from autosched.targets.llvm.compile import compile_ir, load_runtime_libraries, target_machine
 from autosched.targets.llvm.cpu_features import key_features
