@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 
 from autosched.errors import CompileError
 from autosched.targets.host import _llvm
+from autosched.targets.llvm import threadpool
 from autosched.targets.target import Target
 
 OPT_LEVEL = 3
@@ -139,17 +140,64 @@ def load_runtime_libraries() -> None:
         llvm.load_library_permanently(path)
 
 
+def pool_ir(target: Target, visibility: str = "default") -> llvm.ModuleRef:
+    """The thread pool for ``target``, optimised, to link into an object or library that
+    calls ``autosched_parallel``."""
+    compiled = compile_ir(str(threadpool.pool_module(target.triple, visibility)), target)
+    return llvm.parse_assembly(compiled.optimized_ir)
+
+
+def with_pool(compiled: Compiled, target: Target) -> bytes:
+    """``compiled``'s object code with a private copy of the thread pool linked in (hidden:
+    each shared library made from it has its own)."""
+    module = llvm.parse_assembly(compiled.optimized_ir)
+    module.link_in(pool_ir(target, "hidden"))
+    return target_machine(target).emit_object(module)
+
+
+def thread_libraries(runtime: str | None) -> list[str]:
+    """The linker flags for code whose parallel loops run on ``runtime`` ("pool", "gomp" or
+    None): the pool needs pthread_create (in libc since glibc 2.34, libpthread before)."""
+    return {"pool": ["-pthread"], "gomp": ["-lgomp"]}.get(runtime or "", [])
+
+
+_POOL_ENGINES: list[llvm.ExecutionEngine] = []
+
+
+@functools.cache
+def load_thread_pool(triple: str) -> int:
+    """Compile the thread pool (threadpool.py) once per process and bind ``autosched_parallel``
+    to it for every kernel the JIT loads afterwards; its address.
+
+    Its engine is never disposed (llvmlite skips disposal at interpreter exit, and the list
+    holds it until then): workers sleep or spin in its code until the process ends."""
+    host = Target("llvm", (), device="cpu", triple=triple)
+    compiled = compile_ir(str(threadpool.pool_module(triple)), host)
+    engine = _mcjit(compiled, host)
+    _POOL_ENGINES.append(engine)
+    address = engine.get_function_address(threadpool.ENTRY)
+    llvm.add_symbol(threadpool.ENTRY, address)
+    return address
+
+
+def _mcjit(compiled: Compiled, target: Target) -> llvm.ExecutionEngine:
+    tm = _new_target_machine(target.triple, target.cpu, target.features)
+    empty = llvm.parse_assembly("")
+    empty.triple = target.triple
+    engine = llvm.create_mcjit_compiler(empty, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(compiled.object_code))
+    engine.finalize_object()
+    return engine
+
+
 class JitEngine:
     """An MCJIT engine holding one compiled object (kept alive as long as the module)."""
 
     def __init__(self, compiled: Compiled, target: Target) -> None:
         load_runtime_libraries()
-        tm = _new_target_machine(target.triple, target.cpu, target.features)
-        empty = llvm.parse_assembly("")
-        empty.triple = target.triple
-        self._engine = llvm.create_mcjit_compiler(empty, tm)
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(compiled.object_code))
-        self._engine.finalize_object()
+        if threadpool.supported(target.triple):
+            load_thread_pool(target.triple)
+        self._engine = _mcjit(compiled, target)
 
     def function_address(self, name: str) -> int:
         addr = self._engine.get_function_address(name)
