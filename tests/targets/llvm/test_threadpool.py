@@ -1,0 +1,210 @@
+"""The thread pool that runs parallel loops (targets/llvm/threadpool.py): many regions from
+several Python threads at once, a region that does not wait for a descheduled worker, fork, the
+wait policy from the environment, the generated code for each supported triple."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+from autosched.targets.llvm import threadpool
+from autosched.targets.llvm.compile import target_machine
+from autosched.targets.target import parse
+from tests.support import ROOT
+from tests.support.backends import garbage
+from tests.targets.llvm.test_llvm_runtime import _par_kernel
+
+pytestmark = pytest.mark.skipif(not threadpool.uses_pool(parse("llvm").triple),
+                                reason="the thread pool runs on Linux x86_64 / aarch64 only")
+
+
+def _expect(a: np.ndarray) -> np.ndarray:
+    return a * 2 + np.arange(a.shape[0], dtype=np.float32)[:, None]
+
+
+def _run_script(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter (its own pool); its stdout. It must print "ok"."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full, cwd=ROOT,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and "ok" in out.stdout, (out.returncode, out.stderr[-3000:])
+    return out.stdout
+
+
+def test_many_regions_from_several_threads_at_once():
+    """Python threads run kernels of random extents at once: one takes the pool, the others
+    run their regions alone (the pool is busy); every result matches numpy."""
+    rng = np.random.default_rng()
+    shapes = [(int(rng.integers(1, 300)), int(rng.integers(1, 40))) for _ in range(4)]
+    mods = [_par_kernel(m, n) for m, n in shapes]
+    errors: list[str] = []
+
+    def worker(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        for it in range(150):
+            k = int(r.integers(len(mods)))
+            mod = mods[k]
+            a = r.uniform(-2, 2, shapes[k]).astype(np.float32)
+            out = garbage(shapes[k], "float32")
+            mod.num_threads = int(r.integers(1, 5))
+            mod(a, out)
+            if not np.allclose(out, _expect(a), rtol=1e-6):
+                errors.append(f"thread {seed}, call {it}, shape {shapes[k]}")
+
+    threads = [threading.Thread(target=worker, args=(int(rng.integers(1 << 30)),))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_region_does_not_wait_for_a_descheduled_worker():
+    """The worker shares a CPU with a busy process at the lowest priority, so it is mostly
+    descheduled; the caller has a CPU of its own. With a team barrier (libgomp) many calls
+    waited for the worker's next time slice (milliseconds: 1-2.8 ms a call on average, 2 CPUs,
+    Linux 6.18); here the caller does the loop alone unless the worker joined in time (60-90
+    us a call, most of it the Python call itself)."""
+    _run_script("""
+        import os, subprocess, sys, time
+        import numpy as np
+        mine, theirs = sorted(os.sched_getaffinity(0))[:2]
+        from tests.targets.llvm.test_llvm_runtime import _par_kernel
+        mod = _par_kernel(64, 256)
+        a = np.random.default_rng().uniform(-1, 1, (64, 256)).astype("float32")
+        out = np.empty_like(a)
+        os.sched_setaffinity(0, {theirs})
+        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+        mod.num_threads = 2
+        mod(a, out)  # creates the worker, on the busy CPU
+        os.sched_setaffinity(0, {mine})
+        me = str(os.getpid())
+        for tid in os.listdir("/proc/self/task"):
+            if tid != me:
+                os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+        try:
+            time.sleep(0.2)
+            times = []
+            for _ in range(500):
+                t0 = time.perf_counter()
+                mod(a, out)
+                times.append(time.perf_counter() - t0)
+        finally:
+            busy.kill()
+        assert np.allclose(out, a * 2 + np.arange(64, dtype="float32")[:, None])
+        mean = float(np.mean(times))
+        assert mean < 4e-4, (mean, float(np.median(times)))
+        print("ok", mean)
+    """)
+
+
+def test_fork_in_the_middle_of_regions_then_run_in_the_child():
+    """The child of a fork has none of the parent's workers, and maybe a pool that another
+    thread held at the fork: it starts a fresh pool, whose worker joins its regions."""
+    _run_script("""
+        import os, threading
+        import numpy as np
+        from tests.targets.llvm.test_llvm_runtime import _par_kernel, most_threads_ran
+        mod = _par_kernel(300, 129)
+        a = np.random.default_rng().uniform(-1, 1, (300, 129)).astype("float32")
+        expect = a * 2 + np.arange(300, dtype="float32")[:, None]
+        mod.num_threads = 2
+        stop = False
+
+        def busy_regions():
+            out = np.empty_like(a)
+            while not stop:
+                mod(a, out)
+
+        t = threading.Thread(target=busy_regions)
+        t.start()
+        pid = os.fork()
+        if pid == 0:
+            out = np.empty_like(a)
+            ok = most_threads_ran(mod, lambda: mod(a, out), 2) == 2
+            os._exit(0 if ok and np.allclose(out, expect) else 1)
+        stop = True
+        t.join()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        print("ok")
+    """)
+
+
+_WORKERS = """
+    import os, time
+    import numpy as np
+    from tests.targets.llvm.test_llvm_runtime import _par_kernel, most_threads_ran
+    mod = _par_kernel(300, 129)
+    a = np.random.default_rng().uniform(-1, 1, (300, 129)).astype("float32")
+    out = np.empty_like(a)
+    mod.num_threads = 2
+    assert most_threads_ran(mod, lambda: mod(a, out), 2) == 2
+    me = str(os.getpid())
+    tasks = [t for t in os.listdir("/proc/self/task") if t != me]
+
+    def states():
+        return [open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                for t in tasks]
+
+    def cpu_ns():  # the workers' time on a CPU
+        return sum(int(open(f"/proc/self/task/{t}/schedstat").read().split()[0]) for t in tasks)
+"""
+
+
+def _worker_cpu_per_region(**env: str) -> float:
+    out = _run_script(_WORKERS + """
+    time.sleep(0.1)
+    before = cpu_ns()
+    for _ in range(20):
+        mod(a, out)
+        time.sleep(0.02)
+    print("ok", (cpu_ns() - before) / 20)
+    """, **env)
+    return float(out.split()[-1])
+
+
+def test_spin_count_from_the_environment():
+    """Workers spin GOMP_SPINCOUNT pauses after a region (OMP_WAIT_POLICY=passive: none)
+    before they sleep: measured as their CPU time per region (one run: passive 16 us, the
+    default 10000 256 us, 100000 2.5 ms)."""
+    passive = _worker_cpu_per_region(OMP_WAIT_POLICY="passive")
+    long_spin = _worker_cpu_per_region(GOMP_SPINCOUNT="100000")
+    assert passive * 4 < long_spin, (passive, long_spin)
+
+
+def test_active_workers_keep_spinning():
+    """OMP_WAIT_POLICY=active: a worker spins (runnable) long after a region."""
+    _run_script(_WORKERS + """
+    time.sleep(0.3)
+    assert "R" in states(), states()
+    print("ok")
+    """, OMP_WAIT_POLICY="active")
+
+
+@pytest.mark.parametrize("triple,relax,futex", [
+    ("x86_64-unknown-linux-gnu", "pause", "202"),
+    ("aarch64-unknown-linux-gnu", "yield", "98"),
+])
+def test_generated_pool_for_each_supported_triple(triple, relax, futex):
+    module = llvm.parse_assembly(str(threadpool.pool_module(triple)))
+    module.verify()
+    asm = target_machine(parse(f"llvm -mtriple={triple}")).emit_assembly(module)
+    assert relax in asm and futex in asm and "pthread_create" in asm
+    assert threadpool.supported(triple)
+
+
+def test_unsupported_triples_keep_libgomp():
+    for triple in ("riscv64-unknown-linux-gnu", "x86_64-apple-darwin", "x86_64-pc-windows-msvc"):
+        assert not threadpool.supported(triple)
+    mod = _par_kernel(8, 4, target="llvm -mtriple=riscv64-unknown-linux-gnu")
+    assert "GOMP_parallel" in mod.get_llvm_ir() and mod.thread_runtime == "gomp"
