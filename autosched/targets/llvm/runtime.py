@@ -85,7 +85,7 @@ class CPUModule:
         None (it has none)."""
         if not self.uses_threads:
             return None
-        return "pool" if threadpool.calls_pool(self._compiled.optimized_ir) else "gomp"
+        return "pool" if threadpool.calls(self._compiled.optimized_ir) else "gomp"
 
     def save_object(self, path: str | os.PathLike) -> str:
         """The kernel's object file; with the thread pool linked in (hidden) when its parallel

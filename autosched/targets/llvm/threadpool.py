@@ -86,23 +86,23 @@ def uses_pool(triple: str) -> bool:
     return supported(triple) and os.environ.get("AUTOSCHED_PARALLEL", "pool") != "gomp"
 
 
-def calls_pool(ir_text: str) -> bool:
-    """Whether the LLVM IR ``ir_text`` calls the pool."""
-    return f'@"{ENTRY}"(' in ir_text or f"@{ENTRY}(" in ir_text
+def calls(ir_text: str, symbol: str = ENTRY) -> bool:
+    """Whether the LLVM IR ``ir_text`` calls ``symbol`` (by default the pool)."""
+    return f'@"{symbol}"(' in ir_text or f"@{symbol}(" in ir_text
 
 
 TEAM_FN = ir.FunctionType(T.VOID, [T.I8P, T.I32])
 ENTRY_FN = ir.FunctionType(T.VOID, [TEAM_FN.as_pointer(), T.I8P, T.I32])
 
 
-def pool_module(triple: str, visibility: str = "default") -> ir.Module:
-    """The pool as an LLVM module for ``triple``: ``autosched_parallel`` with ``visibility``
-    ("hidden" for a library that holds its own pool), everything else internal."""
-    return _PoolGen(triple, visibility).module
+def pool_module(triple: str) -> ir.Module:
+    """The pool as an LLVM module for ``triple``: ``autosched_parallel``, everything else
+    internal."""
+    return _PoolGen(triple).module
 
 
 class _PoolGen:
-    def __init__(self, triple: str, visibility: str) -> None:
+    def __init__(self, triple: str) -> None:
         self.arch = ARCHES[triple.split("-")[0]]
         self.module = m = ir.Module(name="autosched_pool")
         m.triple = triple
@@ -118,7 +118,7 @@ class _PoolGen:
         self.spin = self._global("spin", T.I64)
         self.default_threads = self._global("default_threads", T.I32)
         self.worker = self._worker_main()
-        self._entry(visibility)
+        self._entry()
 
     # -- helpers -------------------------------------------------------------------------
     def _global(self, name: str, ty: ir.Type) -> ir.GlobalVariable:
@@ -275,11 +275,9 @@ class _PoolGen:
         b.store(b.trunc(threads, T.I32), self.default_threads)
 
     # -- the entry point -----------------------------------------------------------------
-    def _entry(self, visibility: str) -> None:
+    def _entry(self) -> None:
         fn = ir.Function(self.module, ENTRY_FN, ENTRY)
         fn.attributes.add("nounwind")
-        if visibility != "default":
-            fn.visibility = visibility
         team, data, asked = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         c = self._const

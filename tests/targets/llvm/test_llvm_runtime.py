@@ -19,13 +19,14 @@ from tests.support.backends import garbage
 from tests.support.llvm_ir import buf, build, loop, rand
 
 
-def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial", target: str = "llvm"):
+def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial", target: str = "llvm",
+                name: str = "k"):
     """C[i, j] = A[i, j] * 2 + i with the i loop parallel."""
     A, C = buf("A", (m, n)), buf("C", (m, n))
     i, j = E.Var("i"), E.Var("j")
     value = ir.Load(A, (i, j)) * 2.0 + E.cast("float32", i)
     return build(loop(i, m, loop(j, n, ir.Store(C, (i, j), value), inner), "parallel"), [A, C],
-                 target=target)
+                 name=name, target=target)
 
 
 def most_threads_ran(mod, call, want: int, seconds: float = 20.0) -> int:

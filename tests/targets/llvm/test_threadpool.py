@@ -4,6 +4,7 @@ wait policy from the environment, the generated code for each supported triple."
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from autosched.targets.llvm.compile import target_machine
 from autosched.targets.target import parse
 from tests.support import ROOT
 from tests.support.backends import garbage
-from tests.targets.llvm.test_llvm_runtime import _par_kernel
+from tests.targets.llvm.test_llvm_runtime import _par_kernel, most_threads_ran
 
 pytestmark = pytest.mark.skipif(not threadpool.uses_pool(parse("llvm").triple),
                                 reason="the thread pool runs on Linux x86_64 / aarch64 only")
@@ -78,7 +79,7 @@ def test_a_region_does_not_wait_for_a_descheduled_worker():
         import os, subprocess, sys, time
         import numpy as np
         mine, theirs = sorted(os.sched_getaffinity(0))[:2]
-        from tests.targets.llvm.test_llvm_runtime import _par_kernel
+        from tests.targets.llvm.test_llvm_runtime import _par_kernel, most_threads_ran
         mod = _par_kernel(64, 256)
         a = np.random.default_rng().uniform(-1, 1, (64, 256)).astype("float32")
         out = np.empty_like(a)
@@ -189,6 +190,34 @@ def test_active_workers_keep_spinning():
     assert "R" in states(), states()
     print("ok")
     """, OMP_WAIT_POLICY="active")
+
+
+def test_an_exported_kernel_holds_its_own_pool(tmp_path):
+    """A kernel's shared library links a private (hidden) pool and no libgomp; a kernel named
+    after a C function the pool calls does not replace it."""
+    mod = _par_kernel(300, 33, name="getpid")
+    path = str(mod.export_library(tmp_path / "k.so"))
+    defined = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                             text=True, check=True).stdout.split()[2::3]
+    assert "autosched_parallel" not in defined and "getpid" not in defined
+    needed = subprocess.run(["readelf", "-d", path], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libgomp" not in needed
+    lib = ctypes.CDLL(path)
+    ctypes.c_int32.in_dll(lib, "autosched_getpid__num_threads").value = 2
+    ran = ctypes.c_int32.in_dll(lib, "autosched_getpid__threads_ran")
+    fn = lib.autosched_getpid
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    a = np.random.default_rng().uniform(-2, 2, (300, 33)).astype(np.float32)
+    out = garbage((300, 33), "float32")
+
+    class Counted:  # most_threads_ran's view of the library
+        @property
+        def threads_ran(self) -> int:
+            return ran.value
+
+    assert most_threads_ran(Counted(), lambda: fn(a.ctypes.data, out.ctypes.data), 2) == 2
+    np.testing.assert_allclose(out, _expect(a), rtol=1e-6)
 
 
 @pytest.mark.parametrize("triple,relax,futex", [
