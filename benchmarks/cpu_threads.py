@@ -95,17 +95,18 @@ def main() -> int:
     ap.add_argument("--min-s", type=float, default=1.0, help="seconds per round and side")
     ap.add_argument("--out", default="benchmarks/results/cpu_threads.json")
     args = ap.parse_args()
-    print(baseline.header())
-    print(f"# wait policy: {baseline.omp_wait_policy()} (GOMP_SPINCOUNT "
-          f"{os.environ.get('GOMP_SPINCOUNT', 'unset')})")
-    rows: list[dict[str, Any]] = []
-    print("| model | load | threads | pool ms | libgomp ms | onnxruntime ms | load average |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    built: dict[str, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
     for name in args.models.split(","):
         proto = MODELS[name]()
         graph = from_onnx(proto)
-        feeds = random_inputs(graph)
-        compiled = {rt: compile_with(graph, rt) for rt in RUNTIMES}
+        built[name] = proto, random_inputs(graph), {rt: compile_with(graph, rt) for rt in RUNTIMES}
+    print(baseline.header())
+    print(f"# wait policy (pool and libgomp): {baseline.omp_wait_policy()}, GOMP_SPINCOUNT "
+          f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}")
+    rows: list[dict[str, Any]] = []
+    print("| model | load | threads | pool ms | libgomp ms | onnxruntime ms | load average |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for name, (proto, feeds, compiled) in built.items():
         for kind in ("idle", "busy"):
             for threads in map(int, args.threads.split(",")):
                 timers = make_timers(compiled, proto, feeds, threads, args.min_s)

@@ -97,7 +97,7 @@ def readme(name: str, target: str) -> str:
     return f"""\
 {name}: a model compiled by autosched for {target}
 
-  {name}.so   the model: kernels, weights, memory plan (links libc, libm, libgomp if threaded)
+  {name}.so   the model: kernels, weights, memory plan, thread pool (links libc, libm)
   {name}.h    its C API
 
 Build and run (allocate each input and output as the introspection functions say):

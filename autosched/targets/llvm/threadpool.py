@@ -287,6 +287,8 @@ class _PoolGen:
             "publish", "wake", "run", "wait", "relax", "done", "unlock_inline")}
         nthreads = b.alloca(T.I32, name="nthreads")
         b.store(ir.Constant(T.I32, 1), nthreads)
+        with b.if_then(b.icmp_signed("==", asked, ir.Constant(T.I32, 1))):
+            b.branch(blocks["inline"])  # one thread: no pool, not even a getpid
 
         # after fork() (or on first use) the pool starts afresh: one thread claims the reset
         # by swapping the old pid for -1; others run alone meanwhile
