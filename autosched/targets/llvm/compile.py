@@ -108,7 +108,7 @@ _PINNED: list[ctypes.CDLL] = []
 _LOADED: set[str] = set()
 
 
-SPIN_COUNT = "10000"
+SPIN_COUNT = str(threadpool.SPIN_COUNT)  # the default of the pool and, set here, of libgomp
 
 
 def default_wait_policy(env: MutableMapping[str, str]) -> None:

@@ -77,8 +77,8 @@ ARCHES = {"x86_64": Arch(202, "llvm.x86.sse2.pause"),
 
 def supported(triple: str) -> bool:
     """Whether the pool runs on ``triple`` (Linux on x86_64 or aarch64)."""
-    parts = triple.split("-")
-    return parts[0] in ARCHES and "linux" in parts[1:] + [p[:5] for p in parts[1:]]
+    arch, *rest = triple.split("-")
+    return arch in ARCHES and any(p.startswith("linux") for p in rest)
 
 
 def uses_pool(triple: str) -> bool:

@@ -119,18 +119,21 @@ def test_fork_in_the_middle_of_regions_then_run_in_the_child():
         a = np.random.default_rng().uniform(-1, 1, (300, 129)).astype("float32")
         expect = a * 2 + np.arange(300, dtype="float32")[:, None]
         mod.num_threads = 2
-        stop = False
+        out = np.empty_like(a)
+        assert most_threads_ran(mod, lambda: mod(a, out), 2) == 2  # the parent's worker runs
+        stop, running = False, threading.Event()
 
         def busy_regions():
             out = np.empty_like(a)
             while not stop:
                 mod(a, out)
+                running.set()
 
         t = threading.Thread(target=busy_regions)
         t.start()
+        running.wait()
         pid = os.fork()
         if pid == 0:
-            out = np.empty_like(a)
             ok = most_threads_ran(mod, lambda: mod(a, out), 2) == 2
             os._exit(0 if ok and np.allclose(out, expect) else 1)
         stop = True
