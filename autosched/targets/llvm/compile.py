@@ -165,8 +165,9 @@ def with_pool(compiled: Compiled, target: Target) -> bytes:
 
 def thread_libraries(runtime: str | None) -> list[str]:
     """The linker flags for code whose parallel loops run on ``runtime`` ("pool", "gomp" or
-    None): the pool needs pthread_create (in libc since glibc 2.34, libpthread before)."""
-    return {"pool": ["-pthread"], "gomp": ["-lgomp"]}.get(runtime or "", [])
+    None): the pool needs pthread_create (in libc since glibc 2.34, libpthread before), and its
+    library must stay mapped after dlclose(), where its workers wait."""
+    return {"pool": ["-pthread", "-Wl,-z,nodelete"], "gomp": ["-lgomp"]}.get(runtime or "", [])
 
 
 _POOLS: dict[str, tuple[llvm.ExecutionEngine, int]] = {}  # triple -> engine, entry address

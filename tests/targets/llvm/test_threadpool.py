@@ -240,3 +240,26 @@ def test_unsupported_triples_keep_libgomp():
         assert not threadpool.supported(triple)
     mod = _par_kernel(8, 4, target="llvm -mtriple=riscv64-unknown-linux-gnu")
     assert "GOMP_parallel" in mod.get_llvm_ir() and mod.thread_runtime == "gomp"
+
+
+def test_a_library_unloaded_while_its_workers_spin():
+    """dlclose() of a kernel's library leaves it mapped (its workers wait in its code), so
+    the process runs on and exits cleanly."""
+    _run_script("""
+        import ctypes, os, tempfile, time
+        import numpy as np
+        from tests.targets.llvm.test_llvm_runtime import _par_kernel
+        path = _par_kernel(300, 33).export_library(os.path.join(tempfile.mkdtemp(), "k.so"))
+        lib = ctypes.CDLL(path)
+        ctypes.c_int32.in_dll(lib, "k__num_threads").value = 2
+        a = np.random.default_rng().uniform(-2, 2, (300, 33)).astype(np.float32)
+        out = np.empty_like(a)
+        for _ in range(100):
+            lib.k(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+        handle = lib._handle
+        del lib
+        ctypes.CDLL(None).dlclose(ctypes.c_void_p(handle))
+        time.sleep(0.3)  # the workers spin, then sleep, in the library's code
+        assert np.allclose(out, a * 2 + np.arange(300, dtype=np.float32)[:, None])
+        print("ok")
+    """, OMP_WAIT_POLICY="active")
