@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -263,3 +264,45 @@ def test_a_library_unloaded_while_its_workers_spin():
         assert np.allclose(out, a * 2 + np.arange(300, dtype=np.float32)[:, None])
         print("ok")
     """, OMP_WAIT_POLICY="active")
+
+
+_A64_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+int32_t k(float *A, float *C);
+extern int32_t k__num_threads, k__threads_ran;
+static float a[300 * 33] __attribute__((aligned(64))), c[300 * 33] __attribute__((aligned(64)));
+int main(void) {
+  srand(SEED);
+  for (int i = 0; i < 300 * 33; i++) a[i] = (float)(rand() % 1000) / 250.0f - 2.0f;
+  k__num_threads = 4;
+  int most = 0;
+  for (int it = 0; it < 20000 && most < 4; it++) {
+    int before = k__threads_ran;
+    if (k(a, c)) return 2;
+    if (k__threads_ran - before > most) most = k__threads_ran - before;
+  }
+  for (int i = 0; i < 300 * 33; i++)
+    if (c[i] != a[i] * 2 + i / 33) { printf("wrong at %d\n", i); return 1; }
+  printf("ok %d\n", most);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc")),
+                    reason="needs qemu-aarch64 and aarch64-linux-gnu-gcc")
+def test_the_aarch64_pool_under_qemu(tmp_path):
+    """The pool built for aarch64 (futex 98, yield) runs a kernel's loop on 4 threads."""
+    mod = _par_kernel(300, 33, target="llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
+    assert mod.thread_runtime == "pool"
+    lib = mod.export_library(tmp_path / "libk.so")
+    src = tmp_path / "main.c"
+    src.write_text(_A64_MAIN.replace("SEED", str(np.random.default_rng().integers(1 << 30))))
+    exe = tmp_path / "main"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", str(src), lib, "-o", str(exe),
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    out = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok", "4"], (out.stdout, out.stderr)
