@@ -22,7 +22,8 @@ worker that is descheduled (another process has its core) costs nothing: the cal
 share. Workers (``nthreads - 1`` threads, created on first use with pthread_create) spin
 ``spin`` times with the CPU's pause hint after a region, then sleep on the futex. The spin count
 is read once per process from the environment, as libgomp reads it: OMP_WAIT_POLICY=passive is
-0, active is unbounded, GOMP_SPINCOUNT=N is N, else SPIN_COUNT.
+0, active is unbounded, GOMP_SPINCOUNT=N is N, else SPIN_COUNT; with more threads than cores,
+at most SPIN_THROTTLED (libgomp's throttled spin).
 
 The pool is process-wide per copy of this code: one for every JIT-compiled kernel of a process
 (compile.py compiles it once and binds the symbol for the kernels), one inside each deployed
@@ -47,6 +48,7 @@ ENTRY = "autosched_parallel"
 PREFIX = "autosched_pool_"  # the pool's globals and helpers
 SPIN_COUNT = 10000  # libgomp's GOMP_SPINCOUNT meaning: pause-loop iterations before sleeping
 SPIN_ACTIVE = 1 << 62  # OMP_WAIT_POLICY=active: spin for ever
+SPIN_THROTTLED = 1000  # the most a worker spins while there are more threads than cores
 YIELD_AFTER = 2000  # the caller waiting for joined workers yields its core after this many spins
 MAX_WORKERS = 255
 
@@ -117,6 +119,7 @@ class _PoolGen:
         self.pid = self._global("pid", T.I32)
         self.spin = self._global("spin", T.I64)
         self.default_threads = self._global("default_threads", T.I32)
+        self.cores = self._global("cores", T.I32)
         self.worker = self._worker_main()
         self._entry()
 
@@ -199,9 +202,14 @@ class _PoolGen:
         b.atomic_rmw("sub", self.state, c(1), "release")
         b.branch(top)
 
-        b.position_at_end(idle)
+        b.position_at_end(idle)  # with more threads than cores, spinning takes the caller's time
         n = b.load(spins)
-        b.cbranch(b.icmp_unsigned("<", n, b.load(self.spin)), relax, sleep)
+        spin = b.load(self.spin)
+        workers = self._atomic_load(b, self.workers, "monotonic")  # the caller may add one
+        crowded = b.icmp_signed(">=", workers, b.load(self.cores))
+        throttled = b.select(b.icmp_unsigned("<", spin, c(SPIN_THROTTLED)), spin,
+                             c(SPIN_THROTTLED))
+        b.cbranch(b.icmp_unsigned("<", n, b.select(crowded, throttled, spin)), relax, sleep)
         b.position_at_end(relax)
         self._relax(b)
         b.store(b.add(n, c(1)), spins)
@@ -270,6 +278,7 @@ class _PoolGen:
         b.store(spin, self.spin)
         cores = b.call(sysconf, [ir.Constant(T.I32, SC_NPROCESSORS_ONLN)])
         cores = b.select(b.icmp_signed("<", cores, self._const(1)), self._const(1), cores)
+        b.store(b.trunc(cores, T.I32), self.cores)
         threads = number(env("OMP_NUM_THREADS"), cores)
         threads = b.select(b.icmp_signed("<", threads, self._const(1)), cores, threads)
         b.store(b.trunc(threads, T.I32), self.default_threads)
@@ -342,7 +351,7 @@ class _PoolGen:
                   blocks["publish"])
         b.position_at_end(blocks["created"])
         b.call(self._libc("pthread_detach", T.I32, [T.I64]), [b.load(tid)])
-        b.store(b.add(have, ir.Constant(i32, 1)), self.workers)
+        b.store_atomic(b.add(have, ir.Constant(i32, 1)), self.workers, "monotonic", 4)
         b.branch(blocks["grow"])
 
         # publish: fn, data, then the state word that opens the region
