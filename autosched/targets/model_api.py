@@ -149,7 +149,7 @@ def readme(name: str, target: str, gpu: bool = False) -> str:
     """The build dir's README: what is there and a C program that runs the model (``gpu``: a
     CUDA library, whose run takes host pointers too)."""
     what = ("cubins, weights, memory plan (links libc, libdl; loads libcuda.so.1)" if gpu else
-            "kernels, weights, memory plan (links libc, libm, libgomp if threaded)")
+            "kernels, weights, memory plan, thread pool (links libc, libm)")
     options = ".device = 0, .stream = NULL" if gpu else ".num_threads = 0"
     share = ("each has its own weights and workspace on the GPU.\nNAME_run_device takes "
              "device pointers and does not wait for the stream" if gpu else

@@ -3,6 +3,8 @@ native call per run, no Python between kernels; threads and failures as before."
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -36,12 +38,23 @@ def test_set_threads_reaches_the_kernels(rng: np.random.Generator) -> None:
     threaded = [k.module for k in model.kernels if k.module.uses_threads]
     if not threaded:
         pytest.skip("no kernel of this model has a parallel loop")
-    for n in (1, 3):
-        model.set_threads(n)
+    # threads_ran counts the threads that ran part of a parallel loop: the caller, and the
+    # workers that joined in time (on a busy machine maybe none in one run)
+    model.set_threads(1)
+    before = [m.threads_ran for m in threaded]
+    model.run(x)
+    regions = [m.threads_ran - b for m, b in zip(threaded, before)]
+    assert all(r > 0 for r in regions), regions
+    model.set_threads(3)
+    deadline = time.monotonic() + 20
+    joined = False
+    while not joined and time.monotonic() < deadline:
         before = [m.threads_ran for m in threaded]
         model.run(x)
         ran = [m.threads_ran - b for m, b in zip(threaded, before)]
-        assert all(r % n == 0 and r > 0 for r in ran), (n, ran)
+        assert all(k <= r <= 3 * k for r, k in zip(ran, regions)), (ran, regions)
+        joined = any(r > k for r, k in zip(ran, regions))
+    assert joined, "no worker thread ever joined a parallel loop at 3 threads"
 
 
 def test_a_failing_kernel_names_its_node(rng: np.random.Generator) -> None:

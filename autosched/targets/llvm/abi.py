@@ -11,13 +11,15 @@ Every PrimFunc becomes one exported function::
   order of first appearance (params left to right, dims left to right).
 * ``NAME`` is the PrimFunc's name, except that ``main`` (so that a C driver can have its own)
   and the names of what kernels call or LLVM may call for them (the C math functions, the
-  allocator, memcpy / memset, libgomp, names starting with ``_``) get the prefix
+  allocator, memcpy / memset, the thread pool, libgomp, names starting with ``_``) get the prefix
   ``autosched_``: a kernel named ``exp`` must not call itself for ``exp()``.
 * The result is 0, or the STATUS_* bits (autosched/targets/status.py) of what failed: a buffer
   the kernel allocates could not be, an index read from a tensor was out of range. The outputs
   are then not valid; the kernel never touches memory it has no right to.
 * Kernels with parallel loops also export ``int32_t NAME__num_threads`` (0, the default in a
-  shared library, lets libgomp choose: OMP_NUM_THREADS or the core count) and link libgomp.
+  shared library: OMP_NUM_THREADS or the core count) and call ``autosched_parallel``, the
+  thread pool (threadpool.py), which an exported object or library holds a private copy of
+  (libgomp's GOMP_parallel on triples the pool does not support).
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow remainder rem
 scalbln scalbn sin sincos sinh sqrt tan tanh tgamma trunc
 """.split())
 _RUNTIME = frozenset("main aligned_alloc malloc calloc realloc free memcpy memmove memset memcmp "
-                     "bcmp abort".split())
-_RUNTIME_PREFIXES = ("_", "GOMP_", "omp_", "llvm.")
+                     "bcmp abort getpid getenv strtol sysconf syscall sched_yield pthread_create "
+                     "pthread_detach".split())  # the last eight: the thread pool's
+_RUNTIME_PREFIXES = ("_", "GOMP_", "omp_", "llvm.", "autosched_parallel", "autosched_pool_")
 
 
 def reserved(name: str) -> bool:

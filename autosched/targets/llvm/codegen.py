@@ -5,9 +5,9 @@ reduction, LICM, SROA of small allocas into registers). ``vectorized`` loops run
 on vectors of ``extent`` lanes (exprs.py), cut into pieces of the CPU's vector width; a
 lane-dependent guard around contiguous accesses (a tile's tail) becomes masked loads / stores;
 ``acc[i] = acc[i] op f(v)`` becomes a vector reduction. ``unrolled`` loops are replicated
-(``auto_unroll_max_step`` pragmas too), ``parallel`` loops are outlined and run by libgomp
-(parallel.py). What has no vector form (a lane-dependent loop bound, allocation, gather under a
-guard) is emitted lane by lane. A failure the kernel can only see at run time (an allocation
+(``auto_unroll_max_step`` pragmas too), ``parallel`` loops are outlined and run by the thread
+pool (parallel.py, threadpool.py). What has no vector form (a lane-dependent loop bound,
+allocation, gather under a guard) is emitted lane by lane. A failure the kernel can only see at run time (an allocation
 that overflows or fails, an index out of range) is or-ed into the status the kernel returns
 (targets/status.py); the kernel then skips what it cannot do safely and goes on.
 """

@@ -12,7 +12,9 @@ is visible (the kernels become internal functions; two kernels named alike no lo
 * introspection tables and ``NAME_status_message``.
 
 targets/model_api.py declares the API and writes the matching header; the calls are described there. Runtime dependencies: libc,
-libm (when a kernel calls it) and libgomp (when a kernel has parallel loops).
+libm (when a kernel calls it) and, when a kernel has parallel loops, nothing more: the thread pool
+(threadpool.py) is linked in with internal linkage, one per library (libgomp on triples the
+pool does not support, or with AUTOSCHED_PARALLEL=gomp).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ import numpy as np
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
-from autosched.targets.llvm.compile import JitEngine, compile_ir, target_machine
+from autosched.targets.llvm.compile import (
+    JitEngine,
+    compile_ir,
+    pool_ir,
+    target_machine,
+    thread_libraries,
+)
 from autosched.targets.llvm.cpu_features import emit_cpu_check
 from autosched.targets.llvm.runtime import cross_compiler
 from autosched.targets.model_api import API, STATUS_MESSAGES, STATUS_OK, Status
@@ -96,6 +104,11 @@ class LibrarySpec:
     def uses_threads(self) -> bool:
         return any(c.module.uses_threads for c in self.calls)
 
+    @property
+    def thread_runtimes(self) -> list[str]:
+        """What runs the kernels' parallel loops ("pool", "gomp"; see CPUModule)."""
+        return sorted({r for c in self.calls if (r := getattr(c.module, "thread_runtime", None))})
+
 
 def build_library(spec: LibrarySpec, path: str | os.PathLike) -> Path:
     """Compile and link ``spec`` into the shared library ``path``."""
@@ -138,8 +151,8 @@ class InProcess:
             address(f"{spec.name}_status_message"))
 
     def context(self, threads: int) -> int:
-        """A new context running parallel loops on ``threads`` threads (0: libgomp's
-        default); RuntimeError_ when it cannot be created."""
+        """A new context running parallel loops on ``threads`` threads (0: OMP_NUM_THREADS or
+        the core count); RuntimeError_ when it cannot be created."""
         ctx = ctypes.c_void_p()
         options = ctypes.c_int32(threads)
         status = self.create(ctypes.addressof(options), ctypes.addressof(ctx))
@@ -167,7 +180,7 @@ def jit_library(spec: LibrarySpec) -> InProcess | None:
 
 def _link_shared(spec: LibrarySpec, obj: Path, exports: Path, out: Path) -> None:
     compiler = cross_compiler(spec.target.triple, spec.target.is_host)
-    libs = ["-lgomp"] if spec.uses_threads else []
+    libs = [flag for r in spec.thread_runtimes for flag in thread_libraries(r)]
     cmd = [compiler, "-shared", "-o", os.fspath(out), os.fspath(obj),
            f"-Wl,--version-script={exports}", "-Wl,--as-needed", *libs, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -188,6 +201,8 @@ def _link(spec: LibrarySpec) -> llvm.ModuleRef:
             module.link_in(_weights(f"{spec.name}__weights", spec.weights, spec.target.triple))
         for k in kernels:
             module.link_in(k)
+        if "pool" in spec.thread_runtimes:
+            module.link_in(pool_ir(spec.target))
         module.verify()
     except RuntimeError as exc:
         raise CompileError(f"the model library's LLVM IR is invalid: {exc}") from exc

@@ -1,4 +1,5 @@
-"""Parallel loops on libgomp.
+"""Parallel loops on autosched's thread pool (threadpool.py), or on libgomp where the pool
+does not run (other triples, or AUTOSCHED_PARALLEL=gomp).
 
 ``for i in range(lo, lo + n): body  # parallel`` becomes three pieces:
 
@@ -6,15 +7,19 @@
   taking the kernel's status slot (failures are or-ed into it atomically), the buffers it uses
   as noalias pointers (so outlining loses no alias information) and the scalars it uses (outer
   loop variables, lets, symbolic sizes) by value;
-* ``NAME__parK(void *data)``: what every thread of the team runs; it unpacks the captured values
-  from ``data`` and takes chunks of ``ceil(n / (CHUNKS_PER_THREAD * threads))`` iterations
-  from a counter in ``data`` (an atomic add each) until none is left, so a thread whose core
-  is slow does less;
+* ``NAME__parK(void *data, int32_t nthreads)``: what each thread that joins runs; it unpacks
+  the captured values from ``data`` and takes chunks of ``ceil(n / (CHUNKS_PER_THREAD *
+  nthreads))`` iterations from a counter in ``data`` (an atomic add each) until none is left, so
+  a thread whose core is slow does less, and one thread alone finishes the loop;
 * at the loop's place: the captured values packed into a stack struct and
-  ``GOMP_parallel(NAME__parK, &data, NAME__num_threads, 0)``.
+  ``autosched_parallel(NAME__parK, &data, NAME__num_threads)`` (libgomp:
+  ``GOMP_parallel(NAME__parK, &data, NAME__num_threads, 0)``, the count from
+  ``omp_get_num_threads``).
 
 A parallel loop inside another runs serially (its body is already on a worker thread). Each
-thread that enters adds one to ``NAME__threads_ran`` so tests and users can see the team size.
+thread that runs part of a loop adds one to ``NAME__threads_ran`` so tests and users can see it:
+with the pool, the caller and the workers that joined in time (1 to NAME__num_threads); with
+libgomp, the whole team.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
+from autosched.targets.llvm import threadpool
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN
 from autosched.tir import ir as lir
@@ -94,7 +100,9 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     captured = ([gen.status] + [gen.ptrs[u] for u in buf_uids] + [gen.env[u] for u in var_uids]
                 + [lo, extent])
     struct_ty = ir.LiteralStructType([v.type for v in captured] + [idx_ty])  # + the counter
-    team_fn = ir.Function(state.module, ir.FunctionType(T.VOID, [T.I8P]), base)
+    pool = threadpool.uses_pool(state.module.triple)
+    team_ty = threadpool.TEAM_FN if pool else ir.FunctionType(T.VOID, [T.I8P])
+    team_fn = ir.Function(state.module, team_ty, base)
     team_fn.linkage = "internal"
     team_fn.attributes.add("nounwind")
     b = ir.IRBuilder(team_fn.append_basic_block("entry"))
@@ -103,7 +111,8 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     vals = [b.load(b.gep(data, [zero, ir.Constant(T.I32, j)], inbounds=True))
             for j in range(len(captured))]
     t_lo, t_ext = vals[-2], vals[-1]
-    nt = _to(b, b.call(state.function("omp_get_num_threads", T.I32, []), []), idx_ty)
+    nt = team_fn.args[1] if pool else b.call(state.function("omp_get_num_threads", T.I32, []), [])
+    nt = _to(b, nt, idx_ty)
     b.atomic_rmw("add", threads_ran, ir.Constant(T.I32, 1), "monotonic")
     one = ir.Constant(idx_ty, 1)
     per_thread = ir.Constant(idx_ty, CHUNKS_PER_THREAD)
@@ -129,10 +138,13 @@ def emit_parallel_for(gen: FuncGen, s: lir.For) -> None:
     slot = gen.allocas.alloca(struct_ty, name=base + ".data")
     for j, v in enumerate([*captured, ir.Constant(idx_ty, 0)]):
         gen.b.store(v, gen.b.gep(slot, [zero, ir.Constant(T.I32, j)], inbounds=True))
-    fork_ty = [team_fn.type, T.I8P, T.I32, T.I32]
-    fork = state.function("GOMP_parallel", T.VOID, fork_ty)
     threads = gen.b.load(num_threads, align=4)
-    gen.b.call(fork, [team_fn, gen.b.bitcast(slot, T.I8P), threads, zero])
+    if pool:
+        fork = state.function(threadpool.ENTRY, T.VOID, threadpool.ENTRY_FN.args)
+        gen.b.call(fork, [team_fn, gen.b.bitcast(slot, T.I8P), threads])
+    else:
+        fork = state.function("GOMP_parallel", T.VOID, [team_fn.type, T.I8P, T.I32, T.I32])
+        gen.b.call(fork, [team_fn, gen.b.bitcast(slot, T.I8P), threads, zero])
 
 
 def _to(b: ir.IRBuilder, v: ir.Value, ty: ir.Type) -> ir.Value:

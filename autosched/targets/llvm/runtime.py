@@ -25,6 +25,7 @@ from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.arrays import aligned_copy
 from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.llvm import compile as cc
+from autosched.targets.llvm import threadpool
 from autosched.targets.llvm.abi import PARAM_ALIGN, Signature
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
@@ -78,9 +79,22 @@ class CPUModule:
     def c_declaration(self) -> str:
         return self.signature.c_declaration()
 
+    @property
+    def thread_runtime(self) -> str | None:
+        """What runs the kernel's parallel loops: "pool" (threadpool.py), "gomp" (libgomp) or
+        None (it has none)."""
+        if not self.uses_threads:
+            return None
+        return "pool" if threadpool.calls(self._compiled.optimized_ir) else "gomp"
+
     def save_object(self, path: str | os.PathLike) -> str:
+        """The kernel's object file; with the thread pool linked in (hidden) when its parallel
+        loops use it."""
+        code = self._compiled.object_code
+        if self.thread_runtime == "pool":
+            code = cc.with_pool(self._compiled, self.target)
         with open(path, "wb") as f:
-            f.write(self._compiled.object_code)
+            f.write(code)
         return os.fspath(path)
 
     def export_library(self, path: str | os.PathLike, cc_path: str | None = None) -> str:
@@ -88,7 +102,7 @@ class CPUModule:
         compiler = cc_path or cross_compiler(self.target.triple, self.target.is_host)
         with tempfile.TemporaryDirectory() as tmp:
             obj = self.save_object(os.path.join(tmp, "kernel.o"))
-            libs = ["-lgomp"] if self.uses_threads else []
+            libs = cc.thread_libraries(self.thread_runtime)
             cmd = [compiler, "-shared", "-o", os.fspath(path), obj, *libs, "-lm"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -1,4 +1,4 @@
-"""The LLVM host module: parallel loops on libgomp, argument checks, timing, printing, export,
+"""The LLVM host module: parallel loops on the thread pool, argument checks, timing, printing, export,
 the compile cache."""
 
 from __future__ import annotations
@@ -19,30 +19,48 @@ from tests.support.backends import garbage
 from tests.support.llvm_ir import buf, build, loop, rand
 
 
-def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial", target: str = "llvm"):
+def _par_kernel(m: int = 37, n: int = 29, inner: str = "serial", target: str = "llvm",
+                name: str = "k"):
     """C[i, j] = A[i, j] * 2 + i with the i loop parallel."""
     A, C = buf("A", (m, n)), buf("C", (m, n))
     i, j = E.Var("i"), E.Var("j")
     value = ir.Load(A, (i, j)) * 2.0 + E.cast("float32", i)
     return build(loop(i, m, loop(j, n, ir.Store(C, (i, j), value), inner), "parallel"), [A, C],
-                 target=target)
+                 name=name, target=target)
+
+
+def most_threads_ran(mod, call, want: int, seconds: float = 20.0) -> int:
+    """Call until ``want`` threads ran one call (workers join a region only if they come in
+    time: on a busy machine the first calls may run on the caller alone); the most seen."""
+    import time
+
+    most, deadline = 0, time.monotonic() + seconds
+    while most < want and time.monotonic() < deadline:
+        before = mod.threads_ran
+        call()
+        most = max(most, mod.threads_ran - before)
+    return most
 
 
 def test_parallel_runs_on_several_threads(rng):
-    mod = _par_kernel()
-    assert "GOMP_parallel" in mod.get_llvm_ir()
-    a = rand(rng, (37, 29), "float32")
-    out = garbage((37, 29), "float32")
+    mod = _par_kernel(300, 129)
+    assert "autosched_parallel" in mod.get_llvm_ir()
+    a = rand(rng, (300, 129), "float32")
+    out = garbage((300, 129), "float32")
     mod.num_threads = 3
     before = mod.threads_ran
     mod(a, out)
-    np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)
-    assert mod.threads_ran - before == 3
+    np.testing.assert_allclose(out, a * 2 + np.arange(300)[:, None], rtol=1e-6)
+    assert 1 <= mod.threads_ran - before <= 3
+    assert most_threads_ran(mod, lambda: mod(a, out), 3) == 3
+    np.testing.assert_allclose(out, a * 2 + np.arange(300)[:, None], rtol=1e-6)
 
 
-def test_process_with_spinning_openmp_threads_exits_cleanly():
+@pytest.mark.parametrize("runtime", ["pool", "gomp"])
+def test_process_with_spinning_threads_exits_cleanly(runtime):
     # llvmlite dlcloses its libraries at exit; libgomp's workers still spin with the active
-    # wait policy, so without autosched pinning libgomp the exiting process segfaulted
+    # wait policy, so without autosched pinning libgomp the exiting process segfaulted; the
+    # pool's workers spin in JIT code, which must stay mapped until the process ends
     import subprocess
     import sys
     import textwrap
@@ -59,7 +77,8 @@ def test_process_with_spinning_openmp_threads_exits_cleanly():
         assert np.allclose(c, expect) and mod.threads_ran > 0
         print("ran")
     """)
-    env = dict(os.environ, OMP_WAIT_POLICY="active", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, OMP_WAIT_POLICY="active", PYTHONPATH=str(ROOT),
+               AUTOSCHED_PARALLEL=runtime)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert out.returncode == 0 and "ran" in out.stdout, (out.returncode, out.stderr[-2000:])
@@ -72,7 +91,8 @@ def test_thread_count_from_the_target(rng):
         out = garbage((5, 3), "float32")
         before = mod.threads_ran
         mod(a, out)
-        assert mod.threads == n and mod.threads_ran - before == n
+        ran = mod.threads_ran - before
+        assert mod.threads == n and (ran == 1 if n == 1 else 1 <= ran <= n)
         np.testing.assert_allclose(out, a * 2 + np.arange(5)[:, None], rtol=1e-6)
     assert parse("llvm").num_cores == os.cpu_count()
     for bad in ("zero", "0", "-2"):
@@ -88,12 +108,12 @@ def test_nested_parallel_runs_serially_inside(rng):
                 "parallel")
     mod = build(body, [A, C])
     mod.num_threads = 2
-    assert mod.get_llvm_ir(optimized=False).count("call void @\"GOMP_parallel\"") == 1
+    assert mod.get_llvm_ir(optimized=False).count("call void @\"autosched_parallel\"") == 1
     a = rand(rng, (m, n), "float32")
     out = garbage((m, n), "float32")
     before = mod.threads_ran
     mod(a, out)
-    assert mod.threads_ran - before == 2
+    assert 1 <= mod.threads_ran - before <= 2
     np.testing.assert_allclose(out, a + 1, rtol=1e-6)
 
 
@@ -173,7 +193,8 @@ def test_bound_call_sees_new_contents_and_thread_count(rng):
     before = mod.threads_ran
     call()
     np.testing.assert_allclose(out, a * 2 + np.arange(37)[:, None], rtol=1e-6)
-    assert mod.threads_ran - before == 2
+    assert 1 <= mod.threads_ran - before <= 2
+    assert most_threads_ran(mod, call, 2) == 2
     with pytest.raises(RuntimeError_, match="takes 2 arguments"):
         mod.bind(a)  # checked once, at bind time
 
