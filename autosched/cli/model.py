@@ -124,7 +124,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     t0 = time.perf_counter()
-    model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target)
+    # export needs the kernels only: no executor (a CUDA model then needs no pycuda or GPU)
+    model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
+                    executor=False)
     path = export(model, args.output, name=args.name)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "

@@ -43,8 +43,9 @@ def export(model: Any, build_dir: str | os.PathLike, name: str | None = None) ->
     path. ``name`` (default: the graph's) prefixes every C symbol. A model for an llvm target
     (host or cross) becomes LLVM code; one for a cuda target (static shapes), C over the CUDA
     driver API with a cubin per listed arch (``cuda -arch=sm_80,sm_90``) that the host C
-    compiler builds: a machine without a GPU builds it from a model compiled for
-    ``cuda -arch=sm_XX -emulate=ir`` (the same kernels)."""
+    compiler builds: a machine without a GPU (or pycuda) builds it from
+    ``aus.compile(graph, "cuda -arch=sm_XX", executor=False)``, the kernels without an
+    executor."""
     from autosched.targets.llvm.library import build_library
     from autosched.targets.model_api import header, readme
 
