@@ -124,6 +124,11 @@ WEIGHTS_FAILURES = {
     "truncated": "%s: weights file %s has %lld bytes, the weights need %lld: truncated",
     "checksum": "%s: weights file %s is corrupted: its contents do not match its checksum",
 }
+# (failure, start, end) of the header fields a library compares with its own header, in this
+# order: a file that is no weights file, then one of another format, model or build, says so
+WEIGHTS_CHECKS = (("magic", 0, 8), ("version", 8, 12),
+                  ("model", WEIGHTS_NAME_AT, WEIGHTS_NAME_AT + WEIGHTS_NAME_BYTES),
+                  ("build", 12, WEIGHTS_NAME_AT))
 WEIGHTS_PATH_MAX = 4096
 WEIGHTS_DETAIL_BYTES = 512
 

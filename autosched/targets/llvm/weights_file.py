@@ -26,37 +26,21 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from autosched.targets import model_api as api
 from autosched.targets.llvm import types as T
-from autosched.targets.model_api import (
-    HASH_MIX,
-    HASH_STEP,
-    STATUS_OK,
-    WEIGHTS_DETAIL_BYTES,
-    WEIGHTS_FAILURES,
-    WEIGHTS_HEADER_BYTES,
-    WEIGHTS_NAME_AT,
-    WEIGHTS_NAME_BYTES,
-    WEIGHTS_PATH_MAX,
-    Status,
-)
 
 O_FLAGS = 0x80000 | 0x800  # O_RDONLY | O_CLOEXEC | O_NONBLOCK
 SEEK_END = 2
 PROT_READ = 1
 MAP_PRIVATE = 2
 PTR = T.I8P
-# (field, start, end) of the header compared with the expected one, in this order: a file
-# that is no weights file, then one of another format, model or build, says so
-HEADER_FIELDS = (("magic", 0, 8), ("version", 8, 12),
-                 ("model", WEIGHTS_NAME_AT, WEIGHTS_NAME_AT + WEIGHTS_NAME_BYTES),
-                 ("build", 12, WEIGHTS_NAME_AT))
 
 
 def detail_buffer(m: ir.Module, name: str) -> ir.GlobalVariable:
     """The last weights failure's message (empty until one), for status_message."""
     g = m.globals.get(f"{name}__weights_detail")
     if g is None:
-        g = ir.GlobalVariable(m, ir.ArrayType(T.I8, WEIGHTS_DETAIL_BYTES),
+        g = ir.GlobalVariable(m, ir.ArrayType(T.I8, api.WEIGHTS_DETAIL_BYTES),
                               f"{name}__weights_detail")
         g.initializer = ir.Constant(g.type.pointee, None)
         g.linkage = "internal"
@@ -114,10 +98,10 @@ class _OpenWeights:
         if cleanup is not None:
             cleanup(self.b)
         buffer = self.b.bitcast(self.detail, PTR)
-        self.c("snprintf", T.I32, [PTR, T.I64, PTR], buffer, self.i64(WEIGHTS_DETAIL_BYTES),
-               self.glue.string(WEIGHTS_FAILURES[why]), self.glue.string(self.name), *args,
+        self.c("snprintf", T.I32, [PTR, T.I64, PTR], buffer, self.i64(api.WEIGHTS_DETAIL_BYTES),
+               self.glue.string(api.WEIGHTS_FAILURES[why]), self.glue.string(self.name), *args,
                var_arg=True)
-        self.b.ret(self.i32(Status.WEIGHTS))
+        self.b.ret(self.i32(api.Status.WEIGHTS))
         self.b.position_at_end(good)
 
     def error_text(self, b: ir.IRBuilder) -> ir.Value:
@@ -148,7 +132,7 @@ class _OpenWeights:
             self.c("close", T.I32, [T.I32], fd)
 
         size = self.c("lseek", T.I64, [T.I32, T.I64, T.I32], fd, self.i64(0), self.i32(SEEK_END))
-        self.fail_unless(b.icmp_signed(">=", size, self.i64(WEIGHTS_HEADER_BYTES)), "size",
+        self.fail_unless(b.icmp_signed(">=", size, self.i64(api.WEIGHTS_HEADER_BYTES)), "size",
                          path, size, cleanup=close)
         mapped = self.c("mmap", PTR, [PTR, T.I64, T.I32, T.I32, T.I32, T.I64],
                         ir.Constant(PTR, None), size, self.i32(PROT_READ), self.i32(MAP_PRIVATE),
@@ -160,22 +144,22 @@ class _OpenWeights:
         def unmap(bb: ir.IRBuilder) -> None:
             self.c("munmap", T.I32, [PTR, T.I64], mapped, size)
 
-        for why, start, end in HEADER_FIELDS:
+        for why, start, end in api.WEIGHTS_CHECKS:
             args = []
             if why == "version":
                 args = [b.load(b.bitcast(self.at(mapped, start), T.I32.as_pointer()))]
             self.fail_unless(self.same(mapped, start, end), why, path, *args, cleanup=unmap)
         data_bytes = int.from_bytes(self.header[16:24], "little")
-        total = self.i64(WEIGHTS_HEADER_BYTES + data_bytes)
+        total = self.i64(api.WEIGHTS_HEADER_BYTES + data_bytes)
         self.fail_unless(b.icmp_signed("==", size, total), "truncated", path, size, total,
                          cleanup=unmap)
         checksum = int.from_bytes(self.header[24:32], "little")
-        got = self.checksum(self.at(mapped, WEIGHTS_HEADER_BYTES), data_bytes // 8)
+        got = self.checksum(self.at(mapped, api.WEIGHTS_HEADER_BYTES), data_bytes // 8)
         self.fail_unless(b.icmp_unsigned("==", got, self.i64(checksum)), "checksum", path,
                          cleanup=unmap)
         b.store(mapped, mapping_out)
         b.store(size, length_out)
-        b.ret(self.i32(STATUS_OK))
+        b.ret(self.i32(api.STATUS_OK))
 
     def resolve(self, path: ir.Value) -> ir.Value:
         """``path``, or when it is NULL NAME.weights next to this library."""
@@ -191,18 +175,18 @@ class _OpenWeights:
         library = b.load(b.gep(info, [self.i32(0), self.i32(0)], inbounds=True))
         known = b.and_(b.icmp_signed("!=", found, self.i32(0)),
                        b.icmp_unsigned("!=", library, ir.Constant(PTR, None)))
-        self.fail_unless(known, "path", self.i32(WEIGHTS_PATH_MAX))
+        self.fail_unless(known, "path", self.i32(api.WEIGHTS_PATH_MAX))
         slash = self.c("strrchr", PTR, [PTR, T.I32], library, self.i32(ord("/")))
         after = b.sub(b.ptrtoint(slash, T.I64), b.ptrtoint(library, T.I64))
         has_dir = b.icmp_unsigned("!=", slash, ir.Constant(PTR, None))
         dir_len = b.trunc(b.select(has_dir, b.add(after, self.i64(1)), self.i64(0)), T.I32)
-        buffer = b.bitcast(b.alloca(ir.ArrayType(T.I8, WEIGHTS_PATH_MAX)), PTR)
-        n = self.c("snprintf", T.I32, [PTR, T.I64, PTR], buffer, self.i64(WEIGHTS_PATH_MAX),
+        buffer = b.bitcast(b.alloca(ir.ArrayType(T.I8, api.WEIGHTS_PATH_MAX)), PTR)
+        n = self.c("snprintf", T.I32, [PTR, T.I64, PTR], buffer, self.i64(api.WEIGHTS_PATH_MAX),
                    self.glue.string("%.*s%s"), dir_len, library,
                    self.glue.string(f"{self.name}.weights"), var_arg=True)
         fits = b.and_(b.icmp_signed(">=", n, self.i32(0)),
-                      b.icmp_signed("<", n, self.i32(WEIGHTS_PATH_MAX)))
-        self.fail_unless(fits, "path", self.i32(WEIGHTS_PATH_MAX))
+                      b.icmp_signed("<", n, self.i32(api.WEIGHTS_PATH_MAX)))
+        self.fail_unless(fits, "path", self.i32(api.WEIGHTS_PATH_MAX))
         built = b.block
         b.branch(done)
         b.position_at_end(done)
@@ -226,9 +210,9 @@ class _OpenWeights:
         total = b.phi(T.I64)
         word = b.load(b.gep(p, [i], inbounds=True), align=8)
         nxt = b.add(i, self.i64(1))
-        x = b.xor(word, b.mul(nxt, self.i64(HASH_STEP)))
+        x = b.xor(word, b.mul(nxt, self.i64(api.HASH_STEP)))
         x = b.xor(x, b.lshr(x, self.i64(31)))
-        x = b.mul(x, self.i64(HASH_MIX))
+        x = b.mul(x, self.i64(api.HASH_MIX))
         x = b.xor(x, b.lshr(x, self.i64(29)))
         added = b.add(total, x)
         i.add_incoming(self.i64(0), before)
