@@ -141,7 +141,7 @@ def padded_weights(data: bytes) -> bytes:
 def weights_checksum(data: bytes) -> int:
     """The checksum of ``data`` (a multiple of 8 bytes) that the weights file's header holds."""
     words = np.frombuffer(data, "<u8")
-    total = np.uint64(0)
+    total = 0
     step = 1 << 20
     for at in range(0, len(words), step):  # in chunks: a few MB of temporaries, not the model's
         i = np.arange(at + 1, at + 1 + len(words[at: at + step]), dtype=np.uint64)
@@ -149,8 +149,8 @@ def weights_checksum(data: bytes) -> int:
         x ^= x >> np.uint64(31)
         x *= np.uint64(HASH_MIX)
         x ^= x >> np.uint64(29)
-        total += x.sum(dtype=np.uint64)
-    return int(total)
+        total += int(x.sum(dtype=np.uint64))  # the array's sum wraps, as the C one does
+    return total % (1 << 64)
 
 
 def weights_header(name: str, data: bytes) -> bytes:

@@ -34,7 +34,7 @@ from autosched.targets.model_api import (
     padded_weights,
     weights_checksum,
 )
-from autosched.testing.models import ort_run, small_cnn
+from autosched.testing.models import ort_run, resnet18, small_cnn
 from importers.onnx import from_onnx
 from tests.deploy.c_driver import DriverError
 from tests.support.nvrtc import needs_nvrtc
@@ -276,3 +276,26 @@ def test_the_cuda_library_over_a_stand_in_driver_matches_onnxruntime(tmp_path: P
     for report, arch in zip(reports, ("sm_90", "sm_80")):
         assert report["errors"] == [] and report["create"] == "" and report["live"] == 0
         assert report["host"] < 1e-4 and report["device"] < 1e-4 and report["archs"] == [arch]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_name", ["small_cnn", "resnet18"])
+def test_on_the_gpu_from_c_and_load_it_matches_onnxruntime(model_name: str, tmp_path: Path,
+                                                           c_runner) -> None:
+    """Weights mapped, uploaded at create (45 MB for ResNet-18), unmapped; both pointer kinds."""
+    from autosched.targets.host import detect_cuda_arch
+
+    proto = small_cnn(image=IMAGE) if model_name == "small_cnn" else resnet18(image=64)
+    kernels = aus.compile(from_onnx(proto), target=f"cuda -arch={detect_cuda_arch()}",
+                          executor=False)
+    export(kernels, tmp_path, name=model_name, weights_file=True)
+    rng = np.random.default_rng()
+    feeds = {v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype) for v in kernels.graph.inputs}
+    want = ort_run(proto, feeds)
+    for flags in ([], ["-DDEVICE_POINTERS", "-ldl"]):
+        _check(c_runner(flags=flags)(tmp_path, model_name, list(feeds.values()), _outputs(want)),
+               want)
+    _check(aus.load(tmp_path).run(feeds), want)
+    _flip_a_bit(tmp_path / f"{model_name}.weights", tmp_path)
+    with pytest.raises(ModelImportError, match="is corrupted"):
+        aus.load(tmp_path)
