@@ -222,7 +222,8 @@ def _calls(name: str, gpu: bool, waits: bool) -> str:
            "void *const *outputs);")
     if not gpu:
         return f"""\
-/* Checks the CPU, allocates a context (its workspace); options may be NULL. */
+/* Checks the CPU, maps and checks the weights file (a library built with one), allocates
+   a context (its workspace); options may be NULL. */
 int32_t {name}_create(const {name}_options *options, {name}_context **context);
 /* One inference: inputs and outputs are arrays of host pointers (16-byte aligned). */
 {run}"""
@@ -230,8 +231,9 @@ int32_t {name}_create(const {name}_options *options, {name}_context **context);
 #define {name.upper()}_RUN_DEVICE_WAITS {int(waits)}  /* 1: run_device waits to read kernel checks */
 
 /* Loads the CUDA driver (libcuda.so.1), picks the code built for the GPU's arch, uploads the
-   weights and allocates the workspace on options->device; options may be NULL (device 0,
-   the default stream). Each context has its own device memory. */
+   weights (a library built with a weights file maps and checks it first) and allocates the
+   workspace on options->device; options may be NULL (device 0, the default stream). Each
+   context has its own device memory. */
 int32_t {name}_create(const {name}_options *options, {name}_context **context);
 /* One inference on HOST pointers: copies the inputs to the GPU, runs, copies the outputs
    back and waits for the stream; a kernel's failure is returned as the status. */
