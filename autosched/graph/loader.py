@@ -292,15 +292,15 @@ def _weights_file(library: Path) -> Path:
     if path.resolve() != path or not path.is_file():
         raise ModelImportError(f"{where} is not a file in the build dir (it resolves to "
                                f"{path.resolve()}); {REBUILD}")
-    _owned(path, where)
+    _owned(path, where, "weights")
     return path
 
 
-def _owned(path: Path, what: str) -> None:
+def _owned(path: Path, what: str, reading: str = "code") -> None:
     problem = untrusted(os.stat(path), owners=(os.getuid(), 0))
     if problem:
-        raise ModelImportError(f"{what}: not loading code from it: {problem} (make it yours "
-                               "and chmod go-w it)")
+        raise ModelImportError(f"{what}: not loading {reading} from it: {problem} (make it "
+                               "yours and chmod go-w it)")
 
 
 def load(build_dir: str | os.PathLike, threads: int = 0, device: int = 0,

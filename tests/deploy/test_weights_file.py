@@ -299,3 +299,16 @@ def test_on_the_gpu_from_c_and_load_it_matches_onnxruntime(model_name: str, tmp_
     _flip_a_bit(tmp_path / f"{model_name}.weights", tmp_path)
     with pytest.raises(ModelImportError, match="is corrupted"):
         aus.load(tmp_path)
+
+
+def test_load_refuses_a_weights_file_others_can_change(cnn: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """As it refuses such a library: only the owner may change what the model computes."""
+    build = _copy(cnn["file"], tmp_path / "build")
+    (build / "cnn.weights").chmod(0o664)
+    with pytest.raises(ModelImportError, match="cnn.weights: not loading weights from it"):
+        aus.load(build)
+    (build / "cnn.weights").unlink()
+    (build / "cnn.weights").symlink_to(cnn["file"] / "cnn.weights")
+    with pytest.raises(ModelImportError, match="cnn.weights is not a file in the build dir"):
+        aus.load(build)

@@ -22,6 +22,7 @@ and aarch64; a 64-bit ``off_t``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import llvmlite.ir as ir
@@ -88,15 +89,16 @@ class _OpenWeights:
         return ir.Constant(T.I64, v - (1 << 64) if v >= 1 << 63 else v)  # IR text is signed
 
     def fail_unless(self, ok: ir.Value, why: str, *args: ir.Value,
-                    cleanup: Any = None) -> None:
-        """Continue when ``ok``; else ``cleanup(builder)``, the message ``why``, WEIGHTS."""
+                    cleanup: Callable[[], None] | None = None) -> None:
+        """Continue when ``ok``; else ``cleanup()``, the message ``why`` (with ``args``) and
+        the WEIGHTS status."""
         fn = self.function
         bad = fn.append_basic_block(f"{why}_failed")
         good = fn.append_basic_block(f"{why}_ok")
         self.b.cbranch(ok, good, bad)
         self.b.position_at_end(bad)
         if cleanup is not None:
-            cleanup(self.b)
+            cleanup()
         buffer = self.b.bitcast(self.detail, PTR)
         self.c("snprintf", T.I32, [PTR, T.I64, PTR], buffer, self.i64(api.WEIGHTS_DETAIL_BYTES),
                self.glue.string(api.WEIGHTS_FAILURES[why]), self.glue.string(self.name), *args,
@@ -104,8 +106,9 @@ class _OpenWeights:
         self.b.ret(self.i32(api.Status.WEIGHTS))
         self.b.position_at_end(good)
 
-    def error_text(self, b: ir.IRBuilder) -> ir.Value:
-        errno = b.load(self.c("__errno_location", T.I32.as_pointer(), []))
+    def error_text(self) -> ir.Value:
+        """strerror(errno)."""
+        errno = self.b.load(self.c("__errno_location", T.I32.as_pointer(), []))
         return self.c("strerror", PTR, [T.I32], errno)
 
     def at(self, base: ir.Value, offset: int) -> ir.Value:
@@ -126,9 +129,9 @@ class _OpenWeights:
         path = self.resolve(path_arg)
         fd = self.c("open", T.I32, [PTR, T.I32], path, self.i32(O_FLAGS), var_arg=True)
         self.fail_unless(b.icmp_signed(">=", fd, self.i32(0)), "open", path,
-                         self.error_text(b))
+                         self.error_text())
 
-        def close(bb: ir.IRBuilder) -> None:
+        def close() -> None:
             self.c("close", T.I32, [T.I32], fd)
 
         size = self.c("lseek", T.I64, [T.I32, T.I64, T.I32], fd, self.i64(0), self.i32(SEEK_END))
@@ -138,10 +141,10 @@ class _OpenWeights:
                         ir.Constant(PTR, None), size, self.i32(PROT_READ), self.i32(MAP_PRIVATE),
                         fd, self.i64(0))
         failed = b.icmp_signed("==", b.ptrtoint(mapped, T.I64), self.i64(-1))
-        self.fail_unless(b.not_(failed), "map", path, self.error_text(b), cleanup=close)
-        close(b)
+        self.fail_unless(b.not_(failed), "map", path, self.error_text(), cleanup=close)
+        close()
 
-        def unmap(bb: ir.IRBuilder) -> None:
+        def unmap() -> None:
             self.c("munmap", T.I32, [PTR, T.I64], mapped, size)
 
         for why, start, end in api.WEIGHTS_CHECKS:
