@@ -244,23 +244,30 @@ def cuda_cnn(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @needs_nvrtc
-def test_the_cuda_library_shrinks_and_checks_the_file_before_the_driver(
-        cuda_cnn: dict[str, Path], tmp_path: Path) -> None:
+def test_the_cuda_library_shrinks_by_the_weights(cuda_cnn: dict[str, Path]) -> None:
     weights = (cuda_cnn["file"] / "cnn.weights").stat().st_size - WEIGHTS_HEADER_BYTES
     shrunk = ((cuda_cnn["embedded"] / "cnn.so").stat().st_size
               - (cuda_cnn["file"] / "cnn.so").stat().st_size)
     assert abs(shrunk - weights) < 16 << 10, (shrunk, weights)
     assert _exported(cuda_cnn["file"] / "cnn.so") == sorted(f"cnn_{f}"
                                                             for f in (*API, *DEVICE_API))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_the_cuda_library_checks_the_file_before_the_driver(
+        case: str, cuda_cnn: dict[str, Path], cnn: dict[str, Path], tmp_path: Path) -> None:
+    """The WEIGHTS status and its line, with or without a GPU (the driver is not loaded)."""
+    damage, why = BAD[case]
     build = _copy(cuda_cnn["file"], tmp_path / "build")
-    _flip_a_bit(build / "cnn.weights", build)
+    damage(build / "cnn.weights", cnn["other"] / "other.weights")
     lib = ctypes.CDLL(str(build / "cnn.so"))
     lib.cnn_status_message.restype = ctypes.c_char_p
     ctx = ctypes.c_void_p()
-    assert lib.cnn_create(None, ctypes.byref(ctx)) == Status.WEIGHTS  # with or without a GPU
-    assert lib.cnn_status_message(int(Status.WEIGHTS)).decode() == (
-        f"cnn: weights file {build / 'cnn.weights'} is corrupted: its contents do not match "
-        "its checksum")
+    assert lib.cnn_create(None, ctypes.byref(ctx)) == Status.WEIGHTS and not ctx.value
+    message = lib.cnn_status_message(int(Status.WEIGHTS)).decode()
+    assert message.startswith(f"cnn: weights file {build / 'cnn.weights'}")
+    assert re.search(why, message) and "\n" not in message, message
 
 
 @needs_nvrtc

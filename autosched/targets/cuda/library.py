@@ -795,22 +795,22 @@ static int32_t open_weights(const char *path, const unsigned char **mapping, siz
   const unsigned char *h = m;
   uint32_t version;
   memcpy(&version, h + 8, 4);
-  int differs = 0; /* the first header field that differs from this library's says why */
-  for (size_t k = 0; k < sizeof HEADER_CHECKS / sizeof *HEADER_CHECKS && !differs; k++)
-    if ((differs = memcmp(h + HEADER_CHECKS[k].at, WEIGHTS_HEADER + HEADER_CHECKS[k].at,
-                          HEADER_CHECKS[k].bytes) != 0))
+  int bad = 0; /* the first header field that differs from this library's says why */
+  for (size_t k = 0; k < sizeof HEADER_CHECKS / sizeof *HEADER_CHECKS && !bad; k++)
+    if ((bad = memcmp(h + HEADER_CHECKS[k].at, WEIGHTS_HEADER + HEADER_CHECKS[k].at,
+                      HEADER_CHECKS[k].bytes) != 0))
       note(HEADER_CHECKS[k].format, MODEL, path, version); /* only one format reads version */
-  if (differs) {
-  } else if (size != FILE_BYTES) note(FAIL_TRUNCATED, MODEL, path, size, (long long)FILE_BYTES);
-  else if (checksum(h + HEADER_BYTES, WEIGHTS_BYTES_FILE / 8) != CHECKSUM)
+  if (!bad && (bad = size != FILE_BYTES))
+    note(FAIL_TRUNCATED, MODEL, path, size, (long long)FILE_BYTES);
+  if (!bad && (bad = checksum(h + HEADER_BYTES, WEIGHTS_BYTES_FILE / 8) != CHECKSUM))
     note(FAIL_CHECKSUM, MODEL, path);
-  else {
-    *mapping = h;
-    *length = (size_t)size;
-    return ST_OK;
+  if (bad) {
+    munmap(m, (size_t)size);
+    return ST_WEIGHTS;
   }
-  munmap(m, (size_t)size);
-  return ST_WEIGHTS;
+  *mapping = h;
+  *length = (size_t)size;
+  return ST_OK;
 }
 
 static void close_weights(const unsigned char *mapping, size_t length) {

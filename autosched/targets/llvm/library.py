@@ -248,8 +248,8 @@ I32P = T.I32.as_pointer()
 I64P = T.I64.as_pointer()
 PTR = T.I8P
 INFO = ir.LiteralStructType([PTR, PTR, T.I32, I64P])  # name, dtype, ndim, shape
-CONTEXT = ir.LiteralStructType([T.I32, PTR, PTR, T.I64])  # threads, workspace, weights file
-# mapped (its start, its length)
+# threads, workspace, the weights file's mapping (its start and length; unused without one)
+CONTEXT = ir.LiteralStructType([T.I32, PTR, PTR, T.I64])
 CONTEXT_BYTES = 32
 OPTIONS = ir.LiteralStructType([T.I32, T.I32, PTR, PTR])  # model_api.py's NAME_options
 
