@@ -4,6 +4,7 @@
     autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
     autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
         # build/model/<name>.so (the model, a C API), <name>.h, README
+        # (--weights-file: and <name>.weights, which the library maps)
     autosched run build/model            # or model.onnx [--log L]; random inputs by default
     autosched bench model.onnx --target llvm --log tuning_logs/model.jsonl
 """
@@ -124,8 +125,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     t0 = time.perf_counter()
-    model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target)
-    path = export(model, args.output, name=args.name)
+    # export needs the kernels only: no executor (a CUDA model then needs no pycuda or GPU)
+    model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
+                    executor=False)
+    path = export(model, args.output, name=args.name, weights_file=args.weights_file)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "
           f"{path.parent / 'README'}; from Python: autosched.load)")
@@ -233,6 +236,9 @@ def add_subcommands(sub: Any) -> None:
             p.add_argument("--name", default=None,
                            help="the library's name, prefix of its C symbols (default: the "
                                 "model's graph name)")
+            p.add_argument("--weights-file", action="store_true",
+                           help="write the weights to NAME.weights, which the library maps "
+                                "at create, instead of into the library")
         if name in ("run", "bench"):
             p.add_argument("--input", action="append", metavar="NAME=FILE.npy")
             p.add_argument("--repeat", type=positive, default=10)

@@ -221,18 +221,35 @@ def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False
     return SearchSpace(task).default_schedule(), False
 
 
+@dataclass
+class CompiledKernels:
+    """A compiled model without an executor (``compile(..., executor=False)``): its optimized
+    graph, kernels in call order, constants and reshape views; all that ``export`` needs, and
+    nothing that runs them (a CUDA model's kernels without pycuda or a GPU)."""
+
+    graph: Graph
+    kernels: list[Kernel]
+    target: Target
+    constants: dict[str, np.ndarray]
+    aliases: dict[str, str]
+
+
 def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
-            log: str | os.PathLike | None = None, strict_target: bool = False) -> Any:
+            log: str | os.PathLike | None = None, strict_target: bool = False,
+            executor: bool = True) -> Any:
     """Compile a graph: each fused group with its best record in ``log`` (the untuned default
     schedule when there is none, with a warning listing those tasks); records of targets with
     the same key apply, ``strict_target``: only those of the very same fingerprint. Returns a CompiledModel
     (modules on host arrays) or a CudaModel (a GPU's memory) with
-    ``run({name: array}) -> [arrays]``.
+    ``run({name: array}) -> [arrays]``; with ``executor`` false, the CompiledKernels that
+    ``export`` writes as a library, made without running anything (a CUDA model needs NVRTC
+    only: no pycuda, no GPU).
 
     Example::
 
         model = aus.compile(graph, target="llvm")      # default schedules
         (y,) = model.run({"x": x})
+        export(aus.compile(graph, "cuda -arch=sm_90", executor=False), "build/net")
     """
     from autosched.graph.executor import CompiledModel
     from autosched.search.record import RecordLog
@@ -258,6 +275,8 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     if untuned and log is not None:
         warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): "
                       f"{', '.join(untuned)}; they use default schedules", stacklevel=2)
+    if not executor:
+        return CompiledKernels(g, kernels, tgt, constants, aliases)
     if tgt.backend.device_memory(tgt) is not None:  # intermediates stay on the device
         from autosched.graph.executor_cuda import CudaModel
 

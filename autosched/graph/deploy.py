@@ -4,6 +4,10 @@ The build dir gets ``NAME.so`` (every kernel, the weights, the static memory pla
 order, behind ``NAME_create / NAME_run / NAME_destroy``; targets/llvm/library.py for CPUs,
 targets/cuda/library.py for NVIDIA GPUs over the CUDA driver API), ``NAME.h``
 (the API, with the inputs and outputs listed) and a README with a C program that runs it.
+With ``weights_file=True`` (``autosched compile --weights-file``) the weights go to
+``NAME.weights`` instead, which the library maps at create: the .so shrinks by the weights'
+size. The file's header (targets/model_api.py) names the model and holds the checksum of
+this very build, so create refuses a file written with another library.
 Nothing on the target needs Python; ``autosched.load(out)`` runs the same
 library from Python through ctypes (graph/loader.py).
 
@@ -12,6 +16,7 @@ Example::
     model = aus.compile(graph, target="llvm -mtriple=aarch64-linux-gnu")
     export(model, "build/net")                # or: autosched compile model.onnx -o build/net
     # build/net/net.so, build/net/net.h, build/net/README
+    export(model, "build/net", weights_file=True)   # ... and build/net/net.weights
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,42 +44,56 @@ def library_name(name: str) -> str:
     return ident if IDENTIFIER.fullmatch(ident) else "m_" + ident[:62]
 
 
-def export(model: Any, build_dir: str | os.PathLike, name: str | None = None) -> Path:
+def export(model: Any, build_dir: str | os.PathLike, name: str | None = None,
+           weights_file: bool = False) -> Path:
     """Write ``model`` to ``build_dir`` as NAME.so, NAME.h and README; returns the library's
-    path. ``name`` (default: the graph's) prefixes every C symbol. A model for an llvm target
+    path. ``name`` (default: the graph's) prefixes every C symbol; ``weights_file``: the
+    weights go to NAME.weights, which the library maps at create. A model for an llvm target
     (host or cross) becomes LLVM code; one for a cuda target (static shapes), C over the CUDA
     driver API with a cubin per listed arch (``cuda -arch=sm_80,sm_90``) that the host C
-    compiler builds: a machine without a GPU builds it from a model compiled for
-    ``cuda -arch=sm_XX -emulate=ir`` (the same kernels)."""
+    compiler builds: a machine without a GPU (or pycuda) builds it from
+    ``aus.compile(graph, "cuda -arch=sm_XX", executor=False)``, the kernels without an
+    executor."""
     from autosched.targets.llvm.library import build_library
     from autosched.targets.model_api import header, readme
 
     out = Path(build_dir)
     device_library = getattr(model.target.backend, "model_library", None)
-    if device_library is not None:  # kernels for a device, glue over its driver
-        spec = library_spec(model, library_name(name or model.graph.name), static=False)
-        out.mkdir(parents=True, exist_ok=True)
-        built = device_library(spec, out / f"{spec.name}.so")
-        return _write(out, spec.name, built.header, readme(spec.name, built.target, gpu=True))
-    if not model.target.backend.exports:
+    if device_library is None and not model.target.backend.exports:
         raise RuntimeError_(f"export writes models whose kernels export as libraries (target "
                             f"llvm or cuda); this one is for {model.target}")
-    spec = library_spec(model, library_name(name or model.graph.name))
+    spec = replace(library_spec(model, library_name(name or model.graph.name),
+                                static=device_library is None), weights_file=weights_file)
     out.mkdir(parents=True, exist_ok=True)
-    build_library(spec, out / f"{spec.name}.so")
-    inputs, outputs = ([(t.name, t.dtype, t.shape) for t in ts]
-                       for ts in (spec.inputs, spec.outputs))
-    return _write(out, spec.name, header(spec.name, inputs, outputs, str(spec.target)),
-                  readme(spec.name, str(spec.target)))
+    if device_library is not None:  # kernels for a device, glue over its driver
+        built = device_library(spec, out / f"{spec.name}.so")
+        text, target, gpu = built.header, built.target, True
+    else:
+        build_library(spec, out / f"{spec.name}.so")
+        inputs, outputs = ([(t.name, t.dtype, t.shape) for t in ts]
+                           for ts in (spec.inputs, spec.outputs))
+        target, gpu = str(spec.target), False
+        text = header(spec.name, inputs, outputs, target)
+    return _write(out, spec, text, readme(spec.name, target, gpu, weights_file))
 
 
-def _write(out: Path, name: str, header: str, readme: str) -> Path:
-    """NAME.h and README next to the library NAME.so, only their owner allowed to change
-    them; returns the library's path."""
-    lib = out / f"{name}.so"
-    (out / f"{name}.h").write_text(header)
+def _write(out: Path, spec: Any, header: str, readme: str) -> Path:
+    """NAME.h, README and (``spec.weights_file``) NAME.weights next to the library NAME.so,
+    only their owner allowed to change them; returns the library's path. A weights file left
+    by an earlier export goes: the library no longer reads it."""
+    from autosched.targets.model_api import weights_file
+
+    lib = out / f"{spec.name}.so"
+    weights = out / f"{spec.name}.weights"
+    (out / f"{spec.name}.h").write_text(header)
     (out / "README").write_text(readme)
-    for p in (out, lib, out / f"{name}.h", out / "README"):
+    written = [out, lib, out / f"{spec.name}.h", out / "README"]
+    if spec.weights_file:
+        weights.write_bytes(weights_file(spec.name, spec.weights))
+        written.append(weights)
+    else:
+        weights.unlink(missing_ok=True)
+    for p in written:
         _owner_writable_only(p)
     return lib
 

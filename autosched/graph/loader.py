@@ -44,7 +44,7 @@ from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.executor import native_arguments, time_calls
 from autosched.graph.graph import Graph, ValueInfo
 from autosched.targets.elf import ElfError, host_machine, read_shared_library
-from autosched.targets.model_api import API, DEVICE_API
+from autosched.targets.model_api import API, DEVICE_API, Status
 from autosched.te import dtype as dt
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -62,10 +62,11 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _Options(ctypes.Structure):
-    """NAME_options (model_api.py): a CPU library reads the thread count, a CUDA one the rest."""
+    """NAME_options (model_api.py): a CPU library reads the thread count, a CUDA one the device
+    and stream; one built with a weights file, its path."""
 
     _fields_ = [("num_threads", ctypes.c_int32), ("device", ctypes.c_int32),
-                ("stream", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("weights_path", ctypes.c_char_p)]
 
 
 class ModelLibrary:
@@ -78,6 +79,8 @@ class ModelLibrary:
                  stream: int = 0) -> None:
         self.path = _library_file(Path(build_dir))
         self.name = self.path.stem
+        # read only by a library built with a weights file, which checks what it holds
+        self.weights_path = _weights_file(self.path)
         self._lib = ctypes.CDLL(os.fspath(self.path))
         self._api = {f: getattr(self._lib, f"{self.name}_{f}") for f in API}
         # a CUDA library: also a run on device pointers
@@ -166,9 +169,10 @@ class _Context:
     def __init__(self, model: ModelLibrary) -> None:
         self.pointer = ctypes.c_void_p()
         self._destroy = model._api["destroy"]
-        options = _Options(model.threads, model.device, model.stream or None)
+        options = _Options(model.threads, model.device, model.stream or None,
+                           os.fsencode(model.weights_path))
         status = model._api["create"](ctypes.byref(options), ctypes.byref(self.pointer))
-        if status and model.gpu:  # the library's message says what failed and what to do
+        if status and (model.gpu or status & Status.WEIGHTS):  # the message says what to do
             raise ModelImportError(f"{model.path}: {model.message(status)} (built for "
                                    f"{model.target})")
         if status:
@@ -277,11 +281,26 @@ def _library_file(d: Path) -> Path:
     return path
 
 
-def _owned(path: Path, what: str) -> None:
+def _weights_file(library: Path) -> Path:
+    """NAME.weights next to the library NAME.so, which a library built with a weights file
+    maps (and checks); when it is there, only its owner may be able to change it, like the
+    library, and it must be a file in the build dir."""
+    path = library.with_suffix(".weights")
+    if not os.path.lexists(path):
+        return path  # a library that needs it says so at create, naming it
+    where = f"build dir {library.parent}: {path.name}"
+    if path.resolve() != path or not path.is_file():
+        raise ModelImportError(f"{where} is not a file in the build dir (it resolves to "
+                               f"{path.resolve()}); {REBUILD}")
+    _owned(path, where, "weights")
+    return path
+
+
+def _owned(path: Path, what: str, reading: str = "code") -> None:
     problem = untrusted(os.stat(path), owners=(os.getuid(), 0))
     if problem:
-        raise ModelImportError(f"{what}: not loading code from it: {problem} (make it yours "
-                               "and chmod go-w it)")
+        raise ModelImportError(f"{what}: not loading {reading} from it: {problem} (make it "
+                               "yours and chmod go-w it)")
 
 
 def load(build_dir: str | os.PathLike, threads: int = 0, device: int = 0,

@@ -15,8 +15,9 @@ import pytest
 
 CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])}
 
-# Reads the inputs (raw bytes, in order) from argv[1], writes the outputs to argv[2]; the
-# sizes come from the library's introspection, so one driver serves every model.
+# Reads the inputs (raw bytes, in order) from argv[1], writes the outputs to argv[2], runs on
+# argv[3] threads, maps the weights file argv[4] when given (else the library finds its own);
+# the sizes come from the library's introspection, so one driver serves every model.
 DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +77,8 @@ static int32_t run(NAME_context *ctx, void **inputs, void **outputs) {
 #endif
 
 int main(int argc, char **argv) {
-  if (argc != 4) return 9;
-  NAME_options options = {.num_threads = atoi(argv[3])};
+  if (argc != 4 && argc != 5) return 9;
+  NAME_options options = {.num_threads = atoi(argv[3]), .weights_path = argv[4]};
   NAME_context *ctx;
   int32_t status = NAME_create(&options, &ctx);
   if (status) { fprintf(stderr, "create: %s\n", NAME_status_message(status)); return 2; }

@@ -22,7 +22,8 @@ from tests.deploy.c_driver import DRIVER, DriverError, Runner, tools
 def c_runner(tmp_path: Path) -> Callable[..., Runner]:
     """``c_runner(arch)(build_dir, name, inputs, outputs)``: the driver built with the host's
     cc (arch None) or the cross compiler, run (under qemu for a cross arch, emulating ``cpu``
-    when given; ``flags``: more compiler flags, such as -DDEVICE_POINTERS -ldl) on ``inputs``;
+    when given; ``flags``: more compiler flags, such as -DDEVICE_POINTERS -ldl) on ``inputs``,
+    with the weights file ``weights`` when given (else the library's own);
     returns the outputs, given as (shape, dtype). A driver that
     fails raises DriverError with its exit status and stderr."""
 
@@ -31,7 +32,8 @@ def c_runner(tmp_path: Path) -> Callable[..., Runner]:
         compiler, prefix = tools(arch, cpu)
 
         def run(build: Path, name: str, inputs: Sequence[np.ndarray],
-                outputs: Sequence[tuple[tuple[int, ...], str]]) -> list[np.ndarray]:
+                outputs: Sequence[tuple[tuple[int, ...], str]],
+                weights: Path | None = None) -> list[np.ndarray]:
             src = tmp_path / "driver.c"
             src.write_text(DRIVER.replace("NAME", name))
             exe = tmp_path / "driver"
@@ -40,7 +42,8 @@ def c_runner(tmp_path: Path) -> Callable[..., Runner]:
             (tmp_path / "in.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes()
                                                        for a in inputs))
             proc = subprocess.run([*prefix, str(exe), str(tmp_path / "in.bin"),
-                                   str(tmp_path / "out.bin"), str(threads)],
+                                   str(tmp_path / "out.bin"), str(threads),
+                                   *([str(weights)] if weights else [])],
                                   capture_output=True, text=True, timeout=600)
             if proc.returncode:
                 raise DriverError(f"driver exited {proc.returncode}: {proc.stderr.strip()}")

@@ -10,8 +10,8 @@ word) runs unchanged, only the driver under it is another.
 
 The library dlopens ``libcuda.so.1`` by name, which finds the stand-in once it is loaded (its
 SONAME is that name); a process that loads it has no real driver afterwards, so the scenario
-runs in a child process: ``python -m tests.deploy.mock_cuda MODEL ARCHS CC DIR`` prints a JSON
-report (see ``main``).
+runs in a child process: ``python -m tests.deploy.mock_cuda MODEL ARCHS CC DIR
+[--weights-file]`` prints a JSON report (see ``main``).
 """
 
 from __future__ import annotations
@@ -212,9 +212,11 @@ def _max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
 
 
-def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]]) -> list[dict]:
+def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]],
+         weights_file: bool = False) -> list[dict]:
     """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to
-    ``folder``, and run it over the stand-in driver posing as each of ``gpus`` in turn
+    ``folder`` (its weights in a weights file when ``weights_file``), and run it over the
+    stand-in driver posing as each of ``gpus`` in turn
     ((compute capability, bytes it can allocate or -1)): the host and the device-pointer path
     against onnxruntime. A report per GPU: {"create": the load error or "", "host" / "device":
     max abs error, "archs": code that ran, "launches", "errors", "live": what destroy left}."""
@@ -231,7 +233,7 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]]) -> l
              "resnet18": lambda: resnet18(image=32),
              "views": views_model}[model]()
     compiled = aus.compile(from_onnx(proto), target=f"cuda -arch={archs} -emulate=ir")
-    export(compiled, folder / "build", name=model)
+    export(compiled, folder / "build", name=model, weights_file=weights_file)
     mock = ctypes.CDLL(str(build_mock(folder)), mode=ctypes.RTLD_GLOBAL)
     modules = list({id(m): m for m in (cuda_module(k.module) for k in compiled.kernels)}.values())
     rng = np.random.default_rng()
@@ -269,6 +271,7 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]]) -> l
 
 
 if __name__ == "__main__":
-    model, archs, folder, *gpus = sys.argv[1:]
+    model, archs, folder, *gpus = [a for a in sys.argv[1:] if a != "--weights-file"]
     print(json.dumps(main(model, archs, Path(folder),
-                          [tuple(map(int, g.split(":"))) for g in gpus])))  # type: ignore[misc]
+                          [tuple(map(int, g.split(":"))) for g in gpus],  # type: ignore[misc]
+                          "--weights-file" in sys.argv)))

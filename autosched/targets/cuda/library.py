@@ -7,7 +7,9 @@ modules) as C and compiles it with the host C compiler into ``path``, which hold
   PTX where this NVRTC cannot write machine code for one), chosen at create by the GPU's
   compute capability: a cubin of the same major and the highest minor not above the GPU's, else
   PTX for an arch not above it; none fits: the DEVICE status, naming the GPU's arch;
-* the weights, uploaded at create, and the static memory plan: one device allocation per
+* the weights (or, built with ``spec.weights_file``, the header of ``NAME.weights``, which
+  create maps, checks as the CPU library does and unmaps once uploaded: see WEIGHTS_FILE),
+  uploaded at create, and the static memory plan: one device allocation per
   context holding the weights, the workspace, each module's scratch buffers, the kernels' status
   word and the host path's copies of the inputs and outputs;
 * the call order: each launch's function, grid, block and where each argument lives.
@@ -38,7 +40,22 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from autosched.errors import CompileError
-from autosched.targets.model_api import API, DEVICE_API, STATUS_MESSAGES, STATUS_OK, Status
+from autosched.targets.model_api import (
+    API,
+    DEVICE_API,
+    HASH_MIX,
+    HASH_STEP,
+    STATUS_MESSAGES,
+    STATUS_OK,
+    WEIGHTS_CHECKS,
+    WEIGHTS_DETAIL_BYTES,
+    WEIGHTS_FAILURES,
+    WEIGHTS_HEADER_BYTES,
+    WEIGHTS_PATH_MAX,
+    Status,
+    padded_weights,
+    weights_header,
+)
 from autosched.targets.model_api import header as api_header
 from autosched.targets.target import Target, parse
 from autosched.tir import ir
@@ -131,7 +148,7 @@ def build_library(spec: Any, path: str | os.PathLike, flags: tuple[str, ...] = (
                         gpu=True, run_device_waits=plan.checks)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        (d / "weights.bin").write_bytes(spec.weights)
+        (d / "weights.bin").write_bytes(b"" if spec.weights_file else spec.weights)
         (d / "code.bin").write_bytes(plan.code)
         (d / f"{spec.name}.h").write_text(header)
         src = d / f"{spec.name}.c"
@@ -297,7 +314,7 @@ def _blob(symbol: str, path: Path) -> str:
 GLUE = r"""
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static char cu_failure[256]; /* why the driver cannot be used; empty when it can */
-static char detail[320];     /* the last DEVICE or DRIVER failure, for status_message */
+static char detail[DETAIL_BYTES]; /* the last DEVICE, DRIVER or WEIGHTS failure's message */
 
 static void note(const char *format, ...) {
   va_list args;
@@ -370,10 +387,10 @@ static void release(struct @name@_context *c) {
   if (c->memory) cu.MemFree(c->memory);
 }
 
-static int32_t setup(struct @name@_context *c) {
+static int32_t setup(struct @name@_context *c, const unsigned char *weights) {
   CUresult r = cu.MemAlloc(&c->memory, MEMORY_BYTES);
   if (r) return failed("cuMemAlloc of the weights and workspace", r);
-  if (WEIGHTS_BYTES && (r = cu.HtoD(c->memory, weights_data(), WEIGHTS_BYTES, c->stream)))
+  if (WEIGHTS_BYTES && (r = cu.HtoD(c->memory, weights, WEIGHTS_BYTES, c->stream)))
     return failed("uploading the weights", r);
   for (int m = 0; m < N_MODULES; m++)
     if ((r = cu.ModuleLoadData(&c->modules[m], @name@__code + CODE[c->arch][m].at)))
@@ -386,9 +403,9 @@ static int32_t setup(struct @name@_context *c) {
   return ST_OK;
 }
 
-API int32_t @name@_create(const @name@_options *options, @name@_context **context) {
-  if (!context) return ST_ARGUMENT;
-  *context = NULL;
+/* create, given the weights in host memory */
+static int32_t create_on(const @name@_options *options, @name@_context **context,
+                         const unsigned char *weights) {
   pthread_once(&cu_once, load_driver);
   if (cu_failure[0]) {
     note(MODEL ": %s", cu_failure);
@@ -421,7 +438,7 @@ API int32_t @name@_create(const @name@_options *options, @name@_context **contex
     return failed("cuDevicePrimaryCtxRetain", r);
   }
   CUcontext popped;
-  int32_t status = (r = cu.CtxPush(c->cuda)) ? failed("cuCtxPushCurrent", r) : setup(c);
+  int32_t status = (r = cu.CtxPush(c->cuda)) ? failed("cuCtxPushCurrent", r) : setup(c, weights);
   if (!r) {
     if (status) release(c);
     cu.CtxPop(&popped);
@@ -433,6 +450,18 @@ API int32_t @name@_create(const @name@_options *options, @name@_context **contex
   }
   *context = c;
   return ST_OK;
+}
+
+API int32_t @name@_create(const @name@_options *options, @name@_context **context) {
+  if (!context) return ST_ARGUMENT;
+  *context = NULL;
+  const unsigned char *mapped = NULL;
+  size_t length = 0;
+  int32_t status = open_weights(options ? options->weights_path : NULL, &mapped, &length);
+  if (status) return status;
+  status = create_on(options, context, mapped + WEIGHTS_AT);
+  close_weights(mapped, length); /* uploaded: the device holds them now */
+  return status;
 }
 
 API void @name@_destroy(@name@_context *c) {
@@ -559,7 +588,7 @@ API const char *@name@_version(void) { return VERSION; }
 /* The lowest bit's message; a DEVICE or DRIVER failure's says which call and why. */
 API const char *@name@_status_message(int32_t status) {
   if (status == ST_OK) return OK_MESSAGE;
-  if ((status & (ST_DEVICE | ST_DRIVER)) && detail[0]) return detail;
+  if ((status & (ST_DEVICE | ST_DRIVER | ST_WEIGHTS)) && detail[0]) return detail;
   for (size_t k = 0; k < sizeof MESSAGES / sizeof *MESSAGES; k++)
     if (status & MESSAGES[k].bit) return MESSAGES[k].text;
   return "unknown status";
@@ -611,7 +640,10 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
     weights = len(spec.weights)
     return f"""\
 /* Generated by autosched: the CUDA model {n} ({plan.target}), over the CUDA driver API. */
+#define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -619,6 +651,9 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -653,6 +688,7 @@ enum {{ IN, OUT, WEIGHTS, WORK }};
 #define MEMORY_BYTES {_aligned(weights) + plan.workspace}u
 #define STATUS_AT {plan.status_at}u
 #define ARCH_NAMES {c_string(arch_names)}
+#define DETAIL_BYTES {WEIGHTS_DETAIL_BYTES}
 
 typedef struct {{ uint32_t region; uint64_t at; }} place;
 typedef struct {{ uint32_t function; uint32_t grid[3], block[3]; uint32_t first, count; }} launch;
@@ -663,8 +699,6 @@ typedef struct {{ uint64_t at, size; }} span;
 {_blob(f"{n}__weights", blobs / "weights.bin")}
 {_blob(f"{n}__code", blobs / "code.bin")}
 
-/* The weights, uploaded at create (a separate symbol: a weights file could stand in). */
-static const unsigned char *weights_data(void) {{ return {n}__weights; }}
 
 {_array("arch", "ARCHS", [f"{{{cc}, {int(ptx)}}}" for cc, ptx in plan.archs])}
 static const span CODE[N_ARCHS][N_MODULES] = {{
@@ -699,4 +733,121 @@ static struct driver cu;
 static const struct {{ const char *name; size_t at; }} SYMBOLS[] = {{
   {symbols}
 }};
+{_weights_source(spec)}
 {GLUE.replace('@name@', n)}"""
+
+
+# A weights file (``spec.weights_file``), mapped and checked by create before the driver is
+# loaded, uploaded by setup, unmapped: the CPU library's checks (llvm/weights_file.py) in C.
+WEIGHTS_FILE = r"""
+static void note(const char *format, ...);
+
+static uint64_t checksum(const unsigned char *data, uint64_t words) {
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < words; i++) {
+    uint64_t x;
+    memcpy(&x, data + 8 * i, 8);
+    x ^= (i + 1) * HASH_STEP;
+    x ^= x >> 31;
+    x *= HASH_MIX;
+    total += x ^ (x >> 29);
+  }
+  return total;
+}
+
+/* path, or when NULL MODEL.weights next to this library; maps it and checks it. */
+static int32_t open_weights(const char *path, const unsigned char **mapping, size_t *length) {
+  char found[PATH_BYTES];
+  if (!path) {
+    Dl_info info;
+    int n = -1;
+    if (dladdr((void *)(uintptr_t)open_weights, &info) && info.dli_fname) {
+      const char *slash = strrchr(info.dli_fname, '/');
+      n = snprintf(found, sizeof found, "%.*s%s",
+                   slash ? (int)(slash - info.dli_fname + 1) : 0, info.dli_fname,
+                   MODEL ".weights");
+    }
+    if (n < 0 || n >= (int)sizeof found) {
+      note(FAIL_PATH, MODEL, PATH_BYTES);
+      return ST_WEIGHTS;
+    }
+    path = found;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    note(FAIL_OPEN, MODEL, path, strerror(errno));
+    return ST_WEIGHTS;
+  }
+  struct stat st;
+  long long size = fstat(fd, &st) ? -1 : (long long)st.st_size;
+  if (size < HEADER_BYTES) {
+    note(FAIL_SIZE, MODEL, path, size);
+    close(fd);
+    return ST_WEIGHTS;
+  }
+  void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  close(fd);
+  if (m == MAP_FAILED) {
+    note(FAIL_MAP, MODEL, path, strerror(err));
+    return ST_WEIGHTS;
+  }
+  const unsigned char *h = m;
+  uint32_t version;
+  memcpy(&version, h + 8, 4);
+  int bad = 0; /* the first header field that differs from this library's says why */
+  for (size_t k = 0; k < sizeof HEADER_CHECKS / sizeof *HEADER_CHECKS && !bad; k++)
+    if ((bad = memcmp(h + HEADER_CHECKS[k].at, WEIGHTS_HEADER + HEADER_CHECKS[k].at,
+                      HEADER_CHECKS[k].bytes) != 0))
+      note(HEADER_CHECKS[k].format, MODEL, path, version); /* only one format reads version */
+  if (!bad && (bad = size != FILE_BYTES))
+    note(FAIL_TRUNCATED, MODEL, path, size, (long long)FILE_BYTES);
+  if (!bad && (bad = checksum(h + HEADER_BYTES, WEIGHTS_BYTES_FILE / 8) != CHECKSUM))
+    note(FAIL_CHECKSUM, MODEL, path);
+  if (bad) {
+    munmap(m, (size_t)size);
+    return ST_WEIGHTS;
+  }
+  *mapping = h;
+  *length = (size_t)size;
+  return ST_OK;
+}
+
+static void close_weights(const unsigned char *mapping, size_t length) {
+  munmap((void *)(uintptr_t)mapping, length);
+}
+"""
+
+
+def _weights_source(spec: Any) -> str:
+    """The C that gives create the weights: the embedded symbol, or the checked mapping of
+    the weights file (WEIGHTS_FILE), with the header it must have."""
+    n = spec.name
+    if not spec.weights_file:
+        return f"""\
+#define WEIGHTS_AT 0
+static int32_t open_weights(const char *path, const unsigned char **mapping, size_t *length) {{
+  (void)path;
+  *mapping = {n}__weights;
+  *length = 0;
+  return ST_OK;
+}}
+static void close_weights(const unsigned char *mapping, size_t length) {{
+  (void)mapping;
+  (void)length;
+}}"""
+    data = padded_weights(spec.weights)
+    header = weights_header(n, data)
+    checks = _array("struct { uint32_t at, bytes; const char *format; }", "HEADER_CHECKS",
+                    [f"{{{start}, {end - start}, {c_string(WEIGHTS_FAILURES[why])}}}"
+                     for why, start, end in WEIGHTS_CHECKS])
+    defines = {
+        "WEIGHTS_AT": WEIGHTS_HEADER_BYTES, "HEADER_BYTES": WEIGHTS_HEADER_BYTES,
+        "PATH_BYTES": WEIGHTS_PATH_MAX, "FILE_BYTES": f"{len(header) + len(data)}ull",
+        "WEIGHTS_BYTES_FILE": f"{len(data)}ull",
+        "CHECKSUM": f"{int.from_bytes(header[24:32], 'little')}ull",
+        "HASH_STEP": f"{HASH_STEP}ull", "HASH_MIX": f"{HASH_MIX}ull",
+        **{f"FAIL_{why.upper()}": c_string(text) for why, text in WEIGHTS_FAILURES.items()}}
+    lines = [f"#define {k} {v}" for k, v in defines.items()]
+    table = _array("unsigned char", "WEIGHTS_HEADER", [", ".join(map(str, header))])
+    return "\n".join([*lines, table, checks, WEIGHTS_FILE])

@@ -4,9 +4,11 @@
 backend) and the glue generated here as LLVM IR into one object, so that nothing but the API
 is visible (the kernels become internal functions; two kernels named alike no longer clash):
 
-* the weights, embedded as one read-only constant;
+* the weights, embedded as one read-only constant, or (``weights_file``) the header of
+  ``NAME.weights``, which create maps and checks (weights_file.py);
 * ``NAME_create``: checks that the CPU has the features the code was compiled for
-  (cpu_features.py) and allocates one workspace, the size of the static memory plan;
+  (cpu_features.py), maps the weights file (when there is one) and allocates one workspace,
+  the size of the static memory plan;
 * ``NAME_run``: checks its pointers, then calls the kernels in order, each on its inputs,
   outputs, weights or workspace offsets; a kernel's failure stops the run and is returned;
 * introspection tables and ``NAME_status_message``.
@@ -45,7 +47,16 @@ from autosched.targets.llvm.compile import (
 )
 from autosched.targets.llvm.cpu_features import emit_cpu_check
 from autosched.targets.llvm.runtime import cross_compiler
-from autosched.targets.model_api import API, STATUS_MESSAGES, STATUS_OK, Status
+from autosched.targets.llvm.weights_file import detail_buffer, emit_open_weights
+from autosched.targets.model_api import (
+    API,
+    STATUS_MESSAGES,
+    STATUS_OK,
+    WEIGHTS_HEADER_BYTES,
+    Status,
+    padded_weights,
+    weights_header,
+)
 from autosched.targets.target import Target
 
 
@@ -88,7 +99,9 @@ class Copy:
 
 @dataclass(frozen=True)
 class LibrarySpec:
-    """Everything the library holds. ``name`` prefixes every exported symbol."""
+    """Everything the library holds. ``name`` prefixes every exported symbol; with
+    ``weights_file``, the weights are not embedded but read from NAME.weights at create
+    (model_api.weights_file writes it)."""
 
     name: str
     target: Target
@@ -99,6 +112,7 @@ class LibrarySpec:
     workspace: int
     calls: tuple[Call, ...]
     copies: tuple[Copy, ...]
+    weights_file: bool = False
 
     @property
     def uses_threads(self) -> bool:
@@ -181,6 +195,7 @@ def jit_library(spec: LibrarySpec) -> InProcess | None:
 def _link_shared(spec: LibrarySpec, obj: Path, exports: Path, out: Path) -> None:
     compiler = cross_compiler(spec.target.triple, spec.target.is_host)
     libs = [flag for r in spec.thread_runtimes for flag in thread_libraries(r)]
+    libs += ["-ldl"] if spec.weights_file else []  # dladdr, in libc only from glibc 2.34
     cmd = [compiler, "-shared", "-o", os.fspath(out), os.fspath(obj),
            f"-Wl,--version-script={exports}", "-Wl,--as-needed", *libs, "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -197,7 +212,7 @@ def _link(spec: LibrarySpec) -> llvm.ModuleRef:
     glue = _Glue(spec, entries, str(tm.target_data)).module()
     try:
         module = llvm.parse_assembly(str(glue))
-        if spec.weights:
+        if spec.weights and not spec.weights_file:
             module.link_in(_weights(f"{spec.name}__weights", spec.weights, spec.target.triple))
         for k in kernels:
             module.link_in(k)
@@ -248,7 +263,10 @@ I32P = T.I32.as_pointer()
 I64P = T.I64.as_pointer()
 PTR = T.I8P
 INFO = ir.LiteralStructType([PTR, PTR, T.I32, I64P])  # name, dtype, ndim, shape
-CONTEXT = ir.LiteralStructType([T.I32, PTR])  # threads, workspace
+# threads, workspace, the weights file's mapping (its start and length; unused without one)
+CONTEXT = ir.LiteralStructType([T.I32, PTR, PTR, T.I64])
+CONTEXT_BYTES = 32
+OPTIONS = ir.LiteralStructType([T.I32, T.I32, PTR, PTR])  # model_api.py's NAME_options
 
 
 class _Glue:
@@ -354,6 +372,12 @@ class _Glue:
         for bit, text in reversed(list(STATUS_MESSAGES.items())):  # the lowest bit wins
             hit = b.icmp_unsigned("!=", b.and_(status, ir.Constant(T.I32, bit)),
                                   ir.Constant(T.I32, 0))
+            if bit == Status.WEIGHTS and self.spec.weights_file:  # which file, what is wrong
+                detail = b.bitcast(detail_buffer(self.m, self.spec.name), PTR)
+                known = b.icmp_unsigned("!=", b.load(detail), ir.Constant(T.I8, 0))
+                text_here = b.select(known, detail, self.string(text))
+                msg = b.select(hit, text_here, msg)
+                continue
             msg = b.select(hit, self.string(text), msg)
         ok = b.icmp_unsigned("==", status, ir.Constant(T.I32, STATUS_OK))
         b.ret(b.select(ok, self.string(STATUS_MESSAGES[STATUS_OK]), msg))
@@ -380,7 +404,7 @@ class _Glue:
         if cpu_ok is not None:
             check(cpu_ok, Status.CPU, "cpu")
         malloc = self.extern("malloc", PTR, [T.I64])
-        ctx = b.call(malloc, [ir.Constant(T.I64, 16)])
+        ctx = b.call(malloc, [ir.Constant(T.I64, CONTEXT_BYTES)])
         check(b.icmp_unsigned("!=", ctx, ir.Constant(PTR, None)), Status.ALLOC, "ctx")
         size = -(-max(self.spec.workspace, 1) // ALLOC_ALIGN) * ALLOC_ALIGN
         aligned_alloc = self.extern("aligned_alloc", PTR, [T.I64, T.I64])
@@ -395,15 +419,32 @@ class _Glue:
         b.position_at_end(has_ws)
         c = b.bitcast(ctx, CONTEXT.as_pointer())
         has_opts = b.icmp_unsigned("!=", opts, ir.Constant(I32P, None))
-        safe = b.select(has_opts, opts, b.bitcast(self.zero_i32(), I32P))
+        safe = b.select(has_opts, opts, b.bitcast(self.default_options(), I32P))
+        if self.spec.weights_file:  # mapped before anything reads the context
+            o = b.bitcast(safe, OPTIONS.as_pointer())
+            path = b.load(b.gep(o, [ir.Constant(T.I32, 0), ir.Constant(T.I32, 3)]))
+            header = weights_header(self.spec.name, padded_weights(self.spec.weights))
+            status = b.call(emit_open_weights(self, header),
+                            [path, self.field(b, c, 2), self.field(b, c, 3)])
+            mapped = fn.append_basic_block("mapped")
+            unmapped = fn.append_basic_block("not_mapped")
+            b.cbranch(b.icmp_unsigned("==", status, ir.Constant(T.I32, STATUS_OK)), mapped,
+                      unmapped)
+            b.position_at_end(unmapped)
+            b.call(self.extern("free", T.VOID, [PTR]), [ws])
+            b.call(self.extern("free", T.VOID, [PTR]), [ctx])
+            code.add_incoming(status, unmapped)
+            b.branch(fail)
+            b.position_at_end(mapped)
         b.store(b.load(safe), self.field(b, c, 0))
         b.store(ws, self.field(b, c, 1))
         b.store(ctx, out)
         b.ret(ir.Constant(T.I32, STATUS_OK))
 
-    def zero_i32(self) -> ir.GlobalVariable:
-        g = ir.GlobalVariable(self.m, T.I32, f"{self.spec.name}__default_threads")
-        g.initializer = ir.Constant(T.I32, 0)
+    def default_options(self) -> ir.GlobalVariable:
+        """The options create reads when given none: all zero."""
+        g = ir.GlobalVariable(self.m, OPTIONS, f"{self.spec.name}__default_options")
+        g.initializer = ir.Constant(OPTIONS, None)
         g.global_constant = True
         g.linkage = "private"
         return g
@@ -419,6 +460,9 @@ class _Glue:
         free = self.extern("free", T.VOID, [PTR])
         with b.if_then(b.icmp_unsigned("!=", ctx, ir.Constant(PTR, None))):
             c = b.bitcast(ctx, CONTEXT.as_pointer())
+            if self.spec.weights_file:
+                munmap = self.extern("munmap", T.I32, [PTR, T.I64])
+                b.call(munmap, [b.load(self.field(b, c, 2)), b.load(self.field(b, c, 3))])
             b.call(free, [b.load(self.field(b, c, 1))])
             b.call(free, [ctx])
         b.ret_void()
@@ -440,7 +484,10 @@ class _Glue:
             require(b.icmp_unsigned("!=", p, ir.Constant(p.type, None)))
         c = b.bitcast(ctx, CONTEXT.as_pointer())
         regions = {"workspace": b.load(self.field(b, c, 1))}
-        if s.weights:
+        if s.weights_file:  # in place, in the context's mapping of the file
+            regions["weights"] = b.gep(b.load(self.field(b, c, 2)),
+                                       [ir.Constant(T.I64, WEIGHTS_HEADER_BYTES)], inbounds=True)
+        elif s.weights:
             regions["weights"] = b.bitcast(self.weights(), PTR)
         for region, array, n in (("input", inputs, len(s.inputs)),
                                  ("output", outputs, len(s.outputs))):
