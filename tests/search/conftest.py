@@ -50,6 +50,26 @@ def log_records(path: Path) -> list[dict[str, Any]]:
     return [d for d in lines if HEADER_KEY not in d]
 
 
+def tune_gemm_on_board(runner: str, sizes: tuple[int, int, int], trials: int, seed: int,
+                       log: Path, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """``autosched tune-op gemm SIZES --target AARCH64 --runner RUNNER``, one round of
+    ``trials``; checks that it says the candidates were checked under emulation and that
+    every record is correct and marked emulated; returns the records."""
+    from autosched.cli import main
+
+    rc = main(["tune-op", "gemm", *map(str, sizes), "--target", AARCH64, "--trials",
+               str(trials), "--batch-size", str(trials), "--seed", str(seed), "--runner",
+               runner, "--log", str(log)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"{trials} candidates checked under emulation" in out
+    records = log_records(log)
+    assert len(records) == trials
+    assert all(r["error_code"] == "NO_ERROR" and r["extra"].get("emulated") is True
+               for r in records), [r["error_msg"] for r in records]
+    return records
+
+
 @contextmanager
 def ray_cluster(host_nodes: int, board: bool, gpu: bool) -> Iterator[Any]:
     """A local Ray cluster this process is connected to: a head without resources, and nodes

@@ -29,7 +29,7 @@ from autosched.targets.target import parse
 from autosched.testing.models import ort_run, small_cnn
 from importers.onnx import from_onnx
 from tests.deploy.conftest import c_runner  # noqa: F401  the C driver fixture
-from tests.search.conftest import AARCH64, QUICK, log_records, needs_qemu, needs_ray
+from tests.search.conftest import AARCH64, QUICK, needs_qemu, needs_ray, tune_gemm_on_board
 
 IMAGE = 10        # small_cnn at 10x10: eight tasks, each a second or less under qemu
 PER_TASK = 3      # trials per task, one round each: the two untuned defaults and one searched
@@ -113,16 +113,7 @@ def test_qemu_runner_checks_candidates_here_and_their_best_is_said_untimed(
     """``--runner qemu``: built and run on this machine under qemu-aarch64, no cluster; a
     wrong reference makes every candidate a wrong answer (the check is real)."""
     log = tmp_path / "gemm-a72.jsonl"
-    rc = main(["tune-op", "gemm", "21", "18", "11", "--target", AARCH64, "--trials", "4",
-               "--batch-size", "4", "--seed", "3", "--runner", "qemu", "--log", str(log)])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "4 candidates checked under emulation" in out
-    records = log_records(log)
-    assert len(records) == 4
-    assert all(r["error_code"] == "NO_ERROR" and r["extra"].get("emulated") is True
-               for r in records), [r["error_msg"] for r in records]
-
+    tune_gemm_on_board("qemu", (21, 18, 11), 4, 3, log, capsys)
     task = Task(lambda: gemm(21, 18, 11), target=AARCH64, name="gemm_21x18x11")
     rl = RecordLog(log)
     (best,) = rl.best(task.workload_key, task.target)

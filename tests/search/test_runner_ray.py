@@ -27,7 +27,14 @@ from autosched.search.task import Task
 from autosched.search.tune import TuneOptions, tune
 from autosched.search.workloads import gemm
 from autosched.targets.target import parse
-from tests.search.conftest import AARCH64, QUICK, log_records, needs_qemu, needs_ray
+from tests.search.conftest import (
+    AARCH64,
+    QUICK,
+    log_records,
+    needs_qemu,
+    needs_ray,
+    tune_gemm_on_board,
+)
 from tests.support import ROOT
 
 
@@ -142,18 +149,8 @@ def test_aarch64_board_node_under_qemu_tunes_from_the_command_line(
         cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's command (it said "not this machine") tunes on the emulated board: the
     records are checked there and say emulated; no time becomes the board's best."""
-    from autosched.cli import main
-
     log = tmp_path / "gemm-aarch64.jsonl"
-    rc = main(["tune-op", "gemm", "24", "19", "13", "--target", AARCH64, "--trials", "5",
-               "--batch-size", "5", "--seed", "2", "--runner", "ray", "--log", str(log)])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "5 candidates checked under emulation" in out
-    records = log_records(log)
-    assert len(records) == 5
-    assert all(r["error_code"] == "NO_ERROR" and r["extra"].get("emulated") is True
-               for r in records), [r["error_msg"] for r in records]
+    tune_gemm_on_board("ray", (24, 19, 13), 5, 2, log, capsys)
     task = _gemm(AARCH64, 24, 19, 13)
     again = tune(task, total_trials=6, log=log, runner="ray", options=TuneOptions(
         batch_size=1, seed=3, verbose=False, measure=QUICK))
