@@ -20,7 +20,8 @@ from autosched.cli import main
 from autosched.errors import MeasureError
 from autosched.graph.compiler import extract_tasks
 from autosched.search.error_codes import ErrorCode
-from autosched.search.record import RecordLog
+from autosched.search.measure import MeasureResult
+from autosched.search.record import RecordLog, ir_hash, records_from
 from autosched.search.runner import check_runner, make_runner
 from autosched.search.space import SearchSpace
 from autosched.search.task import Task
@@ -74,20 +75,22 @@ def test_small_cnn_tuned_on_an_emulated_board_deploys_its_records(
     assert rc == 0, capsys.readouterr().out
 
     # one line says that the schedules applied were checked but not timed on the target
-    assert "checked only under an emulator" in caplog.text
-    # the compiled kernels are the logged schedules (RecordLog.best's), not the untuned ones
+    assert "checked only under an emulator, untimed" in caplog.text
+    # each kernel is a logged schedule: RecordLog.best's pick among untimed records, the
+    # untuned default's record (the schedule compiling without a log builds, checked on the
+    # board), not the one that ran fastest under qemu
     compiled = aus.compile(graph, target=AARCH64, log=log)
     assert len(compiled.kernels) == len(tasks)
-    untuned = 0
     for kernel in compiled.kernels:
         task = kernel.task
         (best,) = records.best(task.workload_key, task.target)
-        assert best.emulated and best.ok
-        assert _llvm_ir(kernel.module) == _llvm_ir(task.build(task.schedule(
-            best.schedule_steps()))), f"{task.name} does not run its logged schedule"
-        untuned += _llvm_ir(kernel.module) == _llvm_ir(task.build(
-            SearchSpace(task).default_schedule()))
-    assert untuned < len(tasks), "every kernel is what compiling without a log builds"
+        assert best.emulated and best.ok and best.untuned
+        logged = {r.ir_hash for r in records.records_for(task.workload_key, task.target)}
+        sch = task.schedule(best.schedule_steps())
+        assert ir_hash(task.lower(sch)) == best.ir_hash and best.ir_hash in logged
+        assert _llvm_ir(kernel.module) == _llvm_ir(task.build(sch)), \
+            f"{task.name} does not run its logged schedule"
+        assert sch.steps == SearchSpace(task).default_schedule().steps
 
     # the library runs under qemu-aarch64 from C and matches onnxruntime on the host
     rng = np.random.default_rng(11)
@@ -120,10 +123,8 @@ def test_qemu_runner_checks_candidates_here_and_their_best_is_said_untimed(
     log = tmp_path / "gemm-a72.jsonl"
     tune_gemm_on_board("qemu", (21, 18, 11), 4, 3, log, capsys)
     task = Task(lambda: gemm(21, 18, 11), target=AARCH64, name="gemm_21x18x11")
-    rl = RecordLog(log)
-    (best,) = rl.best(task.workload_key, task.target)
-    assert best.emulated
-    assert best.cost == min(r.cost for r in rl.records_for(task.workload_key, task.target))
+    (best,) = RecordLog(log).best(task.workload_key, task.target)
+    assert best.emulated and best.untuned
     assert "checked only under an emulator" in caplog.text
 
     with make_runner("qemu", task.target, QUICK) as runner:
@@ -134,3 +135,31 @@ def test_qemu_runner_checks_candidates_here_and_their_best_is_said_untimed(
         runner._states[task.workload_key] = (inputs, [ref + 1e-2])
         (wrong,) = runner.measure(task, [best.schedule_steps()])
         assert wrong.error_code is ErrorCode.WRONG_ANSWER and wrong.emulated
+
+
+def test_untimed_records_rank_the_untuned_default_first_and_timed_ones_win(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Emulated times do not rank schedules (docs/REMOTE.md): among records checked only under
+    an emulator the untuned default's applies, else the emulated fastest; a timed record of
+    the target beats them all."""
+    task = Task(lambda: gemm(20, 16, 12), target=AARCH64, name="gemm_20x16x12")
+    space, rng = SearchSpace(task), np.random.default_rng(4)
+    schedules = [space.default_schedule(), *(space.schedule(space.sample(rng)) for _ in range(2))]
+    extras = [{"emulated": True, "untuned": True}, {"emulated": True}, {"emulated": True}]
+
+    def logged(costs: list[float], extra: list[dict[str, Any]]) -> RecordLog:
+        log = RecordLog(tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl")
+        results = [MeasureResult((c,), ErrorCode.NO_ERROR, ir_hash=f"h{n}")
+                   for n, c in enumerate(costs)]
+        log.append(records_from(task, schedules[: len(costs)], results, extra))
+        return log
+
+    def best(log: RecordLog) -> str:
+        (top,) = log.best(task.workload_key, task.target)
+        return top.ir_hash
+
+    assert best(logged([3.0, 1.0, 2.0], extras)) == "h0"   # slowest under qemu, yet untuned
+    assert "the untuned default's where it is logged" in caplog.text
+    assert best(logged([3.0, 1.0, 2.0], [{}, *extras[1:]])) == "h0"   # timed: it wins
+    assert best(logged([3.0, 1.0, 2.0], [{"emulated": True}, *extras[1:]])) == "h1"
+    assert best(logged([2.0, 1.0], [extras[0], {}])) == "h1"   # timed beats untimed
