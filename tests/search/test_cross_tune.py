@@ -19,6 +19,7 @@ import autosched as aus
 from autosched.cli import main
 from autosched.errors import MeasureError
 from autosched.graph.compiler import extract_tasks
+from autosched.graph.deploy import export
 from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import MeasureResult
 from autosched.search.record import RecordLog, ir_hash, records_from
@@ -70,37 +71,56 @@ def test_small_cnn_tuned_on_an_emulated_board_deploys_its_records(
         assert all(r.emulated for r in recs)
         assert any(r.ok for r in recs), [r.error_msg for r in recs]
 
-    build = tmp_path / "build"
-    rc = main(["compile", str(model), "--target", AARCH64, "--log", str(log), "-o", str(build)])
-    assert rc == 0, capsys.readouterr().out
-
-    # one line says that the schedules applied were checked but not timed on the target
-    assert "checked only under an emulator, untimed" in caplog.text
-    # each kernel is a logged schedule: RecordLog.best's pick among untimed records, the
-    # untuned default's record (the schedule compiling without a log builds, checked on the
-    # board), not the one that ran fastest under qemu
-    compiled = aus.compile(graph, target=AARCH64, log=log)
-    assert len(compiled.kernels) == len(tasks)
-    for kernel in compiled.kernels:
-        task = kernel.task
-        (best,) = records.best(task.workload_key, task.target)
-        assert best.emulated and best.ok and best.untuned
-        logged = {r.ir_hash for r in records.records_for(task.workload_key, task.target)}
-        sch = task.schedule(best.schedule_steps())
-        assert ir_hash(task.lower(sch)) == best.ir_hash and best.ir_hash in logged
-        assert _llvm_ir(kernel.module) == _llvm_ir(task.build(sch)), \
-            f"{task.name} does not run its logged schedule"
-        assert sch.steps == SearchSpace(task).default_schedule().steps
-
-    # the library runs under qemu-aarch64 from C and matches onnxruntime on the host
     rng = np.random.default_rng(11)
     feeds = {v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype) for v in graph.inputs}
     want = ort_run(proto, feeds)
-    got = c_runner("aarch64")(build, "small_cnn", list(feeds.values()),
-                              [(w.shape, str(w.dtype)) for w in want])
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
+
+    def deployed_matches_onnxruntime(build: Path) -> None:
+        """The library in ``build`` runs under qemu-aarch64 from C and matches onnxruntime
+        on the host."""
+        got = c_runner("aarch64")(build, "small_cnn", list(feeds.values()),
+                                  [(w.shape, str(w.dtype)) for w in want])
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
+
+    def kernels_are_logged(log: Path) -> int:
+        """Compiled with ``log``, each kernel is the schedule of RecordLog.best's record of its
+        task, a logged one; returns how many are what compiling without a log builds."""
+        records = RecordLog(log)
+        compiled = aus.compile(graph, target=AARCH64, log=log)
+        assert len(compiled.kernels) == len(tasks)
+        untuned = 0
+        for kernel in compiled.kernels:
+            task = kernel.task
+            (best,) = records.best(task.workload_key, task.target)
+            logged = {r.ir_hash for r in records.records_for(task.workload_key, task.target)}
+            sch = task.schedule(best.schedule_steps())
+            assert best.emulated and best.ir_hash in logged
+            assert ir_hash(task.lower(sch)) == best.ir_hash
+            assert _llvm_ir(kernel.module) == _llvm_ir(task.build(sch)), \
+                f"{task.name} does not run its logged schedule"
+            untuned += sch.steps == SearchSpace(task).default_schedule().steps
+        return untuned
+
+    build = tmp_path / "build"
+    rc = main(["compile", str(model), "--target", AARCH64, "--log", str(log), "-o", str(build)])
+    assert rc == 0, capsys.readouterr().out
+    # one line says that the schedules applied were checked but not timed on the target
+    assert "checked only under an emulator, untimed" in caplog.text
+    # among untimed records the untuned default's applies (checked on the board), not the
+    # one that ran fastest under qemu
+    assert kernels_are_logged(log) == len(tasks)
+    deployed_matches_onnxruntime(build)
+
+    # without the untuned defaults' records, the searched schedules apply and deploy as well
+    searched = tmp_path / "searched.jsonl"
+    searched.write_text("".join(line + "\n" for line in log.read_text().splitlines()
+                                if '"untuned":true' not in line.replace(" ", "")))
+    assert kernels_are_logged(searched) < len(tasks)
+    export(aus.compile(graph, target=AARCH64, log=searched), tmp_path / "build2",
+           name="small_cnn")
+    deployed_matches_onnxruntime(tmp_path / "build2")
 
 
 # -- without Ray: the qemu runner --------------------------------------------------------------
