@@ -68,9 +68,10 @@ def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
     parser.add_argument("--batch-size", type=positive, default=16)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--runner", type=runner, default="local",
-                        help="where candidates are measured: local (this machine), ray (the "
-                             "Ray cluster on this machine or RAY_ADDRESS), ray://HOST:PORT; "
-                             "docs/REMOTE.md")
+                        help="where candidates are measured: local (this machine), qemu "
+                             "(another architecture under qemu-user here: checked, not timed), "
+                             "ray (the Ray cluster on this machine or RAY_ADDRESS), "
+                             "ray://HOST:PORT; docs/REMOTE.md")
 
 
 def trial_budget(args: argparse.Namespace) -> tuple[int | None, int | None]:

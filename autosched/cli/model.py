@@ -46,7 +46,8 @@ def _ms(s: float) -> str:
 def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
                strict_target: bool = False) -> tuple[str, float]:
     """Per task: trials, best latency, weight; and the estimated end-to-end latency (sum of
-    weight x best; inf while a task has no successful record)."""
+    weight x best; inf while a task has no successful record). Records checked only under an
+    emulator have no latency: their task shows "untimed"."""
     from autosched.search.record import RecordLog
 
     rl = RecordLog(log) if os.path.exists(log) else None
@@ -54,10 +55,11 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
     total = 0.0
     for t, w in zip(tasks, weights):
         recs = rl.records_for(t.workload_key, t.target, strict_target) if rl else []
-        ok = [r.cost for r in recs if r.ok]
+        ok = [r.cost for r in recs if r.ok and not r.emulated]
         best = min(ok) if ok else math.inf
         total += w * best
-        lines.append(f"  {t.name[:34]:34s} {w:3d} {len(recs):6d} {_ms(best):>12s} "
+        shown = "untimed" if not ok and any(r.ok for r in recs) else _ms(best)
+        lines.append(f"  {t.name[:34]:34s} {w:3d} {len(recs):6d} {shown:>12s} "
                      f"{_ms(w * best):>12s}")
     lines.append(f"  estimated end-to-end latency: {_ms(total)}")
     return "\n".join(lines), total

@@ -8,11 +8,16 @@ a few calls. The outputs are checked against the task's default schedule run the
 Results come back with ``emulated=True``: their costs are seconds of emulation, which say
 nothing of the board, and the tuner never takes them as performance (search/tune.py).
 
+An EmulatedMeasurer is also a runner of its own (``--runner qemu``, runner.py): it builds the
+candidates in the local build workers and runs them here, so a user without a board or a
+cluster gets schedules checked on the target's instruction set.
+
 Example::
 
     em = EmulatedMeasurer(parse("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     built, _ = Measurer(em.target).build(task, schedules)
     results = em.run_artifacts(task, built)      # checked under qemu-aarch64; emulated=True
+    results = em.measure(task, schedules)        # the same, built here (the qemu runner)
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 from autosched.errors import AutoschedError, MeasureError
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
-from autosched.search.measure import MeasureResult, failed_result
+from autosched.search.measure import Measurer, MeasureResult, failed_result
 from autosched.search.measure_worker import compare, random_inputs, unwritten_output
 from autosched.search.protocol import MeasureOptions
 from autosched.search.task import Task
@@ -136,8 +141,9 @@ def default_emulator(target: Target) -> list[str]:
 class EmulatedMeasurer:
     """Runs built candidates of a cross-compiled CPU ``target`` under an emulator, checking
     each against the default schedule; the same ``run_artifacts`` as Measurer's, so a board
-    node can stand in for the board. ``emulator`` is the command prefix (default: qemu-user
-    for the target's architecture)."""
+    node can stand in for the board, and the same ``measure``, so it is a runner too (built
+    in local build workers, started on first use). ``emulator`` is the command prefix
+    (default: qemu-user for the target's architecture)."""
 
     def __init__(self, target: Target, options: MeasureOptions | None = None,
                  emulator: Sequence[str] | None = None, **overrides: Any):
@@ -151,6 +157,21 @@ class EmulatedMeasurer:
         self._dir = Path(tempfile.mkdtemp(prefix="autosched-emulate-"))
         self._harness: Path | None = None
         self._states: dict[str, tuple[list[np.ndarray | None], list[np.ndarray]]] = {}
+        self._builder: Measurer | None = None
+
+    def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
+        """Build each candidate (a Schedule or a list of its steps) here, run it under the
+        emulator; one result per candidate, in order (runner.Runner's ``measure``)."""
+        built, results = self._build_workers().build(task, candidates)
+        for b, res in zip(built, self.run_artifacts(task, built)):
+            results[b.index] = res
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results), "every candidate is built and run, or failed"
+        return done
+
+    def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
+        """Search candidates lowered in the build workers (Measurer.lower_candidates)."""
+        return self._build_workers().lower_candidates(task, candidates)
 
     def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
                       test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
@@ -163,6 +184,9 @@ class EmulatedMeasurer:
         return [self._run_one(task, b, inputs, reference) for b in artifacts]
 
     def close(self) -> None:
+        if self._builder is not None:
+            self._builder.close()
+            self._builder = None
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> EmulatedMeasurer:
@@ -170,6 +194,11 @@ class EmulatedMeasurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _build_workers(self) -> Measurer:
+        if self._builder is None:
+            self._builder = Measurer(self.target, self.options)
+        return self._builder
 
     # -- the task's inputs and reference ------------------------------------------------------
     def _state(self, task: Task) -> tuple[list[np.ndarray | None], list[np.ndarray]]:

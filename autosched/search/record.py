@@ -69,8 +69,10 @@ HEADER_KEY = "target_header"
 GZIP_MAGIC = b"\x1f\x8b"
 
 _log = logging.getLogger(__name__)
-# (log, target, match level) already said: records of other targets applied
+# (log, target, match level) already said: records of other targets applied; UNTIMED: records
+# checked only under an emulator applied
 _SAID: set[tuple[str, str, int]] = set()
+UNTIMED = -1
 
 
 # -- target fingerprints ---------------------------------------------------------------------
@@ -212,6 +214,12 @@ class MeasureRecord:
         """Measured under an emulator (an aarch64 board emulated by qemu): its output was
         checked, but its cost (seconds of emulation) says nothing of the candidate's speed."""
         return self.extra.get("emulated") is True
+
+    @property
+    def untuned(self) -> bool:
+        """The schedule of the search space's default candidate: what compiling without a log
+        builds."""
+        return self.extra.get("untuned") is True
 
     @property
     def target_key(self) -> str:
@@ -621,14 +629,25 @@ class RecordLog:
         """The ``k`` fastest successful records of ``workload_key`` on a target of the same key
         (``records_for``); when there are none, those of the same vector ISA with another thread
         count (a line says so once per log and target). ``strict``: the whole fingerprint.
-        Records measured under an emulator rank only when there are no others."""
+        Records measured under an emulator rank only when there are no others: checked on
+        the target but untimed there, and emulated times do not rank schedules
+        (docs/REMOTE.md), so the untuned default's record comes first (what compiling without
+        a log builds, checked), then the others by emulated time; a line says so once per log
+        and target."""
         want = target_keys(target)
         ok = [(m, r) for m, r in self._matching(workload_key, want, strict) if r.ok]
         ok = [(m, r) for m, r in ok if not r.emulated] or ok
         applied = ([(m, r) for m, r in ok if m in (EXACT, COMPATIBLE)]
                    or [(m, r) for m, r in ok if m == THREADS])
-        top = sorted(applied, key=lambda mr: mr[1].cost)[:k]
+        top = sorted(applied, key=lambda mr: (mr[1].emulated and not mr[1].untuned,
+                                              mr[1].cost))[:k]
         self._say_applied(top, want)
+        if top and top[0][1].emulated and (str(self.path), want.exact, UNTIMED) not in _SAID:
+            _SAID.add((str(self.path), want.exact, UNTIMED))
+            _log.warning("%s: workloads without a timed record on %s take one checked only "
+                         "under an emulator, untimed: the untuned default's where it is "
+                         "logged (emulated times do not rank schedules); tune on the device "
+                         "for speed", self.path, want.exact)
         return [r for _, r in top]
 
     def measured_ir_hashes(self, workload_key: str, target: Target | dict, strict: bool = False

@@ -1,10 +1,12 @@
-"""Where candidates are measured: one interface, two runners.
+"""Where candidates are measured: one interface, three runners.
 
 A runner takes a batch of candidates of one task and gives back one MeasureResult each, in
 order; the tuner appends the records to its log. ``local`` is the Measurer (measure.py): build
 workers and one run worker on this machine, no dependency. ``ray`` (runner_ray.py, the
 ``autosched[cluster]`` extra) builds here and measures on the nodes of a Ray cluster that
 advertise the task's target as a custom resource (``resource_name``), several in parallel.
+``qemu`` (emulated.py) builds here and runs a cross-compiled CPU target's candidates here under
+qemu-user: checked for correctness on the target's instruction set, never timed as the target.
 
 Example::
 
@@ -25,7 +27,8 @@ from autosched.search.protocol import MeasureOptions
 from autosched.search.task import Task
 from autosched.targets.target import Target
 
-RUNNER_FORMS = "local, ray (a local Ray cluster, or the one RAY_ADDRESS names) or ray://HOST:PORT"
+RUNNER_FORMS = ("local, qemu (a cross target under qemu-user here, correctness only), ray (a "
+                "local Ray cluster, or the one RAY_ADDRESS names) or ray://HOST:PORT")
 
 
 @runtime_checkable
@@ -45,7 +48,7 @@ class Runner(Protocol):
 
 def check_runner(text: str) -> str:
     """``text`` if it names a runner, else MeasureError saying the accepted forms."""
-    if text in ("local", "ray") or (text.startswith("ray://") and len(text) > len("ray://")):
+    if text in ("local", "qemu", "ray") or (text.startswith("ray://") and text != "ray://"):
         return text
     raise MeasureError(f"unknown runner {text!r}: use {RUNNER_FORMS}")
 
@@ -55,9 +58,21 @@ def make_runner(spec: str | None, target: Target | None = None,
     """The runner ``spec`` names (None: local). ``options`` and ``overrides`` (fields of
     MeasureOptions) say how candidates are built, run, checked and timed."""
     spec = check_runner(spec or "local")
+    if spec == "qemu":
+        from autosched.search.emulated import EmulatedMeasurer
+
+        if target is None or not needs_emulation(target):
+            raise MeasureError(f"runner qemu runs a CPU target of another architecture (llvm "
+                               f"-mtriple=...) under qemu-user, not {target}: use runner local")
+        return EmulatedMeasurer(target, options, **overrides)
     if spec == "local":
         from autosched.search.measure import Measurer
 
+        if target is not None and needs_emulation(target):
+            raise MeasureError(
+                f"runner local cannot run {target} on this machine: use runner qemu to check "
+                "candidates under qemu-user here (correctness only), or ray with a node of "
+                "that architecture to time them there (docs/REMOTE.md)")
         return Measurer(target, options, **overrides)
     try:
         from autosched.search.runner_ray import RayRunner

@@ -241,7 +241,11 @@ def _admits(knob: Any, value: Any) -> bool:
 def _extra(space: SearchSpace, b: Lowered) -> dict[str, Any]:
     if b.candidate is None:
         return {"sketch": "default"}
-    return {"candidate": b.candidate.as_dict(), "sketch": space.sketches[b.candidate.sketch].describe()}
+    # "untuned": the schedule compiling without a log builds (what a log of emulated records,
+    # which are untimed, applies: RecordLog.best)
+    untuned = {"untuned": True} if b.candidate == space.default_candidate() else {}
+    return {"candidate": b.candidate.as_dict(),
+            "sketch": space.sketches[b.candidate.sketch].describe()} | untuned
 
 
 def _with_hash(r: MeasureRecord, h: str) -> MeasureRecord:

@@ -9,13 +9,9 @@ aarch64 cross compiler.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -25,37 +21,25 @@ import pytest
 from autosched.errors import MeasureError
 from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import Measurer
-from autosched.search.protocol import MeasureOptions
 from autosched.search.runner import check_runner, make_runner, needs_emulation, resource_name
 from autosched.search.space import SearchSpace
 from autosched.search.task import Task
 from autosched.search.tune import TuneOptions, tune
 from autosched.search.workloads import gemm
 from autosched.targets.target import parse
-from tests.support import backends
-
-AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"
-ROOT = Path(__file__).resolve().parents[2]
-
-needs_ray = pytest.mark.skipif(find_spec("ray") is None,
-                               reason="ray is not installed (pip install 'autosched[cluster]')")
-needs_qemu = pytest.mark.skipif(
-    shutil.which("qemu-aarch64") is None or shutil.which("aarch64-linux-gnu-gcc") is None,
-    reason="qemu-aarch64 or aarch64-linux-gnu-gcc is not installed (apt-get install qemu-user "
-           "gcc-aarch64-linux-gnu libc6-dev-arm64-cross)")
-
-# quick measurements: the tests check where candidates run and what is recorded, not speed
-QUICK = MeasureOptions(build_workers=1, repeat=2, min_repeat_ms=2.0, seed=7, strict=True)
+from tests.search.conftest import (
+    AARCH64,
+    QUICK,
+    log_records,
+    needs_qemu,
+    needs_ray,
+    tune_gemm_on_board,
+)
+from tests.support import ROOT
 
 
 def _gemm(target: str, m: int = 33, n: int = 29, k: int = 17) -> Task:
     return Task(lambda: gemm(m, n, k), target=target, name=f"gemm_{m}x{n}x{k}")
-
-
-def _log_lines(path: Path) -> list[dict[str, Any]]:
-    """The log's records (its target header lines left out)."""
-    lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return [d for d in lines if "target_header" not in d]
 
 
 # -- the interface, without ray --------------------------------------------------------------
@@ -124,29 +108,6 @@ def test_emulated_board_checks_candidates_against_numpy() -> None:
 # -- a local Ray cluster ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    if find_spec("ray") is None:
-        pytest.skip("ray is not installed (pip install 'autosched[cluster]')")
-    import ray
-    from ray.cluster_utils import Cluster
-
-    host = resource_name(parse("llvm"))
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [c.add_node(num_cpus=1, resources={host: 1}) for _ in range(2)]
-    if shutil.which("qemu-aarch64") and shutil.which("aarch64-linux-gnu-gcc"):
-        c.add_node(num_cpus=1, resources={resource_name(parse(AARCH64)): 1})
-    if backends.GPU_SKIP is None:
-        c.add_node(num_cpus=1, resources={resource_name(parse("cuda")): 1})
-    ray.init(address=c.address, log_to_driver=False)
-    c.host_nodes = nodes
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
 @needs_ray
 def test_two_nodes_one_killed_mid_job_loses_and_repeats_nothing(cluster: Any,
                                                                  tmp_path: Path) -> None:
@@ -173,7 +134,7 @@ def test_two_nodes_one_killed_mid_job_loses_and_repeats_nothing(cluster: Any,
     assert killed, "no node was killed"
     assert requeued >= 1, "the killed node had a candidate in flight, which must be re-queued"
     assert len(nodes_used) == 2 and killed[0] in nodes_used, "both nodes measured"
-    records = _log_lines(log)
+    records = log_records(log)
     hashes = [r["ir_hash"] for r in records]
     assert len(records) == trials, "one record per trial: none lost"
     assert len(set(hashes)) == len(hashes), "no candidate recorded twice"
@@ -188,23 +149,13 @@ def test_aarch64_board_node_under_qemu_tunes_from_the_command_line(
         cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's command (it said "not this machine") tunes on the emulated board: the
     records are checked there and say emulated; no time becomes the board's best."""
-    from autosched.cli import main
-
     log = tmp_path / "gemm-aarch64.jsonl"
-    rc = main(["tune-op", "gemm", "24", "19", "13", "--target", AARCH64, "--trials", "5",
-               "--batch-size", "5", "--seed", "2", "--runner", "ray", "--log", str(log)])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "5 candidates checked under emulation" in out
-    records = _log_lines(log)
-    assert len(records) == 5
-    assert all(r["error_code"] == "NO_ERROR" and r["extra"].get("emulated") is True
-               for r in records), [r["error_msg"] for r in records]
+    tune_gemm_on_board("ray", (24, 19, 13), 5, 2, log, capsys)
     task = _gemm(AARCH64, 24, 19, 13)
-    again = tune(task, trials=1, log=log, runner="ray", options=TuneOptions(
+    again = tune(task, total_trials=6, log=log, runner="ray", options=TuneOptions(
         batch_size=1, seed=3, verbose=False, measure=QUICK))
     assert again[task.name] == math.inf, "emulated times are never the best"
-    assert len(_log_lines(log)) == 6
+    assert len(log_records(log)) == 6
 
 
 @needs_ray
@@ -225,7 +176,7 @@ def test_gpu_node_measures_cuda_candidates(cluster: Any, tmp_path: Path) -> None
     log = tmp_path / "gemm-cuda.jsonl"
     best = tune(task, trials=6, log=log, runner="ray", options=TuneOptions(
         batch_size=6, seed=4, verbose=False, measure=QUICK))
-    records = _log_lines(log)
+    records = log_records(log)
     assert len(records) == 6 and len({r["ir_hash"] for r in records}) == 6
     assert sum(r["error_code"] == "NO_ERROR" for r in records) >= 2, \
         [r["error_msg"] for r in records]
