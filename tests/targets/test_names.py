@@ -50,6 +50,8 @@ HOST = """
 NAN INFINITY HUGE_VAL NULL EOF errno stdin stdout stderr linux unix index time clock rand exit
 signal div gamma aligned_alloc GOMP_parallel omp_get_num_threads as_emu as_launch as_error
 as_floordiv as_floormod as_sigmoidf as_vl0 as_vs0 v_A k_A a__b 0abc x.y
+autosched_parallel getpid syscall pthread_create pthread_detach sysconf sched_yield strtol getenv
+open lseek mmap munmap close dladdr
 """
 
 NAMES = sorted({s.name for s in onnx.defs.get_all_schemas()}

@@ -95,17 +95,19 @@ def test_a_region_does_not_wait_for_a_descheduled_worker():
                 os.setpriority(os.PRIO_PROCESS, int(tid), 19)
         try:
             time.sleep(0.2)
-            times = []
+            times = {1: [], 2: []}  # alternating: whatever else slows this CPU slows both
             for _ in range(500):
-                t0 = time.perf_counter()
-                mod(a, out)
-                times.append(time.perf_counter() - t0)
+                for n in (2, 1):
+                    mod.num_threads = n
+                    t0 = time.perf_counter()
+                    mod(a, out)
+                    times[n].append(time.perf_counter() - t0)
         finally:
             busy.kill()
         assert np.allclose(out, a * 2 + np.arange(64, dtype="float32")[:, None])
-        mean = float(np.mean(times))
-        assert mean < 4e-4, (mean, float(np.median(times)))
-        print("ok", mean)
+        mean, alone = (float(np.mean(times[n])) for n in (2, 1))
+        assert mean < 2 * alone + 3e-4, (mean, alone, float(np.median(times[2])))
+        print("ok", mean, alone)
     """)
 
 
