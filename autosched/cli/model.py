@@ -3,6 +3,7 @@
     autosched inspect model.onnx --shape input=1,3,224,224
     autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
     autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
+    autosched compile model.onnx --schedule model -o build/model   # no log: the cost model picks
         # build/model/<name>.so (the model, a C API), <name>.h, README
     autosched run build/model            # or model.onnx [--log L]; random inputs by default
     autosched bench model.onnx --target llvm --log tuning_logs/model.jsonl
@@ -101,7 +102,7 @@ def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
     from autosched.graph.compiler import compile
 
     graph = _graph(args)
-    return compile(graph, target=args.target, log=args.log), graph
+    return compile(graph, target=args.target, log=args.log, schedule=args.schedule), graph
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -110,7 +111,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     t0 = time.perf_counter()
-    model = compile(graph, target=args.target, log=args.log)
+    model = compile(graph, target=args.target, log=args.log, schedule=args.schedule)
     path = export(model, args.output, name=args.name)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "
@@ -213,6 +214,10 @@ def add_subcommands(sub: Any) -> None:
         if name == "tune":
             add_tuning_options(p, trials=200)
             add_plot_option(p)
+        if name in ("compile", "run", "bench"):
+            p.add_argument("--schedule", choices=("default", "model"), default="default",
+                           help="for tasks without a record: the untuned default schedule, or "
+                                "the one the pretrained cost model ranks best (nothing timed)")
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
             p.add_argument("--name", default=None,

@@ -206,7 +206,13 @@ def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int = 1000,
     return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
 
 
-def _schedule_for(task: Task, records: Any, tgt: Target) -> tuple[Any, bool]:
+SCHEDULES = ("default", "model")
+
+
+def _schedule_for(task: Task, records: Any, tgt: Target, schedule: str = "default",
+                  model: Any = None) -> tuple[Any, bool]:
+    """(schedule, whether a record chose it): the best record, else the default schedule or
+    the cost model's pick (``schedule="model"``)."""
     from autosched.search.space import SearchSpace
 
     if records is not None:
@@ -216,22 +222,30 @@ def _schedule_for(task: Task, records: Any, tgt: Target) -> tuple[Any, bool]:
                 return task.schedule(best[0].schedule_steps()), True
             except Exception as exc:  # noqa: BLE001  a record from an older sketch version
                 warnings.warn(f"record for {task.name} does not replay ({exc}); using the "
-                              "default schedule", stacklevel=3)
+                              f"{schedule} schedule", stacklevel=3)
+    if schedule == "model":
+        from autosched.search.tune import model_schedule
+
+        return model_schedule(task, model), False
     return SearchSpace(task).default_schedule(), False
 
 
 def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
-            log: str | os.PathLike | None = None) -> Any:
-    """Compile a graph: each fused group with its best record in ``log`` (the untuned default
-    schedule when there is none, with a warning listing those tasks). Returns a CompiledModel
-    (modules on host arrays) or a CudaModel (a GPU's memory) with
-    ``run({name: array}) -> [arrays]``.
+            log: str | os.PathLike | None = None, schedule: str = "default") -> Any:
+    """Compile a graph: each fused group with its best record in ``log``; a group without one
+    gets the untuned default schedule (``schedule="default"``) or the one the pretrained cost
+    model ranks best, chosen without timing anything (``schedule="model"``); a warning lists
+    those tasks when a log was given. Returns a CompiledModel (modules on host arrays) or a
+    CudaModel (a GPU's memory) with ``run({name: array}) -> [arrays]``.
 
     Example::
 
         model = aus.compile(graph, target="llvm")      # default schedules
+        model = aus.compile(graph, target="llvm", schedule="model")   # zero measurements
         (y,) = model.run({"x": x})
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}; expected one of {SCHEDULES}")
     from autosched.graph.executor import CompiledModel
     from autosched.search.record import RecordLog
 
@@ -241,6 +255,11 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     built: dict[str, Any] = {}
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
+    model = None
+    if schedule == "model":
+        from autosched.search.tune import starting_model
+
+        model = starting_model()
     constants = dict(g.constants)
     groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
     for k, grp in groups:
@@ -248,14 +267,14 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
-            sch, tuned = _schedule_for(gt.task, records, tgt)
+            sch, tuned = _schedule_for(gt.task, records, tgt, schedule, model)
             if not tuned:
                 untuned.append(gt.task.name)
             built[key] = gt.task.build(sch)
         kernels.append(Kernel(grp, gt.task, gt.args, built[key]))
     if untuned and log is not None:
         warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): "
-                      f"{', '.join(untuned)}; they use default schedules", stacklevel=2)
+                      f"{', '.join(untuned)}; they use {schedule} schedules", stacklevel=2)
     if tgt.backend.device_memory(tgt) is not None:  # intermediates stay on the device
         from autosched.graph.executor_cuda import CudaModel
 
