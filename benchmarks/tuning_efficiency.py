@@ -15,7 +15,9 @@ resumed) both tuning modes run from an empty log of their own, in a temporary di
 pretrained model); "pretrained" starts from the shipped model and boosts on top of it. Every
 compiled model is checked against onnxruntime's output before it is timed; autosched and
 onnxruntime are timed in alternation over ``--rounds`` rounds (benchmarks/baseline.py).
-Results go to ``--out`` as JSON.
+Results go to ``--out`` as JSON. On a machine busy with other jobs run it with
+``OMP_WAIT_POLICY=passive`` (README: libgomp's spinning makes a compiled model of many parallel
+kernels up to 100x slower there, tuned or not).
 """
 
 from __future__ import annotations

@@ -75,12 +75,18 @@ def _log(tmp_path: Path, task: Task, lowered: list, rng: np.random.Generator) ->
     return path
 
 
+@pytest.mark.parametrize("gz", [False, True])
 def test_training_on_a_tiny_log(tmp_path: Path, gemm: Task, lowered: list,
-                                capsys: pytest.CaptureFixture) -> None:
+                                capsys: pytest.CaptureFixture, gz: bool) -> None:
+    import gzip
+
     from autosched.cli import main
 
     rng = np.random.default_rng()
     log = _log(tmp_path, gemm, lowered, rng)
+    if gz:
+        log = log.with_suffix(".jsonl.gz")
+        log.write_bytes(gzip.compress(log.with_suffix("").read_bytes()))
     out = tmp_path / "model"
     assert main(["train-cost-model", str(log), "-o", str(out), "--rounds", "12"]) == 0
     assert "24 records, 24 used" in capsys.readouterr().out
@@ -94,6 +100,19 @@ def test_training_on_a_tiny_log(tmp_path: Path, gemm: Task, lowered: list,
     costs = _costs(lowered, rng)
     tau = pretrain.kendall_tau(model.predict(feats), 1 / np.array(costs))
     assert tau > 0.3
+
+
+def test_ranking_metrics() -> None:
+    rng = np.random.default_rng()
+    pred, true = rng.random(40), rng.random(40)
+    pairs = [(i, j) for i in range(40) for j in range(i + 1, 40)]
+    agree = sum(np.sign(pred[i] - pred[j]) * np.sign(true[i] - true[j]) for i, j in pairs)
+    assert pretrain.kendall_tau(pred, true) == pytest.approx(agree / len(pairs))
+    assert pretrain.kendall_tau(true, true) == 1.0
+    order = np.argsort(-pred)
+    assert pretrain.best_at(pred, true, 1) == pytest.approx(true[order[0]] / true.max())
+    assert pretrain.best_at(pred, true, 5) == pytest.approx(true[order[:5]].max() / true.max())
+    assert pretrain.best_at(true, true, 1) == 1.0
 
 
 def test_a_model_of_another_feature_version_is_refused_with_one_line(tmp_path: Path) -> None:
