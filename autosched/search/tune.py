@@ -335,7 +335,7 @@ class _Reference:
     it runs here), to check the model's picks against."""
 
     def __init__(self, task: Task, default: Any, seed: int):
-        from autosched.errors import RuntimeError_
+        from autosched.errors import CompileError, RuntimeError_
         from autosched.search.measure_worker import random_inputs
 
         self.task = task
@@ -343,7 +343,9 @@ class _Reference:
         self.outputs: list[np.ndarray] | None
         try:
             self.outputs = self._run(default)
-        except RuntimeError_:  # built for another machine (a cross target): nothing to check
+        except (CompileError, RuntimeError_):
+            # built for another machine (a cross target), or no device to run on here: the
+            # picks are not checked (compiling the model says what failed, if anything)
             self.outputs = None
 
     def _run(self, sch: Any) -> list[np.ndarray]:

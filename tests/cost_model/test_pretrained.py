@@ -204,7 +204,9 @@ def test_the_search_measures_where_the_model_is_least_sure(gemm: Task) -> None:
     assert max(scores[6:]) < min(scores[:6])
 
 
-def test_schedule_model_compiles_without_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("target", ["llvm", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_schedule_model_compiles_without_measuring(monkeypatch: pytest.MonkeyPatch,
+                                                   target: str) -> None:
     import autosched as aus
     from autosched.search import measure, tune
     from autosched.search.evolution import EvolutionConfig
@@ -229,10 +231,35 @@ def test_schedule_model_compiles_without_measuring(monkeypatch: pytest.MonkeyPat
     x = np.random.default_rng().uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the shipped model loads, no task falls back silently
-        model = aus.compile(graph, target="llvm", schedule="model")
+        model = aus.compile(graph, target=target, schedule="model")
     (got,) = model.run({"input": x})
     (want,) = ort_run(proto, {"input": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     # every task was scheduled by the model, and not all of them got the default schedule
     assert len(picked) == len({k.task.workload_key for k in model.kernels})
     assert any(sch.steps != SearchSpace(task).default_schedule().steps for task, sch in picked)
+
+
+def test_cli_compile_passes_the_schedule_option(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnx
+
+    from autosched.cli import main
+    from autosched.errors import AutoschedError
+    from autosched.graph import compiler
+    from autosched.testing.models import small_cnn
+
+    seen: dict[str, object] = {}
+
+    def compile_(graph: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise AutoschedError("stop here")
+
+    monkeypatch.setattr(compiler, "compile", compile_)
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(image=16), str(path))
+    assert main(["compile", str(path), "--schedule", "model", "-o", str(tmp_path / "b")]) == 2
+    assert seen["schedule"] == "model"
+    seen.clear()
+    assert main(["run", str(path)]) == 2
+    assert seen["schedule"] == "default"
