@@ -121,8 +121,9 @@ class EvolutionarySearch:
         n_unsure = int(round(n * cfg.eps_uncertain))
         chosen = ranked[: max(n - n_rand - n_unsure, 0)]
         _take(chosen, _least_sure(model, ranked), max(n - n_rand, 0), measured)
+        _take(chosen, ranked, max(n - n_rand, 0), measured)  # a model that cannot say
         _take(chosen, self._sample_valid(n_rand * 3 + 3), n, measured)
-        _take(chosen, ranked[max(n - n_rand, 0):], n, measured)  # if random draws were all seen
+        _take(chosen, ranked, n, measured)  # if random draws were all seen
         return chosen
 
     def _cold_batch(self, n: int, starts: list[Candidate], measured: set[str]) -> list[Lowered]:

@@ -203,6 +203,17 @@ def test_the_search_measures_where_the_model_is_least_sure(gemm: Task) -> None:
     assert scores[:6] == sorted(scores[:6], reverse=True)
     assert max(scores[6:]) < min(scores[:6])
 
+    class Sure(Unsure):
+        def uncertainty(self, feats: list) -> None:  # type: ignore[override]
+            return None
+
+    # a model that cannot say where it is unsure: the whole batch is its best predicted
+    search = EvolutionarySearch(SearchSpace(gemm), _featurizer(gemm.target),
+                                np.random.default_rng(1), cfg)
+    scores = [float(b.features.sum()) for b in search.next_batch(8, Sure(), set())]
+    assert scores == sorted(scores, reverse=True)
+    assert min(scores) > max(float(b.features.sum()) for b in batch[6:])
+
 
 @pytest.mark.parametrize("target", ["llvm", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_schedule_model_compiles_without_measuring(monkeypatch: pytest.MonkeyPatch,
