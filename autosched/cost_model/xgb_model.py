@@ -163,17 +163,18 @@ class XGBModel:
 
     def fit(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
             groups: Sequence[str] | None = None) -> XGBModel:
-        """Train from scratch on these candidates only. ``groups`` names each candidate's task
-        (one group if omitted); throughputs are normalised within each group."""
+        """Train on these candidates only (from scratch, or on top of the base). ``groups``
+        names each candidate's task (one group if omitted); throughputs are normalised within
+        each group."""
         self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
         self._t, self._groups = [], []
         return self.update(features, throughputs, groups)
 
     def update(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
                groups: Sequence[str] | None = None) -> XGBModel:
-        """Add candidates to the kept training data and retrain on all of it (a few thousand
-        candidates train in well under a second, so retraining from scratch stays cheap and
-        never drifts the way boosting continuation does)."""
+        """Add candidates to the kept training data and retrain on all of it, from scratch or
+        from the base (a few thousand candidates train in well under a second, so retraining
+        stays cheap and never drifts the way continuing from the last round's trees would)."""
         if len(features) != len(throughputs):
             raise ValueError(f"{len(features)} feature matrices but {len(throughputs)} throughputs")
         if groups is not None and len(groups) != len(features):
