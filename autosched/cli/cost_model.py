@@ -13,6 +13,8 @@ trained without them ranks them; the model written is trained on everything.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 from typing import Any
 
 from autosched.cli.args import ArgumentError, add_shape_option, positive, require_regular, shapes
@@ -25,6 +27,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     for log in args.logs:
         require_regular(log, "log")
+        if not os.path.exists(log):
+            raise FileNotFoundError(errno.ENOENT, "no such log", log)
     unknown = [h for h in args.hold_out or [] if h not in args.logs]
     if unknown:
         raise ArgumentError(f"--hold-out {unknown[0]}: not one of the logs given")
@@ -33,10 +37,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     for m in args.models or []:
         require_regular(m, "--model")
     graphs = [from_onnx(m, shapes(args)) for m in args.models or []]
-    build_model(args.logs, args.output,
-                lambda target: [t for g in graphs for t in extract_tasks(g, target)[0]],
-                hold_out=args.hold_out or [], hold_out_share=args.hold_out_share,
-                rounds=args.rounds)
+    try:
+        build_model(args.logs, args.output,
+                    lambda target: [t for g in graphs for t in extract_tasks(g, target)[0]],
+                    hold_out=args.hold_out or [], hold_out_share=args.hold_out_share,
+                    rounds=args.rounds)
+    except ValueError as exc:  # the logs hold nothing to learn from
+        raise ArgumentError(f"{exc} (records of the named operators, or of the --model files' "
+                            "tasks, are used)") from None
     return 0
 
 

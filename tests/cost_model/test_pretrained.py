@@ -274,3 +274,18 @@ def test_cli_compile_passes_the_schedule_option(tmp_path: Path,
     seen.clear()
     assert main(["run", str(path)]) == 2
     assert seen["schedule"] == "default"
+
+
+def test_train_cost_model_errors_are_one_line(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    from autosched.cli import main
+
+    assert main(["train-cost-model", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)]) == 2
+    assert "no such log" in capsys.readouterr().err
+    other = tmp_path / "other.jsonl"  # a record of a workload nothing here rebuilds
+    other.write_text(json.dumps({"version": 1, "workload_key": "0" * 24, "target": {"kind": "llvm"},
+                                 "steps": [], "costs": [1e-3], "error_code": "NO_ERROR"}) + "\n")
+    assert main(["train-cost-model", str(other), "-o", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "0 usable records" in err
+    assert not (tmp_path / "m").exists()
