@@ -349,7 +349,8 @@ class _Reference:
             self.outputs = None
 
     def _run(self, sch: Any) -> list[np.ndarray]:
-        arrays = [a.copy() if a is not None else np.empty(shape, dtype)
+        # outputs start as NaN (or -1): an element a candidate does not write differs
+        arrays = [a.copy() if a is not None else np.full(shape, _unwritten(dtype), dtype)
                   for a, (shape, dtype) in zip(self.inputs, self.task.shapes())]
         self.task.build(sch)(*arrays)
         return [arrays[i] for i, a in enumerate(self.inputs) if a is None]
@@ -365,6 +366,11 @@ class _Reference:
         except (CompileError, RuntimeError_):
             return False
         return all(compare(str(i), g, w) is None for i, (g, w) in enumerate(zip(got, self.outputs)))
+
+
+def _unwritten(dtype: str) -> Any:
+    kind = np.dtype(dtype).kind
+    return np.nan if kind in "fc" else (True if kind == "b" else -1 if kind == "i" else 1)
 
 
 def best_schedule(task: Task, log: str | os.PathLike) -> Any:

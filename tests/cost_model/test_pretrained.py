@@ -289,3 +289,18 @@ def test_train_cost_model_errors_are_one_line(tmp_path: Path,
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "0 usable records" in err
     assert not (tmp_path / "m").exists()
+
+
+def test_the_model_pick_is_checked_against_the_default_schedule() -> None:
+    from autosched.search.tune import _Reference
+    from autosched.search.workloads import gemm as gemm_op
+
+    task = Task(gemm_op, args=(37, 29, 23), name="gemm")
+    space = SearchSpace(task)
+    rng = np.random.default_rng()
+    picks = [space.schedule(space.sample(rng)) for _ in range(3)]
+    ref = _Reference(task, space.default_schedule(), seed=int(rng.integers(1 << 30)))
+    assert ref.outputs is not None and np.isfinite(ref.outputs[0]).all()
+    assert all(ref.agrees(sch) for sch in picks)
+    ref.outputs[0][5, 7] += 1.0  # a pick that differs in one element is refused
+    assert not any(ref.agrees(sch) for sch in picks)
