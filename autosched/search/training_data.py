@@ -217,6 +217,8 @@ def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
         model = pretrain.train(train_part, rounds)
         report(pretrain.ranking_table(pretrain.evaluate(model, test_part),
                                       pretrain.random_rankings(test_part)))
+        report("a tuning job on these workloads after k measurements:\n"
+               + pretrain.finetune_table(model, test_part))
     model = pretrain.train(everything, rounds)
     info = {"logs": [st.as_dict() for st in stats], "samples": len(everything),
             "groups": len(set(everything.groups)),
