@@ -198,6 +198,8 @@ def finetune_table(base: XGBModel, held_out: Samples, ks: Sequence[int] = (8, 16
         cells = "   ".join(" ".join(f"{v:{w}.3f}" for v, w in zip(np.mean(r, axis=0), widths))
                            for r, widths in zip(got, ((15, 6, 6), (13, 6, 6), (15, 6, 6))))
         lines.append(f"{k:4d} {len(got[0]):5d}   {cells}")
+    if len(lines) == 1:
+        lines.append(f"  (no group has {min(ks)} + 16 candidates)")
     return "\n".join(lines)
 
 
