@@ -304,3 +304,16 @@ def test_the_model_pick_is_checked_against_the_default_schedule() -> None:
     assert all(ref.agrees(sch) for sch in picks)
     ref.outputs[0][5, 7] += 1.0  # a pick that differs in one element is refused
     assert not any(ref.agrees(sch) for sch in picks)
+
+
+def test_finetune_table_compares_the_three_models(lowered: list, gemm: Task) -> None:
+    rng = np.random.default_rng()
+    samples = pretrain.Samples()
+    for low, c in zip(lowered, _costs(lowered, rng)):
+        samples.add(low.features, c, f"{gemm.workload_key}@cpu", "gemm")
+    base = pretrain.load_pretrained()
+    assert base is not None
+    table = pretrain.finetune_table(base, samples, ks=(8, 32), reps=1).splitlines()
+    assert len(table) == 2 and table[1].split()[:2] == ["8", "1"]  # 32 + 16 > 24 candidates
+    assert len(table[1].split()) == 2 + 9
+    assert "no group" in pretrain.finetune_table(base, samples, ks=(32,))
