@@ -8,6 +8,7 @@ module per kind of job (op, model, logs, demo), and one way to report errors.
     autosched run build/model          # or model.onnx; autosched bench model.onnx --log L
     autosched inspect model.onnx --shape input=1,3,224,224
     autosched logs plot tuning_logs/model.jsonl -o curves.html   # or a tune's --plot FILE
+    autosched train-cost-model tuning_logs/*.jsonl* --model model.onnx -o build/cost_model
     autosched demo
 """
 
@@ -18,7 +19,7 @@ import os
 import sys
 import traceback
 
-from autosched.cli import demo, logs, model, op
+from autosched.cli import cost_model, demo, logs, model, op
 from autosched.cli.args import SHAPE_FORM, check_paths
 from autosched.errors import AutoschedError, ModelImportError
 
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
-    for commands in (op, model, logs, demo):
+    for commands in (op, model, logs, cost_model, demo):
         commands.add_subcommands(sub)
     for p in sub.choices.values():  # --debug also after the subcommand
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -3,6 +3,7 @@
     autosched inspect model.onnx --shape input=1,3,224,224
     autosched tune model.onnx --target llvm --trials 200 --log tuning_logs/model.jsonl
     autosched compile model.onnx --target llvm --log tuning_logs/model.jsonl -o build/model
+    autosched compile model.onnx --schedule model -o build/model   # no log: the cost model picks
         # build/model/<name>.so (the model, a C API), <name>.h, README
         # (--weights-file: and <name>.weights, which the library maps)
     autosched run build/model            # or model.onnx [--log L]; random inputs by default
@@ -117,8 +118,8 @@ def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
     from autosched.graph.compiler import compile
 
     graph = _graph(args)
-    return compile(graph, target=args.target, log=args.log,
-                   strict_target=args.strict_target), graph
+    return compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
+                   schedule=args.schedule), graph
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -129,7 +130,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # export needs the kernels only: no executor (a CUDA model then needs no pycuda or GPU)
     model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
-                    executor=False)
+                    executor=False, schedule=args.schedule)
     path = export(model, args.output, name=args.name, weights_file=args.weights_file)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "
@@ -233,6 +234,10 @@ def add_subcommands(sub: Any) -> None:
         if name == "tune":
             add_tuning_options(p, trials=200)
             add_plot_option(p)
+        if name in ("compile", "run", "bench"):
+            p.add_argument("--schedule", choices=("default", "model"), default="default",
+                           help="for tasks without a record: the untuned default schedule, or "
+                                "the one the pretrained cost model ranks best (nothing timed)")
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
             p.add_argument("--name", default=None,

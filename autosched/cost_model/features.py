@@ -20,6 +20,11 @@ loops around it. The names, in order, are ``FEATURE_NAMES``; the groups are:
   function, shared memory against the target's limit, barriers.
 * **guards**: IfThenElse around the store: count, estimated fraction of iterations that pass,
   how many sit inside the innermost loop (they block vectorization).
+* **target** (``target_*``): what one model serving several targets needs to tell them apart:
+  float32 lanes, cores, SIMD registers, threads per block and shared memory of the target; and
+  the candidate's sizes against them: vector lanes and register tile bytes against the target's
+  vector registers, parallel chunks per core, threads against the block limit. A model trained
+  on AVX2 and AVX-512 logs sees "8 lanes of 16" rather than "8 lanes".
 * **buffers** ``buf0_*`` ... ``buf4_*``: the accessed buffers (reads and the stored one) sorted by
   bytes accessed, largest first, zero-padded: access type, scope, number of accesses, bytes
   accessed and unique bytes, distinct cache lines (64 B on CPUs, 128 B on GPUs) in one run of
@@ -31,7 +36,11 @@ loops around it. The names, in order, are ``FEATURE_NAMES``; the groups are:
 Counts, sizes, extents and ratios that span orders of magnitude (``arith_intensity*``,
 ``parallel_per_core``, ``buf*_reuse_count``) are ``log2(1 + x)``; one-hot flags, fractions
 and the bounded ratios (``vec_lanes_ratio``, ``parallel_balance``, ``warp_util``,
-``shared_ratio``, ``guard_fraction``) are raw. ``LOG_MASK`` marks the logged columns.
+``shared_ratio``, ``guard_fraction``, ``target_threads_ratio``) are raw. ``LOG_MASK`` marks the
+logged columns.
+
+``FEATURE_VERSION`` changes whenever a column is added, removed or changes meaning: a saved
+model records it, and a model trained on another version is not loaded.
 
 Example::
 
@@ -54,6 +63,8 @@ from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.tir import ir
 
+# Bump on any change of the columns or their meaning: saved models record it.
+FEATURE_VERSION = 2
 MAX_BUFFERS = 5
 INNER_LOOPS = 3
 KINDS = ir.FOR_KINDS
@@ -92,6 +103,9 @@ def _names() -> tuple[str, ...]:
     names += ["alloc_local_bytes", "alloc_shared_bytes", "func_local_bytes", "func_shared_bytes",
               "shared_ratio", "num_barriers"]
     names += ["guard_num", "guard_fraction", "guard_in_innermost"]
+    names += ["target_lanes", "target_cores", "target_vector_registers", "target_max_threads",
+              "target_shared_bytes", "target_vec_registers_used", "target_local_registers",
+              "target_threads_ratio"]
     for b in range(MAX_BUFFERS):
         names += [f"buf{b}_{f}" for f in BUFFER_FIELDS]
     return tuple(names)
@@ -107,7 +121,7 @@ _BF = {f: i for i, f in enumerate(BUFFER_FIELDS)}
 # Features stored as log2(1 + x): everything that counts or measures, not flags or ratios.
 _RAW = {"value_is_const", "vec_innermost", "vec_lanes_multiple", "unroll_explicit",
         "parallel_balance", "is_gpu", "warp_util", "shared_ratio", "guard_fraction",
-        "vec_lanes_ratio"}
+        "vec_lanes_ratio", "target_threads_ratio"}
 _RAW |= {f"loop{k}_{kind}" for k in range(INNER_LOOPS) for kind in KINDS}
 _RAW_BUF = {"present", "read", "write", "readwrite", "scope_global", "scope_shared",
             "scope_local", "lane_contiguous", "reuse_level"}
@@ -249,6 +263,7 @@ class _Walker:
         self._memory_features(row)
         lin = Linearizer(loops, self.lets)
         self._guard_features(row, lin)
+        self._target_features(row)
         bytes_all, traffic = self._buffer_features(row, lin, accesses, extents, total)
         row[_IDX["arith_intensity"]] = flops / max(bytes_all, 1.0)
         row[_IDX["arith_intensity_l1"]] = flops / max(traffic[0], 1.0)
@@ -279,7 +294,7 @@ class _Walker:
             row[_IDX["vec_prod"]] = math.prod(vec)
             row[_IDX["vec_num"]] = len(vec)
             row[_IDX["vec_innermost"]] = float(real[-1].kind == "vectorized")
-            lanes = max(self.target.vector_bits // 8 // 4, 1)  # float32 lanes of the target
+            lanes = _lanes(self.target)
             row[_IDX["vec_lanes_ratio"]] = vec[-1] / lanes
             row[_IDX["vec_lanes_multiple"]] = float(vec[-1] % lanes == 0)
         unr = per_kind["unrolled"]
@@ -330,6 +345,23 @@ class _Walker:
         limit = max(self.target.max_shared_memory_per_block, 1)
         row[_IDX["shared_ratio"]] = self.func_alloc["shared"] / limit
         row[_IDX["num_barriers"]] = self.barriers
+
+    def _target_features(self, row: list[float]) -> None:
+        t = self.target
+        lanes = _lanes(t)
+        register_bytes = max(t.vector_registers * t.vector_bits // 8, 1)
+        row[_IDX["target_lanes"]] = lanes
+        row[_IDX["target_cores"]] = t.num_cores
+        row[_IDX["target_vector_registers"]] = t.vector_registers
+        row[_IDX["target_max_threads"]] = t.max_threads_per_block
+        row[_IDX["target_shared_bytes"]] = t.max_shared_memory_per_block
+        # vector registers an unrolled vector body fills (unrolled copies x lanes), and the
+        # register tile (local allocations) in units of the target's whole register file
+        unrolled = max(row[_IDX["unroll_prod"]], 1.0)
+        row[_IDX["target_vec_registers_used"]] = unrolled * row[_IDX["vec_len"]] / lanes
+        row[_IDX["target_local_registers"]] = row[_IDX["alloc_local_bytes"]] / register_bytes
+        row[_IDX["target_threads_ratio"]] = (row[_IDX["threads_per_block"]]
+                                             / max(t.max_threads_per_block, 1))
 
     def _guard_features(self, row: list[float], lin: Linearizer) -> None:
         if not self.guards:
@@ -429,6 +461,11 @@ class _Walker:
             if lp.kind == want and (not self.gpu or lp.tag == "threadIdx.x"):
                 return p
         return len(self.loops) - 1 if self.loops else None
+
+
+def _lanes(target: Target) -> int:
+    """float32 lanes of the target's vector registers."""
+    return max(target.vector_bits // 8 // 4, 1)
 
 
 def _traffic(lines: list[float], extents: list[int], fits: list[bool]) -> float:

@@ -28,6 +28,16 @@ ranking was best with 25-50 training candidates per task (held-out pairwise accu
 plain regression), and log_regression best from 100 on (0.80 / 0.87 / 0.80 at 100 against
 0.76 / 0.84 / 0.70 for rank). See docs/cost_model.md for the tables.
 
+A model can start from a base booster (the pretrained model shipped in
+``cost_model/pretrained``, or any trained model a tuning job is given): ``fit`` / ``update``
+then boost ``finetune_rounds`` more trees on top of the base with the job's own records,
+instead of refitting from nothing, so what the base learnt from other logs is kept and the
+job's records correct it. Each training starts again from the base (never from the previous
+round's trees), so the tree count stays base + ``finetune_rounds``. The trees added on top
+learn the base's objective (``objective`` is the one it was trained with; "auto" resolves to
+the one its last training used), so their outputs add up. ``uncertainty`` says where the base
+and the fine-tuned model disagree; the search measures some of those.
+
 Training is synchronous and uses ``nthread`` threads (default 1). Do not train while a
 measurement runs: XGBoost's OpenMP threads spin after work (set OMP_WAIT_POLICY=passive) and
 distort the timings.
@@ -102,7 +112,8 @@ class XGBModel:
     """
 
     def __init__(self, objective: str = "auto", nthread: int = 1, num_rounds: int = 80,
-                 max_depth: int = 6, eta: float = 0.2, seed: int = 0):
+                 max_depth: int = 6, eta: float = 0.2, seed: int = 0, base: Any = None,
+                 finetune_rounds: int = 30, params: Mapping[str, Any] | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective {objective!r}; expected one of {OBJECTIVES}")
         self.objective = objective
@@ -111,6 +122,9 @@ class XGBModel:
         self.max_depth = max_depth
         self.eta = eta
         self.seed = seed
+        self.params = dict(params or {})  # more XGBoost parameters (subsample, ...)
+        self.base: Any = base  # an xgboost Booster the training boosts on top of
+        self.finetune_rounds = finetune_rounds
         self.booster: Any = None
         self.fallback = RandomModel(seed)
         self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
@@ -119,7 +133,21 @@ class XGBModel:
 
     @property
     def trained(self) -> bool:
-        return self.booster is not None
+        """Whether predictions mean something (a base, or trees trained here)."""
+        return self.booster is not None or self.base is not None
+
+    @property
+    def num_trees(self) -> int:
+        model = self.booster if self.booster is not None else self.base
+        return 0 if model is None else model.num_boosted_rounds()
+
+    def keep_as_base(self) -> XGBModel:
+        """Make the trained trees the base that later training boosts on top of (a tuning job
+        does this with a trained model it is given, so its job's records refine it)."""
+        if self.booster is not None:
+            self.objective = self.effective_objective  # the trees on top learn the same
+            self.base, self.booster = self.booster, None
+        return self
 
     @property
     def num_samples(self) -> int:
@@ -135,17 +163,18 @@ class XGBModel:
 
     def fit(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
             groups: Sequence[str] | None = None) -> XGBModel:
-        """Train from scratch on these candidates only. ``groups`` names each candidate's task
-        (one group if omitted); throughputs are normalised within each group."""
+        """Train on these candidates only (from scratch, or on top of the base). ``groups``
+        names each candidate's task (one group if omitted); throughputs are normalised within
+        each group."""
         self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
         self._t, self._groups = [], []
         return self.update(features, throughputs, groups)
 
     def update(self, features: Sequence[np.ndarray], throughputs: Sequence[float],
                groups: Sequence[str] | None = None) -> XGBModel:
-        """Add candidates to the kept training data and retrain on all of it (a few thousand
-        candidates train in well under a second, so retraining from scratch stays cheap and
-        never drifts the way boosting continuation does)."""
+        """Add candidates to the kept training data and retrain on all of it, from scratch or
+        from the base (a few thousand candidates train in well under a second, so retraining
+        stays cheap and never drifts the way continuing from the last round's trees would)."""
         if len(features) != len(throughputs):
             raise ValueError(f"{len(features)} feature matrices but {len(throughputs)} throughputs")
         if groups is not None and len(groups) != len(features):
@@ -182,6 +211,7 @@ class XGBModel:
             "nthread": self.nthread,
             "seed": self.seed,
             "verbosity": 0,
+            **self.params,
         }
         if objective == "rank":
             # Queries must be contiguous: sort by group, keep the order inside each group.
@@ -194,21 +224,34 @@ class XGBModel:
             dtrain = xgb.DMatrix(self._x, label=np.log2(np.maximum(y, LOG_FLOOR)))
         else:
             dtrain = xgb.DMatrix(self._x, label=y)
-        self.booster = xgb.train(params, dtrain, num_boost_round=self.num_rounds)
+        if self.base is None:
+            self.booster = xgb.train(params, dtrain, num_boost_round=self.num_rounds)
+        else:  # train() copies the base: its trees stay as they are for the next round
+            self.booster = xgb.train(params, dtrain, num_boost_round=self.finetune_rounds,
+                                     xgb_model=self.base)
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """One score per candidate, higher is better (random before training)."""
-        if self.booster is None:
+        model = self.booster if self.booster is not None else self.base
+        if model is None:
             return self.fallback.predict(features)
-        import xgboost as xgb
-
         if not features:
             return np.zeros(0)
-        return self.booster.predict(xgb.DMatrix(aggregate(features))).astype(np.float64)
+        return _scores(model, features)
+
+    def uncertainty(self, features: Sequence[np.ndarray]) -> np.ndarray | None:
+        """How unsure the model is of each candidate, in [0, 1]: how far apart the base and the
+        fine-tuned model rank it (fractions of the list). None until both exist."""
+        if self.base is None or self.booster is None or not features:
+            return None
+        return np.abs(_ranks(_scores(self.base, features))
+                      - _ranks(_scores(self.booster, features)))
 
     # -- persistence ------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Write the model (settings and trees, not the training data) as one JSON file."""
+        """Write the model (settings and trees, base included, not the training data) as one
+        JSON file."""
+        model = self.booster if self.booster is not None else self.base
         meta = {
             "format": "autosched-xgb-model",
             "version": FORMAT_VERSION,
@@ -219,7 +262,8 @@ class XGBModel:
             "max_depth": self.max_depth,
             "eta": self.eta,
             "seed": self.seed,
-            "booster": None if self.booster is None else self.booster.save_raw("json").decode(),
+            "params": self.params,
+            "booster": None if model is None else model.save_raw("json").decode(),
         }
         with open(path, "w") as fh:
             json.dump(meta, fh)
@@ -237,11 +281,24 @@ class XGBModel:
             raise ValueError(f"{path} was trained on {meta['n_features']} features per store; "
                              f"this version extracts {N_FEATURES}: retrain it from the logs")
         model = cls(meta["objective"], meta["nthread"], meta["num_rounds"], meta["max_depth"],
-                    meta["eta"], meta["seed"])
+                    meta["eta"], meta["seed"], params=meta.get("params"))
         if meta["booster"] is not None:
             model.booster = xgb.Booster(params={"nthread": model.nthread})
             model.booster.load_model(bytearray(meta["booster"].encode()))
         return model
+
+
+def _scores(booster: Any, features: Sequence[np.ndarray]) -> np.ndarray:
+    import xgboost as xgb
+
+    return booster.predict(xgb.DMatrix(aggregate(features))).astype(np.float64)
+
+
+def _ranks(scores: np.ndarray) -> np.ndarray:
+    """Each score's rank as a fraction in [0, 1] (0: the lowest)."""
+    out = np.empty(len(scores))
+    out[np.argsort(scores, kind="stable")] = np.arange(len(scores))
+    return out / max(len(scores) - 1, 1)
 
 
 def warm_start_from_records(records: Sequence[Any], tasks_by_key: Mapping[str, Any],

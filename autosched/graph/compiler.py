@@ -206,8 +206,13 @@ def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int = 1000,
     return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
 
 
-def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False
-                  ) -> tuple[Any, bool]:
+SCHEDULES = ("default", "model")
+
+
+def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False,
+                  schedule: str = "default", model: Any = None) -> tuple[Any, bool]:
+    """(schedule, whether a record chose it): the best record, else the default schedule or
+    the cost model's pick (``schedule="model"``)."""
     from autosched.search.space import SearchSpace
 
     if records is not None:
@@ -217,7 +222,11 @@ def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False
                 return task.schedule(best[0].schedule_steps()), True
             except Exception as exc:  # noqa: BLE001  a record from an older sketch version
                 warnings.warn(f"record for {task.name} does not replay ({exc}); using the "
-                              "default schedule", stacklevel=3)
+                              f"{schedule} schedule", stacklevel=3)
+    if schedule == "model":
+        from autosched.search.tune import model_schedule
+
+        return model_schedule(task, model), False
     return SearchSpace(task).default_schedule(), False
 
 
@@ -236,10 +245,12 @@ class CompiledKernels:
 
 def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
             log: str | os.PathLike | None = None, strict_target: bool = False,
-            executor: bool = True) -> Any:
-    """Compile a graph: each fused group with its best record in ``log`` (the untuned default
-    schedule when there is none, with a warning listing those tasks); records of targets with
-    the same key apply, ``strict_target``: only those of the very same fingerprint. Returns a CompiledModel
+            executor: bool = True, schedule: str = "default") -> Any:
+    """Compile a graph: each fused group with its best record in ``log``; a group without one
+    gets the untuned default schedule (``schedule="default"``) or the one the pretrained cost
+    model ranks best, chosen without timing anything (``schedule="model"``); a warning lists
+    those tasks when a log was given. Records of targets with the same key apply;
+    ``strict_target``: only those of the very same fingerprint. Returns a CompiledModel
     (modules on host arrays) or a CudaModel (a GPU's memory) with
     ``run({name: array}) -> [arrays]``; with ``executor`` false, the CompiledKernels that
     ``export`` writes as a library, made without running anything (a CUDA model needs NVRTC
@@ -248,9 +259,12 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     Example::
 
         model = aus.compile(graph, target="llvm")      # default schedules
+        model = aus.compile(graph, target="llvm", schedule="model")   # zero measurements
         (y,) = model.run({"x": x})
         export(aus.compile(graph, "cuda -arch=sm_90", executor=False), "build/net")
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}; expected one of {SCHEDULES}")
     from autosched.graph.executor import CompiledModel
     from autosched.search.record import RecordLog
 
@@ -260,6 +274,11 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     built: dict[str, Any] = {}
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
+    model = None
+    if schedule == "model":
+        from autosched.search.tune import starting_model
+
+        model = starting_model()
     constants = dict(g.constants)
     groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
     for k, grp in groups:
@@ -267,14 +286,14 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
-            sch, tuned = _schedule_for(gt.task, records, tgt, strict_target)
+            sch, tuned = _schedule_for(gt.task, records, tgt, strict_target, schedule, model)
             if not tuned:
                 untuned.append(gt.task.name)
             built[key] = gt.task.build(sch)
         kernels.append(Kernel(grp, gt.task, gt.args, built[key]))
     if untuned and log is not None:
         warnings.warn(f"no tuning record in {log} for {len(untuned)} task(s): "
-                      f"{', '.join(untuned)}; they use default schedules", stacklevel=2)
+                      f"{', '.join(untuned)}; they use {schedule} schedules", stacklevel=2)
     if not executor:
         return CompiledKernels(g, kernels, tgt, constants, aliases)
     if tgt.backend.device_memory(tgt) is not None:  # intermediates stay on the device

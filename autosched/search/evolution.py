@@ -2,8 +2,9 @@
 
 Each round starts from random samples plus the best measured candidates, runs a few generations
 of mutation and crossover (parents drawn with probability rising with their predicted score),
-and returns the best predicted candidates not measured before, plus an epsilon of random ones so
-the model keeps seeing unexplored parts of the space.
+and returns the best predicted candidates not measured before, plus a share of those the model
+is least sure of (where the pretrained and the fine-tuned model disagree most, when the model
+says) and an epsilon of random ones, so the model keeps seeing unexplored parts of the space.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class EvolutionConfig:
     generations: int = 3
     mutation_prob: float = 0.85
     eps_greedy: float = 0.1
+    eps_uncertain: float = 0.125  # share of a batch for the candidates the model is least sure of
     elite: int = 16
 
 
@@ -116,9 +118,12 @@ class EvolutionarySearch:
             pop = self._next_generation(pop, scores)
         ranked = [p for _, p in sorted(best.values(), key=lambda t: -t[0])]
         n_rand = int(round(n * cfg.eps_greedy))
-        chosen = ranked[: max(n - n_rand, 0)]
+        n_unsure = int(round(n * cfg.eps_uncertain))
+        chosen = ranked[: max(n - n_rand - n_unsure, 0)]
+        _take(chosen, _least_sure(model, ranked), max(n - n_rand, 0), measured)
+        _take(chosen, ranked, max(n - n_rand, 0), measured)  # a model that cannot say
         _take(chosen, self._sample_valid(n_rand * 3 + 3), n, measured)
-        _take(chosen, ranked[max(n - n_rand, 0):], n, measured)  # if random draws were all seen
+        _take(chosen, ranked, n, measured)  # if random draws were all seen
         return chosen
 
     def _cold_batch(self, n: int, starts: list[Candidate], measured: set[str]) -> list[Lowered]:
@@ -141,6 +146,16 @@ class EvolutionarySearch:
                 b = pop[int(self.rng.choice(len(pop), p=weights))].candidate
                 children.append(self.space.crossover(a, b, self.rng))
         return elite + self._valid(children)
+
+
+def _least_sure(model: Model, pool: list[Lowered]) -> list[Lowered]:
+    """``pool`` ordered by the model's uncertainty, most unsure first; empty when the model
+    has no ``uncertainty`` or no answer yet."""
+    unsure = getattr(model, "uncertainty", None)
+    u = unsure([cast(np.ndarray, p.features) for p in pool]) if unsure and pool else None
+    if u is None:
+        return []
+    return [pool[i] for i in np.argsort(-np.asarray(u), kind="stable")]
 
 
 def _take(chosen: list[Lowered], more: Sequence[Lowered], n: int,

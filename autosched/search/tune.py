@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched.search.evolution import EvolutionarySearch
+from autosched.search.evolution import EvolutionarySearch, EvolutionConfig
 from autosched.search.protocol import MeasureOptions
 from autosched.search.record import (
     ApplyHistoryBest,
@@ -65,8 +65,6 @@ class TaskTuner:
 
     def __init__(self, task: Task, log: RecordLog, rng: np.random.Generator, opts: TuneOptions,
                  lowerer: Any = None, strict: bool = False):
-        from autosched.search.evolution import EvolutionConfig
-
         self.task = task
         self.log = log
         self.space = SearchSpace(task)
@@ -267,14 +265,26 @@ def _lowerer(measurer: Any, task: Task) -> Any:
     return None if lower is None else (lambda cands: lower(task, cands))
 
 
-def _make_model():  # noqa: ANN202
+def starting_model():  # noqa: ANN202
+    """The pretrained model shipped with autosched (rounds boost on top of it), or a fresh
+    XGBModel when it cannot be loaded (one warning line says why)."""
+    from autosched.cost_model.pretrain import load_pretrained
     from autosched.cost_model.xgb_model import XGBModel
 
-    return XGBModel()
+    return load_pretrained() or XGBModel()
+
+
+def _kept(model: Any) -> Any:
+    """A trained model given to ``tune`` keeps what it knows: its trees become the base that
+    each round boosts on top of (refitting would throw them away at the first 8 records)."""
+    if getattr(model, "base", False) is None and getattr(model, "trained", False):
+        model.keep_as_base()
+    return model
 
 
 def _train(model: Any, tuners: Sequence[TaskTuner]) -> None:
-    """Retrain on every task's records; each task is its own ranking group."""
+    """Retrain on every task's records; each task is its own ranking group (a model with a
+    base, the pretrained one, boosts on top of it)."""
     feats, ys, groups = [], [], []
     for t in tuners:
         data = {"": t.training_data(), **t.related_training_data()}
@@ -366,8 +376,7 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
           on_round: Callable[[int], None] | None, strict_target: bool) -> dict[str, float]:
     tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t), strict_target)
               for t in task_list]
-    if model is None:
-        model = _make_model()
+    model = starting_model() if model is None else _kept(model)
     _train(model, tuners)
     from autosched.search.task_scheduler import TaskScheduler
 
@@ -443,6 +452,79 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
     from tqdm import tqdm
 
     return tqdm(total=total, desc="new trials", unit="trial")
+
+
+# The search behind a zero-measurement schedule: each candidate costs a lowering (tens of ms),
+# so smaller than a tuning round's, and no random or uncertain picks (nothing is measured).
+MODEL_SEARCH = EvolutionConfig(population=64, generations=2, eps_greedy=0.0, eps_uncertain=0.0)
+
+
+def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0,
+                   check: bool = True) -> Any:
+    """The schedule the cost model (the pretrained one unless given) ranks best for ``task``,
+    with nothing timed: candidates from the sketches evolved under the model, the best
+    predicted first; with ``check``, the first whose output matches the default schedule's on
+    random inputs when the target runs here (one call each, no timing). The default schedule
+    when the model is untrained or no candidate passes.
+
+    Example::
+
+        sch = model_schedule(task)          # zero measurements
+        f = task.build(sch)
+    """
+    space = SearchSpace(task)
+    model = starting_model() if model is None else model
+    if not getattr(model, "trained", True):
+        return space.default_schedule()
+    search = EvolutionarySearch(space, _featurizer(task.target), np.random.default_rng(seed),
+                                MODEL_SEARCH)
+    batch = search.next_batch(candidates, model, set())
+    reference = _Reference(task, space.default_schedule(), seed) if check else None
+    for low in batch:
+        sch = search.schedule_of(low)
+        if reference is None or reference.agrees(sch):
+            return sch
+    return space.default_schedule()
+
+
+class _Reference:
+    """The default schedule's outputs on random inputs, built and run once on the target (when
+    it runs here), to check the model's picks against."""
+
+    def __init__(self, task: Task, default: Any, seed: int):
+        from autosched.errors import CompileError, RuntimeError_
+        from autosched.search.measure_worker import random_inputs
+
+        self.task = task
+        self.inputs = random_inputs(task, np.random.default_rng(seed))
+        self.outputs: list[np.ndarray] | None
+        try:
+            self.outputs = self._run(default)
+        except (CompileError, RuntimeError_):
+            # built for another machine (a cross target), or no device to run on here: the
+            # picks are not checked (compiling the model says what failed, if anything)
+            self.outputs = None
+
+    def _run(self, sch: Any) -> list[np.ndarray]:
+        from autosched.search.measure_worker import unwritten_output
+
+        # outputs start as NaN (or -1): an element a candidate does not write differs
+        arrays = [a.copy() if a is not None else unwritten_output(t)
+                  for a, t in zip(self.inputs, self.task.args)]
+        self.task.build(sch)(*arrays)
+        return [arrays[i] for i, a in enumerate(self.inputs) if a is None]
+
+    def agrees(self, sch: Any) -> bool:
+        from autosched.errors import CompileError, RuntimeError_
+        from autosched.search.measure_worker import compare
+
+        if self.outputs is None:
+            return True
+        try:
+            got = self._run(sch)
+        except (CompileError, RuntimeError_):
+            return False
+        return all(compare(str(i), g, w) is None for i, (g, w) in enumerate(zip(got, self.outputs)))
 
 
 def best_schedule(task: Task, log: str | os.PathLike, strict_target: bool = False) -> Any:
