@@ -3,8 +3,8 @@ a run), the in-process executor (the same glue, JIT-compiled) and onnxruntime, i
 
     python benchmarks/deploy_cpu.py --rounds 5 [--log tuning_logs/resnet18-llvm.jsonl]
 
-For ResNet-18 (autosched.testing.models, batch 1, ``--image``) and the demo CNN: compile
-(tuned with ``--log`` when it has records, else the default schedules), export to a
+For ResNet-18 and MobileNetV2 (autosched.testing.models, batch 1, ``--image``) and the demo
+CNN: compile (tuned with ``--log`` when it has records, else the default schedules), export to a
 temporary build dir, load it with ``autosched.load``; then the three sides are timed in
 alternation over ``--rounds`` rounds (each the median of runs lasting ``--min-s`` seconds;
 benchmarks/baseline.py), all on ``--threads`` threads. Prints the machine (date, commit, CPU,
@@ -78,7 +78,8 @@ def main() -> int:
     rows = {"machine": baseline.header(), "threads": args.threads, "image": args.image}
     with tempfile.TemporaryDirectory() as tmp:
         for name, proto in (("demo_cnn", models.small_cnn()),
-                            ("resnet18", models.resnet18(image=args.image))):
+                            ("resnet18", models.resnet18(image=args.image)),
+                            ("mobilenet_v2", models.mobilenet_v2(image=args.image))):
             rows[name] = measure(name, proto, args, Path(tmp))
     Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

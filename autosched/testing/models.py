@@ -241,11 +241,26 @@ def ort_run(model: Any, inputs: dict[str, np.ndarray], threads: int | None = Non
 
 
 def ort_session(model: Any, threads: int | None = None) -> Any:
+    """An onnxruntime CPU session of ``model`` (a path or ModelProto). A ModelProto built by an
+    onnx newer than the installed onnxruntime (helper.make_model stamps onnx's own IR version)
+    is given the IR version its opsets need, which every onnxruntime of those opsets reads."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
-    data = model if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
-    return ort.InferenceSession(os.fspath(data) if isinstance(data, os.PathLike) else data,
-                                opts, providers=["CPUExecutionProvider"])
+    if isinstance(model, (str, os.PathLike)):
+        return ort.InferenceSession(os.fspath(model), opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001  onnxruntime's own Fail type
+        if "Unsupported model IR version" not in str(exc):
+            raise
+        from onnx import helper
+
+        older = type(model)()
+        older.CopyFrom(model)
+        older.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
+        return ort.InferenceSession(older.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])

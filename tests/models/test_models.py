@@ -53,3 +53,20 @@ def test_model_matches_onnxruntime(name: str) -> None:
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_matches_onnxruntime_on_gpu(name: str) -> None:
     _check(name, "cuda")
+
+
+def test_onnxruntime_reads_a_model_stamped_with_a_newer_ir_version(rng):
+    """helper.make_model stamps the installed onnx's IR version, which an older onnxruntime
+    refuses ("Unsupported model IR version"); the reference runs it at its opsets' version."""
+    from onnx import TensorProto, helper
+
+    from autosched.testing.models import ort_run
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 99  # newer than any onnxruntime
+    x = rng.uniform(-1, 1, (3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(ort_run(model, {"x": x})[0], np.maximum(x, 0))
+    assert model.ir_version == 99  # the caller's model is left as it was
