@@ -1,9 +1,11 @@
 """Whole models deployed as one library and run without Python: MobileNetV2 and real models of
-the corpus (tests/support/corpus.toml), from a C program on the host and, cross-compiled for
-aarch64, under qemu-aarch64, and through ``autosched.load``; each against onnxruntime on the
-host with the corpus's tolerances. (ResNet-18 and the small CNN: test_deploy_c.py.)
+the corpus (tests/support/corpus.toml), from a C program on the host, cross-compiled for
+aarch64 under qemu-aarch64, and built for CUDA on the GPU (marker ``gpu``), and through
+``autosched.load``; each against onnxruntime on the host with the corpus's tolerances.
+(ResNet-18 and the small CNN: test_deploy_c.py, test_deploy_cuda.py.)
 
-One light corpus model runs in ``make test``; the rest are the slow tier (``--slow``).
+One light corpus model runs in ``make test``; the rest are the slow tier (``--slow``) or need
+a GPU.
 """
 
 from __future__ import annotations
@@ -50,9 +52,20 @@ def _matches(proto: Any, got: list[np.ndarray], want: list[np.ndarray]) -> None:
 
 
 def _params() -> list[Any]:
-    return [pytest.param(m, where, id=f"{m}-{where}",
-                         marks=() if (m, where) in QUICK else pytest.mark.slow)
-            for m in ("mobilenet_v2", *CORPUS) for where in ("host", "aarch64")]
+    def marks(m: str, where: str) -> Any:
+        return (pytest.mark.gpu if where == "gpu" else () if (m, where) in QUICK
+                else pytest.mark.slow)
+
+    return [pytest.param(m, where, id=f"{m}-{where}", marks=marks(m, where))
+            for m in ("mobilenet_v2", *CORPUS) for where in ("host", "aarch64", "gpu")]
+
+
+def _target(where: str) -> str:
+    if where == "gpu":
+        from autosched.targets.host import detect_cuda_arch
+
+        return f"cuda -arch={detect_cuda_arch()}"
+    return AARCH64 if where == "aarch64" else "llvm"
 
 
 @pytest.mark.parametrize("name, where", _params())
@@ -62,12 +75,11 @@ def test_deployed_model_matches_onnxruntime(name: str, where: str, tmp_path: Pat
     proto, shapes, entry = _model(name)
     graph = from_onnx(proto, shapes=shapes)
     build = tmp_path / "build"
-    export(aus.compile(graph, target=AARCH64 if where == "aarch64" else "llvm"), build,
-           name=name)
+    export(aus.compile(graph, target=_target(where), executor=False), build, name=name)
     feeds = _feeds(proto, entry, graph, seed=int(np.random.default_rng().integers(1 << 30)))
     want = ort_run(proto, feeds)
     got = run(build, name, [feeds[v.name] for v in graph.inputs],
               [(w.shape, str(w.dtype)) for w in want])
     _matches(proto, got, want)
-    if where == "host":
+    if where != "aarch64":
         _matches(proto, aus.load(build).run(feeds), want)
