@@ -439,3 +439,25 @@ def test_lane_dependent_guard_becomes_masked_loads_and_stores(rng):
     mod(a, sc, out)
     np.testing.assert_allclose(out, a * sc[0] + 1, rtol=1e-6, atol=1e-6)
     assert np.isnan(big[n:]).all()
+
+
+@pytest.mark.parametrize("pieces", [3, 5, 6])
+def test_vectorized_loops_of_odd_multiples_of_the_width_are_cut_into_native_vectors(pieces, rng):
+    """A vectorized loop of 3 x the CPU's lanes (48 floats on AVX-512) was one <48 x float>,
+    which LLVM widens to 64 lanes element by element (a 1x1 conv ran 20x slower): every
+    vector type is a power of two now, and the values are right."""
+    from autosched.targets.target import parse
+
+    lanes = parse("llvm").vector_bits // 32
+    n = pieces * lanes
+    A, B, C = buf("A", (3, n)), buf("B", (n,)), buf("C", (3, n))
+    i, j = E.Var("i"), E.Var("j")
+    body = loop(i, 3, loop(j, n, ir.Store(C, (i, j), ir.Load(A, (i, j)) * ir.Load(B, (j,))
+                                          + 1.0), "vectorized"))
+    mod = build(body, [A, B, C])
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", mod.get_llvm_ir(optimized=False))}
+    assert widths and all(w & (w - 1) == 0 for w in widths), widths
+    a, b = rand(rng, (3, n), "float32"), rand(rng, (n,), "float32")
+    out = garbage((3, n), "float32")
+    mod(a, b, out)
+    np.testing.assert_allclose(out, a * b + 1.0, rtol=1e-5, atol=1e-6)  # a multiply-add may fuse
