@@ -17,6 +17,7 @@ pytest.importorskip("hypothesis")
 pytest.importorskip("onnxruntime")
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
+from autosched.testing.models import ort_session  # noqa: E402
 from tests.support.fuzz_graphs import graphs  # noqa: E402
 from tests.support.options import FUZZ  # noqa: E402
 
@@ -31,10 +32,8 @@ def test_fuzz_settings_are_stated(capsys) -> None:  # noqa: ANN001
 
 
 def _onnxruntime(model, x: np.ndarray) -> list[np.ndarray] | None:  # noqa: ANN001
-    import onnxruntime as ort
-
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = ort_session(model)
     except Exception:  # noqa: BLE001  a graph onnxruntime rejects says nothing about us
         return None
     return sess.run(None, {"x": x})

@@ -15,6 +15,7 @@ import autosched as aus
 from autosched import te
 from autosched.te.dag import ComputeDAG, topo_ops
 from autosched.te.visit import free_vars, post_order, substitute
+from autosched.testing.models import ort_session
 from importers.onnx import from_onnx
 
 ort = pytest.importorskip("onnxruntime")
@@ -30,7 +31,7 @@ def _model(nodes: list[Any], outputs: list[str]) -> onnx.ModelProto:
 def _check(m: onnx.ModelProto, rng: np.random.Generator, rtol: float) -> None:
     x = rng.standard_normal((3, 7)).astype("float32")
     got = aus.compile(from_onnx(m), "llvm").run({"x": x})
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(m)
     for a, b in zip(got, sess.run(None, {"x": x}), strict=True):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-5)
 

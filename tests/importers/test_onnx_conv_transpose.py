@@ -10,6 +10,7 @@ import pytest
 from onnx import helper
 
 import autosched as aus
+from autosched.testing.models import ort_session
 from importers.onnx import from_onnx
 from tests.importers.test_onnx_import import check, model, rand
 
@@ -46,6 +47,6 @@ def test_conv_transpose_head_compiled(rng: np.random.Generator) -> None:
     m = model(nodes, {"x": x}, {"w": w, "scale": scale, "shift": shift, "mean": mean,
                                 "var": var})
     (got,) = aus.compile(from_onnx(m, {"x": x.shape}), "llvm").run({"x": x})
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(m)
     (want,) = sess.run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autosched.errors import ModelImportError
 from autosched.graph.ops import supported
+from autosched.testing.models import ort_session
 from importers.onnx import from_onnx
 from importers.reference import run_nodes
 
@@ -44,7 +45,7 @@ def check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4,
           atol: float = 1e-4) -> list[np.ndarray]:
     g = from_onnx(m, {n: a.shape for n, a in feeds.items()})
     got = run_nodes(g, feeds)
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(m)
     want = sess.run(None, feeds)
     assert len(got) == len(want)
     for name, a, b in zip(g.outputs, got, want):

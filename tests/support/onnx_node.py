@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 import autosched as aus
+from autosched.testing.models import ort_session
 from importers.onnx import from_onnx
 
 RNG = np.random.default_rng()
@@ -39,7 +39,7 @@ def model(nodes: list[Any], inputs: dict[str, np.ndarray], consts: dict[str, np.
 
 
 def run_ort(m: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(m)
     return sess.run(None, inputs)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from autosched import te
 from autosched.te import ops
+from autosched.testing.models import ort_session
 from tests.support.helpers import check, run_te
 
 ort = pytest.importorskip("onnxruntime")
@@ -32,7 +33,7 @@ def run_onnx(op_type: str, inputs: dict[str, np.ndarray], consts: dict | None = 
     graph = helper.make_graph([node], "g", feeds, [helper.make_tensor_value_info(
         "out_", _TYPES[out], None)], initializer=[i for i in inits if i is not None])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort_session(model)
     return sess.run(None, inputs)[0]
 
 
