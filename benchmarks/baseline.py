@@ -29,7 +29,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -289,15 +288,18 @@ def rounds_line(results: Mapping[str, Rounds], unit: float = 1e3, digits: int = 
 
 def median_seconds(fn: Callable[[], Any], min_s: float = 0.2, min_runs: int = 5) -> float:
     """Median seconds of one call of ``fn`` over at least ``min_runs`` calls lasting ``min_s``
-    in all, after one warm-up call."""
-    fn()
-    times: list[float] = []
-    deadline = time.perf_counter() + min_s
-    while len(times) < min_runs or time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    in all, after one warm-up call: the executor's own rule (CompiledModel.time)."""
+    from autosched.graph.executor import time_calls  # numpy: not before prepare()
+
+    return time_calls([fn], min_runs, min_s)
+
+
+def save(rows: Any, out: str | os.PathLike) -> None:
+    """Write a benchmark's results as JSON to ``out`` (its folder made if needed)."""
+    import json
+
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def cuda_median_seconds(fn: Callable[[], Any], repeat: int = 50, warmup: int = 5) -> float:

@@ -15,7 +15,6 @@ benchmarks/results/deploy_cpu.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -81,7 +80,7 @@ def main() -> int:
                             ("resnet18", models.resnet18(image=args.image)),
                             ("mobilenet_v2", models.mobilenet_v2(image=args.image))):
             rows[name] = measure(name, proto, args, Path(tmp))
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    baseline.save(rows, args.out)
     return 0
 
 

@@ -20,7 +20,6 @@ Needs a GPU and pycuda (the in-process executor's); torch is not imported. Print
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -113,8 +112,7 @@ def main() -> int:
     rows = {"machine": baseline.header(), "arch": arch, "image": args.image, "log": args.log,
             "kernels": len(model.kernels), "library_bytes": size,
             **{f"{side}_rounds_ms": [t * 1e3 for t in r.seconds] for side, r in got.items()}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    baseline.save(rows, args.out)
     return 0
 
 

@@ -102,8 +102,7 @@ def main() -> int:
         compare(tuned, proto, feeds, threads, args.rounds, rows)
     rows["load_average"] = os.getloadavg()
     print(json.dumps(rows, indent=1))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    baseline.save(rows, args.out)
     return 0
 
 

@@ -113,8 +113,7 @@ def main() -> int:
         rows["runs"][k]["latency_ms"] = [r.median * 1e3, r.best * 1e3]
     rows["load_average"] = os.getloadavg()
     print(json.dumps(rows, indent=1))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    baseline.save(rows, args.out)
     return 0
 
 

@@ -23,7 +23,6 @@ kernels up to 100x slower there, tuned or not).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -145,8 +144,7 @@ def main() -> int:
             rows += run_model(name, proto, graph, args, log_dir)
     result = {"machine": baseline.header(), "load_average": os.getloadavg(),
               "image": args.image, "budgets": args.budgets, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    baseline.save(result, args.out)
     return 0
 
 
