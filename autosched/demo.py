@@ -83,14 +83,10 @@ def _ort_session(model: Any, threads: int = 0) -> Any:
 
 def _ort_timer(sess: Any, feeds: dict[str, np.ndarray]) -> Callable[[], tuple[float, float]]:
     """(median, fastest) seconds of ``sess`` on ``feeds``: CompiledModel.time's rule."""
+    from autosched.graph.executor import round_times
+
     def timer() -> tuple[float, float]:
-        sess.run(None, feeds)
-        ts: list[float] = []
-        deadline = time.perf_counter() + 0.5
-        while len(ts) < 20 or time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            ts.append(time.perf_counter() - t0)
+        ts = round_times([lambda: sess.run(None, feeds)], 20, 0.5)
         return float(np.median(ts)), float(np.min(ts))
 
     return timer

@@ -130,10 +130,9 @@ def native_arguments(graph: Graph, inputs: dict[str, Any], outputs: Sequence[Val
     return ins, outs, pointers
 
 
-def time_calls(calls: Sequence[Callable[[], None]], repeat: int, min_s: float,
-               stat: str = "median") -> float:
-    """Seconds of one round of ``calls`` after a warm-up round: the median (or, with
-    ``stat="min"``, the fastest) of at least ``repeat`` rounds lasting ``min_s`` in all."""
+def round_times(calls: Sequence[Callable[[], Any]], repeat: int, min_s: float) -> list[float]:
+    """Seconds of each round of ``calls`` after a warm-up round: at least ``repeat`` rounds
+    lasting ``min_s`` in all."""
     def once() -> None:
         for call in calls:
             call()
@@ -145,6 +144,14 @@ def time_calls(calls: Sequence[Callable[[], None]], repeat: int, min_s: float,
         t0 = time.perf_counter()
         once()
         times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_calls(calls: Sequence[Callable[[], Any]], repeat: int, min_s: float,
+               stat: str = "median") -> float:
+    """Seconds of one round of ``calls`` (``round_times``): the median or, with
+    ``stat="min"``, the fastest."""
+    times = round_times(calls, repeat, min_s)
     return float(np.min(times) if stat == "min" else np.median(times))
 
 
