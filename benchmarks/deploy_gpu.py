@@ -61,13 +61,14 @@ def event_seconds(call: Any, repeat: int, warmup: int = 3) -> float:
 
 
 def device_call(deployed: Any, feeds: dict[str, np.ndarray]) -> Any:
-    """The library's run_device (ctypes, one C call) on copies of ``feeds`` on the GPU."""
+    """The library's run_device on copies of ``feeds`` on the GPU, the pointers bound once:
+    one C call through ctypes, as a C program calls it."""
     import pycuda.gpuarray as gpuarray
 
     ins = {name: gpuarray.to_gpu(np.ascontiguousarray(a)) for name, a in feeds.items()}
     g = deployed.graph
     outs = [gpuarray.empty(g.values[o].shape, g.values[o].dtype) for o in g.outputs]
-    return lambda: deployed.run_device(ins, outs)
+    return deployed.device_call(ins, outs)
 
 
 def main() -> int:

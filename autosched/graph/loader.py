@@ -34,6 +34,7 @@ import ctypes
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,12 @@ class ModelLibrary:
     def run_device(self, inputs: dict[str, Any], outputs: list[Any]) -> None:
         """A CUDA library's run on arrays on the GPU (``__cuda_array_interface__``, C-contiguous,
         of the shapes and dtypes of ``graph``): queued on the stream, not waited for."""
+        self.device_call(inputs, outputs)()
+
+    def device_call(self, inputs: dict[str, Any], outputs: list[Any]) -> Callable[[], None]:
+        """``run_device`` on these arrays as a call without arguments: the arrays are checked
+        and their device pointers bound once, so that each call is the one C call (what a C
+        program's ``run_device`` costs). The call holds the arrays."""
         if not self.gpu:
             raise RuntimeError_(f"{self.name}: run_device runs CUDA libraries; this one is for "
                                 f"{self.target} (use run)")
@@ -153,7 +160,13 @@ class ModelLibrary:
         pointers = [(ctypes.c_void_p * max(len(xs), 1))(*xs) for xs in (
             [_device_pointer(inputs[n], v) for n, v in zip(names, self.graph.inputs)],
             [_device_pointer(a, v) for a, v in zip(outputs, self._outputs)])]
-        self._call(pointers, "run_device")
+        held = (inputs, outputs)
+
+        def call() -> None:
+            self._call(pointers, "run_device")
+
+        call.held = held  # type: ignore[attr-defined]  # the arrays live as long as the call
+        return call
 
     def time(self, inputs: dict[str, Any], repeat: int = 10, min_s: float = 0.5) -> float:
         """Median seconds of one run (one C call), after a warm-up, inputs bound once."""

@@ -15,6 +15,7 @@ comparison) is tested offline on small models built with onnx.helper.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -189,3 +190,17 @@ def test_op_types_count_the_nodes_inside_if_branches() -> None:
                           [vi("y", TensorProto.FLOAT, [2])])
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
     assert sorted(corpus.op_types(proto).split()) == ["If:1", "Neg:1", "Relu:1"]
+
+
+def test_tuning_adds_a_tuned_column(tmp_path: Path) -> None:
+    """``--trials``: the model is tuned into its own log, compiled with it, checked again and
+    timed with the untuned model and onnxruntime; the table gets the tuned column."""
+    e = ENTRIES["silero_vad_ifless"]
+    _fetch_or_skip(e)
+    tuning = corpus.Tuning(4, tmp_path)
+    r = corpus.check(e, tuning=tuning)
+    assert r.ok, f"stopped at {r.stage}: {r.error}"
+    assert r.trials >= 4 and tuning.log(e, "llvm").exists()
+    assert r.tuned_ms > 0 and r.ours_ms > 0 and r.ort_ms > 0
+    text = corpus.table([r])
+    assert "tuned ms" in text and "onnxruntime / autosched tuned: geometric mean" in text

