@@ -191,7 +191,7 @@ def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Tas
     return list(tasks.values()), [counts[k] for k in tasks]
 
 
-def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int = 1000,
+def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int | None = 1000,
                log: str | os.PathLike | None = None, **kwargs: Any) -> dict[str, float]:
     """Tune every task of ``graph``, trials shared by the task scheduler (weighted by how often
     each task occurs). Returns the best seconds per task name.

@@ -24,10 +24,10 @@ would hide errors where the activation saturates), then time both (medians of ru
 the stage each failing model stopped at and the first line of its error. Target ``cuda-host``
 compiles the CUDA kernels with NVRTC as for a GPU and runs their CUDA C on the CPU through
 the host emulator (autosched/targets/cuda/host_emulate.py): the GPU's code checked without a
-GPU (slow: no times). With ``--trials N`` each model is also tuned (N new measurements, appended
-to LOGS/NAME.TARGET.jsonl, so a rerun resumes) and compiled with its log: the table then has
-the untuned and the tuned times and onnxruntime's, all three timed in the same alternating
-rounds. Exit status 1 when
+GPU (slow: no times). With ``--trials N`` each model is also tuned until its log
+(LOGS/NAME.TARGET.jsonl) holds N trials (a rerun resumes, and one with nothing left to measure
+measures nothing) and compiled with that log: the table then has the untuned and the tuned
+times and onnxruntime's, all three timed in the same alternating rounds. Exit status 1 when
 a model fails that the manifest does not list as a known failure, or when a known failure
 passes (drop its ``known`` line then).
 """
@@ -344,7 +344,7 @@ def compare(ours: list[np.ndarray], ref: list[np.ndarray], names: list[str],
 
 @dataclass(frozen=True)
 class Tuning:
-    """``trials`` new measurements per model, logged to ``logs``/NAME.TARGET.jsonl."""
+    """Tuning until each model's log, ``logs``/NAME.TARGET.jsonl, holds ``trials`` trials."""
     trials: int
     logs: Path
 
@@ -405,7 +405,7 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
 
 
 def _tuned(e: Entry, graph: Any, target: str, tuning: Tuning, r: Result) -> Any:
-    """The model compiled with its log, after ``tuning.trials`` new measurements."""
+    """The model compiled with its log, once the log holds ``tuning.trials`` trials."""
     import autosched as aus
     from autosched.search.record import RecordLog
 
@@ -413,7 +413,7 @@ def _tuned(e: Entry, graph: Any, target: str, tuning: Tuning, r: Result) -> Any:
         raise ValueError(f"--trials tunes a target that times its kernels, not {CUDA_HOST}")
     log = tuning.log(e, target)
     t0 = time.perf_counter()
-    aus.tune_graph(graph, target, trials=tuning.trials, log=log)
+    aus.tune_graph(graph, target, trials=None, total_trials=tuning.trials, log=log)
     r.tune_s = time.perf_counter() - t0
     r.trials = len(RecordLog(log).load())
     return aus.compile(graph, target=target, log=log)
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locate", metavar="MODEL",
                     help="compare every intermediate value of MODEL, name the first that differs")
     ap.add_argument("--trials", type=int, default=0,
-                    help="also tune each model: this many new measurements (0: untuned only)")
+                    help="also tune each model until its log holds this many trials (0: untuned)")
     ap.add_argument("--logs", default="corpus_logs",
                     help="with --trials: the folder of the models' logs (NAME.TARGET.jsonl)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
