@@ -335,3 +335,32 @@ def test_workers_wait_like_the_models_they_time(user, monkeypatch):
         assert worker.get(key) == model_env.get(key)
     if not user:
         assert model_env == {"GOMP_SPINCOUNT": SPIN_COUNT}
+
+
+def test_a_scalar_on_the_device_says_shape_nothing() -> None:
+    """A 0-d input measured on a GPU (a Gather's scalar index): uploaded as one element, it
+    must still bind to the 0-d parameter (pycuda's array of it says shape (1,))."""
+    from autosched.targets.cuda.runtime import ZeroDim, _shape_dtype
+
+    class OneElement:  # what pycuda's upload of a scalar looks like
+        __cuda_array_interface__ = {"shape": (1,), "typestr": "<i8", "data": (4096, False),
+                                    "version": 3}
+
+        def get(self) -> np.ndarray:
+            return np.array([7])
+
+    z = ZeroDim(OneElement())
+    assert _shape_dtype(z) == ((), np.dtype("int64"))
+    assert z.__cuda_array_interface__["data"] == (4096, False)
+    assert z.get().shape == () and int(z.get()) == 7
+
+
+@pytest.mark.gpu
+def test_cuda_measure_with_a_scalar_input() -> None:
+    a = te.placeholder((64,), name="A")
+    s = te.placeholder((), name="s")
+    b = te.compute((64,), lambda i: a[i] * s[()], name="B")
+    task = Task(b, target="cuda")
+    with Measurer(parse("cuda"), repeat=3, min_repeat_ms=5, strict=True) as m:
+        (r,) = m.measure(task, [[]])
+    assert r.error_code == ErrorCode.NO_ERROR, r.error_msg
