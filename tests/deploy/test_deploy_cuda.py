@@ -266,6 +266,38 @@ def test_load_runs_a_cuda_library_as_the_executor_and_onnxruntime(tmp_path: Path
 
 
 @pytest.mark.gpu
+def test_on_the_gpu_each_replay_reads_the_arrays_of_its_run(tmp_path: Path) -> None:
+    """The library replays a recorded graph: two host runs on different inputs, and device
+    runs on two sets of pointers and the first again (recorded anew each time the pointers
+    change), each against onnxruntime; a library built without graphs gives the same."""
+    import pycuda.gpuarray as gpuarray
+
+    from autosched.targets.cuda.library import build_library
+
+    proto = small_cnn(image=20)
+    model = _compile(proto, detect_cuda_arch())
+    export(model, tmp_path / "graphs", name="cnn")
+    export(model, tmp_path / "plain", name="cnn")
+    build_library(library_spec(model, "cnn", static=False), tmp_path / "plain" / "cnn.so",
+                  flags=("-DCUDA_GRAPHS=0",))
+    (tmp_path / "plain" / "cnn.so").chmod(0o755)  # as export leaves it: only its owner writes
+    rng = np.random.default_rng()
+    feeds = [{"input": rng.uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32)} for _ in range(2)]
+    want = [ort_run(proto, f) for f in feeds]
+    assert not np.allclose(want[0][0], want[1][0])
+    for build in ("graphs", "plain"):
+        deployed = aus.load(tmp_path / build)
+        for f, w in zip(feeds, want):
+            _check(deployed.run(f), w)
+        sets = [({"input": gpuarray.to_gpu(f["input"])},
+                 [gpuarray.empty(w[0].shape, np.float32)]) for f, w in zip(feeds, want)]
+        for n in (0, 1, 0, 0):
+            sets[n][1][0].fill(np.nan)
+            deployed.run_device(*sets[n])
+            _check([sets[n][1][0].get()], want[n])  # get() waits: the default stream
+
+
+@pytest.mark.gpu
 def test_a_failing_kernel_check_is_the_status_of_the_run(tmp_path: Path,
                                                          rng: np.random.Generator) -> None:
     export(_compile(gather_model(), detect_cuda_arch()), tmp_path, name="gather")
