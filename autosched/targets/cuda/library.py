@@ -592,10 +592,9 @@ static int record(struct @name@_context *c, run_graph *g, const CUdeviceptr *in,
 static int32_t dispatch(struct @name@_context *c, int which, const CUdeviceptr *in,
                         const CUdeviceptr *out) {
   run_graph *g = &c->graph[which];
-  if (c->use_graphs && (!g->exec || memcmp(g->bound, in, N_INPUTS * sizeof *in) ||
-                    memcmp(g->bound + N_INPUTS, out, N_OUTPUTS * sizeof *out)) &&
-      record(c, g, in, out))
-    c->use_graphs = 0;
+  int bound = g->exec && !memcmp(g->bound, in, N_INPUTS * sizeof *in) &&
+              !memcmp(g->bound + N_INPUTS, out, N_OUTPUTS * sizeof *out);
+  if (c->use_graphs && !bound && record(c, g, in, out)) c->use_graphs = 0;
   if (!c->use_graphs) return enqueue(c, c->stream, in, out);
   CUresult r = cu.GraphLaunch(g->exec, c->stream);
   return r ? failed("cuGraphLaunch", r) : ST_OK;
