@@ -6,7 +6,10 @@ nn.TransformerEncoderLayer, random weights, same shapes).
 
     python benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 --log models-cuda.jsonl
 
-For each model and TF32 setting, autosched and the three torch variants are timed in
+autosched replays each run's launches as one CUDA graph (as reduce-overhead does); the row
+"autosched, no graph" launches each kernel instead (``model.time(graphs=False)``).
+
+For each model and TF32 setting, autosched (both ways) and the three torch variants are timed in
 ``--rounds`` alternating rounds (each the median of ``--repeat`` CUDA-event timings after a
 warm-up; benchmarks/baseline.py); the median round and the best round are printed. autosched
 computes in plain float32 (no tensor cores), so "TF32 off" is the like-for-like comparison and
@@ -99,11 +102,14 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     (y,) = model.run(feeds)
     (ref,) = models.ort_run(proto, feeds)
     row["matches_ort"] = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+    row["graph"] = model.graph_failure or "replayed"
     mod, x = torch_module(name)
     for tf32 in args.tf32:
         said = baseline.set_torch(tf32 == "on")
         got: dict[str, Any] = {"torch": said}
-        timers = {"autosched": lambda: model.time(feeds, repeat=args.repeat)}
+        timers = {"autosched": lambda: model.time(feeds, repeat=args.repeat),
+                  "autosched, no graph": lambda: model.time(feeds, repeat=args.repeat,
+                                                            graphs=False)}
         timers.update(torch_timers(mod, x, args.repeat, not args.no_compile, got))
         rounds = baseline.alternate(timers, args.rounds)
         got.update({n: r.as_dict() for n, r in rounds.items()})

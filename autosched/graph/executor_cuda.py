@@ -13,6 +13,13 @@ Tasks whose kernels check something at run time (a Gather index) each get a stat
 device array, cleared before the launches of a run and read with the outputs; a failure raises
 one line naming the task and the node, as on the CPU. Models without checks read nothing.
 
+The launches of a run are recorded once, at the first run, as a CUDA graph
+(targets/cuda/graphs.py; the device buffers never move, so the graph stays bound to them) and
+replayed with one driver call on every run after it: pycuda's per-launch Python and driver
+overhead is paid once. Where recording fails (a driver before CUDA 11.4), runs launch each
+kernel as before, and ``graph_failure`` says why. ``time(..., graphs=False)`` times the
+launches one by one, for comparison.
+
 Example::
 
     model = aus.compile(graph, target="cuda")
@@ -39,6 +46,7 @@ from autosched.graph.executor import (
     nbytes,
 )
 from autosched.graph.graph import Graph
+from autosched.targets.cuda import graphs
 from autosched.targets.cuda.runtime import Launch, StatusWords
 from autosched.targets.target import Target
 
@@ -88,6 +96,8 @@ class CudaModel:
                                          status=words.get(id(k)))
             self._keep.append(launches.keep)
             self._launches += [(launch, k.task.name) for launch in launches.calls]
+        self._graph: graphs.Graph | None = None  # recorded at the first run
+        self.graph_failure: str | None = None  # why runs launch one by one
 
     def _clear_status(self) -> None:
         if self._status is not None:
@@ -111,6 +121,33 @@ class CudaModel:
             except drv.Error as exc:
                 raise RuntimeError_(f"task {task}: kernel {launch.name} (grid {launch.grid}, "
                                     f"block {launch.block}) failed: {exc}") from exc
+
+    def _run_kernels(self, graph: bool = True) -> None:
+        """The launches of one run on the legacy default stream: the recorded graph (recorded
+        at the first call), or, with ``graph`` false or where recording failed, each launch."""
+        if graph and self.graph_failure is None and self._graph is None:
+            try:  # a stand-in driver brings its own graph functions
+                self._graph = graphs.record(self.drv, self._enqueue,
+                                            getattr(self.drv, "graphs", None))
+            except (RuntimeError_, self.drv.Error) as exc:
+                self.graph_failure = str(exc)
+        if graph and self._graph is not None:
+            self._graph.launch()
+        else:
+            self._launch()
+
+    def _enqueue(self, stream: Any) -> None:
+        for launch, _ in self._launches:
+            launch.enqueue(stream)
+
+    def __del__(self) -> None:
+        graph = getattr(self, "_graph", None)
+        if graph is not None:
+            try:
+                with self._exclusive():
+                    graph.close()
+            except Exception:  # noqa: BLE001  the context or the interpreter is going away
+                pass
 
     def _mem_alloc(self, n: int) -> Any:
         """Device memory; the driver's out-of-memory error as Python's, which ``allocate``
@@ -147,7 +184,7 @@ class CudaModel:
         host = self._copy_in(inputs)
         drv = self.drv
         self._clear_status()
-        self._launch()
+        self._run_kernels()
         try:
             drv.Context.synchronize()
         except drv.Error:  # find the kernel that faulted
@@ -167,23 +204,25 @@ class CudaModel:
                 outs.append(a)
         return outs
 
-    def time(self, inputs: dict[str, Any], repeat: int = 20, warmup: int = 3) -> float:
-        """Median seconds of the kernels of one run (CUDA events; inputs copied in once)."""
+    def time(self, inputs: dict[str, Any], repeat: int = 20, warmup: int = 3,
+             graphs: bool = True) -> float:
+        """Median seconds of the kernels of one run (CUDA events; inputs copied in once):
+        the graph replayed, or with ``graphs`` false each kernel launched."""
         with self._exclusive():
-            return self._time(inputs, repeat, warmup)
+            return self._time(inputs, repeat, warmup, graphs)
 
-    def _time(self, inputs: dict[str, Any], repeat: int, warmup: int) -> float:
+    def _time(self, inputs: dict[str, Any], repeat: int, warmup: int, graph: bool) -> float:
         self._copy_in(inputs)
         drv = self.drv
         self._clear_status()
         for _ in range(warmup):
-            self._launch()
+            self._run_kernels(graph)
         drv.Context.synchronize()
         start, end = drv.Event(), drv.Event()
         samples = []
         for _ in range(repeat):
             start.record()
-            self._launch()
+            self._run_kernels(graph)
             end.record()
             end.synchronize()
             samples.append(start.time_till(end) / 1e3)
@@ -191,6 +230,9 @@ class CudaModel:
         return statistics.median(samples)
 
     def summary(self) -> str:
-        return (f"{len(self.kernels)} tasks, {len(self._launches)} CUDA kernels, "
+        replay = (f"launched one by one ({self.graph_failure})" if self.graph_failure else
+                  "replayed as one CUDA graph" if self._graph else
+                  "to be recorded as one CUDA graph at the first run")
+        return (f"{len(self.kernels)} tasks, {len(self._launches)} CUDA kernels {replay}, "
                 f"{self.peak_bytes / 1e6:.1f} MB intermediates and "
                 f"{self.constant_bytes / 1e6:.1f} MB constants on the device")

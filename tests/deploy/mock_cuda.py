@@ -2,7 +2,11 @@
 
 ``MOCK`` is a ``libcuda.so.1`` in C: device memory is host memory, modules remember their image,
 and ``cuLaunchKernel`` hands the function's image, name, launch sizes and parameters to a
-callback. ``Emulator`` is that callback: it finds which kernel module (and arch) the image is,
+callback. Streams made by ``cuStreamCreate`` can record: what is queued on one between
+``cuStreamBeginCapture_v2`` and ``cuStreamEndCapture`` is kept (a kernel's parameter values
+copied, as the driver copies them) and runs at each ``cuGraphLaunch``; a stream that records
+refuses copies to or from the host and synchronisation, the legacy stream refuses to record,
+and ``mock_graphs(0)`` poses as a driver that cannot record at all. ``Emulator`` is that callback: it finds which kernel module (and arch) the image is,
 by its bytes, and runs the kernel's CUDA C on the CPU through the host emulation
 (targets/cuda/host_emulate.py, checked: an access outside the buffer a parameter is given is an
 error). So the library's own C (arch choice, memory plan, call order, arguments, copies, status
@@ -32,17 +36,96 @@ MOCK = r"""
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef int (*launcher)(const void *image, const char *name, const unsigned *dims, void **params);
+typedef int (*counter)(const void *image, const char *name);
 typedef struct { const void *image; } module;
 typedef struct { const void *image; char name[256]; } function;
 
 static launcher on_launch;
+static counter param_count;
 static int cc = 90, devices = 1, live = 0;
 static long long memory = -1; /* bytes cuMemAlloc may still give; -1: any */
 
 void mock_configure(int compute_capability, int count, long long bytes, launcher l) {
   cc = compute_capability; devices = count; memory = bytes; on_launch = l;
 }
-int mock_live(void) { return live; } /* contexts, modules, allocations not yet released */
+int mock_live(void) { return live; } /* contexts, modules, allocations, streams, graphs */
+
+/* -- recording streams and graphs -- */
+enum { KERNEL, MEMSET, DTOD };
+typedef struct {
+  int kind;
+  function *f;
+  unsigned dims[6];
+  int n;
+  unsigned long long values[32]; /* a kernel's parameters; MEMSET: d, v, n; DTOD: d, s, n */
+} op;
+typedef struct { op *ops; int n, size; } graph;
+typedef struct { graph *recording; } stream;
+enum { RECORDED, INSTANTIATED, UPDATED, GRAPH_LAUNCHES, DIRECT, N_STATS };
+static int graphs_work = 1;
+static int stats[N_STATS];
+
+void mock_graphs(int work, counter c) {
+  graphs_work = work; param_count = c; memset(stats, 0, sizeof stats);
+}
+void mock_graph_stats(int *out) { memcpy(out, stats, sizeof stats); }
+
+static graph *recording(void *s) { return s ? ((stream *)s)->recording : NULL; }
+static op *add(graph *g, int kind) {
+  if (g->n == g->size) {
+    g->size = g->size ? 2 * g->size : 16;
+    g->ops = realloc(g->ops, g->size * sizeof *g->ops);
+  }
+  op *o = &g->ops[g->n++];
+  memset(o, 0, sizeof *o);
+  o->kind = kind;
+  return o;
+}
+static graph *copy_graph(const graph *g) {
+  graph *c = calloc(1, sizeof *c);
+  c->n = c->size = g->n;
+  c->ops = malloc((g->n + 1) * sizeof *g->ops);
+  memcpy(c->ops, g->ops, g->n * sizeof *g->ops);
+  live++;
+  return c;
+}
+static void free_graph(graph *g) { free(g->ops); free(g); live--; }
+
+CUresult cuStreamCreate(void **s, unsigned flags) {
+  (void)flags; *s = calloc(1, sizeof(stream)); live++; return 0;
+}
+CUresult cuStreamDestroy_v2(void *s) { free(s); live--; return 0; }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+  (void)mode;
+  if (!graphs_work) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  if (!s || recording(s)) return 900; /* the legacy stream cannot record */
+  ((stream *)s)->recording = calloc(1, sizeof(graph));
+  live++;
+  return 0;
+}
+CUresult cuStreamEndCapture(void *s, void **g) {
+  if (!recording(s)) return 901;
+  *g = recording(s);
+  ((stream *)s)->recording = NULL;
+  stats[RECORDED]++;
+  return 0;
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long long flags) {
+  (void)flags; *exec = copy_graph(g); stats[INSTANTIATED]++; return 0;
+}
+CUresult cuGraphExecUpdate_v2(void *exec, void *g, void *info) {
+  graph *e = exec, *n = g;
+  int same = e->n == n->n;
+  for (int i = 0; same && i < n->n; i++)
+    same = e->ops[i].kind == n->ops[i].kind && e->ops[i].f == n->ops[i].f;
+  if (!same) { *(int *)info = 1; return 910; } /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+  memcpy(e->ops, n->ops, n->n * sizeof *n->ops);
+  *(int *)info = 0;
+  stats[UPDATED]++;
+  return 0;
+}
+CUresult cuGraphExecDestroy(void *exec) { free_graph(exec); return 0; }
+CUresult cuGraphDestroy(void *g) { free_graph(g); return 0; }
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDeviceGetCount(int *n) { *n = devices; return 0; }
@@ -79,26 +162,66 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { free((void *)(uintptr_t)p); live--; return 0; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) {
-  (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0;
+  if (recording(st)) return 900;
+  memcpy((void *)(uintptr_t)d, s, n); return 0;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) {
-  (void)st; memcpy(d, (const void *)(uintptr_t)s, n); return 0;
+  if (recording(st)) return 900;
+  memcpy(d, (const void *)(uintptr_t)s, n); return 0;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) {
-  (void)st; memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return 0;
+  if (recording(st)) {
+    op *o = add(recording(st), DTOD);
+    o->values[0] = d; o->values[1] = s; o->values[2] = n;
+    return 0;
+  }
+  memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return 0;
 }
 CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, void *st) {
-  (void)st; for (size_t i = 0; i < n; i++) ((unsigned *)(uintptr_t)d)[i] = v; return 0;
+  if (recording(st)) {
+    op *o = add(recording(st), MEMSET);
+    o->values[0] = d; o->values[1] = v; o->values[2] = n;
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) ((unsigned *)(uintptr_t)d)[i] = v; return 0;
 }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
-  (void)shared; (void)stream; (void)extra;
+  (void)shared; (void)extra;
   unsigned dims[6] = {gx, gy, gz, bx, by, bz};
   function *fn = f;
+  if (recording(stream)) { /* the parameters' values now: the caller's array may go */
+    op *o = add(recording(stream), KERNEL);
+    o->f = fn;
+    memcpy(o->dims, dims, sizeof dims);
+    o->n = param_count(fn->image, fn->name);
+    if (o->n < 0 || o->n > 32) return 1;
+    for (int j = 0; j < o->n; j++) memcpy(&o->values[j], params[j], 8);
+    return 0;
+  }
+  stats[DIRECT]++;
   return on_launch(fn->image, fn->name, dims, params) ? 719 : 0;
 }
-CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuGraphLaunch(void *exec, void *s) {
+  if (recording(s)) return 900;
+  graph *e = exec;
+  stats[GRAPH_LAUNCHES]++;
+  for (int i = 0; i < e->n; i++) {
+    op *o = &e->ops[i];
+    void *params[32];
+    for (int j = 0; j < o->n; j++) params[j] = &o->values[j];
+    if (o->kind == KERNEL && on_launch(o->f->image, o->f->name, o->dims, params)) return 719;
+    if (o->kind == MEMSET)
+      for (size_t k = 0; k < o->values[2]; k++)
+        ((unsigned *)(uintptr_t)o->values[0])[k] = (unsigned)o->values[1];
+    if (o->kind == DTOD)
+      memmove((void *)(uintptr_t)o->values[0], (const void *)(uintptr_t)o->values[1],
+              o->values[2]);
+  }
+  return 0;
+}
+CUresult cuStreamSynchronize(void *s) { return recording(s) ? 900 : 0; }
 CUresult cuGetErrorName(CUresult r, const char **s) {
   *s = r == 2 ? "CUDA_ERROR_OUT_OF_MEMORY" : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED"
      : "CUDA_ERROR_UNKNOWN";
@@ -108,6 +231,11 @@ CUresult cuGetErrorName(CUresult r, const char **s) {
 
 LAUNCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
                             ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_void_p))
+COUNTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+# (inputs, outputs) of each run_device: the same pointers, then other inputs only, other
+# outputs only, both
+DEVICE_RUNS = ((0, 0), (0, 0), (1, 0), (1, 1), (0, 0))
+GRAPH_STATS = ("recorded", "instantiated", "updated", "graph_launches", "direct_launches")
 
 
 def build_mock(folder: Path) -> Path:
@@ -134,6 +262,26 @@ class Emulator:
         self.launches = 0
         self.errors: list[str] = []
         self.callback = LAUNCHER(self._launch)
+        self.counter = COUNTER(self._count)
+
+    def _kernel(self, image: int, name: str) -> tuple[Any, str]:
+        """The module (and arch) whose code is ``image`` and that has kernel ``name``."""
+        found = [(m, arch) for m, arch, data in self.binaries
+                 if name in m.kernel_names and ctypes.string_at(image, len(data)) == data]
+        if len(found) != 1:
+            raise AssertionError(f"the image launched is {len(found)} of the modules")
+        return found[0]
+
+    def _count(self, image: int, name: bytes) -> int:
+        """How many parameters kernel ``name`` takes (its buffers and status word); -1 when
+        it is no kernel of the modules."""
+        try:
+            module, _ = self._kernel(image, name.decode())
+        except AssertionError as exc:
+            self.errors.append(f"{name.decode()}: {exc}")
+            return -1
+        info = module.source.kernels[module.kernel_names.index(name.decode())]
+        return len(info.buffers) + info.checks
 
     def _launch(self, image: int, name: bytes, dims: Any, params: Any) -> int:
         try:
@@ -146,11 +294,7 @@ class Emulator:
     def run(self, image: int, name: str, dims: list[int], params: Any) -> None:
         from autosched.targets.cuda import host_emulate as he
 
-        found = [(m, arch) for m, arch, data in self.binaries
-                 if name in m.kernel_names and ctypes.string_at(image, len(data)) == data]
-        if len(found) != 1:
-            raise AssertionError(f"the image launched is {len(found)} of the modules")
-        module, arch = found[0]
+        module, arch = self._kernel(image, name)
         self.archs.add(arch)
         self.launches += 1
         k = module.kernel_names.index(name)
@@ -209,17 +353,20 @@ def views_model() -> Any:
 
 def _max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     assert [g.shape for g in got] == [w.shape for w in want]
-    return max(float(np.max(np.abs(g - w))) for g, w in zip(got, want))
+    errors = [np.abs(g.astype(np.float64) - w) for g, w in zip(got, want)]
+    return max(float(np.max(np.nan_to_num(e, nan=np.inf))) for e in errors)  # NaN: unwritten
 
 
-def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]],
+def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, ...]],
          weights_file: bool = False) -> list[dict]:
     """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to
     ``folder`` (its weights in a weights file when ``weights_file``), and run it over the
     stand-in driver posing as each of ``gpus`` in turn
-    ((compute capability, bytes it can allocate or -1)): the host and the device-pointer path
-    against onnxruntime. A report per GPU: {"create": the load error or "", "host" / "device":
-    max abs error, "archs": code that ran, "launches", "errors", "live": what destroy left}."""
+    ((compute capability, bytes it can allocate or -1[, 0: it cannot record graphs])): the
+    host path on two inputs, and the device-pointer path from inputs I0 and I1 into outputs O0
+    and O1 (DEVICE_RUNS), against onnxruntime. A report per GPU: {"create": the load error or "", "host" /
+    "device": max abs error over those runs, "archs": code that ran, "launches", "errors",
+    "live": what destroy left, and the driver's counts GRAPH_STATS}."""
     import gc
 
     import autosched as aus
@@ -237,37 +384,50 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, int]],
     mock = ctypes.CDLL(str(build_mock(folder)), mode=ctypes.RTLD_GLOBAL)
     modules = list({id(m): m for m in (cuda_module(k.module) for k in compiled.kernels)}.values())
     rng = np.random.default_rng()
-    feeds = {v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype)
-             for v in compiled.graph.inputs}
+    feeds = [{v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype)
+              for v in compiled.graph.inputs} for _ in range(2)]
     if model == "gather":
-        feeds["i"] = np.array([0, 4, 1, 2])
-    want = ort_run(proto, feeds)
+        feeds[0]["i"], feeds[1]["i"] = np.array([0, 4, 1, 2]), np.array([3, 3, 0, 1])
+    want = [ort_run(proto, f) for f in feeds]
     reports = []
-    for cc, memory in gpus:
+    for cc, memory, *graphs in gpus:
         emulator = Emulator(modules, library_archs(compiled.target))
         mock.mock_configure(cc, 1, ctypes.c_longlong(memory), emulator.callback)
+        mock.mock_graphs(graphs[0] if graphs else 1, emulator.counter)
         report: dict[str, Any] = {"create": "", "errors": emulator.errors}
         try:
             deployed = aus.load(folder / "build")
         except ModelImportError as exc:
             report["create"] = str(exc)
         else:
-            report["host"] = _max_error(deployed.run(feeds), want)
-            outs = [np.full(w.shape, np.nan, w.dtype) for w in want]
-            deployed.run_device({k: _OnDevice(v) for k, v in feeds.items()},
-                                [_OnDevice(o) for o in outs])
-            report["device"] = _max_error(outs, want)
+            report["host"] = max(_max_error(deployed.run(f), w) for f, w in zip(feeds, want))
+            ins = [{k: _OnDevice(v) for k, v in f.items()} for f in feeds]
+            outs = [[np.empty(w.shape, w.dtype) for w in want[0]] for _ in range(2)]
+            report["device"] = max(_run_device(deployed, ins[i], outs[o], want[i])
+                                   for i, o in DEVICE_RUNS)
             if model == "gather":
                 try:
-                    deployed.run({"d": feeds["d"], "i": np.array([0, 1, 9, 2])})
+                    deployed.run({"d": feeds[0]["d"], "i": np.array([0, 1, 9, 2])})
                 except RuntimeError_ as exc:
                     report["bad_index"] = str(exc)
+                report["after_bad_index"] = _max_error(deployed.run(feeds[1]), want[1])
             del deployed
         gc.collect()
+        stats = (ctypes.c_int * len(GRAPH_STATS))()
+        mock.mock_graph_stats(stats)
         report.update(archs=sorted(emulator.archs), launches=emulator.launches,
-                      live=mock.mock_live())
+                      live=mock.mock_live(), **dict(zip(GRAPH_STATS, stats)))
         reports.append(report)
     return reports
+
+
+def _run_device(deployed: Any, inputs: dict[str, _OnDevice], outs: list[np.ndarray],
+                want: list[np.ndarray]) -> float:
+    """run_device from ``inputs`` into ``outs`` (filled with NaN first); the max abs error."""
+    for o in outs:
+        o.fill(np.nan if o.dtype.kind == "f" else -1)
+    deployed.run_device(inputs, [_OnDevice(o) for o in outs])
+    return _max_error(outs, want)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,9 @@ def test_without_a_cuda_driver_load_fails_in_one_line(cnn_library: Path) -> None
 def test_the_generated_c_compiles_without_warnings(tmp_path: Path) -> None:
     model = _compile(gather_model(), "sm_90")
     spec = library_spec(model, "gather", static=False)
-    built = build_library(spec, tmp_path / "gather.so", flags=("-Werror", "-Wshadow"))
+    for graphs in ("1", "0"):  # 0: each kernel launched on every run (benchmarks compare)
+        built = build_library(spec, tmp_path / "gather.so",
+                              flags=("-Werror", "-Wshadow", f"-DCUDA_GRAPHS={graphs}"))
     assert "#define GATHER_RUN_DEVICE_WAITS 1" in built.header  # its kernel checks indices
     assert built.target == "cuda -arch=sm_90"
 
@@ -166,6 +168,7 @@ def test_over_a_stand_in_driver_each_gpu_runs_the_code_of_its_arch(tmp_path: Pat
         assert report["errors"] == [] and report["create"] == ""
         assert report["host"] < 1e-4 and report["device"] < 1e-4
         assert report["archs"] == [arch] and report["launches"] > 0
+        assert report["direct_launches"] == 0 and report["graph_launches"] == 7
     assert "GPU 0 is sm_75; this library holds code for sm_90, sm_80 only" in sm75["create"]
     assert "CUDA_ERROR_OUT_OF_MEMORY" in full["create"] and sm75["launches"] == 0
     for report in (sm75, full):
@@ -174,10 +177,31 @@ def test_over_a_stand_in_driver_each_gpu_runs_the_code_of_its_arch(tmp_path: Pat
 
 
 @needs_host_emulation
+def test_over_a_stand_in_driver_runs_replay_one_graph_each(tmp_path: Path) -> None:
+    """The host path records its graph at the first run and replays it; the device path
+    records again only for other pointers (mock_cuda.DEVICE_RUNS: other inputs, other
+    outputs, both: four recordings, the executable graph instantiated once and updated three
+    times), and each replay reads the arrays it is bound to. A driver that cannot record gets
+    the same launches one by one, with the same outputs."""
+    graphs, plain = _over_a_stand_in_driver("small_cnn", "sm_90", tmp_path, "90:-1", "90:-1:0")
+    for report in (graphs, plain):
+        assert report["errors"] == [] and report["create"] == "" and report["live"] == 0
+        assert report["host"] < 1e-4 and report["device"] < 1e-4
+    kernels = graphs["launches"] // 7  # two host runs, five device runs
+    assert graphs["launches"] == plain["launches"] == 7 * kernels and kernels > 1
+    assert (graphs["recorded"], graphs["instantiated"], graphs["updated"]) == (5, 2, 3)
+    assert (graphs["graph_launches"], graphs["direct_launches"]) == (7, 0)
+    assert (plain["recorded"], plain["graph_launches"], plain["direct_launches"]) == \
+        (0, 0, 7 * kernels)
+
+
+@needs_host_emulation
 def test_over_a_stand_in_driver_a_kernel_check_is_the_status_of_the_run(tmp_path: Path) -> None:
+    """The status word is cleared inside the graph: the run after a failing one is clean."""
     (report,) = _over_a_stand_in_driver("gather", "sm_90", tmp_path, "90:-1")
     assert report["errors"] == [] and report["host"] == 0 and report["device"] == 0
     assert "out of range" in report["bad_index"] and report["live"] == 0
+    assert report["after_bad_index"] == 0 and report["direct_launches"] == 0
 
 
 @pytest.mark.slow
@@ -239,6 +263,38 @@ def test_load_runs_a_cuda_library_as_the_executor_and_onnxruntime(tmp_path: Path
     with pytest.raises(ModelImportError, match="must be float32"):
         deployed.run_device({"input": x.astype(np.float64)}, [y])
     assert deployed.time(feeds, repeat=3, min_s=0.0) > 0
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_each_replay_reads_the_arrays_of_its_run(tmp_path: Path) -> None:
+    """The library replays a recorded graph: two host runs on different inputs, and device
+    runs on two sets of pointers and the first again (recorded anew each time the pointers
+    change), each against onnxruntime; a library built without graphs gives the same."""
+    import pycuda.gpuarray as gpuarray
+
+    from autosched.targets.cuda.library import build_library
+
+    proto = small_cnn(image=20)
+    model = _compile(proto, detect_cuda_arch())
+    export(model, tmp_path / "graphs", name="cnn")
+    export(model, tmp_path / "plain", name="cnn")
+    build_library(library_spec(model, "cnn", static=False), tmp_path / "plain" / "cnn.so",
+                  flags=("-DCUDA_GRAPHS=0",))
+    (tmp_path / "plain" / "cnn.so").chmod(0o755)  # as export leaves it: only its owner writes
+    rng = np.random.default_rng()
+    feeds = [{"input": rng.uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32)} for _ in range(2)]
+    want = [ort_run(proto, f) for f in feeds]
+    assert not np.allclose(want[0][0], want[1][0])
+    for build in ("graphs", "plain"):
+        deployed = aus.load(tmp_path / build)
+        for f, w in zip(feeds, want):
+            _check(deployed.run(f), w)
+        sets = [({"input": gpuarray.to_gpu(f["input"])},
+                 [gpuarray.empty(w[0].shape, np.float32)]) for f, w in zip(feeds, want)]
+        for n in (0, 1, 0, 0):
+            sets[n][1][0].fill(np.nan)
+            deployed.run_device(*sets[n])
+            _check([sets[n][1][0].get()], want[n])  # get() waits: the default stream
 
 
 @pytest.mark.gpu

@@ -1,8 +1,9 @@
 """The GPU executor's plumbing (device buffers from the memory plan, constants uploaded once,
-inputs in and outputs out once per run, the status words of kernels with checks) on a fake
-driver whose "device memory" is host memory and whose kernels are the CPU builds of the same
-tasks, or their CUDA C run on the host; the real thing runs in tests/models/test_models.py's
-and tests/graph/test_gather_checks.py's gpu tests."""
+inputs in and outputs out once per run, the status words of kernels with checks, the launches
+recorded as a CUDA graph and replayed) on a fake driver whose "device memory" is host memory
+and whose kernels are the CPU builds of the same tasks, or their CUDA C run on the host; the
+real thing runs in tests/models/test_models.py's and tests/graph/test_gather_checks.py's gpu
+tests, and in this file's."""
 
 from __future__ import annotations
 
@@ -21,15 +22,62 @@ from importers.onnx import from_onnx
 from tests.graph.test_gather_checks import HOST_SKIP, LOOKUP_FAILED, N, _model
 
 
+class _FakeGraphs:
+    """The driver's graph functions (targets/cuda/graphs.py's GraphDriver): a stream that
+    records keeps its launches (arguments as they were queued), a graph launch makes them."""
+
+    def __init__(self, works: bool = True) -> None:
+        self.works = works
+        self.recording: dict[int, list] = {}
+        self.graphs: dict[int, list] = {}
+        self.ids = itertools.count(1)
+        self.recorded = self.launches = 0
+
+    def begin_capture(self, stream: int) -> None:
+        if not self.works:
+            raise RuntimeError_("cuStreamBeginCapture_v2 failed: CUDA_ERROR_NOT_SUPPORTED")
+        self.recording[stream] = []
+
+    def end_capture(self, stream: int) -> int:
+        graph = next(self.ids)
+        self.graphs[graph] = self.recording.pop(stream)
+        self.recorded += 1
+        return graph
+
+    def instantiate(self, graph: int) -> int:
+        exec_ = next(self.ids)
+        self.graphs[exec_] = list(self.graphs[graph])
+        return exec_
+
+    def launch(self, exec_: int, stream: int) -> None:
+        assert stream not in self.recording
+        self.launches += 1
+        for fn, grid, block, values in self.graphs[exec_]:
+            fn.run(grid, block, *values)
+
+    def destroy_exec(self, exec_: int) -> None:
+        del self.graphs[exec_]
+
+    def destroy_graph(self, graph: int) -> None:
+        del self.graphs[graph]
+
+
 class _FakeDriver:
     class Error(Exception):
         pass
 
-    def __init__(self) -> None:
+    def __init__(self, graphs: bool = True) -> None:
         self.memory: dict[int, np.ndarray] = {}
         self.ids = itertools.count(4096, 4096)
         self.copies_in = self.copies_out = 0
+        self.graphs = _FakeGraphs(graphs)
+        self.direct_launches = 0
         drv = self
+
+        class Stream:
+            def __init__(self, flags: int = 0) -> None:
+                assert flags == 1  # non-blocking: the legacy stream cannot record
+                self.handle = next(drv.ids)
 
         class Context:
             @staticmethod
@@ -46,7 +94,7 @@ class _FakeDriver:
             def time_till(self, other: object) -> float:
                 return 1.0
 
-        self.Context, self.Event = Context, Event
+        self.Context, self.Event, self.Stream = Context, Event, Stream
         self._drv = drv
 
     def mem_alloc(self, n: int) -> int:
@@ -78,7 +126,19 @@ class _FakeFn:
     def __init__(self, drv: _FakeDriver, host_module: object, task: object) -> None:
         self.drv, self.mod, self.task = drv, host_module, task
 
+    def prepared_async_call(self, grid: tuple, block: tuple, stream: object, *ptrs: int
+                            ) -> None:
+        recording = self.drv.graphs.recording.get(stream.handle)  # type: ignore[attr-defined]
+        if recording is None:
+            self.prepared_call(grid, block, *ptrs)
+        else:  # the values now: a graph keeps them
+            recording.append((self, grid, block, list(ptrs)))
+
     def prepared_call(self, grid: tuple, block: tuple, *ptrs: int) -> None:
+        self.drv.direct_launches += 1
+        self.run(grid, block, *ptrs)
+
+    def run(self, grid: tuple, block: tuple, *ptrs: int) -> None:
         arrays = []
         for p, t in zip(ptrs, self.task.args):
             shape = [int(d) for d in t.shape]
@@ -102,11 +162,13 @@ class _FakeModule:
         return Launches([Launch(self.fn, (1, 1, 1), (1, 1, 1), values, "k")], [], [])
 
 
-def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_gpu_model(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator,
+                    graphs: bool = True) -> tuple[object, object, object, _FakeDriver]:
+    """A small CNN's CudaModel on the fake driver (``graphs``: whether it can record), with
+    its ONNX model and CPU build."""
     from autosched.graph.executor_cuda import CudaModel
     from autosched.targets.cuda import runtime as rt
 
-    rng = np.random.default_rng()
     b = Builder(int(rng.integers(1 << 30)))
     y = b.conv_bn("x", 3, 8, 3)
     h = b.conv_bn(y, 8, 8, 3, act=None)
@@ -116,14 +178,20 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     proto = b.model(("x", (1, 3, 10, 9)), y, "fake_gpu")
     graph = from_onnx(proto)
     cpu = aus.compile(graph, "llvm")
-
-    drv = _FakeDriver()
+    drv = _FakeDriver(graphs)
     monkeypatch.setattr(rt, "driver", lambda: drv)
     monkeypatch.setattr(rt, "context", lambda: None)
     kernels = [type(k)(k.group, k.task, k.args, _FakeModule(drv, k.module, k.task))
                for k in cpu.kernels]
     assert cpu.aliases
-    model = CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases)
+    return CudaModel(cpu.graph, kernels, parse("cuda"), cpu.constants, cpu.aliases), proto, \
+        cpu, drv
+
+
+def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng()
+    model, proto, cpu, drv = _fake_gpu_model(monkeypatch, rng)
+    kernels = model.kernels
     uploads = drv.copies_in
     assert uploads == sum(1 for c in cpu.constants if any(c in k.args for k in kernels))
     x = {"x": rng.standard_normal((1, 3, 10, 9)).astype(np.float32)}
@@ -138,6 +206,39 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     assert len(set(model.storage.values())) < len(model.storage)
     with pytest.raises(aus.ModelImportError, match="must be float32"):
         model.run({"x": x["x"].astype(np.float16)})
+
+
+def test_cuda_model_replays_its_launches_as_one_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recorded at the first run, replayed after it: each replay reads the inputs copied in
+    for it (the graph is bound to the buffers, not to a copy of their contents); time() can
+    launch each kernel instead."""
+    rng = np.random.default_rng()
+    model, proto, cpu, drv = _fake_gpu_model(monkeypatch, rng)
+    assert "recorded as one CUDA graph at the first run" in model.summary()
+    xs = [{"x": rng.standard_normal((1, 3, 10, 9)).astype(np.float32)} for _ in range(3)]
+    outs = [model.run(x)[0] for x in xs]
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out, cpu.run(x)[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(out, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+    assert (drv.graphs.recorded, drv.graphs.launches, drv.direct_launches) == (1, 3, 0)
+    assert "replayed as one CUDA graph" in model.summary() and model.graph_failure is None
+    model.time(xs[0], repeat=4, warmup=1)
+    assert (drv.graphs.launches, drv.direct_launches) == (8, 0)
+    model.time(xs[0], repeat=4, warmup=1, graphs=False)
+    assert (drv.graphs.launches, drv.direct_launches) == (8, 5 * len(model.kernels))
+    np.testing.assert_allclose(model.run(xs[1])[0], outs[1], rtol=0, atol=0)
+
+
+def test_cuda_model_without_graphs_launches_each_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that cannot record: runs launch each kernel, with the same outputs, and the
+    summary says why."""
+    rng = np.random.default_rng()
+    model, proto, cpu, drv = _fake_gpu_model(monkeypatch, rng, graphs=False)
+    for _ in range(2):
+        x = {"x": rng.standard_normal((1, 3, 10, 9)).astype(np.float32)}
+        np.testing.assert_allclose(model.run(x)[0], ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+    assert (drv.graphs.recorded, drv.direct_launches) == (0, 2 * len(model.kernels))
+    assert "launched one by one (cuStreamBeginCapture_v2 failed" in model.summary()
 
 
 @pytest.mark.skipif(HOST_SKIP is not None, reason=str(HOST_SKIP))
@@ -171,3 +272,27 @@ def test_cuda_model_names_the_node_whose_index_check_failed(monkeypatch: pytest.
         np.testing.assert_array_equal(model.run({"ids": ids})[0], out)
     with pytest.raises(RuntimeError_, match=LOOKUP_FAILED):
         model.time({"ids": bad}, repeat=1, warmup=0)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_replayed_graph_matches_onnxruntime_run_after_run() -> None:
+    """The real driver records the launches queued through pycuda and replays them: two runs
+    on different inputs give different outputs, each onnxruntime's; the same with the launches
+    one by one, and timing both ways works."""
+    from autosched.testing.models import small_cnn
+
+    rng = np.random.default_rng()
+    proto = small_cnn(image=20)
+    graph = from_onnx(proto)
+    model = aus.compile(graph, target="cuda")
+    xs = [{v.name: rng.uniform(-1, 1, v.shape).astype(v.dtype) for v in graph.inputs}
+          for _ in range(2)]
+    outs = [model.run(x)[0] for x in xs]
+    assert model.graph_failure is None, model.graph_failure
+    assert "replayed as one CUDA graph" in model.summary()
+    assert not np.allclose(outs[0], outs[1])
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+    replayed, launched = model.time(xs[0], repeat=5), model.time(xs[0], repeat=5, graphs=False)
+    assert replayed > 0 and launched > 0
+    np.testing.assert_allclose(model.run(xs[1])[0], outs[1], rtol=0, atol=0)

@@ -22,6 +22,20 @@ host pointers (copies in, launches, copies out, waits for the stream); ``run_dev
 device pointers and queues the same launches on the context's stream without waiting (unless
 some kernel checks indices: then it waits to read their status word).
 
+The launches of a run (with the clearing of the status word and the output copies between
+device buffers) are one CUDA graph: recorded the first time on a private non-blocking stream
+(the legacy default stream cannot record, and a blocking stream's recording would break when
+another thread used the legacy one meanwhile), then launched on the context's stream (the
+user's, or the legacy default one): one driver call per run instead of one per kernel. The
+status word is read, and the host copies made, outside the graph. The host path's graph is
+recorded once (its inputs and outputs are the context's staging buffers); the device path's
+again whenever a run is given other pointers than the ones recorded, and its executable graph
+is then updated in place (``cuGraphExecUpdate``: only kernel arguments and copy addresses
+differ, so the update takes the place of a new instantiation, which costs more; a driver
+before CUDA 12 instantiates anew). A driver without graphs (before CUDA 11.4), or one that
+fails to record them, gets the launches one by one, as does a library compiled with
+``-DCUDA_GRAPHS=0`` (build_library's ``flags``: benchmarks compare both).
+
 Example::
 
     spec = library_spec(model, "net", static=False)    # graph/deploy.py; export does all this
@@ -86,6 +100,20 @@ DRIVER_FUNCTIONS = (  # (field of the C driver table, symbol in libcuda.so.1, C 
     ("StreamSynchronize", "cuStreamSynchronize", "(CUstream)"),
     ("GetErrorName", "cuGetErrorName", "(CUresult, const char **)"),
 )
+# The driver functions that capture a run's launches as a CUDA graph and replay it (CUDA 11.4;
+# cuGraphExecUpdate_v2: 12.0). A driver without them runs the same launches one by one.
+GRAPH_FUNCTIONS = (
+    ("StreamCreate", "cuStreamCreate", "(CUstream *, unsigned int)"),
+    ("StreamDestroy", "cuStreamDestroy_v2", "(CUstream)"),
+    ("BeginCapture", "cuStreamBeginCapture_v2", "(CUstream, int)"),
+    ("EndCapture", "cuStreamEndCapture", "(CUstream, CUgraph *)"),
+    ("GraphInstantiate", "cuGraphInstantiateWithFlags",
+     "(CUgraphExec *, CUgraph, unsigned long long)"),
+    ("GraphLaunch", "cuGraphLaunch", "(CUgraphExec, CUstream)"),
+    ("GraphExecDestroy", "cuGraphExecDestroy", "(CUgraphExec)"),
+    ("GraphDestroy", "cuGraphDestroy", "(CUgraph)"),
+)
+GRAPH_UPDATE = ("GraphExecUpdate", "cuGraphExecUpdate_v2", "(CUgraphExec, CUgraph, update_info *)")
 
 
 def cuda_module(module: Any) -> Any:
@@ -342,6 +370,7 @@ static void load_driver(void) {
   }
   for (size_t i = 0; i < sizeof SYMBOLS / sizeof *SYMBOLS; i++) {
     void *f = dlsym(lib, SYMBOLS[i].name);
+    if (!f && !SYMBOLS[i].required) continue; /* a graph function: runs launch one by one */
     if (!f) {
       snprintf(cu_failure, sizeof cu_failure, "the CUDA driver lacks %s (too old)",
                SYMBOLS[i].name);
@@ -368,6 +397,13 @@ static int pick_arch(int major, int minor) {
 
 /* -- contexts ---------------------------------------------------------------------------- */
 
+/* A run's launches recorded as a graph, with the input and output pointers they were given. */
+typedef struct {
+  CUgraphExec exec;
+  CUdeviceptr bound[N_INPUTS + N_OUTPUTS + 1];
+} run_graph;
+enum { HOST_GRAPH, DEVICE_GRAPH }; /* run's (staging buffers) and run_device's */
+
 struct @name@_context {
   CUcontext cuda;
   CUdevice device;
@@ -376,12 +412,18 @@ struct @name@_context {
   CUdeviceptr memory; /* the weights, then the workspace */
   CUmodule modules[N_MODULES];
   CUfunction functions[N_FUNCTIONS];
+  int use_graphs;     /* replay graphs; 0 once recording one failed: launches one by one */
+  CUstream recording; /* the private stream graphs are recorded on, made at the first */
+  run_graph graph[2];
 };
 
 /* Frees what create made, once the stream is done with it; the caller has made the context's
    CUDA context current. */
 static void release(struct @name@_context *c) {
   cu.StreamSynchronize(c->stream);
+  for (int g = 0; g < 2; g++)
+    if (c->graph[g].exec) cu.GraphExecDestroy(c->graph[g].exec);
+  if (c->recording) cu.StreamDestroy(c->recording);
   for (int m = 0; m < N_MODULES; m++)
     if (c->modules[m]) cu.ModuleUnload(c->modules[m]);
   if (c->memory) cu.MemFree(c->memory);
@@ -433,6 +475,7 @@ static int32_t create_on(const @name@_options *options, @name@_context **context
   c->device = device;
   c->stream = options ? (CUstream)options->stream : NULL;
   c->arch = a;
+  c->use_graphs = CUDA_GRAPHS && HAS_GRAPHS;
   if ((r = cu.PrimaryCtxRetain(&c->cuda, device))) {
     free(c);
     return failed("cuDevicePrimaryCtxRetain", r);
@@ -487,12 +530,13 @@ static CUdeviceptr address(const struct @name@_context *c, place p, const CUdevi
   }
 }
 
-/* The launches and copies of one run on the context's stream, not waiting for them. */
-static int32_t enqueue(struct @name@_context *c, const CUdeviceptr *in, const CUdeviceptr *out) {
+/* The launches and copies of one run on stream, not waiting for them. */
+static int32_t enqueue(struct @name@_context *c, CUstream stream, const CUdeviceptr *in,
+                       const CUdeviceptr *out) {
   CUdeviceptr values[MAX_ARGS];
   void *params[MAX_ARGS];
   CUresult r;
-  if (CHECKS && (r = cu.MemsetD32(c->memory + WORK_AT + STATUS_AT, 0, 1, c->stream)))
+  if (CHECKS && (r = cu.MemsetD32(c->memory + WORK_AT + STATUS_AT, 0, 1, stream)))
     return failed("clearing the status word", r);
   for (int l = 0; l < N_LAUNCHES; l++) {
     const launch *k = &LAUNCHES[l];
@@ -501,7 +545,7 @@ static int32_t enqueue(struct @name@_context *c, const CUdeviceptr *in, const CU
       params[j] = &values[j];
     }
     r = cu.Launch(c->functions[k->function], k->grid[0], k->grid[1], k->grid[2], k->block[0],
-                  k->block[1], k->block[2], 0, c->stream, params, NULL);
+                  k->block[1], k->block[2], 0, stream, params, NULL);
     if (r) {
       note(MODEL ": launching kernel %s (launch %d of %d) failed: %s", FUNCTION_NAME[k->function],
            l + 1, N_LAUNCHES, error_name(r));
@@ -510,9 +554,50 @@ static int32_t enqueue(struct @name@_context *c, const CUdeviceptr *in, const CU
   }
   for (int k = 0; k < N_COPIES; k++)
     if ((r = cu.DtoD(out[COPIES[k].output], address(c, COPIES[k].src, in, out),
-                     COPIES[k].nbytes, c->stream)))
+                     COPIES[k].nbytes, stream)))
       return failed("copying an output", r);
   return ST_OK;
+}
+
+/* Records the launches of a run on in and out into g: a new executable graph, or g's updated
+   to the new arguments. Nonzero when the driver cannot record or instantiate it. */
+static int record(struct @name@_context *c, run_graph *g, const CUdeviceptr *in,
+                  const CUdeviceptr *out) {
+  CUgraph recorded = NULL;
+  if (!c->recording && cu.StreamCreate(&c->recording, STREAM_NON_BLOCKING)) return 1;
+  if (cu.BeginCapture(c->recording, CAPTURE_THREAD_LOCAL)) return 1;
+  int32_t status = enqueue(c, c->recording, in, out);
+  if (cu.EndCapture(c->recording, &recorded) || status || !recorded) {
+    if (recorded) cu.GraphDestroy(recorded);
+    return 1;
+  }
+  update_info info;
+  if (g->exec && !(cu.GraphExecUpdate && !cu.GraphExecUpdate(g->exec, recorded, &info))) {
+    cu.GraphExecDestroy(g->exec);
+    g->exec = NULL;
+  }
+  CUresult r = g->exec ? 0 : cu.GraphInstantiate(&g->exec, recorded, 0);
+  cu.GraphDestroy(recorded); /* the executable graph is a copy */
+  if (r) {
+    g->exec = NULL;
+    return 1;
+  }
+  memcpy(g->bound, in, N_INPUTS * sizeof *in);
+  memcpy(g->bound + N_INPUTS, out, N_OUTPUTS * sizeof *out);
+  return 0;
+}
+
+/* One run's launches on the context's stream: graph g, recorded first when it is not bound
+   to in and out, or, without graphs, each launch. */
+static int32_t dispatch(struct @name@_context *c, int which, const CUdeviceptr *in,
+                        const CUdeviceptr *out) {
+  run_graph *g = &c->graph[which];
+  int bound = g->exec && !memcmp(g->bound, in, N_INPUTS * sizeof *in) &&
+              !memcmp(g->bound + N_INPUTS, out, N_OUTPUTS * sizeof *out);
+  if (c->use_graphs && !bound && record(c, g, in, out)) c->use_graphs = 0;
+  if (!c->use_graphs) return enqueue(c, c->stream, in, out);
+  CUresult r = cu.GraphLaunch(g->exec, c->stream);
+  return r ? failed("cuGraphLaunch", r) : ST_OK;
 }
 
 /* Waits for the stream; the kernels' status word, or the driver's failure. */
@@ -543,7 +628,7 @@ API int32_t @name@_run(@name@_context *c, const void *const *inputs, void *const
   for (int i = 0; i < N_INPUTS && !status; i++)
     if ((r = cu.HtoD(in[i], inputs[i], INPUT_BYTES[i], c->stream)))
       status = failed("copying an input to the GPU", r);
-  if (!status) status = enqueue(c, in, out);
+  if (!status) status = dispatch(c, HOST_GRAPH, in, out);
   for (int o = 0; o < N_OUTPUTS && !status; o++)
     if ((r = cu.DtoH(outputs[o], out[o], OUTPUT_BYTES[o], c->stream)))
       status = failed("copying an output from the GPU", r);
@@ -566,7 +651,7 @@ API int32_t @name@_run_device(@name@_context *c, const void *const *inputs, void
   CUcontext popped;
   CUresult r = cu.CtxPush(c->cuda);
   if (r) return failed("cuCtxPushCurrent", r);
-  int32_t status = enqueue(c, in, out);
+  int32_t status = dispatch(c, DEVICE_GRAPH, in, out);
   if (!status && CHECKS) status = finish(c);
   cu.CtxPop(&popped);
   return status;
@@ -602,9 +687,12 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
     n = spec.name
     statuses = "\n".join(f"#define ST_{s.name} {int(s)}" for s in Status)
     statuses = f"#define ST_OK {STATUS_OK}\n{statuses}"
-    driver = "\n".join(f"  CUresult (*{field}){sig};" for field, _, sig in DRIVER_FUNCTIONS)
-    symbols = ",\n  ".join(f'{{"{sym}", offsetof(struct driver, {field})}}'
-                           for field, sym, _ in DRIVER_FUNCTIONS)
+    functions = [*((*f, 1) for f in DRIVER_FUNCTIONS),
+                 *((*f, 0) for f in (*GRAPH_FUNCTIONS, GRAPH_UPDATE))]
+    driver = "\n".join(f"  CUresult (*{field}){sig};" for field, _, sig, _ in functions)
+    symbols = ",\n  ".join(f'{{"{sym}", offsetof(struct driver, {field}), {required}}}'
+                           for field, sym, _, required in functions)
+    graphs = " && ".join(f"cu.{field}" for field, _, _ in GRAPH_FUNCTIONS)
     messages = ",\n  ".join(f"{{{int(bit)}, {c_string(text)}}}"
                             for bit, text in STATUS_MESSAGES.items() if bit != STATUS_OK)
 
@@ -662,6 +750,9 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct {{ int result; void *node, *from_node; }} update_info; /* cuGraphExecUpdate's */
 
 #include "{n}.h"
 
@@ -670,6 +761,11 @@ typedef struct CUstream_st *CUstream;
 #define CU_OUT_OF_MEMORY 2
 #define CC_MAJOR 75
 #define CC_MINOR 76
+#define STREAM_NON_BLOCKING 1
+#define CAPTURE_THREAD_LOCAL 1 /* other threads' driver calls do not break a recording */
+#ifndef CUDA_GRAPHS
+#define CUDA_GRAPHS 1 /* 0: launch each kernel on every run */
+#endif
 enum {{ IN, OUT, WEIGHTS, WORK }};
 
 /* -- the model ------------------------------------------------------------------------- */
@@ -730,9 +826,10 @@ struct driver {{
 {driver}
 }};
 static struct driver cu;
-static const struct {{ const char *name; size_t at; }} SYMBOLS[] = {{
+static const struct {{ const char *name; size_t at; int required; }} SYMBOLS[] = {{
   {symbols}
 }};
+#define HAS_GRAPHS ({graphs})
 {_weights_source(spec)}
 {GLUE.replace('@name@', n)}"""
 

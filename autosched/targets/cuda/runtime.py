@@ -145,6 +145,10 @@ class Launch(NamedTuple):
     def __call__(self) -> None:
         self.function.prepared_call(self.grid, self.block, *self.values)
 
+    def enqueue(self, stream: Any) -> None:
+        """Queue the launch on ``stream`` (a pycuda Stream), not waiting for it."""
+        self.function.prepared_async_call(self.grid, self.block, stream, *self.values)
+
 
 class Launches(NamedTuple):
     """The launches of one call on given arguments, the (host array, device buffer) pairs to
