@@ -154,7 +154,7 @@ def _pack(constants: dict[str, np.ndarray], used: list[str]) -> tuple[bytes, dic
     for name in used:
         blob += bytes(-len(blob) % ALIGN)
         offsets[name] = len(blob)
-        blob += np.ascontiguousarray(constants[name]).tobytes()
+        blob += np.asarray(constants[name], order="C").tobytes()
     return bytes(blob), offsets
 
 

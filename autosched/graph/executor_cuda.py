@@ -78,7 +78,7 @@ class CudaModel:
         self.constant_bytes = 0
         for name, arr in constants.items():
             if name in used and name not in self.device:
-                host = np.ascontiguousarray(arr)
+                host = np.asarray(arr, order="C")
                 buf = drv.mem_alloc(max(host.nbytes, 1))
                 drv.memcpy_htod(buf, host)
                 self.device[name] = buf

@@ -351,7 +351,7 @@ def _param(ctx: ConvertContext, v: Value | None, shape: tuple[int, ...]) -> Tens
     if v is None:
         return None
     if isinstance(v, np.ndarray) and tuple(v.shape) != shape:
-        v = np.ascontiguousarray(np.broadcast_to(v, shape))
+        v = np.asarray(np.broadcast_to(v, shape), order="C")
     return ctx.const(v)
 
 

@@ -68,7 +68,7 @@ def _slice0(ctx: ConvertContext, v: Value | None, d: int) -> Tensor | None:
     if v is None:
         return None
     if isinstance(v, np.ndarray):
-        return ctx.const(np.ascontiguousarray(v[d]))
+        return ctx.const(np.asarray(v[d], order="C"))
     return compute(tuple(v.shape[1:]), lambda *i: v[(d, *i)], name="T_rnn_param")
 
 

@@ -215,7 +215,7 @@ def pack_conv_weights(graph: Graph) -> Graph:
         name = packed.get(n.inputs[1])
         if name is None:
             name = packed[n.inputs[1]] = f"{n.inputs[1]}.ihwo"
-            arr = np.ascontiguousarray(w.transpose(1, 2, 3, 0))
+            arr = np.asarray(w.transpose(1, 2, 3, 0), order="C")
             g.constants[name] = arr
             g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
         n.inputs = [n.inputs[0], name, *n.inputs[2:]]
@@ -236,7 +236,7 @@ def pack_gemm_weights(graph: Graph) -> Graph:
         name = packed.get(n.inputs[1])
         if name is None:
             name = packed[n.inputs[1]] = f"{n.inputs[1]}.kn"
-            arr = np.ascontiguousarray(g.constants[n.inputs[1]].T)
+            arr = np.asarray(g.constants[n.inputs[1]].T, order="C")
             g.constants[name] = arr
             g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
         n.inputs = [n.inputs[0], name, *n.inputs[2:]]

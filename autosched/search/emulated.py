@@ -256,7 +256,7 @@ class EmulatedMeasurer:
             raise _Failed(ErrorCode.RUNTIME_ERROR, f"{mod.entry_name} takes more than "
                           f"{MAX_ARGS} arguments, the most the emulation harness passes")
         data_in, data_out = self._dir / f"{name}.in", self._dir / f"{name}.out"
-        data_in.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in args))
+        data_in.write_bytes(b"".join(np.asarray(a, order="C").tobytes() for a in args))
         opts = self.options
         number = opts.number or 0
         argv = [*self.emulator, str(self._harness_path()), lib, mod.entry_name, str(data_in),

@@ -77,7 +77,7 @@ def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None
             arr = rng.random(shape) < 0.5
         else:
             raise RuntimeError_(f"cannot make random inputs of dtype {dtype} for {t.name}")
-        out.append(np.ascontiguousarray(arr, dtype=dtype))
+        out.append(np.asarray(arr, dtype=dtype, order="C"))
     return out
 
 

@@ -38,7 +38,7 @@ class Builder:
         from onnx import numpy_helper
 
         n = self.name(prefix)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), n))
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, order="C"), n))
         return n
 
     def weight(self, shape: tuple[int, ...], fan_in: int, prefix: str = "w") -> str:

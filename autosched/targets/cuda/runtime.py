@@ -373,27 +373,10 @@ class CudaMemory:
         context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
         import pycuda.gpuarray as gpuarray
 
-        if arr.ndim == 0:  # pycuda's array of a scalar says shape (1,)
-            return ZeroDim(gpuarray.to_gpu(arr.reshape(1)))
         return gpuarray.to_gpu(arr)
 
     def to_host(self, arg: Any) -> np.ndarray:
         return arg if isinstance(arg, np.ndarray) else arg.get()
-
-
-class ZeroDim:
-    """A 0-d array on the device: one element of ``base`` (a device array of shape (1,)), which
-    says shape () as a kernel's 0-d parameter expects."""
-
-    def __init__(self, base: Any) -> None:
-        self.base = base
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return {**self.base.__cuda_array_interface__, "shape": (), "strides": None}
-
-    def get(self) -> np.ndarray:
-        return np.asarray(self.base.get()).reshape(())
 
     def flush_caches(self, nbytes: int) -> None:
         drv = driver()

@@ -64,7 +64,7 @@ class Program:
         copies: list[tuple[np.ndarray, np.ndarray]] = []
         for arr in arrays:
             if not arr.flags.c_contiguous:
-                work = np.ascontiguousarray(arr)
+                work = np.asarray(arr, order="C")
                 copies.append((arr, work))
                 arr = work
             views.append(as_view(arr))

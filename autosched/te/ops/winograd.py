@@ -84,7 +84,7 @@ def winograd_weight(w: np.ndarray, m: int) -> np.ndarray:
     _, g, _ = winograd_matrices(m)
     u = np.einsum("ei,kcij,nj->enkc", g, w.astype(np.float64), g)
     alpha = m + KERNEL - 1
-    return np.ascontiguousarray(u.reshape(alpha * alpha, w.shape[0], w.shape[1]), dtype=w.dtype)
+    return np.asarray(u.reshape(alpha * alpha, w.shape[0], w.shape[1]), dtype=w.dtype, order="C")
 
 
 def _tiles(size: int, m: int) -> int:
