@@ -131,3 +131,19 @@ def test_dynamic_quantize_linear_of_zeros() -> None:
     for g, w in zip(run_autosched(m, x), run_ort(m, x)):
         np.testing.assert_array_equal(g, w)
     assert run_ort(m, x)[1] == 1.0
+
+
+def test_domain_is_checked_inside_a_branch() -> None:
+    """A node of an unknown domain inside an If branch fails like one at the top level (the
+    branch's nodes were taken as ai.onnx ops whatever their domain)."""
+    x = rand((2, 3))
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="ext_relu",
+                                               domain="com.example")], "then", [],
+                             [helper.make_tensor_value_info("t", 1, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", 1, None)])
+    m = model([helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+              {"x": x}, {"cond": np.array(True)}, ["y"])
+    with pytest.raises(ModelImportError, match=r"node 'ext_relu' \(Relu\) is in operator set "
+                                               r"domain 'com\.example'"):
+        from_onnx(m)
