@@ -12,10 +12,13 @@ pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
 from autosched.errors import ModelImportError  # noqa: E402
+from autosched.targets.cuda.host_emulate import unavailable  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
+from tests.support.nvrtc import NVRTC_SKIP  # noqa: E402
 from tests.support.onnx_node import RNG, model, rand, run_autosched, run_ort  # noqa: E402
 
 OUTS = ["y", "yh", "yc"]
+HOST_SKIP = NVRTC_SKIP or unavailable()
 
 
 def _weights(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -63,10 +66,10 @@ def _model(node: object, inputs: dict, consts: dict) -> object:
     return m
 
 
-def _compare(node: object, inputs: dict, consts: dict) -> None:
+def _compare(node: object, inputs: dict, consts: dict, target: str = "llvm") -> None:
     m = _model(node, inputs, consts)
     want = run_ort(m, inputs)
-    got = run_autosched(m, inputs)
+    got = run_autosched(m, inputs, target)
     for name, g, w in zip(OUTS, got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, w.shape)
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4, err_msg=name)
@@ -90,6 +93,17 @@ def test_dqlstm_initial_states_peepholes_batch() -> None:
     names, inputs, consts = _case(2, steps=3, batch=3, inp=5, hidden=260, initial=True,
                                   peep=True, bias=False)
     _compare(_node(names, 260, "bidirectional", clip=2.5), inputs, consts)
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param("cuda -emulate=host", marks=pytest.mark.skipif(HOST_SKIP is not None,
+                                                                reason=str(HOST_SKIP))),
+    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_dqlstm_cuda(target: str) -> None:
+    """The expanded steps' kernels with their default GPU schedules: on the GPU, and as CUDA C
+    run on the host."""
+    names, inputs, consts = _case(2, steps=3, batch=1, inp=6, hidden=9, per_column=True)
+    _compare(_node(names, 9, "bidirectional"), inputs, consts, target)
 
 
 def test_dqlstm_domain_is_checked() -> None:
