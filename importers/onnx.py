@@ -1,7 +1,8 @@
 """ONNX models as autosched graphs: ``from_onnx(model, shapes=None) -> Graph``.
 
 The importer loads the model (external data from the model's own directory, never outside
-it), checks its opsets (ai.onnx only) and that every value is assigned once before it is read,
+it), checks its opsets (ai.onnx only, and of other domains the contrib ops that
+importers/contrib.py expands) and that every value is assigned once before it is read,
 takes initializers as constants, binds symbolic input dims from ``shapes`` (a dim value of -1
 or 0 is symbolic too), and checks that every op type has a converter (listing every
 unsupported op and node at once). Variadic nodes with many inputs become trees
@@ -291,8 +292,8 @@ def from_onnx(model: str | os.PathLike | Any,
         env[name] = arr
 
     nodes = [Node(n.name or f"{n.op_type}_{k}", contrib.op_type_of(n, where), list(n.input),
-                  list(n.output),
-                  {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
+                  list(n.output), {a.name: attribute(a) for a in n.attribute})
+             for k, n in enumerate(g.node)]
     named = {v for n in g.node for v in [*n.input, *n.output]} | set(values) | set(constants)
     nodes = split_wide_nodes(nodes, named)
     _check_supported(nodes, where)
@@ -360,10 +361,15 @@ def _initializers(g: Any, where: str) -> dict[str, np.ndarray]:
     return constants
 
 
+def importable(op_type: str) -> bool:
+    """Whether the importer takes ``op_type`` (as ``contrib.op_type_of`` names it): an ONNX op
+    with a converter, or a contrib op it expands."""
+    return contrib.expands(op_type) or (supported(op_type) and op_type not in INTERNAL_OP_TYPES)
+
+
 def _check_supported(nodes: list[Node], where: str) -> None:
     """Every op type has a converter and is an ONNX one: all offenders listed at once."""
-    unknown = [n for n in nodes if not contrib.expands(n.op_type) and (
-        not supported(n.op_type) or n.op_type in INTERNAL_OP_TYPES)]
+    unknown = [n for n in nodes if not importable(n.op_type)]
     if unknown:
         kinds = sorted({n.op_type for n in unknown})
         raise ModelImportError(

@@ -161,3 +161,18 @@ def test_domain_is_checked_inside_a_branch() -> None:
     with pytest.raises(ModelImportError, match=r"node 'ext_relu' \(Relu\) is in operator set "
                                                r"domain 'com\.example'"):
         from_onnx(m)
+
+
+def test_inspect_counts_ops_by_domain() -> None:
+    """``autosched inspect`` takes a known contrib op as supported and the same op type in
+    another domain as not."""
+    from importers.inspect import inspect_model
+
+    names, inputs, consts = _case(1, steps=2, batch=1, inp=3, hidden=4)
+    m = _model(_node(names, 4, "forward"), inputs, consts)
+    report = inspect_model(m, {n: a.shape for n, a in inputs.items()}, tasks=False)
+    assert "unsupported" not in report and "NO" not in report, report
+    m.graph.node[0].domain = "com.example"
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    report = inspect_model(m, {n: a.shape for n, a in inputs.items()}, tasks=False)
+    assert "unsupported: com.example.DynamicQuantizeLSTM" in report, report
