@@ -200,3 +200,15 @@ def test_sigmoid_tanh_bit_identical_to_onnxruntime(op: str) -> None:
     m = model([helper.make_node(op, ["x"], ["y"])], {"x": x}, {}, ["y"])
     got, want = run_autosched(m, {"x": x})[0], run_ort(m, {"x": x})[0]
     np.testing.assert_array_equal(got.view("int32"), want.view("int32"))
+
+
+@pytest.mark.skipif(not _host_has_fma(), reason="onnxruntime's kernels use fused multiply-adds "
+                                                "only where the CPU has them")
+def test_dqlstm_bit_identical_to_onnxruntime() -> None:
+    """Each step rounds the hidden state to uint8, so the states must be onnxruntime's to the
+    bit, or roundings flip and the error grows step by step: its sigmoid and tanh, and the
+    cell's f*c + i*g with both products rounded (no fused multiply-add outside reductions)."""
+    names, inputs, consts = _case(2, steps=6, batch=1, inp=8, hidden=64, per_column=True)
+    m = _model(_node(names, 64, "bidirectional"), inputs, consts)
+    for name, g, w in zip(OUTS, run_autosched(m, inputs), run_ort(m, inputs)):
+        np.testing.assert_array_equal(g.view("int32"), w.view("int32"), err_msg=name)
