@@ -20,7 +20,10 @@ requires the others to equal it). It is expanded as onnxruntime computes it:
 
 onnxruntime splits the batch into one chunk per thread for the hidden state's quantization
 when the batch is over 4 (or 2 to 4 with H <= 256); the expansion follows the single-chunk
-computation, which is onnxruntime's for batch 1 or a single thread.
+computation, which is onnxruntime's for batch 1 or a single thread. Each step rounds the
+hidden state to uint8, so an ulp of difference can flip a rounding and grow from step to step:
+on llvm the results are onnxruntime's to the bit (its sigmoid and tanh, and no fused
+multiply-add outside reductions: autosched/targets/llvm).
 
 Example::
 
@@ -62,11 +65,12 @@ def check_domain(node: Any, versions: Mapping[str, int] | None, where: str) -> N
     if known(node.domain, node.op_type) and (
             versions is None or version in KNOWN[node.domain][node.op_type]):
         return
-    ops = ", ".join(f"{d} {o}" for d, table in KNOWN.items() for o in table)
+    ops = ", ".join(f"{d} {o} (version {', '.join(map(str, vs))})"
+                    for d, table in KNOWN.items() for o, vs in table.items())
     raise ModelImportError(
         f"{where}: node {node.name!r} ({node.op_type}) is in operator set domain "
         f"{node.domain!r} (version {'?' if version is None else version}); only the default "
-        f"ai.onnx domain is supported, and of others only {ops} (version 1)")
+        f"ai.onnx domain is supported, and of others only {ops}")
 
 
 def op_type_of(node: Any, where: str) -> str:
