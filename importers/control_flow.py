@@ -37,6 +37,7 @@ import numpy as np
 
 from autosched.errors import ModelImportError
 from autosched.graph.graph import Node
+from importers import contrib
 
 # an unbounded Loop (no trip count) must stop through its condition within this many steps
 MAX_UNROLL = 4096
@@ -93,7 +94,7 @@ def inline(sub: Subgraph, bind: Mapping[str, str], where: str) -> tuple[list[Nod
                 rename[o] = o + tag
     for k, n in enumerate(g.node):
         attrs = {a.name: _rename_attr(_attribute(a), rename) for a in n.attribute}
-        nodes.append(Node(f"{n.name or n.op_type + str(k)}{tag}", n.op_type,
+        nodes.append(Node(f"{n.name or n.op_type + str(k)}{tag}", contrib.op_type_of(n, where),
                           [rename.get(i, i) if i else "" for i in n.input],
                           [rename.get(o, o) if o else "" for o in n.output], attrs))
     return nodes, [rename.get(o.name, o.name) for o in g.output]
@@ -117,6 +118,8 @@ def expand(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
         return _expand_if(node, env)
     if node.op_type == "Loop":
         return _expand_loop(node, env)
+    if contrib.expands(node.op_type):
+        return contrib.expand(node, env)
     if node.op_type in ("RNN", "GRU", "LSTM"):
         # not control flow, but expanded alike: one node per time step (one tuned cell task)
         from autosched.graph.ops_rnn import expand_recurrent

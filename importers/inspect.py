@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from autosched.graph.inspect import inspect, table
-from autosched.graph.ops import supported
-from importers.onnx import from_onnx, load
+from importers.contrib import DEFAULT_DOMAINS, qualified
+from importers.onnx import from_onnx, importable, load
 
 
 def inspect_model(model: str | os.PathLike | Any,
@@ -27,12 +27,13 @@ def inspect_model(model: str | os.PathLike | Any,
     proto = load(model)
     counts: dict[str, int] = {}
     for n in proto.graph.node:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    missing = {op: n for op, n in counts.items() if not supported(op)}
+        op = n.op_type if n.domain in DEFAULT_DOMAINS else qualified(n.domain, n.op_type)
+        counts[op] = counts.get(op, 0) + 1
+    missing = {op: n for op, n in counts.items() if not importable(op)}
     if missing:
         total = sum(counts.values())
         lines = [f"model {proto.graph.name or 'model'}: {len(proto.graph.node)} nodes"]
-        lines += table(sorted((op, str(n), "yes" if supported(op) else "NO")
+        lines += table(sorted((op, str(n), "yes" if importable(op) else "NO")
                               for op, n in counts.items()), ("op type", "count", "supported"))
         lines.append(f"coverage: {total - sum(missing.values())}/{total} nodes supported; "
                      f"unsupported: {', '.join(sorted(missing))}")

@@ -1,7 +1,8 @@
 """ONNX models as autosched graphs: ``from_onnx(model, shapes=None) -> Graph``.
 
 The importer loads the model (external data from the model's own directory, never outside
-it), checks its opsets (ai.onnx only) and that every value is assigned once before it is read,
+it), checks its opsets (ai.onnx only, and of other domains the contrib ops that
+importers/contrib.py expands) and that every value is assigned once before it is read,
 takes initializers as constants, binds symbolic input dims from ``shapes`` (a dim value of -1
 or 0 is symbolic too), and checks that every op type has a converter (listing every
 unsupported op and node at once). Variadic nodes with many inputs become trees
@@ -37,12 +38,13 @@ from autosched.graph.ops import ConvertContext, const_inputs, convert, shape_of,
 from autosched.graph.ops_math import onnx_dtype
 from autosched.graph.passes import split_wide_nodes
 from autosched.te.tensor import Tensor
+from importers import contrib
+from importers.contrib import DEFAULT_DOMAINS
 from importers.control_flow import expand
 
 # the newest default-domain opset the installed onnx (1.23) defines; the supported ops keep
 # their semantics up to it (later versions only added types)
 MAX_OPSET = 28
-DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def load(model: str | os.PathLike | Any) -> Any:
@@ -108,8 +110,9 @@ def _check_no_external_data(proto: Any, where: str) -> None:
 
 
 def opset_of(proto: Any, where: str) -> int:
-    """The default-domain opset. A node of any other domain is an error naming the domain
-    (an imported domain that no node uses is harmless: exporters add ai.onnx.ml freely)."""
+    """The default-domain opset. A node of any other domain is an error naming the domain,
+    unless it is a known contrib op (importers.contrib); an imported domain that no node uses
+    is harmless: exporters add ai.onnx.ml freely."""
     version = None
     others = {}
     for imp in proto.opset_import:
@@ -118,11 +121,7 @@ def opset_of(proto: Any, where: str) -> int:
         else:
             others[imp.domain] = int(imp.version)
     for node in proto.graph.node:
-        if node.domain not in DEFAULT_DOMAINS:
-            raise ModelImportError(
-                f"{where}: node {node.name!r} ({node.op_type}) is in operator set domain "
-                f"{node.domain!r} (version {others.get(node.domain, '?')}); only the default "
-                "ai.onnx domain is supported")
+        contrib.check_domain(node, others, where)
     if version is None:
         raise ModelImportError(f"{where}: the model imports no ai.onnx opset")
     if not 1 <= version <= MAX_OPSET:
@@ -292,8 +291,9 @@ def from_onnx(model: str | os.PathLike | Any,
         values[name] = ValueInfo(name, tuple(arr.shape), str(arr.dtype))
         env[name] = arr
 
-    nodes = [Node(n.name or f"{n.op_type}_{k}", n.op_type, list(n.input), list(n.output),
-                  {a.name: attribute(a) for a in n.attribute}) for k, n in enumerate(g.node)]
+    nodes = [Node(n.name or f"{n.op_type}_{k}", contrib.op_type_of(n, where), list(n.input),
+                  list(n.output), {a.name: attribute(a) for a in n.attribute})
+             for k, n in enumerate(g.node)]
     named = {v for n in g.node for v in [*n.input, *n.output]} | set(values) | set(constants)
     nodes = split_wide_nodes(nodes, named)
     _check_supported(nodes, where)
@@ -361,9 +361,15 @@ def _initializers(g: Any, where: str) -> dict[str, np.ndarray]:
     return constants
 
 
+def importable(op_type: str) -> bool:
+    """Whether the importer takes ``op_type`` (as ``contrib.op_type_of`` names it): an ONNX op
+    with a converter, or a contrib op it expands."""
+    return contrib.expands(op_type) or (supported(op_type) and op_type not in INTERNAL_OP_TYPES)
+
+
 def _check_supported(nodes: list[Node], where: str) -> None:
     """Every op type has a converter and is an ONNX one: all offenders listed at once."""
-    unknown = [n for n in nodes if not supported(n.op_type) or n.op_type in INTERNAL_OP_TYPES]
+    unknown = [n for n in nodes if not importable(n.op_type)]
     if unknown:
         kinds = sorted({n.op_type for n in unknown})
         raise ModelImportError(

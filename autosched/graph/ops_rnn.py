@@ -259,7 +259,8 @@ def _direction_nodes(e: _Emit, node: Node, x: str, d: int, reverse: bool, steps:
 @register("RecurrentCell")
 def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """One step of an expanded RNN / GRU / LSTM (inputs: the step's x W^T + Wb, h, c, R, Rb,
-    P; attributes as expand_recurrent writes them)."""
+    P; attributes as expand_recurrent writes them). Without R, the first input holds h R^T
+    too (a quantized LSTM computes it with an integer matmul)."""
     a = node.attrs
     acts = [rnn.activation(name, alpha, beta) for name, alpha, beta in a["acts"]]
     cell = rnn.Cell(str(a["kind"]), int(a["hidden_size"]), acts,
@@ -271,5 +272,5 @@ def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
         return None if v is None else ctx.const(v)
 
     h, c = rnn.step(cell, tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1),
-                    opt(2), tensor_input(ctx, node, ins, 3), opt(4), opt(5))
+                    opt(2), opt(3), opt(4), opt(5))
     return [h] if c is None else [h, c]

@@ -204,6 +204,13 @@ class FuncGen(ExprGen):
     # --- stores ------------------------------------------------------------------------------
 
     def _Store(self, s: lir.Store) -> None:
+        contract, self.contract = self.contract, _accumulated(s) is not None
+        try:
+            self._store(s)
+        finally:
+            self.contract = contract
+
+    def _store(self, s: lir.Store) -> None:
         buf, align = s.buffer, s.buffer.itemsize
         if self.vec is None:
             value = self.to_memory(self.expr(s.value), buf.dtype)
@@ -217,7 +224,7 @@ class FuncGen(ExprGen):
             if reads_self:
                 return self.scalarize(s)
             with self.at_lane(self.vec.lanes - 1):  # the last lane's store is the one that stays
-                self._Store(s)
+                self._store(s)
             return
         value = self.to_memory(self.splat(self.expr(s.value), self.vec.lanes), buf.dtype)
         if self.is_contiguous(buf, s.indices):
@@ -236,16 +243,10 @@ class FuncGen(ExprGen):
         depending on ``v``: reduce the vector of ``f`` and combine it once."""
         assert self.vec is not None
         v = s.value
-        if not (isinstance(v, E.Binary) and v.op in _REDUCE) or s.buffer.dtype == "bool":
+        rest = _accumulated(s)
+        if rest is None or s.buffer.dtype == "bool":
             return False
-
-        def is_acc(x: E.Expr) -> bool:
-            return (isinstance(x, lir.Load) and x.buffer.uid == s.buffer.uid
-                    and structural_equal(x.indices, s.indices))
-
-        rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
-        if rest is None or any(ld.buffer == s.buffer for ld in loads(rest)):
-            return False
+        assert isinstance(v, E.Binary)
         dtype = s.buffer.dtype
         is_float = dt.is_float(dtype)
         name = _REDUCE[v.op][1 if is_float else 0]
@@ -535,3 +536,20 @@ def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
 
 
 __all__ = ["FuncGen", "ModuleState", "build_ir"]
+
+
+def _accumulated(s: lir.Store) -> E.Expr | None:
+    """``f`` when ``s`` is ``acc[i] = acc[i] op f`` (op a reduction's combiner) and ``f`` does
+    not read ``acc``; else None."""
+    v = s.value
+    if not (isinstance(v, E.Binary) and v.op in _REDUCE):
+        return None
+
+    def is_acc(x: E.Expr) -> bool:
+        return (isinstance(x, lir.Load) and x.buffer.uid == s.buffer.uid
+                and structural_equal(x.indices, s.indices))
+
+    rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
+    if rest is None or any(ld.buffer == s.buffer for ld in loads(rest)):
+        return None
+    return rest

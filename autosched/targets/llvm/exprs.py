@@ -27,7 +27,11 @@ from autosched.tir import ir as lir
 from autosched.tir.arith import simplify
 from autosched.tir.visit import uses_var
 
-# Let LLVM fuse a*b+c into an FMA (numpy's BLAS does too); no other fast-math freedom.
+# Let LLVM fuse a*b+c into an FMA in a reduction's update, acc + a*b (numpy's BLAS and
+# onnxruntime's GEMM and convolution kernels do too), and nowhere else: onnxruntime rounds the
+# result of every op, so a fused elementwise chain (an LSTM cell's f*c + i*g) must round each
+# product as it does, or a dynamically quantized model flips roundings. No other fast-math
+# freedom.
 FP_FLAGS = ("contract",)
 
 # The LLVM instructions of the ops that map to one (integer division: signed, unsigned).
@@ -74,6 +78,8 @@ class ExprGen:
         # Inside a lane-dependent ``if`` (codegen's masked branch): the lanes where it holds.
         # Contiguous loads and stores then touch only those lanes.
         self.mask: ir.Value | None = None
+        # Whether float + - * may fuse (FP_FLAGS): codegen sets it for accumulating stores.
+        self.contract = False
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -317,7 +323,7 @@ class ExprGen:
     def _float_binary(self, op: Op, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
         bld = self.b
         if op in _FLOAT_ARITH:
-            return _FLOAT_ARITH[op](bld, a, b, flags=FP_FLAGS)
+            return _FLOAT_ARITH[op](bld, a, b, flags=FP_FLAGS if self.contract else ())
         if op is Op.DIV:
             return bld.fdiv(a, b)
         if op in _MIN_MAX:

@@ -134,13 +134,18 @@ def requantize(acc: Tensor, multiplier: Tensor, zero_point: Tensor | None, axis:
 
 def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """ONNX DynamicQuantizeLinear: uint8 data, its scale (range including 0 over 255) and
-    zero point, all from x's min and max."""
+    zero point, all from x's min and max. An all-zero x has scale 1 (as onnxruntime: the
+    formula's 0 would make every quotient NaN)."""
     args.tensor(x, "dynamic_quantize")
     if x.dtype != "float32":
         raise TEError(f"dynamic_quantize: input {x.name} must be float32, got {x.dtype}")
     lo, hi = reduce_min(x), reduce_max(x)
-    scale = compute((), lambda: (I.max(hi[()], 0.0) - I.min(lo[()], 0.0)) / 255.0,
-                    name="T_dq_scale", tag=BROADCAST)
+
+    def range_over_255() -> Expr:
+        top, bottom = I.max(hi[()], 0.0), I.min(lo[()], 0.0)
+        return I.if_then_else(top == bottom, 1.0, (top - bottom) / 255.0)
+
+    scale = compute((), range_over_255, name="T_dq_scale", tag=BROADCAST)
     zp = compute((), lambda: saturate(I.round(0.0 - I.min(lo[()], 0.0) / scale[()]), "uint8"),
                  name="T_dq_zero_point", tag=BROADCAST)
     return quantize(x, scale, zp, 0, 0, "uint8"), scale, zp

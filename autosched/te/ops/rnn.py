@@ -106,7 +106,7 @@ class Weights:
     """One direction's recurrent parameters: R (G*H, H), the input and recurrent biases as
     functions of the column (or None), and the peepholes (3H: i, o, f) or None."""
 
-    r: Tensor
+    r: Tensor | None
     w_bias: Column | None = None
     r_bias: Column | None = None
     peep: Tensor | None = None
@@ -122,15 +122,16 @@ class Weights:
 
 def _step(cell: Cell, p: Weights, xw: Projection, h: Tensor, c: Tensor | None
           ) -> tuple[Tensor, Tensor | None]:
-    """The states after one step whose input projection is ``xw``."""
+    """The states after one step whose input projection is ``xw`` (which holds the recurrent
+    product too when ``p.r`` is None)."""
     hn = cell.hidden
-    rec = _matmul_t(h, p.r, "T_rnn_rec")
+    rec = None if p.r is None else _matmul_t(h, p.r, "T_rnn_rec")
 
     def gate(g: int, b: Expr, j: Expr, with_rec: bool = True) -> Expr:
         """xw + (h R^T) + Wb + Rb of gate ``g`` at (b, j), unclipped."""
         col = g * hn + j
         v = xw(b, col)
-        if with_rec:
+        if with_rec and rec is not None:
             v = v + rec[b, col]
         return v + p.bias(col, with_rec)
 
@@ -139,12 +140,14 @@ def _step(cell: Cell, p: Weights, xw: Projection, h: Tensor, c: Tensor | None
         return compute(h.shape, lambda b, j: f(cell.pre(gate(0, b, j))), name="T_rnn_h",
                        tag=ELEMWISE), None
     if cell.kind == "gru":
+        assert rec is not None   # step() refuses a GRU without R
         return _gru_h(cell, p, h, gate, rec), None
     return _lstm_states(cell, p, h, c, gate)
 
 
 def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Tensor
            ) -> Tensor:
+    assert p.r is not None   # step() refuses a GRU without R
     f, g = cell.acts[0], cell.acts[1]
     hn = cell.hidden
     if not cell.linear_before_reset:
@@ -227,15 +230,20 @@ def _at_step(xw: Tensor, t: int) -> Projection:
     return lambda b, col: xw[t, b, col]
 
 
-def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor,
+def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor | None,
          r_bias: Tensor | None = None, peep: Tensor | None = None
          ) -> tuple[Tensor, Tensor | None]:
     """One time step as its own computation: ``xw`` (B, G*H) is the step's input projection
-    with the input bias added; returns the new hidden state and (LSTM) cell state."""
+    with the input bias added; returns the new hidden state and (LSTM) cell state. Without R
+    (an RNN or LSTM whose recurrent product is computed elsewhere, e.g. quantized), ``xw``
+    holds x W^T + h R^T already."""
     args.tensor(xw, "rnn")
+    if r is None and cell.kind == "gru":
+        raise TEError("rnn: a GRU step needs R (its candidate gate multiplies r into h R^T)")
+    r_shape = None if r is None else args.static_shape(r, "rnn")
     if args.static_shape(xw, "rnn") != (h.shape[0], cell.gates * cell.hidden) or (
-            args.static_shape(r, "rnn") != (cell.gates * cell.hidden, cell.hidden)):
-        raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r.shape} do not "
+            r_shape not in (None, (cell.gates * cell.hidden, cell.hidden))):
+        raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r_shape} do not "
                       f"fit a {cell.kind} of hidden size {cell.hidden}")
     p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep)
     return _step(cell, p, lambda b, col: xw[b, col], h, c)
