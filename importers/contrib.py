@@ -40,7 +40,7 @@ import numpy as np
 
 from autosched.errors import ModelImportError
 from autosched.graph.graph import Node
-from autosched.graph.ops_rnn import _acts_attr, _direction, _Emit
+from autosched.graph.ops_rnn import Emit, acts_attr, direction_of
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 DQLSTM = "com.microsoft.DynamicQuantizeLSTM"
@@ -124,11 +124,11 @@ def _expand_dqlstm(node: Node, env: Mapping[str, Any]) -> list[Node]:
         raise _fail(node, "input_forget=1 (coupled input and forget gates) is not supported")
     _per_direction_zero_point(node, env, 9, "W zero points")
     _per_direction_zero_point(node, env, 11, "R zero points")
-    directions, reverse = _direction(lstm)
+    directions, reverse = direction_of(lstm)
     hidden = int(node.attrs.get("hidden_size", int(env[given(2)].shape[1])))
-    e = _Emit(node.name)
+    e = Emit(node.name)
     x = e.op("DynamicQuantizeLinear", [given(0)], 3)
-    acts = _acts_attr(lstm, directions)
+    acts = acts_attr(lstm, directions)
     ys, hs, cs = [], [], []
     for d in range(directions):
         y, h, c = _dqlstm_direction(e, node, env, x, d, reverse[d], steps, batch, hidden,
@@ -143,7 +143,7 @@ def _expand_dqlstm(node: Node, env: Mapping[str, Any]) -> list[Node]:
     return e.nodes
 
 
-def _dqlstm_direction(e: _Emit, node: Node, env: Mapping[str, Any], x: list[str], d: int,
+def _dqlstm_direction(e: Emit, node: Node, env: Mapping[str, Any], x: list[str], d: int,
                       reverse: bool, steps: int, batch: int, hidden: int,
                       acts: list[list[Any]]) -> tuple[str, str, str]:
     """The steps of direction ``d``: its stacked hidden states (T, B, H), last h and c."""

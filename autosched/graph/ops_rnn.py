@@ -38,10 +38,10 @@ GATES_OF = {"RNN": 1, "GRU": 3, "LSTM": 4}
 def _activations(node: Node, directions: int) -> list[list[rnn.Activation]]:
     """Per direction, the cell's activations."""
     return [[rnn.activation(name, a, b) for name, a, b in per]
-            for per in _acts_attr(node, directions)]
+            for per in acts_attr(node, directions)]
 
 
-def _direction(node: Node) -> tuple[int, list[bool]]:
+def direction_of(node: Node) -> tuple[int, list[bool]]:
     d = str(node.attrs.get("direction", "forward"))
     table = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}
     if d not in table:
@@ -91,7 +91,7 @@ def _recurrent(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list
     _check_lengths(node, get(4), steps)
     if int(node.attrs.get("input_forget", 0)):
         raise fail(node, "input_forget=1 (coupled input and forget gates) is not supported")
-    directions, reverse = _direction(node)
+    directions, reverse = direction_of(node)
     acts = _activations(node, directions)
     clip = node.attrs.get("clip")
     h0, c0 = get(5), get(6) if kind == "lstm" else None
@@ -140,7 +140,7 @@ def _outputs(ys: list[Tensor], hs: list[Tensor], cs: list[Tensor | None], layout
 
 
 @dataclass
-class _Emit:
+class Emit:
     """Nodes under construction, with fresh value names under the node's name."""
 
     prefix: str
@@ -164,7 +164,7 @@ class _Emit:
         return self.op("Concat", shaped, axis=axis)[0]
 
 
-def _acts_attr(node: Node, directions: int) -> list[list[list[Any]]]:
+def acts_attr(node: Node, directions: int) -> list[list[list[Any]]]:
     """Per direction, [name, alpha, beta] of each activation (alpha / beta None: default);
     the alpha / beta lists are consumed in order by the activations that take them."""
     names = [str(a) for a in node.attrs.get("activations", [])] or (
@@ -198,15 +198,15 @@ def expand_recurrent(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
             node.attrs.get("direction", "forward")) not in ("forward", "reverse",
                                                             "bidirectional"):
         return None
-    directions, reverse = _direction(node)
+    directions, reverse = direction_of(node)
     hidden = int(node.attrs.get("hidden_size", int(env[node.inputs[2]].shape[-1])))
     dtype = str(env[node.inputs[0]].dtype)
-    e = _Emit(node.name)
+    e = Emit(node.name)
     x = e.op("Transpose", [node.inputs[0]], perm=[1, 0, 2])[0] if layout else node.inputs[0]
     states = [given(5), given(6) if node.op_type == "LSTM" else ""]
     if layout:
         states = [e.op("Transpose", [s], perm=[1, 0, 2])[0] if s else "" for s in states]
-    acts = _acts_attr(node, directions)
+    acts = acts_attr(node, directions)
     ys, hs, cs = [], [], []
     for d in range(directions):
         y, h, c = _direction_nodes(e, node, x, d, reverse[d], steps, batch, hidden, dtype,
@@ -225,7 +225,7 @@ def expand_recurrent(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
     return e.nodes
 
 
-def _direction_nodes(e: _Emit, node: Node, x: str, d: int, reverse: bool, steps: int,
+def _direction_nodes(e: Emit, node: Node, x: str, d: int, reverse: bool, steps: int,
                      batch: int, hidden: int, dtype: str, states: list[str],
                      acts: list[list[Any]]) -> tuple[str, str, str]:
     """The steps of direction ``d``: its stacked hidden states (T, B, H), last h and c."""
