@@ -524,7 +524,8 @@ class _Reference:
             got = self._run(sch)
         except (CompileError, RuntimeError_):
             return False
-        return all(compare(str(i), g, w) is None for i, (g, w) in enumerate(zip(got, self.outputs)))
+        return all(compare(str(i), g, w, self.task.precision) is None
+                   for i, (g, w) in enumerate(zip(got, self.outputs)))
 
 
 def best_schedule(task: Task, log: str | os.PathLike, strict_target: bool = False) -> Any:
