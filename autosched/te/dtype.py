@@ -111,14 +111,16 @@ class Precision:
 
 
 # One table for the measured candidates' check (search/measure_worker.compare) and the tests;
-# README's precision table states it.
+# README's precision table states it. Half tolerances hold for a whole model against an fp32
+# reference: ResNet-18's logits in bf16 (8 mantissa bits, weights rounded too) stray up to
+# about 1.3% of the largest logit, hence bf16's atol of 2e-2.
 PRECISIONS = {p.name: p for p in (
     Precision("fp32", "float32", 1e-3, 1e-4, "float32 storage and arithmetic (exact fp32)"),
     Precision("tf32", "float32", 1e-2, 1e-3, "float32 storage, TF32 tensor-core multiplies, "
               "float32 accumulation; without tensor cores it computes as fp32"),
     Precision("fp16", "float16", 2e-2, 2e-3, "float16 storage, float32 arithmetic and "
               "accumulation"),
-    Precision("bf16", "bfloat16", 5e-2, 1e-2, "bfloat16 storage, float32 arithmetic and "
+    Precision("bf16", "bfloat16", 5e-2, 2e-2, "bfloat16 storage, float32 arithmetic and "
               "accumulation"),
 )}
 DEFAULT_PRECISION = "fp32"
