@@ -48,7 +48,7 @@ def add_shape_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_precision_option(parser: argparse.ArgumentParser) -> None:
-    from autosched.te.dtype import DEFAULT_PRECISION, PRECISIONS
+    from autosched.graph.precision import DEFAULT_PRECISION, PRECISIONS
 
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default=DEFAULT_PRECISION,
                         help="how the model computes: fp32 (exact, the default), tf32, fp16 or "

@@ -177,8 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from autosched.graph.precision import precision
     from autosched.search.measure_worker import compare
-    from autosched.te.dtype import precision
 
     model, graph = _compiled(args)
     feeds = _inputs(args, graph)

@@ -31,6 +31,10 @@ from __future__ import annotations
 from autosched.graph.graph import Graph, ValueInfo
 from autosched.graph.ops import const_inputs
 from autosched.te import dtype as dt
+from autosched.te.dtype import DEFAULT_PRECISION, PRECISIONS, Precision, precision
+
+__all__ = ["DEFAULT_PRECISION", "KEEP_FP32", "PRECISIONS", "Precision", "apply_precision",
+           "precision", "storage_dtype"]
 
 # Ops whose outputs stay float32 in half precisions: normalisations, reductions and the
 # functions whose range or sensitivity half storage would hurt.
