@@ -30,16 +30,17 @@ from autosched.errors import TEError
 FLOAT_TYPES = ("float16", "float32", "float64")
 INT_TYPES = ("int8", "int16", "int32", "int64")
 UINT_TYPES = ("uint8", "uint16", "uint32", "uint64")
+ALL_TYPES = FLOAT_TYPES + INT_TYPES + UINT_TYPES + ("bool",)  # the types computed on
 STORAGE_TYPES = ("bfloat16",)  # held in buffers and cast, never computed on
-ALL_TYPES = FLOAT_TYPES + INT_TYPES + UINT_TYPES + ("bool",) + STORAGE_TYPES
 HALF_TYPES = ("float16", "bfloat16")
 
 INDEX = "int32"
 
 
 def check(dtype: str) -> str:
-    if dtype not in ALL_TYPES:
-        raise TEError(f"unknown dtype {dtype!r}; expected one of {', '.join(ALL_TYPES)}")
+    if dtype not in ALL_TYPES and dtype not in STORAGE_TYPES:
+        raise TEError(f"unknown dtype {dtype!r}; expected one of "
+                      f"{', '.join(ALL_TYPES + STORAGE_TYPES)}")
     return dtype
 
 
