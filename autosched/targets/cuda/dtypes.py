@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
+
 from autosched.errors import CompileError
+from autosched.te import dtype as dt
 
 C_TYPES = {
     "bool": "bool",
@@ -77,3 +80,9 @@ def c_const(value: int | float | bool, dtype: str) -> str:
     if dtype == "uint64":
         return f"{v}ULL"
     return f"(({c_type(dtype)}){v})"
+
+
+def host_bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as pycuda can copy it: a bfloat16 array (ml_dtypes' type has no buffer protocol)
+    as a view of its uint16 bits, any other array as it is."""
+    return a.view(np.uint16) if a.dtype.name in dt.STORAGE_TYPES else a
