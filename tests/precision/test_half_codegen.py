@@ -1,7 +1,7 @@
 """Half types through te and the code generators: bfloat16 is a storage type (cast, never
 computed on) whose conversions round to nearest even exactly as ml_dtypes does, on LLVM
-(scalar and vector: i16 bits and shifts), the CUDA C run on the host, and the GPU; NVRTC finds
-cuda_fp16.h and cuda_bf16.h."""
+(scalar and vector: i16 bits and shifts), the reference evaluator, the CUDA C run on the host
+and on the IR, and the GPU; NVRTC finds cuda_fp16.h and cuda_bf16.h."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from autosched.targets.cuda.codegen import generate
 from autosched.targets.cuda.nvrtc import compile_cuda
 from autosched.targets.target import parse
 from tests.precision.conftest import TARGETS
-from tests.support.nvrtc import needs_nvrtc
+from tests.support.nvrtc import NVRTC_SKIP, needs_nvrtc
 
 N = 1000
 
@@ -52,13 +52,14 @@ def _gpu_schedule(args: list) -> object:
     return s
 
 
-@pytest.mark.parametrize("target", ["llvm vectorized", *TARGETS])
+@pytest.mark.parametrize("target", ["llvm vectorized", "ref", *TARGETS, pytest.param(
+    "cuda -emulate=ir", marks=pytest.mark.skipif(NVRTC_SKIP is not None, reason=str(NVRTC_SKIP)))])
 def test_bfloat16_conversions_round_to_nearest_even(target: str, rng: np.random.Generator
                                                     ) -> None:
     args, s = _round_trip(8 if target == "llvm vectorized" else 1)
     if target == "llvm vectorized":
         target = "llvm"
-    elif target != "llvm":
+    elif target.startswith("cuda"):
         s = _gpu_schedule(args)
     f = aus.build(s, args, target=target)
     a = rng.standard_normal(N).astype("bfloat16")
