@@ -80,31 +80,27 @@ def test_records_round_trip_with_precision(tmp_path: Path, rng: np.random.Genera
         assert not RecordLog(log.path).best(task.with_precision(other).workload_key, task.target)
 
 
-def test_tuned_fp16_records_apply_to_fp16_only(tmp_path: Path, rng: np.random.Generator
-                                               ) -> None:
+@pytest.mark.parametrize("target", ["llvm", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_tuned_fp16_records_apply_to_fp16_only(target: str, tmp_path: Path,
+                                               rng: np.random.Generator) -> None:
     graph = from_onnx(_matmul_model(rng))
     log = str(tmp_path / "mlp.jsonl")
-    aus.tune_graph(graph, "llvm", trials=8, log=log, precision="fp16",
+    aus.tune_graph(graph, target, trials=8, log=log, precision="fp16",
                    options=aus.TuneOptions(batch_size=4, verbose=False))
     recs = RecordLog(log).load()
-    tasks, _ = extract_tasks(graph, "llvm", "fp16")
+    tasks, _ = extract_tasks(graph, target, "fp16")
     assert {r.workload_key for r in recs} == {t.workload_key for t in tasks}
     # candidates checked against the default schedule with fp16's tolerance, all right
     assert all(r.ok for r in recs), [r.error_msg for r in recs if not r.ok]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a task without a record would warn
-        half = aus.compile(graph, "llvm", log=log, precision="fp16")
+        half = aus.compile(graph, target, log=log, precision="fp16")
     with pytest.warns(UserWarning, match="no tuning record"):
-        aus.compile(graph, "llvm", log=log)
+        aus.compile(graph, target, log=log, executor=False)
     x = rng.standard_normal((4, 24)).astype(np.float32)
     (got,) = half.run({"x": x})
-    w1, w2 = (onnx.numpy_helper.to_array(t) for t in _matmul_model_weights(graph))
+    w1, w2 = graph.constants["w1"], graph.constants["w2"]
     assert compare("y", got, np.maximum(x @ w1, 0) @ w2, "fp16") is None
-
-
-def _matmul_model_weights(graph: object) -> list[onnx.TensorProto]:
-    consts = graph.constants  # type: ignore[attr-defined]
-    return [numpy_helper.from_array(consts[n]) for n in ("w1", "w2")]
 
 
 def test_unknown_precision_is_refused(rng: np.random.Generator) -> None:
