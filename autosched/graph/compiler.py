@@ -294,8 +294,9 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     ``export`` writes as a library, made without running anything (a CUDA model needs NVRTC
     only: no pycuda, no GPU). ``precision`` (te.dtype.PRECISIONS: "fp32", "tf32", "fp16",
     "bf16") says how the model computes: fp16 / bf16 store activations and weights in half
-    with float32 arithmetic (graph/precision.py); only records tuned in the same precision
-    apply. Inputs and outputs stay float32 in every precision.
+    with float32 arithmetic (graph/precision.py); tf32 differs from fp32 only in tensor-core
+    multiplies, so on the SIMT code paths it computes as fp32, bit for bit. Only records tuned
+    in the same precision apply. Inputs and outputs stay float32 in every precision.
 
     Example::
 
