@@ -100,8 +100,8 @@ def max_value(dtype: str) -> float | int | bool:
 @dataclass(frozen=True)
 class Precision:
     """How a model computes: ``storage`` is the dtype its activations and weights are kept in
-    (float32 values are rewritten to it by autosched.graph.precision); arithmetic is float32
-    in every mode. ``rtol`` / ``atol`` (atol relative to the largest reference magnitude) bound
+    (float32 values are rewritten to it by autosched.graph.precision); arithmetic and
+    accumulation are float32 in every mode (but tf32's tensor-core multiplies). ``rtol`` / ``atol`` (atol relative to the largest reference magnitude) bound
     the difference from an fp32 reference that correctness checks accept."""
 
     name: str
@@ -113,8 +113,8 @@ class Precision:
 
 # One table for the measured candidates' check (search/measure_worker.compare) and the tests;
 # README's precision table states it. Half tolerances hold for a whole model against an fp32
-# reference: ResNet-18's logits in bf16 (8 mantissa bits, weights rounded too) stray up to
-# about 1.3% of the largest logit, hence bf16's atol of 2e-2.
+# reference: ResNet-18's logits (32x32 images) in bf16 (8 mantissa bits, weights rounded too)
+# stray up to about 1.3% of the largest logit, hence bf16's atol of 2e-2.
 PRECISIONS = {p.name: p for p in (
     Precision("fp32", "float32", 1e-3, 1e-4, "float32 storage and arithmetic (exact fp32)"),
     Precision("tf32", "float32", 1e-2, 1e-3, "float32 storage, TF32 tensor-core multiplies, "
