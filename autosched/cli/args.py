@@ -47,6 +47,15 @@ def add_shape_option(parser: argparse.ArgumentParser) -> None:
                         help="bind an input's shape (symbolic dims)")
 
 
+def add_precision_option(parser: argparse.ArgumentParser) -> None:
+    from autosched.graph.precision import DEFAULT_PRECISION, PRECISIONS
+
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default=DEFAULT_PRECISION,
+                        help="how the model computes: fp32 (exact, the default), tf32, fp16 or "
+                             "bf16 (half storage, float32 arithmetic); records of one precision "
+                             "apply to it only")
+
+
 def runner(text: str) -> str:
     """An argparse type: where candidates are measured (search/runner.py's forms)."""
     from autosched.search.runner import check_runner

@@ -31,7 +31,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autosched.cli.args import add_shape_option, positive, require_regular, shapes
+from autosched.cli.args import (
+    add_precision_option,
+    add_shape_option,
+    positive,
+    require_regular,
+    shapes,
+)
 
 if TYPE_CHECKING:
     from autosched.search.record import MeasureRecord
@@ -70,7 +76,8 @@ def model_weights(args: argparse.Namespace) -> dict[str, float] | None:
     from autosched.graph.compiler import extract_tasks
     from importers.onnx import from_onnx
 
-    tasks, weights = extract_tasks(from_onnx(args.model, shapes(args)), args.target)
+    tasks, weights = extract_tasks(from_onnx(args.model, shapes(args)), args.target,
+                                   args.precision)
     return {t.workload_key: w for t, w in zip(tasks, weights)}
 
 
@@ -318,6 +325,7 @@ def add_subcommands(sub: Any) -> None:
     p.add_argument("--model", default=None, metavar="MODEL.onnx",
                    help="weigh each task by how often it occurs in this model")
     p.add_argument("--target", default="llvm", help="the target the model's tasks are for")
+    add_precision_option(p)
     add_shape_option(p)
     _debug_option(p)
     p.set_defaults(fn=cmd_plot, command="logs plot")

@@ -23,6 +23,7 @@ import numpy as np
 
 from autosched.cli.args import (
     ArgumentError,
+    add_precision_option,
     add_shape_option,
     add_strict_target_option,
     add_tuning_options,
@@ -73,7 +74,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     check_plot_option(args)
     graph = _graph(args)
-    tasks, weights = extract_tasks(graph, args.target)
+    tasks, weights = extract_tasks(graph, args.target, args.precision)
     log = args.log or RecordLog.default_path(Path(args.model).stem, tasks[0].target)
     trials, total = trial_budget(args)
     asked = (f"{trials} trials (new measurements)" if total is None else
@@ -119,7 +120,7 @@ def _compiled(args: argparse.Namespace) -> tuple[Any, Any]:
 
     graph = _graph(args)
     return compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
-                   schedule=args.schedule), graph
+                   schedule=args.schedule, precision=args.precision), graph
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -130,7 +131,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # export needs the kernels only: no executor (a CUDA model then needs no pycuda or GPU)
     model = compile(graph, target=args.target, log=args.log, strict_target=args.strict_target,
-                    executor=False, schedule=args.schedule)
+                    executor=False, schedule=args.schedule, precision=args.precision)
     path = export(model, args.output, name=args.name, weights_file=args.weights_file)
     print(f"compiled {len(model.kernels)} kernels in {time.perf_counter() - t0:.1f} s; wrote "
           f"{path} and {path.with_suffix('.h').name} (C API, example in "
@@ -176,6 +177,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from autosched.graph.precision import precision
+    from autosched.search.measure_worker import compare
+
     model, graph = _compiled(args)
     feeds = _inputs(args, graph)
     ours = model.run(feeds)
@@ -203,9 +207,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sess.run(None, feeds)
         ts.append(time.perf_counter() - t0)
     t_ort = float(np.median(ts))
-    err = max(float(np.max(np.abs(a - b) / (1e-4 + 1e-4 * np.abs(b)))) for a, b in zip(ours, ref))
+    # fp32 keeps its 1e-4 / 1e-4; other precisions are checked as tuned candidates are
+    # (te.dtype.PRECISIONS: atol relative to the largest reference magnitude)
+    if args.precision == "fp32":
+        err = max(float(np.max(np.abs(a - b) / (1e-4 + 1e-4 * np.abs(b))))
+                  for a, b in zip(ours, ref))
+        how = f"max |diff| / (1e-4 + 1e-4 |ref|) = {err:.3g}"
+        match = err <= 1
+    else:
+        problems = [compare(str(k), a, b, args.precision)
+                    for k, (a, b) in enumerate(zip(ours, ref))]
+        p = precision(args.precision)
+        how = (f"{args.precision} tolerance: rtol {p.rtol:g}, atol {p.atol:g} x the largest "
+               f"|ref|")
+        match = not any(problems)
     print(f"onnxruntime (CPU):  {_ms(t_ort)}; speedup {t_ort / t_ours:.2f}x; outputs "
-          f"{'match' if err <= 1 else 'DIFFER'} (max |diff| / (1e-4 + 1e-4 |ref|) = {err:.3g})")
+          f"{'match' if match else 'DIFFER'} ({how})")
     return 0
 
 
@@ -234,6 +251,8 @@ def add_subcommands(sub: Any) -> None:
         if name == "tune":
             add_tuning_options(p, trials=200)
             add_plot_option(p)
+        if name in ("tune", "compile", "run", "bench"):
+            add_precision_option(p)
         if name in ("compile", "run", "bench"):
             p.add_argument("--schedule", choices=("default", "model"), default="default",
                            help="for tasks without a record: the untuned default schedule, or "

@@ -25,8 +25,12 @@ from autosched.errors import ModelImportError
 from autosched.graph import fold  # noqa: F401  registers the converters of unfolded nodes
 from autosched.graph.fuse import Group, fuse
 from autosched.graph.graph import Graph
+from autosched.graph.precision import apply_precision, storage_dtype
 from autosched.search.task import Task
 from autosched.targets.target import Target, parse
+from autosched.te import dtype as dt
+from autosched.te.dtype import DEFAULT_PRECISION
+from autosched.te.expr import cast
 from autosched.te.tensor import PlaceholderOp, Tensor, compute, placeholder
 
 
@@ -64,9 +68,12 @@ class Kernel:
         return len(self.task.args) - len(self.task.outputs)
 
 
-def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> GroupTask:
+def group_task(graph: Graph, group: Group, target: Target, index: int = 0,
+               precision: str = DEFAULT_PRECISION) -> GroupTask:
     """The TE computation of a group, as a Task whose args are the group's runtime inputs
-    (weights included, in the order the DAG reads them) and then its outputs."""
+    (weights included, in the order the DAG reads them) and then its outputs. Under a half
+    precision (graph/precision.py) converters see float32 only: half inputs are cast up where
+    they are read, and outputs cast to the dtype the graph stores them in."""
     from autosched.graph.ops import ConvertContext, const_inputs, convert
 
     opset = graph.opset or 17
@@ -91,8 +98,9 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> Gr
         ph = placeholder(info.shape, info.dtype, name=f"in{k}")
         values[name] = ph
         name_of[ph.op.uid] = name
+    widen = _Widen(storage_dtype(precision) != "float32")
     for node in group.nodes:
-        ins = [values.get(i) if i else None for i in node.inputs]
+        ins = [widen(i, values.get(i)) if i else None for i in node.inputs]
         outs = convert(node, ins, ctx)
         for o, t in zip(node.outputs, outs):
             if o:
@@ -113,14 +121,35 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0) -> Gr
                                    "run autosched.graph.passes.optimize first")
         if isinstance(t.op, PlaceholderOp):  # an output that is an input: copy it
             t = compute(t.shape, lambda *i, s=t: s[i], name=f"copy_{_ident(o)}")
+        stored = graph.values[o].dtype
+        if t.dtype != stored and widen.active:  # rounded once, where the kernel writes it
+            t = compute(t.shape, lambda *i, s=t, d=stored: cast(d, s[i]),
+                        name=f"store_{_ident(o)}")
         outs_t.append(t)
     from autosched.te.dag import ComputeDAG
 
     phs = ComputeDAG(outs_t).placeholders
     args = list(phs) + outs_t
-    task = Task(lambda: args, target=target, name=group.name)
+    task = Task(lambda: args, target=target, name=group.name, precision=precision)
     names = [name_of[p.op.uid] for p in phs] + list(group.outputs)
     return GroupTask(group, task, names, {k: v for k, v in derived.items() if k in names})
+
+
+class _Widen:
+    """Half tensors as float32 (one cast stage per value, which schedules inline into its
+    readers) when ``active``; every value as it is otherwise."""
+
+    def __init__(self, active: bool):
+        self.active = active
+        self.done: dict[str, Any] = {}
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if not (self.active and isinstance(value, Tensor) and value.dtype in dt.HALF_TYPES):
+            return value
+        if name not in self.done:
+            self.done[name] = compute(value.shape, lambda *i, s=value: cast("float32", s[i]),
+                                      name=f"{value.name}_f32")
+        return self.done[name]
 
 
 def runtime_values(graph: Graph) -> set[str]:
@@ -132,10 +161,12 @@ def runtime_values(graph: Graph) -> set[str]:
     return out
 
 
-def prepare(graph: Graph, target: Target | None = None) -> Graph:
+def prepare(graph: Graph, target: Target | None = None,
+            precision: str = DEFAULT_PRECISION) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
     target, stride-1 3x3 convolutions split into Winograd steps, the other conv weights
-    packed output channels last and Gemm weights (K, N))."""
+    packed output channels last and Gemm weights (K, N)); last, the storage of ``precision``
+    (graph/precision.py)."""
     from autosched.graph.passes import (
         optimize,
         pack_conv_weights,
@@ -144,9 +175,9 @@ def prepare(graph: Graph, target: Target | None = None) -> Graph:
     )
 
     g = optimize(graph)
-    if target is None or target.device == "gpu":
-        return g
-    return pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
+    if target is not None and target.device != "gpu":
+        g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
+    return apply_precision(g, precision)
 
 
 def plan(graph: Graph) -> list[Group]:
@@ -169,22 +200,25 @@ def kernel_groups(graph: Graph) -> tuple[list[tuple[int, Group]], dict[str, str]
     return out, aliases
 
 
-def group_tasks(graph: Graph, target: Target) -> list[GroupTask]:
+def group_tasks(graph: Graph, target: Target, precision: str = DEFAULT_PRECISION
+                ) -> list[GroupTask]:
     """One GroupTask per kernel of the optimized graph, in execution order."""
-    g = prepare(graph, target)
-    return [group_task(g, grp, target, k) for k, grp in kernel_groups(g)[0]]
+    g = prepare(graph, target, precision)
+    return [group_task(g, grp, target, k, precision) for k, grp in kernel_groups(g)[0]]
 
 
-def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Task], list[int]]:
+def extract_tasks(graph: Graph, target: str | Target = "llvm",
+                  precision: str = DEFAULT_PRECISION) -> tuple[list[Task], list[int]]:
     """Distinct tasks of the graph (de-duplicated by workload key) and how often each occurs.
 
     Example::
 
         tasks, weights = extract_tasks(graph, "llvm")   # ResNet-18: repeated blocks count twice
+        tasks, _ = extract_tasks(graph, "cuda", precision="fp16")   # keys end in "-fp16"
     """
     tasks: dict[str, Task] = {}
     counts: dict[str, int] = {}
-    for gt in group_tasks(graph, parse(target)):
+    for gt in group_tasks(graph, parse(target), precision):
         key = gt.task.workload_key
         tasks.setdefault(key, gt.task)
         counts[key] = counts.get(key, 0) + 1
@@ -192,17 +226,20 @@ def extract_tasks(graph: Graph, target: str | Target = "llvm") -> tuple[list[Tas
 
 
 def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int | None = 1000,
-               log: str | os.PathLike | None = None, **kwargs: Any) -> dict[str, float]:
-    """Tune every task of ``graph``, trials shared by the task scheduler (weighted by how often
-    each task occurs). Returns the best seconds per task name.
+               log: str | os.PathLike | None = None, precision: str = DEFAULT_PRECISION,
+               **kwargs: Any) -> dict[str, float]:
+    """Tune every task of ``graph`` under ``precision`` (te.dtype.PRECISIONS), trials shared
+    by the task scheduler (weighted by how often each task occurs). Returns the best seconds
+    per task name.
 
     Example::
 
         aus.tune_graph(graph, "llvm", trials=500, log="tuning_logs/model.jsonl")
+        aus.tune_graph(graph, "cuda", trials=500, log="tuning_logs/model.jsonl", precision="fp16")
     """
     from autosched.search.tune import tune
 
-    tasks, weights = extract_tasks(graph, target)
+    tasks, weights = extract_tasks(graph, target, precision)
     return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
 
 
@@ -245,7 +282,8 @@ class CompiledKernels:
 
 def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
             log: str | os.PathLike | None = None, strict_target: bool = False,
-            executor: bool = True, schedule: str = "default") -> Any:
+            executor: bool = True, schedule: str = "default",
+            precision: str = DEFAULT_PRECISION) -> Any:
     """Compile a graph: each fused group with its best record in ``log``; a group without one
     gets the untuned default schedule (``schedule="default"``) or the one the pretrained cost
     model ranks best, chosen without timing anything (``schedule="model"``); a warning lists
@@ -254,12 +292,17 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     (modules on host arrays) or a CudaModel (a GPU's memory) with
     ``run({name: array}) -> [arrays]``; with ``executor`` false, the CompiledKernels that
     ``export`` writes as a library, made without running anything (a CUDA model needs NVRTC
-    only: no pycuda, no GPU).
+    only: no pycuda, no GPU). ``precision`` (te.dtype.PRECISIONS: "fp32", "tf32", "fp16",
+    "bf16") says how the model computes: fp16 / bf16 store activations and weights in half
+    with float32 arithmetic (graph/precision.py); tf32 differs from fp32 only in tensor-core
+    multiplies, so on the SIMT code paths it computes as fp32, bit for bit. Only records tuned
+    in the same precision apply. Inputs and outputs stay float32 in every precision.
 
     Example::
 
         model = aus.compile(graph, target="llvm")      # default schedules
         model = aus.compile(graph, target="llvm", schedule="model")   # zero measurements
+        model = aus.compile(graph, target="cuda", precision="fp16")
         (y,) = model.run({"x": x})
         export(aus.compile(graph, "cuda -arch=sm_90", executor=False), "build/net")
     """
@@ -269,7 +312,8 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     from autosched.search.record import RecordLog
 
     tgt = parse(target)
-    g = prepare(graph, tgt)
+    precision = dt.precision(precision).name
+    g = prepare(graph, tgt, precision)
     kernels: list[Kernel] = []
     built: dict[str, Any] = {}
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
@@ -282,7 +326,7 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     constants = dict(g.constants)
     groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
     for k, grp in groups:
-        gt = group_task(g, grp, tgt, k)
+        gt = group_task(g, grp, tgt, k, precision)
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:

@@ -47,6 +47,7 @@ from autosched.graph.executor import (
 )
 from autosched.graph.graph import Graph
 from autosched.targets.cuda import graphs
+from autosched.targets.cuda.dtypes import host_bits
 from autosched.targets.cuda.runtime import Launch, StatusWords
 from autosched.targets.target import Target
 
@@ -80,7 +81,7 @@ class CudaModel:
             if name in used and name not in self.device:
                 host = np.asarray(arr, order="C")
                 buf = drv.mem_alloc(max(host.nbytes, 1))
-                drv.memcpy_htod(buf, host)
+                drv.memcpy_htod(buf, host_bits(host))
                 self.device[name] = buf
                 self.constant_bytes += host.nbytes
         # a status word for each task whose kernels check, in this order

@@ -236,7 +236,7 @@ class EmulatedMeasurer:
         names = [t.name for t, x in zip(task.args, inputs) if x is None]
         if self.options.check:
             for name, got, want in zip(names, outs, reference):
-                problem = compare(name, got, want)
+                problem = compare(name, got, want, task.precision)
                 if problem:
                     return failed_result(ErrorCode.WRONG_ANSWER, problem, run_time=run_time, **kw)
         return MeasureResult(tuple(costs), ErrorCode.NO_ERROR, "", timestamp=time.time(),

@@ -33,6 +33,7 @@ from autosched.targets.arrays import aligned_copy, aligned_empty
 from autosched.targets.backend import DeviceMemory, Module
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
+from autosched.te import dtype as dt
 from autosched.te.tensor import PlaceholderOp
 
 # Tolerances (rtol, atol relative to the largest reference magnitude) per dtype kind: float32
@@ -67,7 +68,7 @@ def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None
             continue
         shape, dtype = tuple(int(d) for d in t.shape), np.dtype(t.dtype)
         arr: np.ndarray
-        if dtype.kind == "f":
+        if _floating(dtype):
             arr = rng.uniform(-1.0, 1.0, shape)
         elif dtype.kind == "i":
             arr = rng.integers(-8, 9, shape)
@@ -86,15 +87,22 @@ def unwritten_output(t: Any) -> np.ndarray:
     element the kernel does not write cannot pass the check."""
     dtype = np.dtype(t.dtype)
     arr = aligned_empty(tuple(int(d) for d in t.shape), dtype)
-    arr[...] = np.nan if dtype.kind in "fc" else (True if dtype.kind == "b" else 77)
+    arr[...] = np.nan if _floating(dtype) else (True if dtype.kind == "b" else 77)
     return arr
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
-    """None when ``got`` matches ``want`` within the dtype's tolerance, else what differs."""
+def _floating(dtype: np.dtype) -> bool:
+    """numpy floats, and bfloat16 (an ml_dtypes type numpy files under kind "V")."""
+    return dtype.kind in "fc" or dtype.name in dt.STORAGE_TYPES
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, precision: str = "fp32"
+            ) -> str | None:
+    """None when ``got`` matches ``want`` within the tolerance of its dtype and of the task's
+    ``precision`` (the looser of the two), else what differs."""
     if got.shape != want.shape:
         return f"output {name} has shape {got.shape}, the reference {want.shape}"
-    if want.dtype.kind not in "fc":
+    if not _floating(want.dtype):
         bad = got != want
         if not bad.any():
             return None
@@ -102,6 +110,8 @@ def compare(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
         return (f"output {name}: {int(bad.sum())} of {want.size} elements differ; first at "
                 f"{first}: got {got[first]}, expected {want[first]}")
     rtol, atol = TOLERANCES.get(str(want.dtype), TOLERANCES["float32"])
+    p = dt.precision(precision)
+    rtol, atol = max(rtol, p.rtol), max(atol, p.atol)
     g, w = got.astype(np.float64), want.astype(np.float64)
     finite = np.isfinite(w)
     scale = float(np.abs(w[finite]).max()) if finite.any() else 1.0
@@ -286,7 +296,7 @@ class Server:
             if corrupt:
                 got = got.copy()
                 got.flat[got.size // 2] += 1 if got.dtype.kind != "b" else True
-            problem = compare(t.name, got, want)
+            problem = compare(t.name, got, want, st.task.precision)
             if problem:
                 raise _Fail("WRONG_ANSWER", problem)
 

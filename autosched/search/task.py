@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, create_schedule
 from autosched.schedule.steps import Step
 from autosched.targets.target import Target, parse
+from autosched.te import dtype as dt
 from autosched.te.dag import ComputeDAG
 from autosched.te.ops.args import static_shape
 from autosched.te.tensor import PlaceholderOp, Tensor
@@ -24,7 +26,10 @@ class Task:
         task = aus.Task(matmul, args=(1024, 1024, 1024))  # matmul(M, N, K) -> [A, B, C]
 
     ``workload_key`` hashes the computation only (not names, not the target); records are looked
-    up by (workload_key, target fingerprint).
+    up by (workload_key, target fingerprint). ``precision`` (te.dtype.PRECISIONS) sets the
+    tolerance candidates are checked with and, when not fp32, ends the key (``<hash>-fp16``):
+    a record of one precision never applies to another, and logs written before precisions
+    existed are fp32.
     """
 
     def __init__(
@@ -33,6 +38,7 @@ class Task:
         args: Sequence[Any] | None = None,
         target: str | Target = "llvm",
         name: str | None = None,
+        precision: str = dt.DEFAULT_PRECISION,
     ):
         if callable(compute) and not isinstance(compute, Tensor):
             tensors = list(compute(*(args or ())))
@@ -50,8 +56,16 @@ class Task:
         self.dag = ComputeDAG(outputs)
         self.target: Target = parse(target)
         self.name = name or default_name
-        self.workload_key = self.dag.workload_key
+        self.precision = dt.precision(precision).name
+        self.workload_key = precision_key(self.dag.workload_key, self.precision)
         self.flop_count = self.dag.flop_count()
+
+    def with_precision(self, precision: str) -> Task:
+        """This task under another precision (the same computation, another key)."""
+        out = copy.copy(self)
+        out.precision = dt.precision(precision).name
+        out.workload_key = precision_key(self.dag.workload_key, out.precision)
+        return out
 
     def schedule(self, steps: Sequence[Step] = ()) -> Schedule:
         """A fresh schedule with ``steps`` replayed on it."""
@@ -76,6 +90,11 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.name}, {self.target}, key={self.workload_key})"
+
+
+def precision_key(key: str, precision: str) -> str:
+    """The workload key of a computation of structural hash ``key`` under ``precision``."""
+    return key if precision == dt.DEFAULT_PRECISION else f"{key}-{precision}"
 
 
 def _c_name(name: str) -> str:

@@ -312,6 +312,7 @@ def tune(
     model: Any = None,
     on_round: Callable[[int], None] | None = None,
     strict_target: bool = False,
+    precision: str | None = None,
     **measure_kwargs: Any,
 ) -> dict[str, float]:
     """Make ``trials`` new measurements of ``tasks`` (TVM's meaning; 200 when neither budget is
@@ -336,12 +337,20 @@ def tune(
     trials, but their times never become the task's best nor train the cost model, so such a
     job returns inf for its tasks.
 
+    ``precision`` (te.dtype.PRECISIONS), when given, is the precision every task is tuned
+    under (Task.with_precision): its candidates are checked with that precision's tolerance
+    and recorded under its key. Tasks of a model in a half precision come from
+    ``extract_tasks(graph, target, precision)``, which also stores their tensors in half.
+
     Example::
 
         aus.tune(task, trials=64, log="tuning_logs/gemm.jsonl")          # 64 more
         aus.tune(task, total_trials=256, log="tuning_logs/gemm.jsonl")   # up to 256 in all
+        aus.tune(task, trials=64, log="tuning_logs/gemm.jsonl", precision="tf32")
     """
     task_list = [tasks] if isinstance(tasks, Task) else list(tasks)
+    if precision is not None:
+        task_list = [t.with_precision(precision) for t in task_list]
     opts = options or TuneOptions()
     for name, value in (("trials", trials), ("total_trials", total_trials)):
         if value is not None and value < 0:
@@ -524,7 +533,8 @@ class _Reference:
             got = self._run(sch)
         except (CompileError, RuntimeError_):
             return False
-        return all(compare(str(i), g, w) is None for i, (g, w) in enumerate(zip(got, self.outputs)))
+        return all(compare(str(i), g, w, self.task.precision) is None
+                   for i, (g, w) in enumerate(zip(got, self.outputs)))
 
 
 def best_schedule(task: Task, log: str | os.PathLike, strict_target: bool = False) -> Any:

@@ -468,7 +468,7 @@ def _operands(a: Any, b: Any, what: str) -> tuple[Expr, Expr]:
     else:
         eb = as_expr(b)
         ea = as_expr(a, like=eb.dtype)
-    if ea.dtype == eb.dtype:
+    if ea.dtype == eb.dtype and ea.dtype not in dt.STORAGE_TYPES:
         return ea, eb
     target = dt.promote(ea.dtype, eb.dtype, _Lazy(lambda: f"{what}({ea}, {eb})"))
     return _widen(ea, target), _widen(eb, target)

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from autosched.errors import CompileError
 from autosched.targets.cuda import ir_util as U
-from autosched.targets.cuda.dtypes import NARROW_INTS, c_const, c_type
+from autosched.targets.cuda.dtypes import FROM_FLOAT, NARROW_INTS, TO_FLOAT, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
 from autosched.targets.status import STATUS_INDEX
 from autosched.te import dtype as dt
@@ -78,7 +78,7 @@ class ExprWriter:
     fast_math: bool
     checks: bool = False
 
-    def need_half(self) -> None:
+    def need_half(self, dtype: str = "float16") -> None:
         raise NotImplementedError
 
 
@@ -92,8 +92,8 @@ class ExprWriter:
 
     def _expr(self, e: E.Expr) -> str:
         if isinstance(e, E.Const):
-            if e.dtype == "float16":
-                self.need_half()
+            if e.dtype in FROM_FLOAT:
+                self.need_half(e.dtype)
             return c_const(e.value, e.dtype)
         if isinstance(e, E.Var):
             if e.uid in self.raw:
@@ -132,14 +132,16 @@ class ExprWriter:
         if to == src:
             return x
         if to == "bool":
-            if src == "float16":
-                return f"(__half2float({x}) != 0.0f)"
+            if src in TO_FLOAT:
+                return f"({TO_FLOAT[src]}({x}) != 0.0f)"
             return f"(({x}) != 0)"
-        if to == "float16":
-            self.need_half()
-            return f"__float2half((float)({x}))"
-        if src == "float16":
-            return f"(({c_type(to)})__half2float({x}))"
+        if to in FROM_FLOAT:
+            self.need_half(to)
+            if src in TO_FLOAT:
+                x = f"{TO_FLOAT[src]}({x})"
+            return f"{FROM_FLOAT[to]}((float)({x}))"
+        if src in TO_FLOAT:
+            return f"(({c_type(to)}){TO_FLOAT[src]}({x}))"
         return f"(({c_type(to)})({x}))"
 
     def _half(self, e: E.Expr) -> str:

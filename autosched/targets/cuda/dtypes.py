@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
+
 from autosched.errors import CompileError
+from autosched.te import dtype as dt
 
 C_TYPES = {
     "bool": "bool",
@@ -18,9 +21,17 @@ C_TYPES = {
     "uint32": "unsigned int",
     "uint64": "unsigned long long",
     "float16": "half",
+    "bfloat16": "__nv_bfloat16",
     "float32": "float",
     "float64": "double",
 }
+
+# Half types: the header that declares each (NVRTC finds them in nvidia-cuda-runtime's include
+# directory; host emulation defines them in host_prelude) and its conversions to and from
+# float (round to nearest even). Arithmetic on them computes in float and rounds once.
+HALF_HEADERS = {"float16": "cuda_fp16.h", "bfloat16": "cuda_bf16.h"}
+FROM_FLOAT = {"float16": "__float2half", "bfloat16": "__float2bfloat16"}
+TO_FLOAT = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 
 # Types narrower than int: C promotes them to int, so results are cast back to keep numpy's
 # wrap-around semantics.
@@ -57,8 +68,8 @@ def c_const(value: int | float | bool, dtype: str) -> str:
             bits = struct.unpack("<Q", struct.pack("<d", f))[0]
             return f"__longlong_as_double(0x{bits:016x}LL)"
         return repr(f)
-    if dtype == "float16":
-        return f"__float2half({c_const(value, 'float32')})"
+    if dtype in FROM_FLOAT:
+        return f"{FROM_FLOAT[dtype]}({c_const(value, 'float32')})"
     v = int(value)
     if dtype == "int32":
         return "(-2147483647 - 1)" if v == -(2**31) else (f"({v})" if v < 0 else str(v))
@@ -69,3 +80,9 @@ def c_const(value: int | float | bool, dtype: str) -> str:
     if dtype == "uint64":
         return f"{v}ULL"
     return f"(({c_type(dtype)}){v})"
+
+
+def host_bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as pycuda can copy it: a bfloat16 array (ml_dtypes' type has no buffer protocol)
+    as a view of its uint16 bits, any other array as it is."""
+    return a.view(np.uint16) if a.dtype.name in dt.STORAGE_TYPES else a

@@ -203,8 +203,8 @@ def _program(source: CudaSource, checked: bool) -> _Program:
     ``as_launch_<kernel>`` entry point per kernel."""
     lines, kernels = [], []
     for line in source.code.splitlines():
-        if line.startswith("#include <cuda_fp16.h>"):
-            line = "// cuda_fp16.h: half is _Float16 on the host"
+        if line.startswith(("#include <cuda_fp16.h>", "#include <cuda_bf16.h>")):
+            line = "// " + line[10:-1] + ": the host prelude defines its types"
         m = _SIGNATURE.match(line)
         if m:
             kernel = _parse_signature(m)

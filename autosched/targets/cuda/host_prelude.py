@@ -73,6 +73,16 @@ inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 typedef _Float16 half;
 inline half __float2half(float x) { return (half)x; }
 inline float __half2float(half x) { return (float)x; }
+// bfloat16 as cuda_bf16.h rounds it: the upper half of a float's bits, to nearest even
+struct __nv_bfloat16 { unsigned short bits; };
+inline __nv_bfloat16 __float2bfloat16(float x) {
+  unsigned u; __builtin_memcpy(&u, &x, 4);
+  if (x != x) return {0x7fc0};
+  return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+inline float __bfloat162float(__nv_bfloat16 x) {
+  unsigned u = (unsigned)x.bits << 16; float f; __builtin_memcpy(&f, &u, 4); return f;
+}
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }

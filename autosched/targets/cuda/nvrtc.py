@@ -129,8 +129,8 @@ def compile_cuda(source: str, arch: str, options: tuple[str, ...] = (),
         dirs = include_dirs()
         if not dirs:
             raise CompileError(
-                "this kernel uses float16, which needs cuda_fp16.h; none was found (install "
-                "nvidia-cuda-runtime, or set CUDA_HOME to a CUDA toolkit)"
+                "this kernel uses float16 or bfloat16, which need cuda_fp16.h / cuda_bf16.h; "
+                "none was found (install nvidia-cuda-runtime, or set CUDA_HOME to a CUDA toolkit)"
             )
         opts += [f"-I{d}" for d in dirs]
     key = hashlib.sha256(

@@ -27,9 +27,11 @@ import numpy as np
 from autosched.errors import RuntimeError_
 from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
+from autosched.targets.cuda.dtypes import host_bits
 from autosched.targets.cuda.nvrtc import CompiledBinary
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
+from autosched.te import dtype as dt
 from autosched.tir import ir
 from autosched.tir.evaluate import eval_int
 from autosched.tir.params import bind_params, check_array, mismatch
@@ -226,7 +228,7 @@ class CudaModule:
                     f"{launch.block}) failed: {exc}"
                 ) from exc
         for host, dev in launches.copy_back:
-            drv.memcpy_dtoh(host, dev)
+            drv.memcpy_dtoh(host_bits(host), dev)
         self._check_status()
 
     def bind(self, *args: Any) -> Callable[[], None]:
@@ -298,7 +300,7 @@ class CudaModule:
         for buf, arg in zip(params, args):
             if isinstance(arg, np.ndarray):
                 dev = drv.mem_alloc(max(arg.nbytes, 1))
-                drv.memcpy_htod(dev, arg)
+                drv.memcpy_htod(dev, host_bits(arg))
                 keep.append(dev)
                 ptrs[buf] = int(dev)
                 if buf in self.source.written:
@@ -373,10 +375,14 @@ class CudaMemory:
         context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
         import pycuda.gpuarray as gpuarray
 
-        return gpuarray.to_gpu(arr)
+        return gpuarray.to_gpu(host_bits(arr)).view(arr.dtype)
 
     def to_host(self, arg: Any) -> np.ndarray:
-        return arg if isinstance(arg, np.ndarray) else arg.get()
+        if isinstance(arg, np.ndarray):
+            return arg
+        if arg.dtype.name in dt.STORAGE_TYPES:  # copied as its bits (dtypes.host_bits)
+            return arg.view(np.uint16).get().view(arg.dtype)
+        return arg.get()
 
     def flush_caches(self, nbytes: int) -> None:
         drv = driver()
@@ -396,6 +402,8 @@ class CudaMemory:
 def _shape_dtype(arg: Any) -> tuple[tuple[int, ...] | None, Any]:
     if isinstance(arg, np.ndarray):
         return arg.shape, arg.dtype
+    if hasattr(arg, "gpudata") and hasattr(arg, "dtype"):  # pycuda's: bfloat16's typestr is V2
+        return tuple(arg.shape), np.dtype(arg.dtype)
     cai = getattr(arg, "__cuda_array_interface__", None)
     if cai is not None:
         return tuple(cai["shape"]), np.dtype(cai["typestr"])

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
+import numpy as np
 
 from autosched.errors import CompileError
-from autosched.targets.llvm import intrinsics
+from autosched.targets.llvm import bfloat16, intrinsics
 from autosched.targets.llvm import types as T
 from autosched.targets.llvm.walk import linear_coeff
 from autosched.te import dtype as dt
@@ -87,6 +88,8 @@ class ExprGen:
         ty = T.scalar(dtype)
         if dtype == "bool":
             return ir.Constant(ty, int(bool(value)))
+        if dtype == "bfloat16":
+            return ir.Constant(ty, int(np.array(value, dt.to_numpy(dtype)).view(np.int16)))
         if dt.is_float(dtype):
             return ir.Constant(ty, float(value))
         v, bits = int(value), dt.bits(dtype)
@@ -375,11 +378,18 @@ class ExprGen:
         return self.b.not_(self.expr(e.a))
 
     def _Cast(self, e: E.Cast) -> ir.Value:
-        v = self.expr(e.value)
-        src, dst, bld = e.value.dtype, e.type, self.b
+        return self.convert(self.expr(e.value), e.value.dtype, e.type)
+
+    def convert(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        """``v`` of dtype ``src`` as ``dst``."""
+        bld = self.b
         ty = T.of(dst, T.lanes_of(v))
         if src == dst:
             return v
+        if src == "bfloat16":  # bfloat16 converts only to and from float32 (by shifts)
+            return self.convert(bfloat16.to_float(bld, v), "float32", dst)
+        if dst == "bfloat16":
+            return bfloat16.from_float(bld, self.convert(v, src, "float32"))
         if dst == "bool":
             zero = ir.Constant(v.type, None)
             if dt.is_float(src):

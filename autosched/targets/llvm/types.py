@@ -23,6 +23,8 @@ def scalar(dtype: str) -> ir.Type:
         return _FLOATS[dtype]
     if dtype == "bool":
         return I1
+    if dtype == "bfloat16":  # its bits: targets/llvm/bfloat16.py converts
+        return ir.IntType(16)
     if dt.is_int(dtype):
         return ir.IntType(dt.bits(dtype))
     raise CompileError(f"the LLVM backend has no type for dtype {dtype!r}")

@@ -670,8 +670,9 @@ class _Renderer:
 
     def store_value(self, value: str, vtype: str, buf: ir.Buffer) -> str:
         btype = buf.dtype
-        if btype == "float16":
-            return f"_f16b({value})" if dt.is_float(vtype) else f"_f16b(float({value}))"
+        if btype in _HALF_BITS:
+            bits = _HALF_BITS[btype]
+            return f"{bits}({value})" if _floating(vtype) else f"{bits}(float({value}))"
         if dt.is_float(btype):
             if dt.is_float(vtype):
                 return value
@@ -729,7 +730,8 @@ class _Renderer:
         flat = self.flat_index(e.buffer, e.indices, "load")
         trk = self.trackers.get(e.buffer.uid)
         text = f"{view}[{flat}]" if trk is None else f"_tload({trk}, {view}, {flat}, _me, _ep[0])"
-        return f"_F16T[{text}]" if e.buffer.dtype == "float16" else text
+        table = _HALF_TABLES.get(e.buffer.dtype)
+        return f"{table}[{text}]" if table else text
 
     def _e_Binary(self, e: E.Binary) -> str:
         a, b, d, op = self.expr(e.a), self.expr(e.b), e.dtype, e.op
@@ -789,15 +791,15 @@ class _Renderer:
             return x
         if dst == "bool":
             return f"({x} != 0)"
-        if dt.is_float(dst):
-            if not dt.is_float(src):
+        if _floating(dst):
+            if not _floating(src):
                 x, src = f"float({x})", "float64"
-            if dst == "float64" or (dst == "float32" and src == "float16"):
+            if dst == "float64" or (dst == "float32" and src in dt.HALF_TYPES):
                 return x
-            return f"_f32({x})" if dst == "float32" else f"_f16({x})"
+            return f"{_ROUND[dst]}({x})"
         if src == "bool":
             return f"int({x})"
-        if dt.is_float(src):
+        if _floating(src):
             return self.wrap(f"_ftoi({x}, {np.iinfo(dst).min})", dst)
         if _fits(src, dst):
             return x
@@ -853,6 +855,17 @@ def _conjuncts(cond: E.Expr) -> list[tuple[Op, E.Expr, E.Expr]]:
             return [(cond.op.mirrored, cond.b, cond.a)]
         return [(cond.op, cond.a, cond.b)]
     return []
+
+
+# How the rendered code rounds a Python float to each float type, loads a half type's bits
+# (a table indexed by them) and stores its bits (pyruntime's helpers).
+_ROUND = {"float32": "_f32", "float16": "_f16", "bfloat16": "_bf16"}
+_HALF_TABLES = {"float16": "_F16T", "bfloat16": "_BF16T"}
+_HALF_BITS = {"float16": "_f16b", "bfloat16": "_bf16b"}
+
+
+def _floating(dtype: str) -> bool:
+    return dt.is_float(dtype) or dtype in dt.STORAGE_TYPES
 
 
 def _fits(src: str, dst: str) -> bool:

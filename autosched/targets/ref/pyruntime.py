@@ -46,6 +46,27 @@ def f16(x: float) -> float:
 
 
 _F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+# bfloat16 is the upper half of a float32: loads index this table with its 16 bits.
+with np.errstate(invalid="ignore"):  # signalling NaNs become quiet ones
+    BF16_TABLE: list[float] = (np.arange(65536, dtype=np.uint32) << 16).view(
+        np.float32).astype(float).tolist()
+
+
+def bf16_bits(x: float) -> int:
+    """The bfloat16 bit pattern nearest to float32 ``x`` (round half to even, NaN quiet,
+    overflow to inf)."""
+    if x != x:
+        return 0x7FC0
+    try:
+        u = _U32.unpack(_F32.pack(x))[0]
+    except OverflowError:
+        return 0xFF80 if x < 0 else 0x7F80
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+
+
+def bf16(x: float) -> float:
+    return BF16_TABLE[bf16_bits(x)]
 
 
 def f32(x: float) -> float:
@@ -55,13 +76,13 @@ def f32(x: float) -> float:
 
 def storage_dtype(dtype: str) -> np.dtype:
     """The numpy dtype a buffer's memoryview is taken over."""
-    return np.dtype(np.uint16) if dtype == "float16" else np.dtype(dtype)
+    return np.dtype(np.uint16) if dtype in dt.HALF_TYPES else np.dtype(dtype)
 
 
 def as_view(arr: np.ndarray) -> memoryview:
-    """A flat memoryview over a C-contiguous array (float16 as raw bits)."""
+    """A flat memoryview over a C-contiguous array (float16 and bfloat16 as raw bits)."""
     flat = arr.reshape(-1)
-    if arr.dtype == np.float16:
+    if arr.dtype.name in dt.HALF_TYPES:
         flat = flat.view(np.uint16)
     return memoryview(flat)  # type: ignore[arg-type]  # numpy stubs: __buffer__ on 3.12+
 
@@ -72,8 +93,8 @@ _GARBAGE_BYTE = 0xA5  # what unwritten integer memory reads as: -1515870811 as i
 def alloc(dtype: str, size: int) -> memoryview:
     """A fresh buffer whose unwritten elements are conspicuous: NaN, 0xA5A5... or True."""
     arr = np.empty(max(int(size), 0), dtype=storage_dtype(dtype))
-    if dtype == "float16":
-        arr.fill(0x7E00)  # a quiet NaN
+    if dtype in dt.HALF_TYPES:
+        arr.fill(0x7E00 if dtype == "float16" else 0x7FC0)  # a quiet NaN
     elif dt.is_float(dtype):
         arr.fill(np.nan)
     elif dtype == "bool":
@@ -403,6 +424,9 @@ def namespace() -> dict[str, Any]:
         "_F16T": F16_TABLE,
         "_f16b": f16_bits,
         "_f16": f16,
+        "_BF16T": BF16_TABLE,
+        "_bf16b": bf16_bits,
+        "_bf16": bf16,
         "_f32": f32,
         "_alloc": alloc,
         "_alloc_once": alloc_once,
