@@ -139,8 +139,9 @@ class FuncGen(ExprGen):
 
     def _maskable(self, body: lir.Stmt) -> bool:
         """The body of a lane-dependent ``if`` can run as masked vector code: straight-line
-        contiguous stores whose lane-dependent loads are contiguous too (the tail of a tile
-        that its loop does not divide)."""
+        contiguous stores whose lane-dependent loads are vector loads too, contiguous or
+        strided, guarded ones under a padding select included (the tail of a tile that its
+        loop does not divide)."""
         for st in all_stmts(body):
             if isinstance(st, lir.Seq):
                 continue
@@ -153,10 +154,11 @@ class FuncGen(ExprGen):
             for e in stmt_exprs(st):
                 for n in post_order(e):
                     if isinstance(n, lir.Load) and self.lanes(n) > 1 and (
-                            n.dtype == "bool" or not self.is_contiguous(n.buffer, n.indices)):
+                            self.vector_stride(n) is None):
                         return False
                     if isinstance(n, E.Select) and self.lanes(n.cond) > 1 and (
-                            may_trap(n.true_value) or may_trap(n.false_value)):
+                            may_trap(n.true_value) or may_trap(n.false_value)) and (
+                            self.masked_select_stride(n) is None):
                         return False
         return True
 
