@@ -46,12 +46,15 @@ def _reads(op: ComputeOp) -> list[E.TensorRead]:
     return [n for n in post_order(op.body) if isinstance(n, E.TensorRead)]
 
 
-def has_reuse(op: ComputeOp) -> bool:
-    """A reduction where some read does not depend on some data axis (so tiling reuses it)."""
+def has_reuse(op: ComputeOp, of: str | None = None) -> bool:
+    """A reduction where some read (of stage ``of``, or any) does not depend on some data
+    axis of extent > 1 (so tiling reuses what it reads along that axis)."""
     if not op.reduce_axis:
         return False
     axis_uids = {a.var.uid for a in op.axis if _static_extent(a) > 1}
     for r in _reads(op):
+        if of is not None and r.tensor.op.name != of:
+            continue
         used = {n.uid for i in r.indices for n in post_order(i) if isinstance(n, E.Var)}
         if axis_uids - used:
             return True
@@ -162,11 +165,17 @@ def has_condition(op: ComputeOp) -> bool:
     return any(isinstance(n, E.Select) for n in post_order(op.body))
 
 
-def _pad_rule(name: str, sch0: Schedule) -> Rule:
+def _pad_rule(name: str, sch0: Schedule, info: DagInfo) -> Rule:
     """A conditional stage read by a tiled reduction: inlined, or computed on its own first
-    (parallel and vectorized like an injective stage) so the reduction reads plain memory."""
+    (parallel and vectorized like an injective stage) so the reduction reads plain memory.
+    The untuned default computes it first where its readers reuse each element across their
+    data axes (a dense convolution reads it once per output channel) and inlines it where
+    they do not (a depthwise convolution reads each element for a few taps of one channel:
+    a separate pass over the padded copy cost more than the masked loads, 0.11 -> 0.09 ms
+    for 144 channels at 56 x 56, stride 2)."""
     root = _injective_rule(name, sch0)
-    knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=0), *root.knobs)
+    inline = not any(has_reuse(r.compute_op, of=name) for r in _direct_readers(sch0, info, name))
+    knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=int(inline)), *root.knobs)
 
     def apply(sch: Schedule, p: Params) -> None:
         if p[f"{name}.inline"]:
@@ -546,7 +555,7 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
         if st.name not in info.inlined:
             continue
         pad = not gpu and has_condition(st.compute_op) and _read_only_by(sch0, info, st.name, tiled)
-        rules.append(_pad_rule(st.name, sch0) if pad else _inline_rule(st.name))
+        rules.append(_pad_rule(st.name, sch0, info) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []
     for st in reversed(info.compute):  # consumers first
@@ -572,11 +581,15 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
     return [Sketch(tuple(rules + later))]
 
 
+def _direct_readers(sch: Schedule, info: DagInfo, name: str) -> list[Stage]:
+    """The compute stages that read ``name`` themselves (not through inlined ones)."""
+    return [st for st in info.compute if any(q.name == name for q in sch.reads_of(st))]
+
+
 def _read_only_by(sch: Schedule, info: DagInfo, name: str, readers: set[str]) -> bool:
     """Every stage that reads ``name`` directly is one of ``readers`` (none is inlined)."""
-    direct = [st.name for st in info.compute
-              if any(q.name == name for q in sch.reads_of(st))]
-    return bool(direct) and all(r in readers for r in direct)
+    direct = _direct_readers(sch, info, name)
+    return bool(direct) and all(r.name in readers for r in direct)
 
 
 def _outer_match(sch: Schedule, producer: str, reader: str) -> bool:

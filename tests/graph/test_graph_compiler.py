@@ -58,6 +58,23 @@ def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> 
     np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("columns,packed", [(7, True), (13, True), (14, False), (30, False)])
+def test_cpu_1x1_convs_over_long_rows_keep_oihw(columns: int, packed: bool,
+                                                rng: np.random.Generator) -> None:
+    """A stride-1 1x1 conv sums along its rows (OIHW) from PACK_1X1_BELOW_COLUMNS output
+    columns on, channels-last below; either way it matches onnxruntime."""
+    b = Builder(int(rng.integers(1 << 30)))
+    y = b.op("Clip", [b.conv("x", 24, 40, 1, bias=True), b.const(np.float32(0)),
+                      b.const(np.float32(6))])
+    m = b.model(("x", (1, 24, 5, columns)), y, "pointwise")
+    g = from_onnx(m)
+    (conv,) = [n for n in prepare(g, parse("llvm")).nodes if n.op_type == "Conv"]
+    assert (conv.attrs.get(KERNEL_LAYOUT) == "IHWO") == packed
+    x = {"x": _f32(rng, 1, 24, 5, columns)}
+    (out,) = aus.compile(g, "llvm").run(x)
+    np.testing.assert_allclose(out, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_cpu_gemm_weights_are_stored_k_by_n(trans_b: int, rng: np.random.Generator) -> None:
     w = _f32(rng, 11, 6) if trans_b else _f32(rng, 6, 11)

@@ -248,6 +248,27 @@ def test_register_tile_default_follows_reuse_and_strides() -> None:
     assert strided[1] >= 8
 
 
+@pytest.mark.parametrize("groups,inlined", [(16, True), (1, False)])
+def test_padding_default_follows_its_readers_reuse(groups: int, inlined: bool, rng) -> None:
+    """A depthwise convolution reads each padded element for a few taps of one channel: its
+    untuned default inlines the padding; a dense one reads it once per output channel and
+    computes it first. Either default matches numpy."""
+    from autosched import te
+    from autosched.te import ops
+
+    x = te.placeholder((1, 16, 13, 11), name="x")
+    w = te.placeholder((16, 16 // groups, 3, 3), name="w")
+    y = ops.conv2d_nchw(x, w, stride=2, padding=1, groups=groups)
+    task = aus.Task(lambda: [x, w, y], target="llvm")
+    space = SearchSpace(task)
+    assert dict(space.default_candidate().params)["pad_temp.inline"] == int(inlined)
+    inputs = [random_array(rng, (1, 16, 13, 11), "float32"),
+              random_array(rng, (16, 16 // groups, 3, 3), "float32")]
+    out = np.empty((1, 16, 7, 6), "float32")
+    task.build(space.default_schedule())(*inputs, out)
+    np.testing.assert_allclose(out, _reference(task, inputs)[0], **tolerance("float32"))
+
+
 class _ScoreByCost:
     """A trained model that prefers fewer loop iterations; counts the candidates it scored."""
 

@@ -3,7 +3,9 @@
 Inside a vectorized loop over ``v`` (``self.vec``), an expression that depends on ``v`` becomes a
 vector of ``lanes`` values and one that does not stays scalar; mixing the two broadcasts the
 scalar. Loads whose flattened index is ``v`` plus terms without ``v`` become one vector load;
-other lane-dependent loads are done lane by lane (``at_lane``).
+loads ``s`` elements apart per lane (a stride-2 convolution's row: ``x * 2 + rx``) one load of
+``s`` times the lanes and a shuffle, for ``s`` up to STRIDED_LOAD_MAX; other lane-dependent
+loads are done lane by lane (``at_lane``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ _INT_DIVIDE = {
     Op.TRUNCMOD: (ir.IRBuilder.srem, ir.IRBuilder.urem),
 }
 _MIN_MAX = {Op.MIN: "<", Op.MAX: ">"}  # the comparison that picks the first operand
+
+# Lane strides read as one wide load and a shuffle: s vectors and a shuffle beat a gather of
+# one scalar load per lane up to a few vectors per result.
+STRIDED_LOAD_MAX = 4
 
 
 @dataclass
@@ -214,16 +220,21 @@ class ExprGen:
         return off
 
     def is_contiguous(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> bool:
-        """In the vectorized loop, the access moves by one element per lane: the last index
-        does, or (when some index is not affine in the lane: a reshape's floordiv / floormod)
-        the row-major offset does once simplified, e.g. ``A[p // 14, p % 14]``."""
+        """In the vectorized loop, the access moves by one element per lane."""
+        return self.lane_stride(buf, indices) == 1
+
+    def lane_stride(self, buf: lir.Buffer, indices: tuple[E.Expr, ...]) -> int | None:
+        """How many elements the access moves per lane of the vectorized loop: the last
+        index's coefficient when no other index depends on the lane, or (when some index is
+        not affine in the lane: a reshape's floordiv / floormod) the simplified row-major
+        offset's, e.g. 1 for ``A[p // 14, p % 14]``; None when it is no constant."""
         assert self.vec is not None
         coeffs = [linear_coeff(i, self.vec.var) for i in indices]
-        if bool(coeffs) and coeffs[-1] == 1 and all(c == 0 for c in coeffs[:-1]):
-            return True
-        if None not in coeffs or len(indices) != len(buf.shape):
-            return False
-        return linear_coeff(simplify(lir.flat_offset(buf, indices)), self.vec.var) == 1
+        if None not in coeffs:
+            return coeffs[-1] if coeffs and all(c == 0 for c in coeffs[:-1]) else None
+        if len(indices) != len(buf.shape):
+            return None
+        return linear_coeff(simplify(lir.flat_offset(buf, indices)), self.vec.var)
 
     def element_ptr(self, buf: lir.Buffer, indices: tuple[E.Expr, ...],
                     inbounds: bool = True) -> ir.Value:
@@ -282,7 +293,36 @@ class ExprGen:
                 zero = ir.Constant(ptr.type.pointee, None)
                 return self.masked_load(ptr, self.mask, zero, e.buffer.itemsize)
             return self.from_memory(self.b.load(ptr, align=align), e.dtype)
-        return self.per_lane(e)
+        stride = self.vector_stride(e)
+        return self.per_lane(e) if stride is None else self.strided_load(e, stride)
+
+    def vector_stride(self, e: lir.Load) -> int | None:
+        """The lane stride of a lane-dependent load that loads as vectors: 1 (contiguous) up
+        to STRIDED_LOAD_MAX; None for a gather (or bool, whose vectors are no bytes)."""
+        stride = None if e.dtype == "bool" else self.lane_stride(e.buffer, e.indices)
+        return stride if stride is not None and 1 <= stride <= STRIDED_LOAD_MAX else None
+
+    def strided_load(self, e: lir.Load, stride: int, mask: ir.Value | None = None) -> ir.Value:
+        """The lanes of ``e``, ``stride`` elements apart: the span from lane 0 to the last
+        lane loaded as one vector (masked past the last lane, which may end the buffer, and
+        to the lanes of ``mask``, by default the loop's; the others read as zero) and every
+        ``stride``-th element shuffled out."""
+        assert self.vec is not None
+        mask = self.mask if mask is None else mask
+        n, wide = self.vec.lanes, self.vec.lanes * stride
+        with self.at_lane(0):
+            p = self.element_ptr(e.buffer, e.indices, inbounds=False)
+        ptr = self.b.bitcast(p, ir.VectorType(T.memory(e.dtype), wide).as_pointer())
+        span: ir.Value = ir.Constant(ir.VectorType(T.I1, wide),
+                                     [j <= (n - 1) * stride for j in range(wide)])
+        if mask is not None:
+            spread = self.b.shuffle_vector(mask, ir.Constant(mask.type, ir.Undefined),
+                                           ir.Constant(ir.VectorType(T.I32, wide),
+                                                       [j // stride for j in range(wide)]))
+            span = self.b.and_(span, spread)
+        v = self.masked_load(ptr, span, ir.Constant(ptr.type.pointee, None), e.buffer.itemsize)
+        pick = ir.Constant(ir.VectorType(T.I32, n), [k * stride for k in range(n)])
+        return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), pick)
 
     def masked_load(self, ptr: ir.Value, mask: ir.Value, passthru: ir.Value,
                     align: int) -> ir.Value:
@@ -445,19 +485,30 @@ class ExprGen:
             phi.add_incoming(value, bb)
         return phi
 
+    def masked_select_stride(self, e: E.Select) -> int | None:
+        """The lane stride of the load in ``select(c, A[i], x)`` when it can run as a masked
+        vector load (see _masked_load_select), else None."""
+        load = e.true_value
+        if not (isinstance(load, lir.Load) and not may_trap(e.false_value)
+                and self.lanes(load) > 1 and not any(may_trap(i) for i in load.indices)):
+            return None
+        return self.vector_stride(load)
+
     def _masked_load_select(self, e: E.Select) -> ir.Value | None:
-        """``select(c, A[contiguous], x)`` with a lane-dependent ``c`` (padding): a masked
-        vector load reads only the lanes where ``c`` holds."""
+        """``select(c, A[i], x)`` with a lane-dependent ``c`` (padding) and ``i`` contiguous
+        or strided in the lane: a masked vector load reads only the lanes where ``c`` holds."""
         assert self.vec is not None
         load = e.true_value
-        if not (isinstance(load, lir.Load) and load.dtype != "bool" and not may_trap(e.false_value)
-                and self.lanes(load) > 1 and self.is_contiguous(load.buffer, load.indices)
-                and not any(may_trap(i) for i in load.indices)):
+        stride = self.masked_select_stride(e)
+        if stride is None:
             return None
+        assert isinstance(load, lir.Load)
         mask = self.expr(e.cond)
         if self.mask is not None:
             mask = self.b.and_(mask, self.mask)
         passthru = self.splat(self.expr(e.false_value), self.vec.lanes)
+        if stride > 1:
+            return self.b.select(mask, self.strided_load(load, stride, mask), passthru)
         ptr = self.vector_ptr(load.buffer, load.indices, masked=True)
         return self.masked_load(ptr, mask, passthru, load.buffer.itemsize)
 

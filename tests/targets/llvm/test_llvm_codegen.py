@@ -3,7 +3,9 @@ numpy, scalar and vectorized; loops of each kind; allocations; guarded loads."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -330,35 +332,75 @@ def test_local_accumulator_and_large_global_allocation(rng):
     np.testing.assert_allclose(out, (a * 2 + 1) ** 2, rtol=1e-5)
 
 
+@contextlib.contextmanager
+def page_edge(n: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """``n`` random float32 that end where a page no one may read begins (and start right
+    after one), so a stray read past either end faults."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    pages = -(-n * 4 // page)
+    mem = mmap.mmap(-1, (pages + 2) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base, page, 0) == 0
+    assert libc.mprotect(base + (pages + 1) * page, page, 0) == 0
+    a = np.frombuffer(mem, dtype="float32", count=n, offset=(pages + 1) * page - n * 4)
+    a[:] = rand(rng, (n,), "float32")
+    try:
+        yield a
+    finally:
+        libc.mprotect(base, (pages + 2) * page, 3)  # readable again before it is unmapped
+
+
 @pytest.mark.parametrize("kind", ["serial", "vectorized", "unrolled"])
 def test_guarded_select_never_reads_out_of_bounds(kind, rng):
     """Padding: select(0 < i <= n, A[i - 1], 0) reads A only where the guard holds. The
     vectorized form is a masked load; A sits at the edge of an mmap'd page so a stray read
     faults."""
-    import mmap
-
     n = 1024  # one page of float32
     A, C = buf("A", (n,)), buf("C", (n + 2,))
     i = E.Var("i")
     guard = E.logical("and", E.compare("ge", i, 1), E.compare("le", i, n))
     value = E.select(guard, ir.Load(A, (i - 1,)), c(-1.0))
     mod = build(loop(i, n + 2, ir.Store(C, (i,), value), kind), [A, C])
-    mem = mmap.mmap(-1, 3 * mmap.PAGESIZE)
-    page = mmap.PAGESIZE
-    import ctypes
+    with page_edge(n, rng) as a:
+        out = garbage((n + 2,), "float32")
+        mod(a, out)
+        np.testing.assert_array_equal(out, np.concatenate([[-1.0], a, [-1.0]]).astype("float32"))
 
-    base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
-    libc = ctypes.CDLL(None)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(base, page, 0) == 0 and libc.mprotect(base + 2 * page, page, 0) == 0
-    a = np.frombuffer(mem, dtype="float32", count=n, offset=page)
-    a[:] = rand(rng, (n,), "float32")
-    out = garbage((n + 2,), "float32")
-    mod(a, out)
-    np.testing.assert_array_equal(out, np.concatenate([[-1.0], a, [-1.0]]).astype("float32"))
-    libc.mprotect(base, 3 * page, 3)
-    del a
-    mem.close()
+
+@pytest.mark.parametrize("stride", [2, 3, 4])
+@pytest.mark.parametrize("padded", [False, True])
+def test_strided_loads_are_wide_loads_and_a_shuffle(stride, padded, rng):
+    """A[x * s + k] (a stride-s convolution's row, s <= 4) is one masked load of s vectors
+    and a shuffle, not a scalar load per lane; with the tile's tail guard and under a padding
+    select too. A ends at a page no one may read, so loading the s - 1 elements past the last
+    lane would fault."""
+    w, taps, lanes = 37, 3, 16  # 37 outputs: two full vectors and a tail of 5
+    n = (w - 1) * stride + taps  # the last output's last tap is A's last element
+    A, C = buf("A", (n,)), buf("C", (taps, w))
+    k, xo, xi = E.Var("k"), E.Var("xo"), E.Var("xi")
+    x = xo * lanes + xi
+    at = x * stride + k
+    value: E.Expr = ir.Load(A, (at - 1,)) if padded else ir.Load(A, (at,))
+    if padded:  # A shifted right by one, zero before its start
+        value = E.select(E.compare("ge", at, 1), value, c(0.0))
+    store = ir.Store(C, (k, x), value * 2.0)
+    body = loop(k, taps, loop(xo, -(-w // lanes), loop(
+        xi, lanes, ir.IfThenElse(E.compare("lt", x, w), store), "vectorized")))
+    mod = build(body, [A, C])
+    text = mod.get_llvm_ir(optimized=False)
+    assert f"llvm.masked.load.v{lanes * stride}f32" in text
+    assert "insertelement <16 x float>" not in text  # no lane-by-lane gather
+    with page_edge(n, rng) as a:
+        out = garbage((taps, w), "float32")
+        mod(a, out)
+        src = np.concatenate([[0.0], a[:-1]]).astype("float32") if padded else a
+        want = np.stack([src[kk:kk + (w - 1) * stride + 1:stride] for kk in range(taps)]) * 2
+        np.testing.assert_array_equal(out, want)
 
 
 def test_if_then_else_let_seq_and_lane_dependent_branch(rng):
@@ -418,6 +460,28 @@ def test_auto_unroll_pragma_unrolls_small_nests(explicit, rng):
     out = garbage((5, 3, 4), "float32")
     mod(a, out)
     np.testing.assert_allclose(out, a + 1, rtol=1e-6)
+
+
+def test_auto_unroll_counts_a_vectorized_loop_by_its_vectors(rng):
+    """auto_unroll_max_step=64 over taps (3) x rows (4) x a vectorized row of 3 vectors: the
+    nest emits 36 vector statements, so it is unrolled (counted as 3 x 4 x 48 lanes = 576 it
+    was left to LLVM, which kept a 4-row depthwise tile's accumulators on the stack)."""
+    from autosched.targets.target import parse
+
+    lanes = parse("llvm").vector_bits // 32
+    w = 3 * lanes
+    A, C = buf("A", (4, w + 2)), buf("C", (4, w))
+    t, y, x = E.Var("t"), E.Var("y"), E.Var("x")
+    acc = ir.Store(C, (y, x), ir.Load(C, (y, x)) + ir.Load(A, (y, x + t)))
+    body = ir.For(t, c(0), c(3), "serial", loop(y, 4, loop(x, w, acc, "vectorized")),
+                  annotations=(("auto_unroll_max_step", 64), ("unroll_explicit", True)))
+    mod = build(body, [A, C])
+    assert not re.findall(r"^for\.head(\.\d+)?:", mod.get_llvm_ir(optimized=False), re.M)
+    a = rand(rng, (4, w + 2), "float32")
+    out = rand(rng, (4, w), "float32")
+    want = out + sum(a[:, tt:tt + w] for tt in range(3))
+    mod(a, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 def test_lane_dependent_guard_becomes_masked_loads_and_stores(rng):
