@@ -201,9 +201,9 @@ NEEDS_FMA = pytest.mark.skipif(not _host_has_fma(), reason="onnxruntime's kernel
 
 
 def _activations(rows: int, cols: int) -> np.ndarray:
-    """float32 values across sigmoid's and tanh's range: saturated, tiny, NaN, +-inf."""
+    """float32 values across sigmoid's and tanh's range: saturated, tiny, subnormal, NaN, +-inf."""
     x = (RNG.standard_normal((rows, cols)) * 6).astype("float32")
-    x[0, :9] = [np.nan, np.inf, -np.inf, 30.0, -30.0, 1e30, -1e-30, 0.0, -0.0]
+    x[0, :10] = [np.nan, np.inf, -np.inf, 30.0, -30.0, 1e30, -1e-30, -1e-40, 0.0, -0.0]
     x[-1, :cols // 2] = RNG.uniform(-20, 20, cols // 2)
     return x
 
