@@ -6,8 +6,9 @@ Half values are ``half`` from cuda_fp16.h; functions with no portable half versi
 float32 and float64 + - * round every op (``__fadd_rn`` ..., which NVRTC never contracts into an
 FMA), as onnxruntime does, except in a reduction's update ``acc + x*y``, which is one ``fmaf``
 as in its GEMM and convolution kernels (targets/rounding.py); ``-fast-math`` lets NVRTC
-contract anything. A run-time index check (``index_check`` of te/ops/transform.py) ORs STATUS_INDEX into the
-kernel's status word (``as_index_check``); the clamp around it keeps the read in bounds.
+contract anything. A run-time index check (``index_check`` of te/ops/transform.py) ORs
+STATUS_INDEX into the kernel's status word (``as_index_check``); the clamp around it keeps the
+read in bounds.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ Scalars are Python ints, floats and bools: integer intermediates are exact (stor
 to the destination dtype), float math runs in float64 and is rounded where a value is stored or
 cast to a narrower float; float32 sigmoid and tanh are onnxruntime's rational functions in
 float32 (targets/rounding.py), as the compiled backends compute them, so that a folded constant
-equals what they (and onnxruntime) would compute. Every helper here gives the IEEE / C answer where Python would raise
-(``1.0 / 0.0``, ``math.log(0.0)``, ``int(nan)``), so an evaluated program fails only on purpose:
-an out-of-bounds access, an integer division by zero, or a GPU barrier that not every thread
-of a block reaches.
+equals what they (and onnxruntime) would compute. Every helper here gives the IEEE / C answer
+where Python would raise (``1.0 / 0.0``, ``math.log(0.0)``, ``int(nan)``), so an evaluated
+program fails only on purpose: an out-of-bounds access, an integer division by zero, or a GPU
+barrier that not every thread of a block reaches.
 """
 
 from __future__ import annotations
