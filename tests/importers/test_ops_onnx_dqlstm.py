@@ -1,7 +1,9 @@
 """com.microsoft DynamicQuantizeLSTM (onnxruntime's contrib op) against onnxruntime on fresh
 random int8 / uint8 weights and inputs (llvm, through the graph compiler): directions,
 per-tensor and per-column scales, biases, initial states, peepholes; and the domain check
-that lets only known contrib ops through."""
+that lets only known contrib ops through. Its states, sigmoid and tanh are onnxruntime's to the
+bit on every backend: llvm, the reference evaluator (constant folding), CUDA C run on the host
+and on the GPU."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 
 from autosched.errors import ModelImportError  # noqa: E402
+from autosched.graph.passes import fold_constants  # noqa: E402
 from autosched.targets.cuda.host_emulate import unavailable  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 from tests.support.nvrtc import NVRTC_SKIP  # noqa: E402
@@ -19,6 +22,10 @@ from tests.support.onnx_node import RNG, model, rand, run_autosched, run_ort  # 
 
 OUTS = ["y", "yh", "yc"]
 HOST_SKIP = NVRTC_SKIP or unavailable()
+CUDA_TARGETS = [
+    pytest.param("cuda -emulate=host", marks=pytest.mark.skipif(HOST_SKIP is not None,
+                                                                reason=str(HOST_SKIP))),
+    pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _weights(shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -66,13 +73,17 @@ def _model(node: object, inputs: dict, consts: dict) -> object:
     return m
 
 
-def _compare(node: object, inputs: dict, consts: dict, target: str = "llvm") -> None:
+def _compare(node: object, inputs: dict, consts: dict, target: str = "llvm",
+             exact: bool = False) -> None:
     m = _model(node, inputs, consts)
     want = run_ort(m, inputs)
     got = run_autosched(m, inputs, target)
     for name, g, w in zip(OUTS, got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, w.shape)
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4, err_msg=name)
+        if exact:
+            np.testing.assert_array_equal(g.view("int32"), w.view("int32"), err_msg=name)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4, err_msg=name)
 
 
 @pytest.mark.parametrize("direction,dtype,per_column", [
@@ -95,15 +106,13 @@ def test_dqlstm_initial_states_peepholes_batch() -> None:
     _compare(_node(names, 260, "bidirectional", clip=2.5), inputs, consts)
 
 
-@pytest.mark.parametrize("target", [
-    pytest.param("cuda -emulate=host", marks=pytest.mark.skipif(HOST_SKIP is not None,
-                                                                reason=str(HOST_SKIP))),
-    pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("target", CUDA_TARGETS)
 def test_dqlstm_cuda(target: str) -> None:
     """The expanded steps' kernels with their default GPU schedules: on the GPU, and as CUDA C
-    run on the host."""
+    run on the host; onnxruntime's to the bit where the CPU has FMAs (as onnxruntime's
+    kernels use them only there)."""
     names, inputs, consts = _case(2, steps=3, batch=1, inp=6, hidden=9, per_column=True)
-    _compare(_node(names, 9, "bidirectional"), inputs, consts, target)
+    _compare(_node(names, 9, "bidirectional"), inputs, consts, target, exact=_host_has_fma())
 
 
 def test_dqlstm_domain_is_checked() -> None:
@@ -187,28 +196,50 @@ def _host_has_fma() -> bool:
         llvm.get_host_cpu_features().get("fma", False))
 
 
-@pytest.mark.skipif(not _host_has_fma(), reason="onnxruntime's kernels use fused multiply-adds "
-                                                "only where the CPU has them")
+NEEDS_FMA = pytest.mark.skipif(not _host_has_fma(), reason="onnxruntime's kernels use fused "
+                               "multiply-adds only where the CPU has them")
+
+
+def _activations(rows: int, cols: int) -> np.ndarray:
+    """float32 values across sigmoid's and tanh's range: saturated, tiny, subnormal, NaN, +-inf."""
+    x = (RNG.standard_normal((rows, cols)) * 6).astype("float32")
+    x[0, :10] = [np.nan, np.inf, -np.inf, 30.0, -30.0, 1e30, -1e-30, -1e-40, 0.0, -0.0]
+    x[-1, :cols // 2] = RNG.uniform(-20, 20, cols // 2)
+    return x
+
+
+@NEEDS_FMA
+@pytest.mark.parametrize("target", ["llvm", "ref", *CUDA_TARGETS])
 @pytest.mark.parametrize("op", ["Sigmoid", "Tanh"])
-def test_sigmoid_tanh_bit_identical_to_onnxruntime(op: str) -> None:
+def test_sigmoid_tanh_bit_identical_to_onnxruntime(op: str, target: str) -> None:
     """A dynamically quantized model rounds activations to uint8: where ours differed from
     onnxruntime's by one ulp (in about half the elements), one rounding in 60,000 flipped and
-    the flips cascaded (ddddocr_ocr_int8 matched for 5 of 16 inputs). Vector lanes and the
-    scalar tail, saturated values and NaN."""
-    x = (RNG.standard_normal((7, 4103)) * 6).astype("float32")
-    x[0, :5] = [np.nan, np.inf, -np.inf, 30.0, -30.0]
+    the flips cascaded (ddddocr_ocr_int8 matched for 5 of 16 inputs). llvm: vector lanes and the
+    scalar tail; the reference evaluator (slow: fewer values); CUDA C on the host and the GPU."""
+    x = _activations(*((3, 701) if target == "ref" else (7, 4103)))
     m = model([helper.make_node(op, ["x"], ["y"])], {"x": x}, {}, ["y"])
+    got, want = run_autosched(m, {"x": x}, target)[0], run_ort(m, {"x": x})[0]
+    np.testing.assert_array_equal(got.view("int32"), want.view("int32"))
+
+
+@NEEDS_FMA
+def test_folded_sigmoid_bit_identical_to_onnxruntime() -> None:
+    """Sigmoid of a constant folds (graph/passes.py, on the reference evaluator): the folded
+    values are onnxruntime's to the bit too (the exact formula differed by an ulp)."""
+    c, x = _activations(5, 67), rand((5, 67))
+    nodes = [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Add", ["s", "x"], ["y"])]
+    m = model(nodes, {"x": x}, {"c": c}, ["y"])
+    folded = fold_constants(from_onnx(m, {"x": x.shape}))
+    assert [n.op_type for n in folded.nodes] == ["Add"], "the Sigmoid was not folded"
     got, want = run_autosched(m, {"x": x})[0], run_ort(m, {"x": x})[0]
     np.testing.assert_array_equal(got.view("int32"), want.view("int32"))
 
 
-@pytest.mark.skipif(not _host_has_fma(), reason="onnxruntime's kernels use fused multiply-adds "
-                                                "only where the CPU has them")
-def test_dqlstm_bit_identical_to_onnxruntime() -> None:
+@NEEDS_FMA
+@pytest.mark.parametrize("target", ["llvm", *CUDA_TARGETS])
+def test_dqlstm_bit_identical_to_onnxruntime(target: str) -> None:
     """Each step rounds the hidden state to uint8, so the states must be onnxruntime's to the
     bit, or roundings flip and the error grows step by step: its sigmoid and tanh, and the
     cell's f*c + i*g with both products rounded (no fused multiply-add outside reductions)."""
     names, inputs, consts = _case(2, steps=6, batch=1, inp=8, hidden=64, per_column=True)
-    m = _model(_node(names, 64, "bidirectional"), inputs, consts)
-    for name, g, w in zip(OUTS, run_autosched(m, inputs), run_ort(m, inputs)):
-        np.testing.assert_array_equal(g.view("int32"), w.view("int32"), err_msg=name)
+    _compare(_node(names, 64, "bidirectional"), inputs, consts, target, exact=True)

@@ -3,8 +3,12 @@
 Integer floordiv/floormod round toward negative infinity (helpers ``as_floordiv`` /
 ``as_floormod``) unless both operands are provably non-negative, where C's ``/`` and ``%`` agree.
 Half values are ``half`` from cuda_fp16.h; functions with no portable half version run in float.
-A run-time index check (``index_check`` of te/ops/transform.py) ORs STATUS_INDEX into the
-kernel's status word (``as_index_check``); the clamp around it keeps the read in bounds.
+float32 and float64 + - * round every op (``__fadd_rn`` ..., which NVRTC never contracts into an
+FMA), as onnxruntime does, except in a reduction's update ``acc + x*y``, which is one ``fmaf``
+as in its GEMM and convolution kernels (targets/rounding.py); ``-fast-math`` lets NVRTC
+contract anything. A run-time index check (``index_check`` of te/ops/transform.py) ORs
+STATUS_INDEX into the kernel's status word (``as_index_check``); the clamp around it keeps the
+read in bounds.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from autosched.errors import CompileError
 from autosched.targets.cuda import ir_util as U
 from autosched.targets.cuda.dtypes import FROM_FLOAT, NARROW_INTS, TO_FLOAT, c_const, c_type
 from autosched.targets.cuda.intrinsics import float_function
+from autosched.targets.rounding import fused_update
 from autosched.targets.status import STATUS_INDEX
 from autosched.te import dtype as dt
 from autosched.te import expr as E
@@ -55,6 +60,10 @@ __device__ __forceinline__ double as_min(double a, double b) { return (a < b || 
 _C_INT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.TRUNCDIV: "/", Op.TRUNCMOD: "%"}
 _C_FLOAT_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
 _C_LOGICAL = {Op.AND: "&&", Op.OR: "||"}
+# Float arithmetic rounded op by op: intrinsics NVRTC never fuses into an FMA.
+_ROUNDED = {("float32", Op.ADD): "__fadd_rn", ("float32", Op.SUB): "__fsub_rn",
+            ("float32", Op.MUL): "__fmul_rn", ("float64", Op.ADD): "__dadd_rn",
+            ("float64", Op.SUB): "__dsub_rn", ("float64", Op.MUL): "__dmul_rn"}
 
 
 class Names(Protocol):
@@ -183,6 +192,8 @@ class ExprWriter:
         if op in _C_FLOAT_INFIX:
             if op is Op.DIV and self.fast_math and t == "float32":
                 return f"__fdividef({a}, {b})"
+            if (t, op) in _ROUNDED and not self.fast_math:
+                return f"{_ROUNDED[t, op]}({a}, {b})"
             return f"({a} {_C_FLOAT_INFIX[op]} {b})"
         f = "f" if t == "float32" else ""
         if t == "float16":  # add/sub/mul/div handled above through cuda_fp16 operators
@@ -194,8 +205,21 @@ class ExprWriter:
         if op is Op.FLOORDIV:
             return f"floor{f}({a} / {b})"
         if op is Op.FLOORMOD:
-            return f"(({a}) - floor{f}(({a}) / ({b})) * ({b}))"
+            q = self._float_binary(Op.MUL, t, f"floor{f}(({a}) / ({b}))", b)
+            return self._float_binary(Op.SUB, t, a, q)
         raise CompileError(f"kernel {self.name}: float {op} is not supported")
+
+    def store_value(self, s: ir.Store, value: E.Expr | None = None) -> str:
+        """The C value that store ``s`` writes (``value``: its value with some loads replaced
+        by vector lanes): a reduction's update acc + x*y as one fused multiply-add."""
+        value = s.value if value is None else value
+        if self.fast_math or not fused_update(s):
+            return self._expr(value)
+        assert isinstance(value, E.Binary)
+        mul, acc = (value.b, value.a) if _is_mul(value.b) else (value.a, value.b)
+        assert isinstance(mul, E.Binary)
+        fma = "fmaf" if s.buffer.dtype == "float32" else "fma"
+        return f"{fma}({self._expr(mul.a)}, {self._expr(mul.b)}, {self._expr(acc)})"
 
     def _call(self, e: E.Call) -> str:
         t = e.dtype
@@ -218,3 +242,7 @@ class ExprWriter:
             return f"__float2half({fn}({args}))"
         fn = float_function(e.name, t, self.fast_math)
         return f"{fn}({', '.join(self._expr(a) for a in e.args)})"
+
+
+def _is_mul(e: E.Expr) -> bool:
+    return isinstance(e, E.Binary) and e.op is Op.MUL

@@ -284,7 +284,7 @@ class _KernelWriter(ExprWriter):
                 self._stmt(c, unroll_budget)
         elif isinstance(s, ir.Store):
             self._check_accumulation(s)
-            self.emit(f"{self._access(s.buffer, s.indices)} = {self._expr(s.value)};")
+            self.emit(f"{self._access(s.buffer, s.indices)} = {self.store_value(s)};")
         elif isinstance(s, ir.For):
             self._for(s, unroll_budget)
         elif isinstance(s, ir.IfThenElse):
@@ -483,7 +483,7 @@ class _KernelWriter(ExprWriter):
                 lane_var = E.Var(f"{p.name}.{comps[lane]}", p.dtype)
                 self.raw[lane_var.uid] = lane_var.name
                 mapping[p] = lane_var
-            lane_value = self._expr(substitute(value, mapping))
+            lane_value = self.store_value(st, substitute(value, mapping))
             if store_vec:
                 self.emit(f"{out}.{comps[lane]} = {lane_value};")
             else:

@@ -94,6 +94,15 @@ inline float __log2f(float x) { return log2f(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
+// each rounded on its own, as on the GPU (g++ runs with -ffp-contract=off: nothing fuses
+// unless the source says fmaf)
+inline float __fadd_rn(float x, float y) { return x + y; }
+inline float __fsub_rn(float x, float y) { return x - y; }
+inline float __fmul_rn(float x, float y) { return x * y; }
+inline float __fdiv_rn(float x, float y) { return x / y; }
+inline double __dadd_rn(double x, double y) { return x + y; }
+inline double __dsub_rn(double x, double y) { return x - y; }
+inline double __dmul_rn(double x, double y) { return x * y; }
 inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
 inline double __longlong_as_double(long long x) { return std::bit_cast<double>(x); }
 inline int min(int a, int b) { return a < b ? a : b; }

@@ -1,11 +1,16 @@
 """Math intrinsics in CUDA C: the float, double and half spellings, and the fast-math ones.
 
 Half-precision intrinsics are evaluated in float and rounded once to half: for these functions
-that is as accurate as (or more than) the native h* variants, and exists on every arch."""
+that is as accurate as (or more than) the native h* variants, and exists on every arch.
+float32 sigmoid and tanh are onnxruntime's rational functions (targets/rounding.py), with
+``fmaf`` where it fuses and every other step rounded (``__fmul_rn`` ..., which NVRTC never
+contracts), so that they are its results to the bit on the GPU as on the CPU."""
 
 from __future__ import annotations
 
 from autosched.errors import CompileError
+from autosched.targets.cuda.dtypes import c_const
+from autosched.targets.rounding import RATIONAL
 
 # name -> (float32, float64)
 _PRECISE = {
@@ -13,7 +18,7 @@ _PRECISE = {
     "log": ("logf", "log"),
     "sqrt": ("sqrtf", "sqrt"),
     "rsqrt": ("rsqrtf", "rsqrt"),
-    "tanh": ("tanhf", "tanh"),
+    "tanh": ("as_tanhf", "tanh"),
     "erf": ("erff", "erf"),
     "sigmoid": ("as_sigmoidf", "as_sigmoid"),
     "floor": ("floorf", "floor"),
@@ -40,10 +45,36 @@ _FAST = {
     "sigmoid": "as_fast_sigmoidf",
 }
 
-_PRELUDE = """\
-__device__ __forceinline__ float as_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+
+def _rational(name: str) -> str:
+    """``as_<name>f``: RATIONAL[name] in float32, step by step as onnxruntime computes it."""
+    r = RATIONAL[name]
+
+    def f(v: float) -> str:
+        return c_const(v, "float32")
+
+    def clamp(var: str, lo: float, hi: float) -> list[str]:  # NaN passes through
+        return [f"{var} = {var} < {f(lo)} ? {f(lo)} : {var};",
+                f"{var} = {var} > {f(hi)} ? {f(hi)} : {var};"]
+
+    def poly(var: str, coefs: tuple[float, ...]) -> list[str]:
+        return [f"float {var} = {f(coefs[0])};"] + [f"{var} = fmaf({var}, v2, {f(k)});"
+                                                     for k in coefs[1:]]
+
+    body = ["float v = x;", *clamp("v", -r.bound, r.bound), "const float v2 = __fmul_rn(v, v);",
+            *poly("p", r.p), *poly("q", r.q), "float y = __fdiv_rn(__fmul_rn(p, v), q);"]
+    if r.offset:
+        body.append(f"y = __fadd_rn(y, {f(r.offset)});")
+    if r.clamp is not None:
+        body += clamp("y", *r.clamp)
+    lines = "".join(f"  {line}\n" for line in body + ["return y;"])
+    return f"__device__ __forceinline__ float as_{name}f(float x) {{\n{lines}}}\n"
+
+
+_PRELUDE = (_rational("sigmoid") + _rational("tanh") + """\
 __device__ __forceinline__ double as_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-"""
+""")
 _PRELUDE_FAST = """\
 __device__ __forceinline__ float as_fast_sigmoidf(float x) { return __frcp_rn(1.0f + __expf(-x)); }
 """

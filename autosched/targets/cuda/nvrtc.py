@@ -110,12 +110,14 @@ _MEMORY: dict[str, CompiledBinary] = {}
 
 
 def compile_cuda(source: str, arch: str, options: tuple[str, ...] = (),
-                 needs_headers: bool = False, name: str = "kernel.cu") -> CompiledBinary:
-    """Compile ``source`` for ``arch`` (e.g. "sm_90"); CompileError carries the NVRTC log."""
+                 needs_headers: bool = False, name: str = "kernel.cu",
+                 ptx: bool = False) -> CompiledBinary:
+    """Compile ``source`` for ``arch`` (e.g. "sm_90"); CompileError carries the NVRTC log.
+    ``ptx``: PTX for the virtual arch instead of a cubin (to read what NVRTC made of it)."""
     version = nvrtc_version()
     number = _arch_number(arch)
     archs = supported_archs()
-    if number in archs:
+    if number in archs and not ptx:
         target_arch = f"sm_{number}"
     else:
         lower = [a for a in archs if a <= number]

@@ -25,10 +25,10 @@ from autosched.targets.llvm import types as T
 from autosched.targets.llvm.abi import ALLOC_ALIGN, PARAM_ALIGN, Signature, signature
 from autosched.targets.llvm.exprs import FP_FLAGS, ExprGen, VectorContext, may_trap
 from autosched.targets.llvm.walk import inline_lets_on
+from autosched.targets.rounding import accumulated
 from autosched.targets.status import STATUS_ALLOC
 from autosched.te import dtype as dt
 from autosched.te import expr as E
-from autosched.te.expr import structural_equal
 from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
@@ -206,7 +206,7 @@ class FuncGen(ExprGen):
     # --- stores ------------------------------------------------------------------------------
 
     def _Store(self, s: lir.Store) -> None:
-        contract, self.contract = self.contract, _accumulated(s) is not None
+        contract, self.contract = self.contract, accumulated(s) is not None
         try:
             self._store(s)
         finally:
@@ -245,7 +245,7 @@ class FuncGen(ExprGen):
         depending on ``v``: reduce the vector of ``f`` and combine it once."""
         assert self.vec is not None
         v = s.value
-        rest = _accumulated(s)
+        rest = accumulated(s)
         if rest is None or s.buffer.dtype == "bool":
             return False
         assert isinstance(v, E.Binary)
@@ -541,20 +541,3 @@ def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
 
 
 __all__ = ["FuncGen", "ModuleState", "build_ir"]
-
-
-def _accumulated(s: lir.Store) -> E.Expr | None:
-    """``f`` when ``s`` is ``acc[i] = acc[i] op f`` (op a reduction's combiner) and ``f`` does
-    not read ``acc``; else None."""
-    v = s.value
-    if not (isinstance(v, E.Binary) and v.op in _REDUCE):
-        return None
-
-    def is_acc(x: E.Expr) -> bool:
-        return (isinstance(x, lir.Load) and x.buffer.uid == s.buffer.uid
-                and structural_equal(x.indices, s.indices))
-
-    rest = v.b if is_acc(v.a) else v.a if is_acc(v.b) else None
-    if rest is None or any(ld.buffer == s.buffer for ld in loads(rest)):
-        return None
-    return rest

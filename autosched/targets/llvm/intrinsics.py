@@ -5,7 +5,8 @@ CPU has no instruction); libm functions have no vector form, so each lane is cal
 float16 goes through the float32 libm function (numpy computes float16 math the same way).
 float32 exp on vectors (softmax) is computed inline (``vector_exp``): LLVM would scalarise it
 into one libm call per lane. float32 sigmoid and tanh are onnxruntime's rational functions,
-inline too, so that their results are onnxruntime's to the bit (``_rational``).
+inline too, so that their results are onnxruntime's to the bit (``_rational``, with the table
+of autosched/targets/rounding.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import llvmlite.ir as ir
 
 from autosched.errors import CompileError
 from autosched.targets.llvm import types as T
+from autosched.targets.rounding import RATIONAL
 from autosched.targets.status import STATUS_INDEX
 from autosched.te import dtype as dt
 from autosched.te.ops.transform import INDEX_CHECK
@@ -112,27 +114,11 @@ def _exp(gen: ExprGen, x: ir.Value, dtype: str) -> ir.Value:
     return llvm_intrinsic(gen, "llvm.exp", [x], dtype)
 
 
-# float32 sigmoid and tanh as onnxruntime computes them on the CPU (MLAS, with Eigen's
-# coefficients): x clamped to a range, then v p(v^2) / q(v^2) in fused multiply-adds (plus 1/2
-# for the sigmoid, whose p / q approximates sigmoid(v) - 1/2). The results are bit-identical to
-# onnxruntime's Sigmoid and Tanh, with absolute errors under 2e-7 and 4e-7: a dynamically
-# quantized model rounds them, where one ulp flips a uint8 and the flips cascade through the
-# layers that follow.
-_SIGMOID = (18.0, (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
-                   8.51377133304701e-03, 2.48287947061529e-01),
-            (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
-             1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01))
-_TANH = (9.0, (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-               5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-               4.89352455891786e-03),
-         (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-          4.89352518554385e-03))
-
-
 def _rational(gen: ExprGen, x: ir.Value, name: str) -> ir.Value:
+    """float32 sigmoid or tanh as onnxruntime computes them (targets/rounding.py)."""
     b = gen.b
     lanes = T.lanes_of(x)
-    bound, p_coefs, q_coefs = _SIGMOID if name == "sigmoid" else _TANH
+    r = RATIONAL[name]
 
     def c(v: float) -> ir.Value:
         return gen.splat(gen.const(v, "float32"), lanes)
@@ -147,10 +133,12 @@ def _rational(gen: ExprGen, x: ir.Value, name: str) -> ir.Value:
             acc = llvm_intrinsic(gen, "llvm.fma", [acc, v2, c(k)], "float32")
         return acc
 
-    v = clamp(x, -bound, bound)
+    v = clamp(x, -r.bound, r.bound)
     v2 = b.fmul(v, v)
-    y = b.fdiv(b.fmul(poly(p_coefs, v2), v), poly(q_coefs, v2))
-    return clamp(b.fadd(y, c(0.5)), 0.0, 1.0) if name == "sigmoid" else y
+    y = b.fdiv(b.fmul(poly(r.p, v2), v), poly(r.q, v2))
+    if r.offset:
+        y = b.fadd(y, c(r.offset))
+    return y if r.clamp is None else clamp(y, *r.clamp)
 
 
 def _any(gen: ExprGen, bits: ir.Value) -> ir.Value:

@@ -806,7 +806,7 @@ class _Renderer:
         return self.wrap(x, dst)
 
     def _e_Call(self, e: E.Call) -> str:
-        from autosched.targets.ref.pyruntime import INTRINSICS
+        from autosched.targets.ref.pyruntime import INTRINSICS, INTRINSICS_F32
         from autosched.te.ops.transform import INDEX_CHECK
 
         if e.name == INDEX_CHECK:
@@ -824,6 +824,8 @@ class _Renderer:
             )
         if not dt.is_float(e.args[0].dtype):
             raise CompileError(f"intrinsic {e.name} of a {e.args[0].dtype} operand in {e}")
+        if e.dtype == "float32" and e.name in INTRINSICS_F32:
+            return f"_m_{e.name}32({a})"
         return f"_m_{e.name}({a})"
 
 

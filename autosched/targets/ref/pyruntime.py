@@ -2,14 +2,17 @@
 
 Scalars are Python ints, floats and bools: integer intermediates are exact (stores and casts wrap
 to the destination dtype), float math runs in float64 and is rounded where a value is stored or
-cast to a narrower float. Every helper here gives the IEEE / C answer where Python would raise
-(``1.0 / 0.0``, ``math.log(0.0)``, ``int(nan)``), so an evaluated program fails only on purpose:
-an out-of-bounds access, an integer division by zero, or a GPU barrier that not every thread
-of a block reaches.
+cast to a narrower float; float32 sigmoid and tanh are onnxruntime's rational functions in
+float32 (targets/rounding.py), as the compiled backends compute them, so that a folded constant
+equals what they (and onnxruntime) would compute. Every helper here gives the IEEE / C answer
+where Python would raise (``1.0 / 0.0``, ``math.log(0.0)``, ``int(nan)``), so an evaluated
+program fails only on purpose: an out-of-bounds access, an integer division by zero, or a GPU
+barrier that not every thread of a block reaches.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
+from autosched.targets.rounding import RATIONAL, rational32
 from autosched.targets.status import STATUS_INDEX, KernelFailure
 from autosched.te import dtype as dt
 
@@ -249,6 +253,10 @@ INTRINSICS: dict[str, Callable[[float], float]] = {
     "expm1": _intrinsic(math.expm1, np.expm1),
 }
 
+# The float32 versions where they differ from the float64 math above (called ``_m_<name>32``).
+INTRINSICS_F32: dict[str, Callable[[float], float]] = {
+    name: functools.partial(rational32, name) for name in RATIONAL}
+
 
 # ---------------------------------------------------------------------------------------------
 # GPU blocks
@@ -449,4 +457,5 @@ def namespace() -> dict[str, Any]:
         "_RuntimeError": RuntimeError_,
     }
     ns.update({f"_m_{name}": fn for name, fn in INTRINSICS.items()})
+    ns.update({f"_m_{name}32": fn for name, fn in INTRINSICS_F32.items()})
     return ns
