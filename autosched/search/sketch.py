@@ -39,13 +39,14 @@ Params = dict[str, Any]
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_LENGTHS = (1, 4, 8, 16, 32, 64)
 PARALLEL_TASKS = 16  # outer parallel tasks an untuned default aims for (a few per core)
-# The untuned default runs a stage serially (no parallel loop: no fork-join, its data stays in
-# the calling core's caches) when flops / SERIAL_FLOPS + bytes / SERIAL_BYTES < 1: about
-# SERIAL_US microseconds of work on one core. Measured on a 2-core Zen 4 (kernel_times of the
-# demo CNN, ResNet-18 and MobileNetV2, untuned, 1 and 2 threads): see _serial_default.
+# The untuned default runs a stage serially (no parallel loop: no fork-join, and its data stays
+# in the calling core's caches) when its work, estimated from its flops and bytes at one core's
+# rates, is under SERIAL_US microseconds (_serial_default). The rates are one Zen 4 core's on
+# the untuned kernels of the demo CNN and ResNet-18 (compute-bound convolutions and matmuls
+# 80-100 GFLOP/s, pooling and Winograd transforms 25-30 GB/s).
 SERIAL_US = 15.0
-SERIAL_FLOPS = 1.2e6
-SERIAL_BYTES = 400e3
+FLOPS_PER_US = 80e3
+BYTES_PER_US = 27e3
 
 
 # -- DAG analysis ---------------------------------------------------------------------------
@@ -423,7 +424,7 @@ def stage_work(sch: Schedule, name: str) -> tuple[int, int]:
 def _serial_default(sch: Schedule, name: str) -> bool:
     """Whether stage ``name`` is too small to be worth a fork-join untuned (SERIAL_US)."""
     flops, nbytes = stage_work(sch, name)
-    return flops / SERIAL_FLOPS + nbytes / SERIAL_BYTES < 1.0
+    return flops / FLOPS_PER_US + nbytes / BYTES_PER_US < SERIAL_US
 
 
 def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:
