@@ -16,7 +16,9 @@ Rules, applied from the outputs back to the inputs (as Ansor does):
 * injective   the rest (elementwise outputs): outer axes fused and parallel, the last axis split
               and vectorized
 
-Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob.
+Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob. The
+CPU rules' parallel knobs also offer 0, the stage serial on the calling thread (no fork-join),
+the untuned default of stages under SERIAL_US of work.
 """
 
 from __future__ import annotations
@@ -393,16 +395,18 @@ def _parallel(stage: Stage, outer: list[E.IterVar], depth: int) -> E.IterVar:
     return par
 
 
-def stage_work(sch: Schedule, name: str) -> tuple[int, int]:
+def stage_work(sch: Schedule, name: str) -> tuple[int, float]:
     """(flops, bytes) of stage ``name`` once the stages a sketch inlines are folded into it:
     its arithmetic and theirs, and the bytes of what it writes and of every tensor it reads
-    through them (each once)."""
+    through them (each once); a tensor of symbolic shape counts as infinitely large."""
     from autosched.te.dtype import nbytes
     from autosched.te.flops import flop_count
 
-    def size(op: ComputeOp | PlaceholderOp) -> int:
-        return math.prod(int(d.value) if isinstance(d, E.Const) else 1 for d in op.shape) * \
-            nbytes(op.dtype)
+    def size(op: ComputeOp | PlaceholderOp) -> float:
+        dims = [int(d.value) for d in op.shape if isinstance(d, E.Const)]
+        if len(dims) < len(op.shape):
+            return math.inf
+        return float(math.prod(dims) * nbytes(op.dtype))
 
     root = sch.stage(name)
     ops: dict[str, Stage] = {name: root}

@@ -129,6 +129,10 @@ def test_untuned_default_is_serial_for_a_small_stage_and_parallel_for_a_large_on
         space = SearchSpace(Task(ops.relu(x), target=TARGET))
         (knob,) = _parallel_knobs(space)
         assert (knob.default() == 0) == want_serial, (size, knob)
+    # a symbolic extent may be large at run time: parallel
+    x = P((te.var("n"), 100), name="x")
+    (knob,) = _parallel_knobs(SearchSpace(Task(ops.relu(x), target=TARGET)))
+    assert knob.default() > 0, knob
 
 
 def test_a_serial_candidate_round_trips_through_json(rng: np.random.Generator) -> None:
