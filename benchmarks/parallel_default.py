@@ -58,22 +58,30 @@ def timer(model: Any, feeds: dict[str, Any], threads: int, min_s: float
     return one_round
 
 
-def kernel_table(model: Any, feeds: dict[str, Any], rounds: int) -> list[dict[str, Any]]:
-    """Per kernel: flops, bytes of its arguments, median seconds on 1 and 2 threads (the
-    thread counts taking turns ``rounds`` times)."""
-    seen: dict[int, dict[int, list[float]]] = {}
+def kernel_table(sides: dict[str, Any], feeds: dict[str, Any], rounds: int
+                 ) -> list[dict[str, Any]]:
+    """Per kernel: flops, bytes of its arguments, whether the sides' code differs, and median
+    seconds of every stage parallel on 1 and 2 threads and of small stages serial on 2 (the
+    runs taking turns ``rounds`` times)."""
+    runs = [("parallel", 1), ("parallel", 2), ("serial_below", 2)]
+    seen: dict[tuple[str, int], list[list[float]]] = {r: [] for r in runs}
     for _ in range(rounds):
-        for threads in (1, 2):
-            model.set_threads(threads)
-            for i, (_, t) in enumerate(model.kernel_times(feeds)):
-                seen.setdefault(i, {1: [], 2: []})[threads].append(t)
-    model.set_threads(None)
+        for side, threads in runs:
+            sides[side].set_threads(threads)
+            seen[side, threads].append([t for _, t in sides[side].kernel_times(feeds)])
+            sides[side].set_threads(None)
+    med = {r: np.median(np.array(v), axis=0) for r, v in seen.items()}
     rows = []
-    for i, k in enumerate(model.kernels):
+    for i, (k, other) in enumerate(zip(sides["parallel"].kernels,
+                                       sides["serial_below"].kernels)):
         nbytes = sum(int(np.prod([int(getattr(d, "value", d)) for d in t.shape]))
                      * np.dtype(t.dtype).itemsize for t in k.task.args)
+        differs = k.module.get_llvm_ir(optimized=False) != other.module.get_llvm_ir(
+            optimized=False)
         rows.append({"kernel": k.task.name, "flops": k.task.flop_count, "bytes": nbytes,
-                     **{f"t{n}": float(np.median(seen[i][n])) for n in (1, 2)}})
+                     "differs": differs, "parallel_t1": float(med["parallel", 1][i]),
+                     "parallel_t2": float(med["parallel", 2][i]),
+                     "serial_below_t2": float(med["serial_below", 2][i])})
     return rows
 
 
@@ -83,8 +91,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--min-s", type=float, default=0.5, help="seconds per round and side")
-    ap.add_argument("--kernels", action="store_true", help="also time each kernel on 1 and 2 "
-                    "threads (every stage parallel)")
+    ap.add_argument("--kernels", action="store_true", help="also time each kernel in place")
     ap.add_argument("--out", default="benchmarks/results/parallel_default.json")
     args = ap.parse_args()
     print(baseline.header())
@@ -109,11 +116,17 @@ def main() -> int:
         entry: dict[str, Any] = {"load_average": loadavg,
                                  **{s: r.as_dict() for s, r in got.items()}}
         if args.kernels:
-            entry["kernels"] = kernel_table(sides["parallel"], feeds, args.rounds)
-            print(f"{'kernel':32}{'MFLOP':>9}{'KB':>9}{'1 thread us':>13}{'2 threads us':>14}")
-            for r in entry["kernels"]:
-                print(f"{r['kernel'][:32]:32}{r['flops'] / 1e6:9.3f}{r['bytes'] / 1e3:9.1f}"
-                      f"{r['t1'] * 1e6:13.1f}{r['t2'] * 1e6:14.1f}")
+            entry["kernels"] = rows = kernel_table(sides, feeds, args.rounds)
+            print("kernel (* where small stages run serially), MFLOP, KB, us: every stage "
+                  "parallel on 1 and 2 threads, small stages serial on 2")
+            for r in rows:
+                print(f"{r['kernel'][:30] + ' *' * r['differs']:32}{r['flops'] / 1e6:9.3f}"
+                      f"{r['bytes'] / 1e3:9.1f}{r['parallel_t1'] * 1e6:10.1f}"
+                      f"{r['parallel_t2'] * 1e6:10.1f}{r['serial_below_t2'] * 1e6:10.1f}")
+            changed = [r for r in rows if r["differs"]]
+            print(f"# the {len(changed)} kernels that differ, 2 threads: every stage parallel "
+                  f"{sum(r['parallel_t2'] for r in changed) * 1e6:.1f} us, small stages serial "
+                  f"{sum(r['serial_below_t2'] for r in changed) * 1e6:.1f} us")
         results["models"][name] = entry
     baseline.save(results, args.out)
     print(f"# median round (best round); written to {args.out}")
