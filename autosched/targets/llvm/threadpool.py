@@ -2,13 +2,10 @@
 
 One entry point::
 
-    void autosched_parallel(void (*fn)(void *data, int32_t nthreads, int32_t index), void *data,
-                            int32_t nthreads);
+    void autosched_parallel(void (*fn)(void *data, int32_t nthreads), void *data, int32_t nthreads);
 
-``fn`` (an outlined parallel loop, parallel.py) runs on each thread with the thread's index:
-0 for the caller, 1, 2, ... for the workers in the order they join. It takes chunks of the
-thread's home range of the loop first, then of the others' until none is left, so one thread
-alone finishes the loop. The caller
+``fn`` (an outlined parallel loop, parallel.py) takes chunks of the loop from a counter in
+``data`` until none is left, so one thread alone finishes the loop. The caller
 
 1. publishes the region: ``fn``, ``data`` and, in one 64-bit atomic word (``state``), a new
    generation, an open flag, how many workers may join and how many have (0);
@@ -16,8 +13,8 @@ alone finishes the loop. The caller
 3. runs ``fn(data, nthreads)`` itself;
 4. closes the region (clears the open flag) and waits only for the workers still inside it:
    they hold chunks. A worker joins with one compare-and-swap of ``state`` (inside + 1,
-   joined + 1, its index), which fails once the region is closed or replaced or
-   ``nthreads - 1`` workers have joined, so a worker that comes late never touches the old region's data (which lives
+   joined + 1), which fails once the region is closed or replaced or ``nthreads - 1`` workers
+   have joined, so a worker that comes late never touches the old region's data (which lives
    on the caller's stack); it leaves with an atomic subtract (inside - 1).
 
 Unlike libgomp's ``GOMP_parallel``, whose end barrier waits for every thread of the team, a
@@ -96,7 +93,7 @@ def calls(ir_text: str, symbol: str = ENTRY) -> bool:
     return f'@"{symbol}"(' in ir_text or f"@{symbol}(" in ir_text
 
 
-TEAM_FN = ir.FunctionType(T.VOID, [T.I8P, T.I32, T.I32])  # data, nthreads, thread index
+TEAM_FN = ir.FunctionType(T.VOID, [T.I8P, T.I32])
 ENTRY_FN = ir.FunctionType(T.VOID, [TEAM_FN.as_pointer(), T.I8P, T.I32])
 
 
@@ -201,9 +198,7 @@ class _PoolGen:
 
         b.position_at_end(work)  # joined: the region stays open to us until we leave
         b.store(b.lshr(s, c(GEN_SHIFT)), last)
-        index = b.add(b.trunc(b.and_(b.lshr(s, c(JOINED_SHIFT)), c(COUNT_MASK)), T.I32),
-                      ir.Constant(T.I32, 1))  # the workers that joined before us, plus one
-        b.call(b.load(self.fn), [b.load(self.data), b.load(self.nthreads), index])
+        b.call(b.load(self.fn), [b.load(self.data), b.load(self.nthreads)])
         b.atomic_rmw("sub", self.state, c(1), "release")
         b.branch(top)
 
@@ -334,7 +329,7 @@ class _PoolGen:
         b.cbranch(b.extract_value(taken, 1), blocks["locked"], blocks["inline"])
 
         b.position_at_end(blocks["inline"])
-        b.call(team, [data, b.load(nthreads), ir.Constant(i32, 0)])
+        b.call(team, [data, b.load(nthreads)])
         b.ret_void()
 
         # locked: make sure nthreads - 1 workers exist (fewer if pthread_create fails)
@@ -383,7 +378,7 @@ class _PoolGen:
 
         # run our share, close, wait for the workers that joined
         b.position_at_end(blocks["run"])
-        b.call(team, [data, n, ir.Constant(i32, 0)])
+        b.call(team, [data, n])
         b.atomic_rmw("and", self.state, c(~OPEN & (2**64 - 1)), "acq_rel")
         spins = b.alloca(T.I64, name="spins")
         b.store(c(0), spins)
