@@ -18,7 +18,7 @@ Rules, applied from the outputs back to the inputs (as Ansor does):
 
 Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob. The
 CPU rules' parallel knobs also offer 0, the stage serial on the calling thread (no fork-join),
-the untuned default of stages under SERIAL_US of work.
+the untuned default of kernels under SERIAL_US of work.
 """
 
 from __future__ import annotations
@@ -41,14 +41,19 @@ Params = dict[str, Any]
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_LENGTHS = (1, 4, 8, 16, 32, 64)
 PARALLEL_TASKS = 16  # outer parallel tasks an untuned default aims for (a few per core)
-# The untuned default runs a stage serially (no parallel loop: no fork-join, and its data stays
+# The untuned default runs a kernel serially (no parallel loop: no fork-join, and its data stays
 # in the calling core's caches) when its work, estimated from its flops and bytes at one core's
-# rates, is under SERIAL_US microseconds (_serial_default). The rates are one Zen 4 core's on
-# the untuned kernels of the demo CNN and ResNet-18 (compute-bound convolutions and matmuls
-# 80-100 GFLOP/s, pooling and Winograd transforms 25-30 GB/s).
+# rates, is under SERIAL_US microseconds (_serial_default). Measured on a 2-core Zen 4 VM
+# (kernel_times of the untuned demo CNN, 1 and 2 threads, benchmarks/parallel_default.py):
+# idle, the second thread saved 0.4-4 us on kernels of 1-13 us or cost up to 1.1 us (8.3 ->
+# 9.4 us), and saved 5-7 us on the 22 us matmuls; with the other core busy (load average 4-6)
+# no kernel gained, and the model ran 0.175 ms with every stage parallel against 0.169 ms with
+# small stages serial. The rates make the estimate of the compute-bound kernels (matmul,
+# convolution) their one-thread time; Winograd input transforms and the global pool take 2-8x
+# their estimate.
 SERIAL_US = 15.0
-FLOPS_PER_US = 80e3
-BYTES_PER_US = 27e3
+FLOPS_PER_US = 160e3
+BYTES_PER_US = 54e3
 
 
 # -- DAG analysis ---------------------------------------------------------------------------
@@ -291,7 +296,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     pre = f"{name}."
     n = len(op.axis)
     order = order or tuple(range(n))
-    serial = _serial_default(sch0, name)
+    serial = _serial_default(sch0)
     # untuned default: the register tile above (leaving registers for the operands), 8 (4 on
     # the last axis) of them per parallel task along each axis (fewer where that leaves under
     # PARALLEL_TASKS tasks), k by 8
@@ -425,10 +430,18 @@ def stage_work(sch: Schedule, name: str) -> tuple[int, float]:
         sum(size(st.op) for st in (root, *read.values()))
 
 
-def _serial_default(sch: Schedule, name: str) -> bool:
-    """Whether stage ``name`` is too small to be worth a fork-join untuned (SERIAL_US)."""
-    flops, nbytes = stage_work(sch, name)
-    return flops / FLOPS_PER_US + nbytes / BYTES_PER_US < SERIAL_US
+def _serial_default(sch: Schedule) -> bool:
+    """Whether the kernel of ``sch`` is too small to be worth a fork-join untuned: its stages'
+    work (each stage the sketch does not inline, with what it inlines) under SERIAL_US. The
+    whole kernel, not each stage: once one stage forks, the workers are awake and a small
+    stage beside it gains from them (MobileNetV2's small pads run serially before their
+    parallel convolutions made those kernels 8% slower)."""
+    us = 0.0
+    for st in sch.stages:
+        if isinstance(st.op, ComputeOp) and (st.compute_op.reduce_axis or st.is_output):
+            flops, nbytes = stage_work(sch, st.name)
+            us += flops / FLOPS_PER_US + nbytes / BYTES_PER_US
+    return us < SERIAL_US
 
 
 def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:
@@ -455,7 +468,7 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
         ChoiceKnob(f"{pre}at", (0, 1) if reader else (0,)),
         # its data loops all fused: 1 parallel, 0 serial
         ChoiceKnob(f"{pre}parallel", (0, 1),
-                   default_index=0 if _serial_default(sch0, name) else 1),
+                   default_index=0 if _serial_default(sch0) else 1),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -505,7 +518,7 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
     outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
     knobs: list[Knob] = [
         vector,
-        parallel_knob(pre, outer, _serial_default(sch0, name)),
+        parallel_knob(pre, outer, _serial_default(sch0)),
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=1),
     ]
 
@@ -538,7 +551,7 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
     outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
     knobs: list[Knob] = [
         vector,
-        parallel_knob(pre, outer if n else [], _serial_default(sch0, name)),
+        parallel_knob(pre, outer if n else [], _serial_default(sch0)),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:

@@ -129,6 +129,11 @@ def test_untuned_default_is_serial_for_a_small_stage_and_parallel_for_a_large_on
         space = SearchSpace(Task(ops.relu(x), target=TARGET))
         (knob,) = _parallel_knobs(space)
         assert (knob.default() == 0) == want_serial, (size, knob)
+    # a small pad beside a large convolution: the kernel forks anyway, the pad joins in
+    x, w = P((1, 16, 56, 56), name="x"), P((32, 16, 3, 3), name="w")
+    space = SearchSpace(Task(ops.conv2d_nchw(x, w, 1, 1), target=TARGET))
+    knobs = {k.name: k for k in _parallel_knobs(space)}
+    assert "pad_temp.parallel" in knobs and all(k.default() > 0 for k in knobs.values()), knobs
     # a symbolic extent may be large at run time: parallel
     x = P((te.var("n"), 100), name="x")
     (knob,) = _parallel_knobs(SearchSpace(Task(ops.relu(x), target=TARGET)))
