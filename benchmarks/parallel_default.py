@@ -1,4 +1,4 @@
-"""Untuned models with small stages serial (the sketches' SERIAL_US rule) against every stage
+"""Untuned models with small kernels serial (the sketches' SERIAL_US rule) against every stage
 parallel (SERIAL_US = 0, the rule before), both on the same thread count, in alternating
 rounds; with ``--kernels``, each kernel's time on 1 and 2 threads next to its flops and bytes,
 the measurement SERIAL_US and the rates in autosched/search/sketch.py were read from.
@@ -61,7 +61,7 @@ def timer(model: Any, feeds: dict[str, Any], threads: int, min_s: float
 def kernel_table(sides: dict[str, Any], feeds: dict[str, Any], rounds: int
                  ) -> list[dict[str, Any]]:
     """Per kernel: flops, bytes of its arguments, whether the sides' code differs, and median
-    seconds of every stage parallel on 1 and 2 threads and of small stages serial on 2 (the
+    seconds of every stage parallel on 1 and 2 threads and of small kernels serial on 2 (the
     runs taking turns ``rounds`` times)."""
     runs = [("parallel", 1), ("parallel", 2), ("serial_below", 2)]
     seen: dict[tuple[str, int], list[list[float]]] = {r: [] for r in runs}
@@ -99,7 +99,7 @@ def main() -> int:
           f"{sketch.BYTES_PER_US:.0f} bytes per us; {args.threads} threads")
     results: dict[str, Any] = {"header": baseline.header(), "serial_us": sketch.SERIAL_US,
                                "threads": args.threads, "models": {}}
-    print("| model | every stage parallel ms | small stages serial ms | load average |")
+    print("| model | every stage parallel ms | small kernels serial ms | load average |")
     print("|---|---:|---:|---|")
     for name in args.models.split(","):
         graph = from_onnx(MODELS[name]())
@@ -117,15 +117,15 @@ def main() -> int:
                                  **{s: r.as_dict() for s, r in got.items()}}
         if args.kernels:
             entry["kernels"] = rows = kernel_table(sides, feeds, args.rounds)
-            print("kernel (* where small stages run serially), MFLOP, KB, us: every stage "
-                  "parallel on 1 and 2 threads, small stages serial on 2")
+            print("kernel (* where it runs serially), MFLOP, KB, us: every stage "
+                  "parallel on 1 and 2 threads, small kernels serial on 2")
             for r in rows:
                 print(f"{r['kernel'][:30] + ' *' * r['differs']:32}{r['flops'] / 1e6:9.3f}"
                       f"{r['bytes'] / 1e3:9.1f}{r['parallel_t1'] * 1e6:10.1f}"
                       f"{r['parallel_t2'] * 1e6:10.1f}{r['serial_below_t2'] * 1e6:10.1f}")
             changed = [r for r in rows if r["differs"]]
             print(f"# the {len(changed)} kernels that differ, 2 threads: every stage parallel "
-                  f"{sum(r['parallel_t2'] for r in changed) * 1e6:.1f} us, small stages serial "
+                  f"{sum(r['parallel_t2'] for r in changed) * 1e6:.1f} us, small kernels serial "
                   f"{sum(r['serial_below_t2'] for r in changed) * 1e6:.1f} us")
         results["models"][name] = entry
     baseline.save(results, args.out)
