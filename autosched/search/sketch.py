@@ -16,7 +16,9 @@ Rules, applied from the outputs back to the inputs (as Ansor does):
 * injective   the rest (elementwise outputs): outer axes fused and parallel, the last axis split
               and vectorized
 
-Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob.
+Each rule declares knobs (knobs.py); a Sketch applies its rules with one value per knob. The
+CPU rules' parallel knobs also offer 0, the stage serial on the calling thread (no fork-join),
+the untuned default of kernels under SERIAL_US of work.
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ Params = dict[str, Any]
 UNROLL_STEPS = (0, 16, 64, 512)
 VECTOR_LENGTHS = (1, 4, 8, 16, 32, 64)
 PARALLEL_TASKS = 16  # outer parallel tasks an untuned default aims for (a few per core)
+# The untuned default runs a kernel serially (no parallel loop: no fork-join, and its data stays
+# in the calling core's caches) when its work, estimated from its flops and bytes at one core's
+# rates, is under SERIAL_US microseconds (_serial_default). Measured on a 2-core Zen 4 VM
+# (kernel_times of the untuned demo CNN, 1 and 2 threads, benchmarks/parallel_default.py):
+# idle, the second thread saved 0.4-4 us on kernels of 1-13 us or cost up to 1.1 us (8.3 ->
+# 9.4 us), and saved 5-7 us on the 22 us matmuls; with the other core busy (load average 4-6)
+# no kernel gained, and the model ran 0.175 ms with every stage parallel against 0.169 ms with
+# small stages serial. The rates make the estimate of the compute-bound kernels (matmul,
+# convolution) their one-thread time; Winograd input transforms and the global pool take 2-8x
+# their estimate.
+SERIAL_US = 15.0
+FLOPS_PER_US = 160e3
+BYTES_PER_US = 54e3
 
 
 # -- DAG analysis ---------------------------------------------------------------------------
@@ -290,6 +305,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     pre = f"{name}."
     n = len(op.axis)
     order = order or tuple(range(n))
+    serial = _serial_default(sch0)
     # untuned default: the register tile above (leaving registers for the operands), 8 (4 on
     # the last axis) of them per parallel task along each axis (fewer where that leaves under
     # PARALLEL_TASKS tasks), k by 8
@@ -301,9 +317,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
         ChoiceKnob(f"{pre}at", (0, 1), default_index=1),
-        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)),
-                   default_index=_parallel_depth([k.extent // math.prod(k.default())
-                                                  for k in data])),
+        parallel_knob(pre, [k.extent // math.prod(k.default()) for k in data], serial),
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=2),
     ]
 
@@ -332,8 +346,7 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         back = [order.index(j) for j in range(n)]
         consumer.reorder(*outer, *mid, *(inner[q] for q in back))
         depth = p[f"{pre}parallel"]
-        par = consumer.fuse(*outer[:depth]) if depth > 1 else outer[0]
-        consumer.parallel(par)
+        par = _parallel(consumer, outer, depth)
         at_outer = par if depth == len(outer) else outer[-1]
         producer.compute_at(consumer, mid[-1] if p[f"{pre}at"] else at_outer)
         last = tiles[back[-1]][1] * tiles[back[-1]][2]
@@ -376,6 +389,70 @@ def _spread(data: list[TileKnob], tasks: int = PARALLEL_TASKS) -> list[TileKnob]
     return data
 
 
+def parallel_knob(pre: str, outer_extents: list[int], serial: bool) -> ChoiceKnob:
+    """How many outer loops (fused) run in parallel: 0 runs the stage serially on the calling
+    thread (no fork-join at all), d > 0 fuses the d outermost and splits them among the
+    threads. Untuned: serial when ``serial``, else the fewest loops that make PARALLEL_TASKS
+    tasks. (Records from before 0 was offered hold 1..n, which keep their meaning.)"""
+    n = len(outer_extents)
+    default = 0 if serial or n == 0 else 1 + _parallel_depth(outer_extents)
+    return ChoiceKnob(f"{pre}parallel", tuple(range(n + 1)), default_index=default)
+
+
+def _parallel(stage: Stage, outer: list[E.IterVar], depth: int) -> E.IterVar:
+    """The ``depth`` outermost of ``outer`` fused into one parallel loop (returned); with
+    ``depth`` 0 nothing is parallel and the outermost loop is returned."""
+    if depth == 0:
+        return outer[0]
+    par = stage.fuse(*outer[:depth]) if depth > 1 else outer[0]
+    stage.parallel(par)
+    return par
+
+
+def stage_work(sch: Schedule, name: str) -> tuple[int, float]:
+    """(flops, bytes) of stage ``name`` once the stages a sketch inlines are folded into it:
+    its arithmetic and theirs, and the bytes of what it writes and of every tensor it reads
+    through them (each once); a tensor of symbolic shape counts as infinitely large."""
+    from autosched.te.dtype import nbytes
+    from autosched.te.flops import flop_count
+
+    def size(op: ComputeOp | PlaceholderOp) -> float:
+        dims = [int(d.value) for d in op.shape if isinstance(d, E.Const)]
+        if len(dims) < len(op.shape):
+            return math.inf
+        return float(math.prod(dims) * nbytes(op.dtype))
+
+    root = sch.stage(name)
+    ops: dict[str, Stage] = {name: root}
+    read: dict[str, Stage] = {}
+    stack = [root]
+    while stack:
+        for q in sch.reads_of(stack.pop()):
+            inline = isinstance(q.op, ComputeOp) and not q.compute_op.reduce_axis and \
+                not q.is_output
+            if inline and q.name not in ops:
+                ops[q.name] = q
+                stack.append(q)
+            elif not inline:
+                read[q.name] = q
+    return flop_count([st.op for st in ops.values()]), \
+        sum(size(st.op) for st in (root, *read.values()))
+
+
+def _serial_default(sch: Schedule) -> bool:
+    """Whether the kernel of ``sch`` is too small to be worth a fork-join untuned: its stages'
+    work (each stage the sketch does not inline, with what it inlines) under SERIAL_US. The
+    whole kernel, not each stage: once one stage forks, the workers are awake and a small
+    stage beside it gains from them (MobileNetV2's small pads run serially before their
+    parallel convolutions made those kernels 8% slower)."""
+    us = 0.0
+    for st in sch.stages:
+        if isinstance(st.op, ComputeOp) and (st.compute_op.reduce_axis or st.is_output):
+            flops, nbytes = stage_work(sch, st.name)
+            us += flops / FLOPS_PER_US + nbytes / BYTES_PER_US
+    return us < SERIAL_US
+
+
 def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:
     """Index of the fewest outer loops (fused) that make at least ``tasks`` parallel tasks,
     so an untuned default keeps every core busy (a batch axis of 1 alone would not)."""
@@ -398,6 +475,9 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
     knobs: list[Knob] = [
         ChoiceKnob(f"{pre}rfactor", (0,) + tuple(v for v in (4, 8, 16, 32) if v < inner_ext)),
         ChoiceKnob(f"{pre}at", (0, 1) if reader else (0,)),
+        # its data loops all fused: 1 parallel, 0 serial
+        ChoiceKnob(f"{pre}parallel", (0, 1),
+                   default_index=0 if _serial_default(sch0) else 1),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -414,9 +494,9 @@ def _reduce_rule(name: str, reader: str | None, sch0: Schedule) -> Rule:
         if at is not None:
             r = sch.stage(at)
             stage.compute_at(r, r.leaf[0])
-        elif stage.compute_op.axis:
+        elif stage.compute_op.axis and p[f"{pre}parallel"]:
             axes = list(stage.compute_op.axis)
-            stage.parallel(stage.fuse(*axes) if len(axes) > 1 else axes[0])
+            _parallel(stage, axes, len(axes))
         data_loops = [iv for iv in stage.leaf if iv.kind == "data"]
         if rf is not None and data_loops:
             rf.compute_at(stage, data_loops[-1])  # the factored partials of one output at a time
@@ -441,14 +521,13 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
     innermost (each lane one output, its sum or max kept in a register)."""
     op = sch0.stage(name).compute_op
     pre = f"{name}."
-    n = len(op.axis)
     last = _static_extent(op.axis[-1])
     vector = ChoiceKnob(f"{pre}vector", _vector_choices(last),
                         default_index=min(2, len(_vector_choices(last)) - 1))
     outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
     knobs: list[Knob] = [
         vector,
-        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)), default_index=_parallel_depth(outer)),
+        parallel_knob(pre, outer, _serial_default(sch0)),
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=1),
     ]
 
@@ -464,9 +543,7 @@ def _window_rule(name: str, sch0: Schedule) -> Rule:
         stage.reorder(*outer, *stage.compute_op.reduce_axis, *lanes)
         if lanes:
             stage.vectorize(lanes[0])
-        depth = min(p[f"{pre}parallel"], len(outer))
-        par = stage.fuse(*outer[:depth]) if depth > 1 else outer[0]
-        stage.parallel(par)
+        par = _parallel(stage, outer, min(p[f"{pre}parallel"], len(outer)))
         if p[f"{pre}unroll"]:
             stage.pragma(par, "auto_unroll_max_step", p[f"{pre}unroll"])
             stage.pragma(par, "unroll_explicit", True)
@@ -483,8 +560,7 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
     outer = [_static_extent(a) for a in op.axis[:-1]] + [-(-last // vector.default())]
     knobs: list[Knob] = [
         vector,
-        ChoiceKnob(f"{pre}parallel", tuple(range(1, n + 1)) if n else (0,),
-                   default_index=_parallel_depth(outer) if n else 0),
+        parallel_knob(pre, outer if n else [], _serial_default(sch0)),
     ]
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -498,9 +574,7 @@ def _injective_rule(name: str, sch0: Schedule) -> Rule:
             lo, li = stage.split(axes[-1], factor=vec)
             stage.vectorize(li)
         outer = axes[:-1] + [lo]
-        depth = min(p[f"{pre}parallel"], len(outer))
-        if depth:
-            stage.parallel(stage.fuse(*outer[:depth]) if depth > 1 else outer[0])
+        _parallel(stage, outer, min(p[f"{pre}parallel"], len(outer)))
 
     return Rule(name, tuple(knobs), apply, "injective")
 

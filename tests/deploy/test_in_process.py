@@ -33,8 +33,9 @@ def test_a_run_calls_no_kernel_from_python(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_set_threads_reaches_the_kernels(rng: np.random.Generator) -> None:
-    model = aus.compile(from_onnx(small_cnn(image=11)), target="llvm -num-cores=2")
-    x = {"input": rng.uniform(-1, 1, (1, 3, 11, 11)).astype(np.float32)}
+    # large enough that the untuned defaults run some stages in parallel (small ones serially)
+    model = aus.compile(from_onnx(small_cnn(image=64)), target="llvm -num-cores=2")
+    x = {"input": rng.uniform(-1, 1, (1, 3, 64, 64)).astype(np.float32)}
     threaded = [k.module for k in model.kernels if k.module.uses_threads]
     if not threaded:
         pytest.skip("no kernel of this model has a parallel loop")

@@ -39,7 +39,12 @@ if TYPE_CHECKING:
 
 
 # each thread takes its iterations in about this many chunks from a shared counter, so a core
-# that falls behind (a busy sibling, a descheduled vCPU) leaves its rest to the others
+# that falls behind (a busy sibling, a descheduled vCPU) leaves its rest to the others. Home
+# ranges (each thread its own contiguous range first, then stealing from late ones, so that
+# consecutive kernels find their data in the same core's cache) were measured against this on
+# 2 cores, untuned, kernel_times summed: faster on the demo CNN (up to 30%) and MobileNetV2
+# (12%, one run), mixed on it at 64x64, slower on ResNet-18 in 4 runs of 5 (2-9%): the shared
+# counter stayed.
 CHUNKS_PER_THREAD = 4
 
 
