@@ -307,7 +307,7 @@ class FuncGen(ExprGen):
         kind = s.kind
         if kind == "serial" and extent is not None and self.auto_unroll[0] > 0:
             # TVM's auto_unroll_max_step: unroll loops whose whole nest runs at most that often
-            if extent * _trip_count(s.body, self._native_lanes(s.body)) <= self.auto_unroll[0]:
+            if extent * _trip_count(s.body) <= self.auto_unroll[0]:
                 if not self.auto_unroll[1]:
                     return self._serial_for(s, "llvm.loop.unroll.full")
                 kind = "unrolled"
@@ -492,17 +492,14 @@ class FuncGen(ExprGen):
         return self.b.and_(self.b.add(nbytes, mask), self.b.not_(mask)), bad
 
 
-def _trip_count(s: lir.Stmt, lanes: int) -> float:
-    """How often the innermost statement of the deepest nest under ``s`` is emitted or runs
-    (inf when a loop extent is not a constant): a vectorized loop counts its vectors of
-    ``lanes``, as its body is emitted once per vector (a 4-row tile of 56 columns is 4 x 4
-    vector statements, not 224)."""
+def _trip_count(s: lir.Stmt) -> float:
+    """How often the innermost statement of the deepest nest under ``s`` runs (inf when a loop
+    extent is not a constant)."""
     if isinstance(s, lir.For):
         if not isinstance(s.extent, E.Const):
             return float("inf")
-        n = s.extent.value
-        return (-(-n // lanes) if s.kind == "vectorized" else n) * _trip_count(s.body, lanes)
-    return max((_trip_count(c, lanes) for c in sub_stmts(s)), default=1)
+        return s.extent.value * _trip_count(s.body)
+    return max((_trip_count(c) for c in sub_stmts(s)), default=1)
 
 
 def _type_suffix(dtype: str) -> str:

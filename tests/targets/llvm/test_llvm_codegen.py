@@ -462,28 +462,6 @@ def test_auto_unroll_pragma_unrolls_small_nests(explicit, rng):
     np.testing.assert_allclose(out, a + 1, rtol=1e-6)
 
 
-def test_auto_unroll_counts_a_vectorized_loop_by_its_vectors(rng):
-    """auto_unroll_max_step=64 over taps (3) x rows (4) x a vectorized row of 3 vectors: the
-    nest emits 36 vector statements, so it is unrolled (counted as 3 x 4 x 48 lanes = 576 it
-    was left to LLVM, which kept a 4-row depthwise tile's accumulators on the stack)."""
-    from autosched.targets.target import parse
-
-    lanes = parse("llvm").vector_bits // 32
-    w = 3 * lanes
-    A, C = buf("A", (4, w + 2)), buf("C", (4, w))
-    t, y, x = E.Var("t"), E.Var("y"), E.Var("x")
-    acc = ir.Store(C, (y, x), ir.Load(C, (y, x)) + ir.Load(A, (y, x + t)))
-    body = ir.For(t, c(0), c(3), "serial", loop(y, 4, loop(x, w, acc, "vectorized")),
-                  annotations=(("auto_unroll_max_step", 64), ("unroll_explicit", True)))
-    mod = build(body, [A, C])
-    assert not re.findall(r"^for\.head(\.\d+)?:", mod.get_llvm_ir(optimized=False), re.M)
-    a = rand(rng, (4, w + 2), "float32")
-    out = rand(rng, (4, w), "float32")
-    want = out + sum(a[:, tt:tt + w] for tt in range(3))
-    mod(a, out)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
-
-
 def test_lane_dependent_guard_becomes_masked_loads_and_stores(rng):
     """The tail tile of a split the loop does not divide: ``if xo * 16 + xi < n`` around
     contiguous accesses runs as masked vector code, and touches no element past the end."""
