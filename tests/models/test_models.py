@@ -8,13 +8,15 @@ on target "cuda" (skipped without a GPU).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 import autosched as aus
 from autosched.graph.executor import random_inputs
 from autosched.testing import models
-from importers.onnx import from_onnx
+from tests.support.helpers import imported
 
 MODELS = {
     "resnet18": lambda: models.resnet18(image=224),
@@ -22,14 +24,8 @@ MODELS = {
     "bert_layer": lambda: models.bert_layer(seq=128),
 }
 
-_CACHE: dict[str, tuple[object, object]] = {}
-
-
-def _model(name: str) -> tuple[object, object]:
-    if name not in _CACHE:
-        proto = MODELS[name]()
-        _CACHE[name] = (proto, from_onnx(proto))
-    return _CACHE[name]
+def _model(name: str) -> tuple[Any, Any]:
+    return imported(MODELS[name])
 
 
 def _check(name: str, target: str) -> None:

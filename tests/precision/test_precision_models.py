@@ -4,6 +4,8 @@ GPU (marked gpu); fp32 and tf32 compute exactly as before."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,17 +14,12 @@ from autosched.graph.compiler import extract_tasks, prepare
 from autosched.graph.executor import random_inputs
 from autosched.graph.precision import KEEP_FP32, apply_precision
 from autosched.testing import models
-from importers.onnx import from_onnx
 from tests.precision.conftest import HALF, MODELS, TARGETS, assert_close
+from tests.support.helpers import imported
 
-_CACHE: dict[str, tuple[object, object]] = {}
 
-
-def _model(name: str) -> tuple[object, object]:
-    if name not in _CACHE:
-        proto = MODELS[name]()
-        _CACHE[name] = (proto, from_onnx(proto))
-    return _CACHE[name]
+def _model(name: str) -> tuple[Any, Any]:
+    return imported(MODELS[name])
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1,6 +1,11 @@
-"""Test helpers for the operator tests: run a TE graph on a backend, pick tolerances."""
+"""Test helpers for the operator tests: run a TE graph on a backend, pick tolerances; a model
+built and imported once per test process."""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,3 +46,13 @@ def check(got: np.ndarray, want: np.ndarray, dtype: str | None = None, **kw: flo
     np.testing.assert_allclose(got.astype(np.float64) if got.dtype != bool else got,
                                want.astype(got.dtype).astype(np.float64)
                                if got.dtype != bool else want, **{**tol(dtype), **kw})
+
+
+@functools.cache
+def imported(build: Callable[[], Any]) -> tuple[Any, Any]:
+    """(ModelProto, imported Graph) of the model ``build()`` makes, built and imported once per
+    test process (``build`` is a model table's entry)."""
+    from importers.onnx import from_onnx
+
+    proto = build()
+    return proto, from_onnx(proto)
