@@ -396,7 +396,7 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
         return
     if timing and target != CUDA_HOST:
         sides = [model.time, *([tuned.time] if tuned is not None else []),
-                 lambda f: _ort_ms(sess, f) / 1e3]
+                 lambda f: _ort_seconds(sess, f)]
         best = _times(sides, feeds)
         r.ours_ms, r.ort_ms = best[0], best[-1]
         if tuned is not None:
@@ -438,17 +438,12 @@ def compile_model(graph: Any, target: str) -> Any:
     return aus.compile(graph, target="cuda -emulate=host" if target == CUDA_HOST else target)
 
 
-def _ort_ms(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: float = 0.5
-            ) -> float:
-    """Median milliseconds of onnxruntime, the same rule as CompiledModel.time."""
-    sess.run(None, feeds)
-    times: list[float] = []
-    deadline = time.perf_counter() + min_s
-    while len(times) < repeat or time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e3
+def _ort_seconds(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_s: float = 0.5
+                 ) -> float:
+    """Median seconds of onnxruntime, by CompiledModel.time's own rule (``time_calls``)."""
+    from autosched.graph.executor import time_calls
+
+    return time_calls([lambda: sess.run(None, feeds)], repeat, min_s)
 
 
 def check_in_child(e: Entry, target: str, timing: bool, timeout: float,
