@@ -184,6 +184,9 @@ def test_compare_is_dtype_aware() -> None:
     half = want.astype(np.float16)
     assert compare("H", (want * (1 + 2e-3)).astype(np.float16), half) is None
     assert compare("S", want[:3], want) is not None
+    double = want.astype(np.float64)  # fp32, the default precision, keeps float64's bound
+    assert compare("D", double * (1 + 1e-5), double) is not None
+    assert compare("D", double * (1 + 1e-5), double, "fp16") is None
 
 
 def test_llc_bytes_is_plausible() -> None:
