@@ -130,7 +130,10 @@ def _groups(records: Iterable[MeasureRecord]) -> dict[tuple[str, str], list[Meas
 
 
 def _fastest(records: Iterable[MeasureRecord], k: int) -> list[MeasureRecord]:
-    return sorted((r for r in records if r.ok), key=lambda r: r.cost)[:k]
+    """The ``k`` best (``ranked``: a schedule chosen in a model first)."""
+    from autosched.search.record import ranked
+
+    return ranked(records)[:k]
 
 
 def _count(n: int, noun: str) -> str:
@@ -146,7 +149,7 @@ def summary_rows(records: Sequence[MeasureRecord]) -> list[dict[str, Any]]:
     none succeeded) and the error codes counted, sorted by target then task."""
     rows = []
     for (wk, tk), recs in _groups(records).items():
-        best = min((r.cost for r in recs if r.ok), default=math.inf)
+        best = min((r.cost for r in recs if r.ok and not r.in_model), default=math.inf)
         rows.append({"task": recs[0].task_name, "workload_key": wk, "target": tk,
                      "records": len(recs), "ok": sum(r.ok for r in recs),
                      "best_seconds": best if math.isfinite(best) else None,
@@ -231,7 +234,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
 def _identity(r: MeasureRecord) -> tuple[str, ...]:
     """What makes two records the same measurement: workload, target and IR hash (the steps
     when a record has no hash)."""
-    return (*_group_key(r), r.ir_hash or json.dumps(r.steps, sort_keys=True))
+    return (*_group_key(r), r.ir_hash or json.dumps(r.steps, sort_keys=True),
+            str(r.in_model), str(r.timestamp) if r.in_model else "")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

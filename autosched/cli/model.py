@@ -68,6 +68,7 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.graph.choose import choose, describe_choices, runs_here
     from autosched.graph.compiler import extract_tasks
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
@@ -103,6 +104,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if measured != shown:  # the last rounds since the last table
         show(measured)
+    if not args.no_choose and runs_here(args.target) and args.runner == "local":
+        choices = choose(graph, args.target, log, args.precision)
+        if choices:
+            print(describe_choices(choices), flush=True)
     if args.plot:
         write_curves([log], args.plot, {t.workload_key: w for t, w in zip(tasks, weights)},
                      args.model)
@@ -251,6 +256,9 @@ def add_subcommands(sub: Any) -> None:
         if name == "tune":
             add_tuning_options(p, trials=200)
             add_plot_option(p)
+            p.add_argument("--no-choose", action="store_true",
+                           help="skip choosing each task's schedule by timing the best few "
+                                "inside the model at the end (done when the model runs here)")
         if name in ("tune", "compile", "run", "bench"):
             add_precision_option(p)
         if name in ("compile", "run", "bench"):

@@ -227,20 +227,33 @@ def extract_tasks(graph: Graph, target: str | Target = "llvm",
 
 def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int | None = 1000,
                log: str | os.PathLike | None = None, precision: str = DEFAULT_PRECISION,
-               **kwargs: Any) -> dict[str, float]:
+               choose: bool = True, **kwargs: Any) -> dict[str, float]:
     """Tune every task of ``graph`` under ``precision`` (te.dtype.PRECISIONS), trials shared
     by the task scheduler (weighted by how often each task occurs). Returns the best seconds
-    per task name.
+    per task name (each measured alone). Then, with ``choose`` and a model that runs here,
+    each task's schedule is chosen by timing the best few in the model (graph/choose.py):
+    compiled with the log, the model is never slower than untuned, as measured.
 
     Example::
 
         aus.tune_graph(graph, "llvm", trials=500, log="tuning_logs/model.jsonl")
         aus.tune_graph(graph, "cuda", trials=500, log="tuning_logs/model.jsonl", precision="fp16")
     """
-    from autosched.search.tune import tune
+    from autosched.graph.choose import choose as choose_in_model
+    from autosched.graph.choose import describe_choices, runs_here
+    from autosched.search.measure import Measurer
+    from autosched.search.tune import default_log, tune
 
     tasks, weights = extract_tasks(graph, target, precision)
-    return tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
+    log = log if log is not None else default_log(tasks)
+    best = tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
+    runner = kwargs.get("runner", kwargs.get("measurer"))
+    if choose and runs_here(target) and (runner in (None, "local")
+                                         or isinstance(runner, Measurer)):
+        choices = choose_in_model(graph, target, log, precision)
+        if choices and getattr(kwargs.get("options"), "verbose", False):
+            print(describe_choices(choices), flush=True)
+    return best
 
 
 SCHEDULES = ("default", "model")

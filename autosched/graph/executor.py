@@ -155,6 +155,21 @@ def time_calls(calls: Sequence[Callable[[], Any]], repeat: int, min_s: float,
     return float(np.min(times) if stat == "min" else np.median(times))
 
 
+def call_times(calls: Sequence[Callable[[], Any]], repeat: int) -> np.ndarray:
+    """Median seconds of each of ``calls``, timed in place while all of them run in order
+    ``repeat`` times after a warm-up round."""
+    for call in calls:
+        call()
+    runs = []
+    for _ in range(repeat):
+        stamps = [time.perf_counter()]
+        for call in calls:
+            call()
+            stamps.append(time.perf_counter())
+        runs.append(np.diff(stamps))
+    return np.median(np.array(runs), axis=0)
+
+
 def check_inputs(graph: Graph, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     """The inputs as contiguous arrays, after checking names, shapes and dtypes."""
     names = [i.name for i in graph.inputs]
@@ -291,11 +306,6 @@ class CompiledModel:
         vals.update(arena.storage)
         return vals
 
-    def _calls(self, inputs: dict[str, Any], arena: _Arena) -> list[Callable[[], None]]:
-        """Every kernel bound to these inputs and the arena's buffers, in execution order."""
-        vals = self._values(inputs, arena)
-        return [k.module.bind(*(vals[v] for v in k.args)) for k in self.kernels]
-
     def run(self, inputs: dict[str, Any]) -> list[np.ndarray]:
         entry = self._entry
         if entry is None:
@@ -346,10 +356,11 @@ class CompiledModel:
              stat: str = "median") -> float:
         """Seconds of one run (after a warm-up), inputs bound once: the median (or, with
         ``stat="min"``, the fastest) of at least ``repeat`` runs lasting ``min_s`` in all."""
+        if self._entry is None:
+            with self.bound(inputs) as calls:
+                return time_calls(calls, repeat, min_s, stat)
         with self._arena() as arena:
             entry = self._entry
-            if entry is None:
-                return time_calls(self._calls(inputs, arena), repeat, min_s, stat)
             _, _, pointers = bound = self._native_arguments(inputs)
             context, run, message = self._context(arena), entry.run, entry.message
 
@@ -374,22 +385,22 @@ class CompiledModel:
         """(task name, median seconds) per kernel in execution order, each timed in place
         while the whole model runs ``repeat`` times (after a warm-up): caches and DRAM traffic
         as in a real run, so the times add up to about ``time()``."""
-        with self._arena() as arena:
-            return self._kernel_times(self._calls(inputs, arena), repeat)
-
-    def _kernel_times(self, calls: list[Callable[[], None]], repeat: int
-                      ) -> list[tuple[str, float]]:
-        for call in calls:
-            call()
-        runs = []
-        for _ in range(repeat):
-            stamps = [time.perf_counter()]
-            for call in calls:
-                call()
-                stamps.append(time.perf_counter())
-            runs.append(np.diff(stamps))
-        med = np.median(np.array(runs), axis=0)
+        with self.bound(inputs) as calls:
+            med = call_times(calls, repeat)
         return [(k.task.name, float(t)) for k, t in zip(self.kernels, med)]
+
+    @contextmanager
+    def bound(self, inputs: dict[str, Any], modules: Sequence[Any] | None = None
+              ) -> Iterator[list[Callable[[], None]]]:
+        """Every kernel bound to ``inputs`` and an arena's buffers, in execution order, while
+        the block runs. ``modules``: other modules for the same kernels in the same order
+        (other schedules of their tasks), to time them in this model."""
+        mods = [k.module for k in self.kernels] if modules is None else list(modules)
+        if len(mods) != len(self.kernels):
+            raise ValueError(f"{len(mods)} modules for {len(self.kernels)} kernels")
+        with self._arena() as arena:
+            vals = self._values(inputs, arena)
+            yield [m.bind(*(vals[v] for v in k.args)) for k, m in zip(self.kernels, mods)]
 
     def summary(self) -> str:
         lines = [f"{len(self.kernels)} kernels, {len(self.aliases)} reshapes as views, "

@@ -93,7 +93,7 @@ def tuning_runs(log: str | os.PathLike, weights: Mapping[str, float] | None = No
 def _records(log: str | os.PathLike) -> list[MeasureRecord]:
     if not os.path.exists(log):  # RecordLog reads a missing log as empty: here it is a mistake
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(log))
-    records = [r for r in RecordLog(log).load() if not r.transient]
+    records = [r for r in RecordLog(log).load() if not r.transient and not r.in_model]
     if not any(r.ok for r in records):
         found = f"{len(records)} records, none successful" if records else "no valid record"
         raise LogError(f"{log}: {found}: nothing to plot")

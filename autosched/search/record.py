@@ -222,6 +222,14 @@ class MeasureRecord:
         return self.extra.get("untuned") is True
 
     @property
+    def in_model(self) -> bool:
+        """The schedule chosen for the workload by timing it inside a model (graph/choose.py):
+        its costs are that kernel's seconds in the model, not a candidate measured alone. It
+        ranks before every candidate (the latest such record of a workload wins) and is not a
+        trial: the search, the trial counts and the cost model leave it out."""
+        return self.extra.get("in_model") is True
+
+    @property
     def target_key(self) -> str:
         return fingerprint_key(self.target)
 
@@ -378,6 +386,21 @@ def records_from(task: Task, schedules: Sequence[Schedule | Sequence[Step]],
             ir_hash=res.ir_hash, extra=dict(extras[n]) if extras else {},
         ))
     return out
+
+
+def in_model_choice(records: Iterable[MeasureRecord]) -> MeasureRecord | None:
+    """The latest successful record chosen in a model (``MeasureRecord.in_model``), if any."""
+    chosen = [r for r in records if r.in_model and r.ok]
+    return max(chosen, key=lambda r: r.timestamp) if chosen else None
+
+
+def ranked(records: Iterable[MeasureRecord]) -> list[MeasureRecord]:
+    """Successful records, best first: the schedule chosen in a model, then the candidates
+    measured alone by cost."""
+    recs = list(records)
+    choice = in_model_choice(recs)
+    alone = sorted((r for r in recs if r.ok and not r.in_model), key=lambda r: r.cost)
+    return ([choice] if choice else []) + alone
 
 
 # -- the log ------------------------------------------------------------------------------
@@ -612,7 +635,7 @@ class RecordLog:
         nothing and are left out."""
         want = target_keys(target)
         applied = [(m, r) for m, r in self._matching(workload_key, want, strict)
-                   if m in (EXACT, COMPATIBLE)]
+                   if m in (EXACT, COMPATIBLE) and not r.in_model]
         self._say_applied(applied, want)
         return [r for _, r in applied]
 
@@ -622,12 +645,12 @@ class RecordLog:
         vector ISA, another thread count, another GPU arch) but not the same key. They do not
         count as the target's trials; they seed its search and its cost model."""
         return [r for m, r in self._matching(workload_key, target_keys(target), strict)
-                if m in (THREADS, RELATED)]
+                if m in (THREADS, RELATED) and not r.in_model]
 
     def best(self, workload_key: str, target: Target | dict, k: int = 1, strict: bool = False
              ) -> list[MeasureRecord]:
         """The ``k`` fastest successful records of ``workload_key`` on a target of the same key
-        (``records_for``); when there are none, those of the same vector ISA with another thread
+        (``records_for``), after the schedule chosen in a model (``in_model_choice``); when there are none, those of the same vector ISA with another thread
         count (a line says so once per log and target). ``strict``: the whole fingerprint.
         Records measured under an emulator rank only when there are no others: checked on
         the target but untimed there, and emulated times do not rank schedules
@@ -635,12 +658,17 @@ class RecordLog:
         a log builds, checked), then the others by emulated time; a line says so once per log
         and target."""
         want = target_keys(target)
-        ok = [(m, r) for m, r in self._matching(workload_key, want, strict) if r.ok]
+        matching = self._matching(workload_key, want, strict)
+        choice = in_model_choice(r for m, r in matching if m in (EXACT, COMPATIBLE))
+        ok = [(m, r) for m, r in matching if r.ok and not r.in_model]
         ok = [(m, r) for m, r in ok if not r.emulated] or ok
         applied = ([(m, r) for m, r in ok if m in (EXACT, COMPATIBLE)]
                    or [(m, r) for m, r in ok if m == THREADS])
         top = sorted(applied, key=lambda mr: (mr[1].emulated and not mr[1].untuned,
                                               mr[1].cost))[:k]
+        if choice is not None:  # chosen in the model: before every time measured alone
+            top = [(EXACT, choice), *[(m, r) for m, r in top if r.ir_hash != choice.ir_hash]]
+            top = top[:k]
         self._say_applied(top, want)
         if top and top[0][1].emulated and (str(self.path), want.exact, UNTIMED) not in _SAID:
             _SAID.add((str(self.path), want.exact, UNTIMED))

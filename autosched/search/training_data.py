@@ -139,7 +139,7 @@ def samples_from_records(records: Sequence[MeasureRecord], tasks: Mapping[str, T
         if task is None:
             stats.unknown_workload += 1
             continue
-        if rec.transient:
+        if rec.transient or rec.in_model:  # not a candidate measured alone
             continue
         target = _target_of(rec, targets)
         if target is None:

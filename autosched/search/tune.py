@@ -254,7 +254,7 @@ def _with_hash(r: MeasureRecord, h: str) -> MeasureRecord:
     return replace(r, ir_hash=h)
 
 
-def _default_log(tasks: Sequence[Task]) -> Path:
+def default_log(tasks: Sequence[Task]) -> Path:
     name = tasks[0].name if len(tasks) == 1 else f"{tasks[0].name}_and_{len(tasks) - 1}_more"
     return RecordLog.default_path(name, tasks[0].target)
 
@@ -355,7 +355,7 @@ def tune(
     for name, value in (("trials", trials), ("total_trials", total_trials)):
         if value is not None and value < 0:
             raise ValueError(f"{name} must be at least 0, got {value}")
-    record_log = RecordLog(log if log is not None else _default_log(task_list))
+    record_log = RecordLog(log if log is not None else default_log(task_list))
     record_log.check_writable()  # before any measurement: an unwritable log would lose them
     logged = [record_log.records_for(t.workload_key, t.target, strict_target) for t in task_list]
     done = sum(len(recs) for recs in logged)

@@ -274,6 +274,7 @@ def test_cli_tune_prints_tasks_and_estimate(tmp_path: object,
     assert "1 tasks (1 kernels), 4 trials" in out and "conv_relu" in out
     line = next(ln for ln in out.splitlines() if "estimated end-to-end latency" in ln)
     assert line.endswith(" ms")  # the one task has a measured best
+    assert "chosen in the model: " in out  # the host runs the model: chosen there at the end
     x = {"x": np.random.default_rng().standard_normal((1, 3, 6, 5)).astype(np.float32)}
     (tuned,) = aus.compile(from_onnx(path), "llvm", log=log).run(x)
     np.testing.assert_allclose(tuned, ort_run(str(path), x)[0], rtol=1e-4, atol=1e-4)

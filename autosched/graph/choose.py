@@ -1,0 +1,198 @@
+"""Choosing each task's schedule inside the model it runs in.
+
+The tuner times a candidate alone: many calls in a row on inputs that the calling thread
+wrote, its own data warm in the caches. In the model, the same kernel reads what the kernel
+before it just wrote (a parallel producer leaves part of it in another core's cache), its
+pool threads may have gone to sleep during a serial kernel before it, and its neighbours' data
+share the caches. On a small model those effects are as large as the gains tuning finds
+(a demo kernel measured 23 us alone and 16 us in the model, its tuned rival 21 us alone and 20
+in the model), so a log could make a model slower than compiling it untuned.
+
+``choose`` settles it where it matters: the untuned default and the best candidates of every
+task run in the model itself, in alternating rounds; each task keeps the one fastest there;
+the mix is checked end to end against all-untuned and all-best; the winners are appended to
+the log as chosen records (``MeasureRecord.in_model``), which ``compile`` applies before any
+time measured alone. A model compiled with the log is then, as measured, never slower than
+the same model untuned.
+
+Example::
+
+    aus.tune_graph(graph, "llvm", trials=200, log=log)   # chooses at the end (choose=True)
+    for c in choose(graph, "llvm", log):                # again, e.g. after merging logs
+        print(c.task, c.chosen, c.seconds, c.untuned_seconds)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosched.graph.executor import call_times, random_inputs
+from autosched.graph.graph import Graph
+from autosched.targets.target import Target, parse
+from autosched.te.dtype import DEFAULT_PRECISION
+
+_log = logging.getLogger(__name__)
+
+UNTUNED = "untuned"
+ROUND_S = 0.02  # seconds of model runs per variant and round (repeat=None)
+MAX_REPEAT = 50
+
+
+@dataclass
+class Choice:
+    """One workload's choice: ``chosen`` is "untuned" or "record N" (the N-th fastest alone);
+    seconds are its kernels' median time in the model (all its occurrences)."""
+
+    task: str
+    workload_key: str
+    chosen: str
+    seconds: float
+    untuned_seconds: float
+
+
+@dataclass
+class _Candidate:
+    label: str
+    steps: list[dict[str, Any]]
+    ir_hash: str
+    module: Any
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return float(np.median(self.samples)) if self.samples else float("inf")
+
+
+def describe_choices(choices: list[Choice]) -> str:
+    """One line: how many tasks keep a tuned schedule and what the model's kernels take."""
+    tuned = sum(c.chosen != UNTUNED for c in choices)
+    ms = sum(c.seconds for c in choices) * 1e3
+    untuned = sum(c.untuned_seconds for c in choices) * 1e3
+    return (f"chosen in the model: {tuned} of {len(choices)} tasks keep a tuned schedule; "
+            f"their kernels {ms:.4g} ms there (untuned {untuned:.4g} ms)")
+
+
+def runs_here(target: str | Target) -> bool:
+    """Whether ``choose`` can run a model for ``target`` on this machine (the host CPU)."""
+    return parse(target).is_host
+
+
+def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
+           precision: str = DEFAULT_PRECISION, top: int = 2, rounds: int = 9,
+           repeat: int | None = None, seed: int = 0) -> list[Choice]:
+    """Time the untuned default and the ``top`` best records of every task in the model,
+    ``rounds`` alternating rounds of ``repeat`` runs each (None: as many as last about
+    ``ROUND_S``, at least 3); append the winners to ``log`` (records with ``in_model``);
+    return one Choice per workload that had a record."""
+    from autosched.graph.compiler import compile as compile_graph
+
+    tgt = parse(target)
+    if not tgt.is_host:
+        raise ValueError(f"choosing schedules in the model runs the model here; {tgt} is not "
+                         "this machine")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no tuning record for ...": those stay untuned
+        model = compile_graph(graph, tgt, log=log, precision=precision)
+    inputs = random_inputs(graph, seed=seed)
+    kernels = model.kernels
+    cands = {k.task.workload_key: _candidates(k, tgt, log, top) for k in kernels}
+    if all(len(c) < 2 for c in cands.values()):
+        return []
+    if repeat is None:
+        with model.bound(inputs) as calls:
+            once = float(np.sum(call_times(calls, 1)))
+        repeat = int(np.clip(ROUND_S / max(once, 1e-9), 3, MAX_REPEAT))
+    variants = max(len(c) for c in cands.values())
+
+    def modules(pick: dict[str, int]) -> list[Any]:
+        return [cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels]
+
+    def seconds_per_kernel(pick: dict[str, int]) -> np.ndarray:
+        with model.bound(inputs, modules(pick)) as calls:
+            return call_times(calls, repeat)
+
+    keys = list(cands)
+    for _ in range(rounds):
+        for v in range(variants):
+            pick = {key: min(v, len(cands[key]) - 1) for key in keys}
+            times = seconds_per_kernel(pick)
+            for key in keys:
+                if v < len(cands[key]):
+                    cands[key][v].samples.append(
+                        float(sum(t for k, t in zip(kernels, times)
+                                  if k.task.workload_key == key)))
+    mix = {key: int(np.argmin([c.seconds for c in cands[key]])) for key in keys}
+    pick = _end_to_end(seconds_per_kernel, keys, cands, mix, rounds)
+    return _append(log, kernels, cands, pick, tgt)
+
+
+def _candidates(kernel: Any, tgt: Target, log: str | os.PathLike, top: int
+                ) -> list[_Candidate]:
+    """The untuned default, then the ``top`` best records (a previous choice first), each
+    built once (the same IR only once; the first record is the kernel's compiled module)."""
+    from autosched.search.record import RecordLog, ir_hash
+    from autosched.search.space import SearchSpace
+
+    task = kernel.task
+    untuned = SearchSpace(task).default_schedule()
+    func = task.lower(untuned)
+    out = [_Candidate(UNTUNED, [s.to_dict() for s in untuned.steps], ir_hash(func),
+                      task.build(untuned))]
+    for n, rec in enumerate(RecordLog(log).best(task.workload_key, tgt, k=top), 1):
+        if any(rec.ir_hash and rec.ir_hash == c.ir_hash for c in out):
+            continue
+        try:
+            sch = task.schedule(rec.schedule_steps())
+        except Exception as exc:  # noqa: BLE001  compile warns about it too
+            _log.info("%s: record %d does not replay (%s)", task.name, n, exc)
+            continue
+        module = kernel.module if n == 1 else task.build(sch)
+        out.append(_Candidate(f"record {n}", list(rec.steps), rec.ir_hash, module))
+    return out
+
+
+def _end_to_end(seconds_per_kernel: Any, keys: list[str], cands: dict[str, list[_Candidate]],
+                mix: dict[str, int], rounds: int) -> dict[str, int]:
+    """The fastest end to end, in alternating rounds, of the mix, all untuned and all best
+    alone: a task's time in the model also depends on its neighbours' schedules."""
+    options = {"mix": mix, "untuned": dict.fromkeys(keys, 0),
+               "best alone": {key: min(1, len(cands[key]) - 1) for key in keys}}
+    unique = {tuple(sorted(p.items())): name for name, p in options.items()}
+    if len(unique) == 1:
+        return mix
+    totals: dict[str, list[float]] = {name: [] for name in unique.values()}
+    for _ in range(rounds):
+        for name in totals:
+            totals[name].append(float(np.sum(seconds_per_kernel(options[name]))))
+    best = min(totals, key=lambda name: float(np.median(totals[name])))
+    _log.info("in the model, end to end: %s", ", ".join(
+        f"{name} {np.median(t) * 1e3:.4g} ms" for name, t in totals.items()))
+    return options[best]
+
+
+def _append(log: str | os.PathLike, kernels: list[Any], cands: dict[str, list[_Candidate]],
+            pick: dict[str, int], tgt: Target) -> list[Choice]:
+    from autosched.search.record import MeasureRecord, RecordLog, target_fingerprint
+    from autosched.version import __version__
+
+    fp = target_fingerprint(tgt)
+    records, choices = [], []
+    names = {k.task.workload_key: k.task.name for k in kernels}
+    for key, cs in cands.items():
+        if len(cs) < 2:
+            continue
+        c = cs[pick[key]]
+        records.append(MeasureRecord(
+            workload_key=key, task_name=names[key], target=fp, steps=c.steps,
+            costs=list(c.samples), timestamp=time.time(), autosched_version=__version__,
+            ir_hash=c.ir_hash, extra={"in_model": True, "chosen": c.label}))
+        choices.append(Choice(names[key], key, c.label, c.seconds, cs[0].seconds))
+    RecordLog(log).append(records)
+    return choices

@@ -1,0 +1,208 @@
+"""Choosing schedules inside the model (graph/choose.py): the choice follows the times taken in
+the model, not those measured alone; the log ranks it first; compile applies it; the search,
+the trial counts, the cost model and the log tools treat it as what it is. Model times are
+faked where the test is about the decision (real ones decide nothing reproducible), and the
+compiled model is checked against onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched.graph import choose as choose_mod
+from autosched.graph.compiler import extract_tasks
+from autosched.search.record import MeasureRecord, RecordLog, ir_hash, ranked, target_fingerprint
+from autosched.search.space import SearchSpace
+from autosched.testing.models import Builder, ort_run
+from importers.onnx import from_onnx
+
+
+def _model(seed: int) -> Any:
+    b = Builder(seed)
+    y = b.op("Relu", [b.conv("x", 3, 8, 3, bias=True)])
+    y = b.op("Relu", [b.conv(y, 8, 8, 1, bias=True)])
+    return b.model(("x", (1, 3, 10, 12)), y, "two_convs")
+
+
+def _other_candidate(task: Any, rng: np.random.Generator) -> tuple[list[dict], str]:
+    """Steps and IR hash of a legal candidate whose IR differs from the untuned default's."""
+    space = SearchSpace(task)
+    default = ir_hash(task.lower(space.default_schedule()))
+    for _ in range(200):
+        low = space.lower(space.sample(rng))
+        if low is not None and low.schedule is not None and low.ir_hash != default:
+            return [s.to_dict() for s in low.schedule.steps], low.ir_hash
+    raise AssertionError(f"no candidate of {task.name} differs from its default")
+
+
+def _record(task: Any, steps: list[dict], h: str, seconds: float, **extra: Any
+            ) -> MeasureRecord:
+    return MeasureRecord(workload_key=task.workload_key, task_name=task.name,
+                         target=target_fingerprint(task.target), steps=steps, costs=[seconds],
+                         timestamp=time.time(), ir_hash=h, extra=extra)
+
+
+@pytest.fixture
+def tuned(tmp_path: Path, rng: np.random.Generator) -> tuple[Any, Any, Path, list[Any]]:
+    """A two-task model and a log holding, per task, one candidate measured alone that is
+    "faster" than anything (1 ns)."""
+    proto = _model(int(rng.integers(1 << 30)))
+    graph = from_onnx(proto)
+    tasks, _ = extract_tasks(graph, "llvm")
+    assert len(tasks) == 2
+    log = tmp_path / "log.jsonl"
+    RecordLog(log).append(_record(t, *_other_candidate(t, rng), 1e-9) for t in tasks)
+    return proto, graph, log, tasks
+
+
+def _fake_model_times(monkeypatch: pytest.MonkeyPatch, seconds: dict[tuple[str, str], float]
+                      ) -> None:
+    """Each candidate (workload key, label) takes ``seconds`` in the model; the calls still run."""
+    real = choose_mod._candidates
+
+    class Timed:
+        def __init__(self, module: Any, s: float) -> None:
+            self.module, self.s = module, s
+
+        def bind(self, *args: Any) -> Any:
+            call = self.module.bind(*args)
+
+            def timed() -> None:
+                call()
+            timed.seconds = self.s  # type: ignore[attr-defined]
+            return timed
+
+    def candidates(kernel: Any, *args: Any) -> list[Any]:
+        out = real(kernel, *args)
+        for c in out:
+            c.module = Timed(c.module, seconds[kernel.task.workload_key, c.label])
+        return out
+
+    def call_times(calls: list[Any], repeat: int) -> np.ndarray:
+        for call in calls:
+            call()
+        return np.array([getattr(c, "seconds", 1e-6) for c in calls])
+
+    monkeypatch.setattr(choose_mod, "_candidates", candidates)
+    monkeypatch.setattr(choose_mod, "call_times", call_times)
+
+
+def test_the_choice_follows_model_times_not_times_alone(
+        tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch,
+        rng: np.random.Generator) -> None:
+    proto, graph, log, (a, b) = tuned
+    # in the model: a's untuned default is faster than its record, b's record is faster
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 2e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
+    choices = {c.workload_key: c for c in choose_mod.choose(graph, "llvm", log, rounds=3)}
+    assert (choices[a.workload_key].chosen, choices[b.workload_key].chosen) == ("untuned", "record 1")
+    assert choices[a.workload_key].seconds == pytest.approx(2e-6)
+    assert choices[b.workload_key].untuned_seconds == pytest.approx(9e-6)
+    monkeypatch.undo()
+
+    records = RecordLog(log)
+    (best_a,) = records.best(a.workload_key, a.target)
+    (best_b,) = records.best(b.workload_key, b.target)
+    assert best_a.in_model and best_a.extra["chosen"] == "untuned"
+    assert best_a.ir_hash == ir_hash(a.lower(SearchSpace(a).default_schedule()))
+    assert best_b.in_model and best_b.extra["chosen"] == "record 1"
+    # a choice is not a trial: the search and the trial counts see the two records alone
+    assert [r.in_model for r in records.records_for(a.workload_key, a.target)] == [False]
+    x = {"x": rng.standard_normal((1, 3, 10, 12)).astype(np.float32)}
+    (y,) = aus.compile(graph, "llvm", log=log).run(x)
+    np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_end_to_end_check_overrules_a_mix_that_is_slower(
+        tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each task alone prefers its record, but together (neighbours' data, sleeping pool
+    threads) the records are slower than both untuned: the end-to-end check keeps untuned."""
+    _, graph, log, (a, b) = tuned
+    real = choose_mod._end_to_end
+
+    def end_to_end(seconds_per_kernel: Any, keys: list[str], cands: Any, mix: dict[str, int],
+                   rounds: int) -> dict[str, int]:
+        assert all(v == 1 for v in mix.values())  # per task, the records won
+        totals = {0: 1.0, 1: 2.0}  # all untuned 1 s, the mix (all records) 2 s
+
+        def fake(pick: dict[str, int]) -> np.ndarray:
+            return np.array([totals[max(pick.values())]])
+        return real(fake, keys, cands, mix, rounds)
+
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 9e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
+    monkeypatch.setattr(choose_mod, "_end_to_end", end_to_end)
+    choices = choose_mod.choose(graph, "llvm", log, rounds=3)
+    assert sorted(c.chosen for c in choices) == ["untuned", "untuned"]
+
+
+def test_the_latest_choice_wins_and_log_tools_keep_it(
+        tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    _, graph, log, (a, b) = tuned
+    times = {(a.workload_key, "untuned"): 2e-6, (a.workload_key, "record 1"): 5e-6,
+             (b.workload_key, "untuned"): 2e-6, (b.workload_key, "record 1"): 5e-6}
+    _fake_model_times(monkeypatch, times)
+    choose_mod.choose(graph, "llvm", log, rounds=3)
+    # later, the machine (or the model around it) favours the records: a second choice wins
+    times.update({(a.workload_key, "record 1"): 1e-6, (a.workload_key, "record 2"): 1e-6,
+                  (b.workload_key, "record 1"): 1e-6, (b.workload_key, "record 2"): 1e-6})
+    choose_mod.choose(graph, "llvm", log, rounds=3)
+    monkeypatch.undo()
+    recs = RecordLog(log).load()
+    chosen = [r for r in recs if r.in_model and r.workload_key == a.workload_key]
+    assert len(chosen) == 2
+    (first,) = RecordLog(log).best(a.workload_key, a.target)
+    assert first == chosen[-1] and first.ir_hash != chosen[0].ir_hash
+    assert ranked(r for r in recs if r.workload_key == a.workload_key)[0] == chosen[-1]
+
+    from autosched.cli import main
+
+    merged, distilled = tmp_path / "merged.jsonl", tmp_path / "distilled.jsonl"
+    assert main(["logs", "merge", str(log), "-o", str(merged)]) == 0
+    assert len(RecordLog(merged).load()) == len(recs)  # a choice is not a duplicate
+    assert main(["logs", "distill", str(log), "-k", "1", "-o", str(distilled)]) == 0
+    kept = {r.workload_key: r for r in RecordLog(distilled).load()}
+    assert kept[a.workload_key].in_model and kept[a.workload_key].ir_hash == first.ir_hash
+
+
+def test_cost_model_data_leaves_choices_out(tuned: tuple[Any, Any, Path, list[Any]],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosched.search.training_data import samples_from_records
+
+    _, graph, log, (a, b) = tuned
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 2e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
+    choose_mod.choose(graph, "llvm", log, rounds=3)
+    recs = RecordLog(log).load()
+    assert sum(r.in_model for r in recs) == 2
+    samples, stats = samples_from_records(recs, {a.workload_key: a, b.workload_key: b}, "log")
+    assert stats.used == 2
+
+
+@pytest.mark.filterwarnings("ignore:no tuning record")  # 6 trials may not reach both tasks
+def test_tune_graph_chooses_in_the_model(tmp_path: Path, rng: np.random.Generator) -> None:
+    proto = _model(int(rng.integers(1 << 30)))
+    graph = from_onnx(proto)
+    log = tmp_path / "tuned.jsonl"
+    aus.tune_graph(graph, "llvm", trials=6, log=log, min_repeat_ms=2.0, repeat=2)
+    recs = RecordLog(log).load()
+    chosen = [r for r in recs if r.in_model]
+    assert chosen and all(json.loads(r.to_json_line())["extra"]["in_model"] for r in chosen)
+    assert sum(not r.in_model for r in recs) >= 6
+    x = {"x": rng.standard_normal((1, 3, 10, 12)).astype(np.float32)}
+    (y,) = aus.compile(graph, "llvm", log=log).run(x)
+    np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_choosing_refuses_a_model_that_cannot_run_here(tuned: tuple[Any, Any, Path, list[Any]]
+                                                       ) -> None:
+    _, graph, log, _ = tuned
+    with pytest.raises(ValueError, match="not this machine"):
+        choose_mod.choose(graph, "llvm -mtriple=aarch64-linux-gnu", log)
