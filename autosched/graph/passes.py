@@ -202,13 +202,15 @@ def _packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) 
     contiguous row, where channels-last sums are stored transposed, one lane at a time (a
     MobileNetV2 expansion, 24 -> 144 channels at 56 x 56, took 0.54 ms channels-last
     against 0.21 ms). Measured with the untuned defaults of benchmarks/cpu_conv_layout.py;
-    stride-1 3x3 convolutions keep OIHW."""
+    stride-1 convolutions with larger kernels keep OIHW unless their rows are as short (a
+    1-d convolution over a (C, L, 1) map has rows of one column: magika's 5 x 1 conv, 256 ->
+    512 channels over 508 rows, took 16.4 ms OIHW)."""
     strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
     if max(strides) > 1 or w.shape[1] < 16:
         return True
-    if tuple(w.shape[2:]) != (1, 1):
-        return False
     columns = out_shape[3] if out_shape is not None and len(out_shape) == 4 else None
+    if tuple(w.shape[2:]) != (1, 1):  # larger kernels: only over rows shorter than a vector
+        return isinstance(columns, int) and columns < PACK_1X1_BELOW_COLUMNS
     return not isinstance(columns, int) or columns < PACK_1X1_BELOW_COLUMNS
 
 
