@@ -415,7 +415,7 @@ def _tuned(e: Entry, graph: Any, target: str, tuning: Tuning, r: Result) -> Any:
     t0 = time.perf_counter()
     aus.tune_graph(graph, target, trials=None, total_trials=tuning.trials, log=log)
     r.tune_s = time.perf_counter() - t0
-    r.trials = len(RecordLog(log).load())
+    r.trials = sum(not rec.in_model for rec in RecordLog(log).load())  # choices: no trials
     return aus.compile(graph, target=target, log=log)
 
 
