@@ -121,6 +121,19 @@ class Pragma(Step):
 
 
 @dataclass(frozen=True)
+class Tensorize(Step):
+    """The loop nest from ``axis`` inwards runs as the tensor intrinsic ``intrin``
+    (tir/tensor_intrin.py)."""
+
+    kind: ClassVar[str] = "tensorize"
+    axis: str
+    intrin: str
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.tensorize({n(self.stage, self.axis)}, {self.intrin!r})"
+
+
+@dataclass(frozen=True)
 class ComputeAt(Step):
     kind: ClassVar[str] = "compute_at"
     target: str
@@ -199,8 +212,8 @@ class Rfactor(Step):
 
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
-    for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, ComputeAt, ComputeInline,
-                ComputeRoot, SetScope, CacheRead, CacheWrite, Rfactor)
+    for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, Tensorize, ComputeAt,
+                ComputeInline, ComputeRoot, SetScope, CacheRead, CacheWrite, Rfactor)
 }
 
 

@@ -25,7 +25,7 @@ from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
 from autosched.te.opcodes import Op
 from autosched.tir.evaluate import const_int
 
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "wmma.accumulator")  # the last: a warp's fragments
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
 THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")  # hardware
 

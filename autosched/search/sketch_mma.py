@@ -1,0 +1,206 @@
+"""The tensor-core sketch rule: matmul and batch_matmul on half operands through nvcuda::wmma.
+
+A reduction ``C[..., i, j] = sum_k f32(A[..., i, k]) * f32(B[..., k, j])`` whose operands are
+float16 or bfloat16 tensors (placeholders, read directly or through an inlined cast to float32,
+as graph/compiler.py's fp16 / bf16 tasks read them; either operand may be transposed) gets,
+besides the SIMT tile rule:
+
+* a block tile of ``warps_m x warps_n`` warps (threadIdx.y; the 32 lanes are threadIdx.x), each
+  warp ``frags_m x frags_n`` fragments of 16 x 16 float32 accumulators (a ``wmma.accumulator``
+  stage computed at the warp loop, its innermost 16 x 16 x 16 nest tensorized as mma)
+* the K loop split into chunks of ``k_chunk`` x 16; per chunk, the half operands themselves
+  (nothing converted) are staged in shared memory by all threads of the block and zero-filled
+  where the tile overhangs the tensor, so shapes that 16 does not divide are padded, not guarded
+* the accumulators stored (tensorized as store_matrix_sync) into a shared staging tile, which
+  every thread of the block reads element by element for the output (and an elementwise
+  epilogue fused into it: bias, activation), guarded at the tensor's edges
+
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk.
+
+Example::
+
+    rule = mma_rule("T_matmul", None, sch0, target)    # None: the matmul has no fit
+    rule.apply(sch, {k.name: k.default() for k in rule.knobs})
+"""
+
+from __future__ import annotations
+
+from autosched.errors import ScheduleError
+from autosched.schedule.schedule import Schedule, Stage
+from autosched.search.knobs import ChoiceKnob, Knob
+from autosched.search.sketch import Params, Rule, _static_extent
+from autosched.targets.target import Target
+from autosched.te import expr as E
+from autosched.te.opcodes import Op
+from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
+from autosched.te.tensor import thread_axis as _thread
+from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, MMA_FOR_DTYPE, TENSOR_INTRINS
+
+WARP = 32
+TILE = 16  # the m, n and k of the fragments
+STORE = "wmma_store_16x16"
+
+
+def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
+    """The half tensors that the reduction ``name`` multiplies, each with the stage that reads
+    it (the reduction, or the inlined cast stage between them), when ``name`` is a float32
+    matmul of them that a tensor intrinsic can compute; None otherwise."""
+    st = sch.stage(name)
+    op = st.compute_op
+    body = op.body
+    if (not isinstance(body, E.Reduce) or body.combiner.name != "sum" or body.dtype != "float32"
+            or body.condition is not None or body.init is not None or len(op.reduce_axis) != 1
+            or len(op.axis) < 2 or not isinstance(body.source, E.Binary)
+            or body.source.op is not Op.MUL):
+        return None
+    if any(not isinstance(a.dom.extent, E.Const) for a in op.axis + op.reduce_axis):
+        return None
+    i, j, k = op.axis[-2].var, op.axis[-1].var, op.reduce_axis[0].var
+    out = []
+    for factor, row in ((body.source.a, i), (body.source.b, j)):
+        found = _half_read(sch, st, factor)
+        if found is None:
+            return None
+        read, tensor, reader = found
+        last = read.indices[-2:]  # (row, k) or (k, row) of the operand: one of two layouts
+        if {x.uid for x in last if isinstance(x, E.Var)} != {row.uid, k.uid}:
+            return None
+        out.append((tensor, reader))
+    dtypes = {t.dtype for t, _ in out}
+    return out if len(dtypes) == 1 and dtypes <= MMA_FOR_DTYPE.keys() - {"float32"} else None
+
+
+def _half_read(sch: Schedule, st: Stage, factor: E.Expr
+               ) -> tuple[E.TensorRead, Tensor, Stage] | None:
+    """(the read, the half tensor, its reader) of ``f32(T[...])`` or ``f32(S[...])`` where
+    ``S = f32(T[...])`` is a computed cast stage that reads a half placeholder ``T``."""
+    if isinstance(factor, E.Cast):
+        factor = factor.value
+    if not isinstance(factor, E.TensorRead):
+        return None
+    producer = sch.stage_of_uid(factor.tensor.op.uid)
+    if isinstance(producer.op, PlaceholderOp):
+        return (factor, factor.tensor, st) if factor.tensor.dtype in MMA_FOR_DTYPE else None
+    inner = producer.compute_op
+    value = inner.body
+    if (inner.reduce_axis or not isinstance(value, E.Cast) or value.type != "float32"
+            or not isinstance(value.value, E.TensorRead)
+            or not isinstance(value.value.tensor.op, PlaceholderOp)
+            or value.value.tensor.dtype not in MMA_FOR_DTYPE
+            or any(not isinstance(ix, E.Var) or ix.uid != a.var.uid
+                   for ix, a in zip(value.value.indices, inner.axis))):
+        return None
+    return factor, value.value.tensor, producer
+
+
+def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) -> Rule:
+    """The tensor-core rule of the reduction ``name`` (mma_operands must have found its
+    operands), with ``fused_into`` its elementwise output when it has one."""
+    pre = f"{name}."
+    operands = mma_operands(sch0, name)
+    assert operands is not None, f"{name} is no half matmul"
+    intrin = MMA_FOR_DTYPE[operands[0][0].dtype]
+    knobs: list[Knob] = [
+        ChoiceKnob(f"{pre}warps_m", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}warps_n", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}frags_m", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
+    ]
+    itemsize = 2
+
+    def check(p: Params) -> str | None:
+        wm, wn, fm, fn, kc = (p[k.name] for k in knobs)
+        threads = WARP * wm * wn
+        if threads > target.max_threads_per_block:
+            return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
+        bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TILE
+        shared = (bm * bk + bk * bn) * itemsize + bm * bn * 4
+        if shared > target.max_shared_memory_per_block:
+            return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
+        return None
+
+    def apply(sch: Schedule, p: Params) -> None:
+        why = check(p)
+        if why:
+            raise ScheduleError(f"tensor-core tile of {name}: {why}")
+        wm, wn, fm, fn, kc = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin)
+
+    return Rule(name, tuple(knobs), apply, "mma", check)
+
+
+def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
+                 frags: tuple[int, int], k_chunk: int, intrin: str) -> None:
+    """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
+    operands = mma_operands(sch, name)
+    if operands is None:
+        raise ScheduleError(f"{name} is not a float32 sum of products of half tensors")
+    if fused_into is None:
+        consumer = sch.stage(name)
+        acc = sch[sch.cache_write(consumer.op.output(), ACCUMULATOR_SCOPE)]
+    else:
+        consumer, acc = sch.stage(fused_into), sch.stage(name)
+        acc.set_scope(ACCUMULATOR_SCOPE)
+    staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
+    caches = [sch[sch.cache_read(t, "shared", [reader if reader.name != name else acc])]
+              for t, reader in operands]
+    rows, cols = (w * f * TILE for w, f in zip(warps, frags))
+
+    # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
+    # elements of the tile, read from the staging tile
+    *batch, ax_i, ax_j = consumer.compute_op.axis
+    bi, ii = consumer.split(ax_i, factor=rows)
+    bj, jj = consumer.split(ax_j, factor=cols)
+    consumer.reorder(*batch, bi, bj, ii, jj)
+    block = consumer.fuse(*batch, bi, bj)
+    consumer.bind(block, _thread("blockIdx.x"))
+    _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
+
+    # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
+    staging.compute_at(consumer, block)
+    *sbatch, si, sj = staging.compute_op.axis
+    wi, ri = staging.split(si, factor=frags[0] * TILE)
+    wj, rj = staging.split(sj, factor=frags[1] * TILE)
+    fi, ti = staging.split(ri, factor=TILE)
+    fj, tj = staging.split(rj, factor=TILE)
+    staging.reorder(*sbatch, wi, wj, fi, fj, ti, tj)
+    warp = staging.fuse(wi, wj)
+    staging.bind(warp, _thread("threadIdx.y"))
+    staging.tensorize(ti, STORE)
+
+    # the accumulators of one warp, over K in chunks of k_chunk fragments
+    acc.compute_at(staging, warp)
+    *abatch, ai, aj = acc.compute_op.axis
+    (ak,) = acc.compute_op.reduce_axis
+    fi, ti = acc.split(ai, factor=TILE)
+    fj, tj = acc.split(aj, factor=TILE)
+    depth = TENSOR_INTRINS[intrin].k
+    ko, kr = acc.split(ak, factor=k_chunk * depth)
+    kc, tk = acc.split(kr, factor=depth)
+    acc.reorder(*abatch, ko, kc, fi, fj, ti, tj, tk)
+    acc.tensorize(ti, intrin)
+    for cache in caches:
+        cache.compute_at(acc, ko)
+        _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+
+
+def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
+    """Spread ``axes`` (fused) over the block: 32 lanes on threadIdx.x, ``warps`` warps on
+    threadIdx.y, the rest a serial loop around them."""
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    rest, lane = st.split(f, factor=WARP)
+    _, warp = st.split(rest, factor=warps)
+    st.bind(warp, _thread("threadIdx.y"))
+    st.bind(lane, _thread("threadIdx.x"))
+
+
+def offers_mma(sch0: Schedule, name: str) -> bool:
+    """Whether the tensor-core rule applies to the tiled reduction ``name``: a float32 matmul
+    of two half tensors with static shapes whose K is at least one fragment deep."""
+    ops = mma_operands(sch0, name)
+    if ops is None:
+        return False
+    op = sch0.stage(name).compute_op
+    assert isinstance(op, ComputeOp)
+    return _static_extent(op.reduce_axis[0]) >= TILE
