@@ -30,6 +30,7 @@ from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob
 from autosched.search.sketch import Params, Rule, _static_extent
 from autosched.targets.target import Target
+from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -42,9 +43,10 @@ STORE = "wmma_store_16x16"
 
 
 def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
-    """The half tensors that the reduction ``name`` multiplies, each with the stage that reads
-    it (the reduction, or the inlined cast stage between them), when ``name`` is a float32
-    matmul of them that a tensor intrinsic can compute; None otherwise."""
+    """The tensors that the reduction ``name`` multiplies, each with the stage that reads it
+    (the reduction, or the inlined cast stage between them), when ``name`` is a float32 matmul
+    of them that a tensor intrinsic can compute (half operands, or float32 ones as tf32);
+    None otherwise."""
     st = sch.stage(name)
     op = st.compute_op
     body = op.body
@@ -58,7 +60,7 @@ def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
     i, j, k = op.axis[-2].var, op.axis[-1].var, op.reduce_axis[0].var
     out = []
     for factor, row in ((body.source.a, i), (body.source.b, j)):
-        found = _half_read(sch, st, factor)
+        found = _operand_read(sch, st, factor)
         if found is None:
             return None
         read, tensor, reader = found
@@ -67,13 +69,14 @@ def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
             return None
         out.append((tensor, reader))
     dtypes = {t.dtype for t, _ in out}
-    return out if len(dtypes) == 1 and dtypes <= MMA_FOR_DTYPE.keys() - {"float32"} else None
+    return out if len(dtypes) == 1 else None
 
 
-def _half_read(sch: Schedule, st: Stage, factor: E.Expr
+def _operand_read(sch: Schedule, st: Stage, factor: E.Expr
                ) -> tuple[E.TensorRead, Tensor, Stage] | None:
-    """(the read, the half tensor, its reader) of ``f32(T[...])`` or ``f32(S[...])`` where
-    ``S = f32(T[...])`` is a computed cast stage that reads a half placeholder ``T``."""
+    """(the read, the tensor, its reader) of ``f32(T[...])`` or ``f32(S[...])`` where
+    ``S = f32(T[...])`` is a computed cast stage, for a placeholder ``T`` of a dtype some
+    tensor intrinsic multiplies."""
     if isinstance(factor, E.Cast):
         factor = factor.value
     if not isinstance(factor, E.TensorRead):
@@ -100,6 +103,7 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
     operands = mma_operands(sch0, name)
     assert operands is not None, f"{name} is no half matmul"
     intrin = MMA_FOR_DTYPE[operands[0][0].dtype]
+    itemsize = dt.nbytes(operands[0][0].dtype)
     knobs: list[Knob] = [
         ChoiceKnob(f"{pre}warps_m", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}warps_n", (1, 2, 4), default_index=1),
@@ -107,7 +111,6 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
     ]
-    itemsize = 2
 
     def check(p: Params) -> str | None:
         wm, wn, fm, fn, kc = (p[k.name] for k in knobs)
@@ -197,9 +200,10 @@ def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
 
 def offers_mma(sch0: Schedule, name: str) -> bool:
     """Whether the tensor-core rule applies to the tiled reduction ``name``: a float32 matmul
-    of two half tensors with static shapes whose K is at least one fragment deep."""
+    of two half tensors with static shapes whose K is at least one fragment deep (float32
+    operands compute as tf32 only under that precision, which sketches do not see)."""
     ops = mma_operands(sch0, name)
-    if ops is None:
+    if ops is None or ops[0][0].dtype == "float32":
         return False
     op = sch0.stage(name).compute_op
     assert isinstance(op, ComputeOp)

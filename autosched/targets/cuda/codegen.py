@@ -158,8 +158,9 @@ class _FuncWriter:
             prelude += PRELUDE_STATUS
         code = "\n".join(head + [prelude] + bodies)
         written = frozenset(stored_buffers(self.func.body))
+        # uses_half tells the compiler to add CUDA's include directory, where mma.h is too
         return CudaSource(code, tuple(kernels), tuple(self.workspace),
-                          tuple(shape_vars.values()), self.uses_half, written)
+                          tuple(shape_vars.values()), self.uses_half or self.uses_wmma, written)
 
     def _collect(self, s: ir.Stmt, wrappers: list[ir.Stmt],
                  out: list[tuple[ir.For, list[ir.Stmt]]]) -> None:

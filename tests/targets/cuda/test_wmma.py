@@ -85,11 +85,11 @@ def _run_candidate(args: list[te.Tensor], rng: np.random.Generator, dtype: str =
 
 # -- the tensorize step --------------------------------------------------------------------
 
-def _hand_schedule(args: list[te.Tensor]) -> Schedule:
+def _hand_schedule(args: list[te.Tensor], intrin: str = "wmma_16x16x16_f16") -> Schedule:
     from autosched.search.sketch_mma import schedule_mma
 
     s = te.create_schedule(args[-1].op)
-    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16")
+    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, intrin)
     return s
 
 
@@ -163,6 +163,23 @@ def test_tensorize_replays_from_json() -> None:
 
 @needs_nvrtc
 @needs_host
+def test_tf32_hand_schedule_compiles_and_matches_numpy(rng) -> None:
+    args = _matmul(40, 48, 36, dtype="float32")
+    s = _hand_schedule(args, "wmma_16x16x8_tf32")
+    code = aus.build(s, args, target=TARGET).get_source()
+    ptx = compile_cuda(code, "sm_90", needs_headers=True, ptx=True).data.decode()
+    assert "wmma.mma.sync" in ptx and "tf32" in ptx
+    a, b, c = _inputs(args, rng)
+    aus.build(s, args, target=EMULATE)(a, b, c)
+    p = dt.precision("tf32")
+    want = _reference(a, b)
+    np.testing.assert_allclose(c, want, rtol=p.rtol, atol=p.atol * max(1.0, np.abs(want).max()))
+    assert np.abs(c - want).max() > 1e-6  # the operands were rounded to tf32
+
+
+
+@needs_nvrtc
+@needs_host
 @pytest.mark.parametrize("shape", [(64, 64, 64), (40, 72, 50), (17, 33, 16)])
 def test_hand_schedule_on_host_matches_numpy(shape, rng) -> None:
     args = _matmul(*shape)
@@ -203,6 +220,24 @@ def test_fused_bias_relu_epilogue_on_host_matches_numpy(rng) -> None:
     rules = SearchSpace(task).sketches[1].rules
     assert [r.kind for r in rules] == ["mma"]  # the epilogue fused into the tile's output
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
+
+
+@needs_nvrtc
+@needs_host
+def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(rng) -> None:
+    """As graph/compiler.py builds an fp16 Gemm + Relu: half inputs read through cast stages,
+    the weight (N, K), the output rounded to half where it is written."""
+    a = te.placeholder((40, 56), "float16", name="A")
+    w = te.placeholder((48, 56), "float16", name="W")
+    bias = te.placeholder((48,), "float16", name="bias")
+    x, y, z = (te.compute(t.shape, lambda *i, t=t: cast("float32", t[i]), name=f"{t.name}_f32")
+               for t in (a, w, bias))
+    mm = ops.dense(x, y)
+    out = te.compute(mm.shape, lambda i, j: cast("float16", te.max(mm[i, j] + z[j], 0.0)),
+                     name="store_y")
+    (xa, xw, xbias, got), _ = _run_candidate([a, w, bias, out], rng)
+    want = np.maximum(_reference(xa, xw, transpose_b=True) + xbias.astype(np.float64), 0.0)
+    _check(got.astype(np.float32), want, "float16")
 
 
 # -- the search space --------------------------------------------------------------------------
