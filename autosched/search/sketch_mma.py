@@ -170,6 +170,7 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     staging.reorder(*sbatch, wi, wj, fi, fj, ti, tj)
     warp = staging.fuse(wi, wj)
     staging.bind(warp, _thread("threadIdx.y"))
+    _unroll(staging, [fi, fj])
     staging.tensorize(ti, STORE)
 
     # the accumulators of one warp, over K in chunks of k_chunk fragments
@@ -182,10 +183,18 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     ko, kr = acc.split(ak, factor=k_chunk * depth)
     kc, tk = acc.split(kr, factor=depth)
     acc.reorder(*abatch, ko, kc, fi, fj, ti, tj, tk)
+    _unroll(acc, [kc, fi, fj])
     acc.tensorize(ti, intrin)
     for cache in caches:
         cache.compute_at(acc, ko)
         _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+
+
+def _unroll(st: Stage, axes: list[E.IterVar]) -> None:
+    """Unroll the loops over fragments: an array of fragments indexed by a loop variable would
+    live in local memory, not in registers."""
+    for ax in axes:
+        st.unroll(ax)
 
 
 def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:

@@ -119,6 +119,7 @@ def test_tensorize_compiles_to_wmma_instructions() -> None:
         assert f"nvcuda::wmma::{call}" in code
     ptx = compile_cuda(code, "sm_90", needs_headers=True, ptx=True).data.decode()
     assert "wmma.mma.sync" in ptx and "wmma.load.a" in ptx and "wmma.store.d" in ptx
+    assert ".local" not in ptx  # the fragments stay in registers
 
 
 @needs_nvrtc
