@@ -649,8 +649,9 @@ class Sketch:
         return sch
 
 
-def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
-    """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
+def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -> list[Sketch]:
+    """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU;
+    on a GPU, matmuls that tensor cores can compute in ``precision`` get a second sketch."""
     gpu = target.device == "gpu"
     if gpu:
         from autosched.search import sketch_gpu as G
@@ -689,7 +690,7 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]
             later.append(tile(name, into, sch0, order))
-            if gpu and TC.offers_mma(sch0, name):
+            if gpu and TC.offers_mma(sch0, name, precision):
                 tensor_core[name] = TC.mma_rule(name, into, sch0, target)
         elif not gpu and is_window(op):
             later.append(_window_rule(name, sch0))

@@ -1,15 +1,15 @@
-"""The tensor-core sketch rule: matmul and batch_matmul on half operands through nvcuda::wmma.
+"""The tensor-core sketch rule: matmul and batch_matmul through nvcuda::wmma.
 
 A reduction ``C[..., i, j] = sum_k f32(A[..., i, k]) * f32(B[..., k, j])`` whose operands are
 float16 or bfloat16 tensors (placeholders, read directly or through an inlined cast to float32,
-as graph/compiler.py's fp16 / bf16 tasks read them; either operand may be transposed) gets,
-besides the SIMT tile rule:
+as graph/compiler.py's fp16 / bf16 tasks read them; either operand may be transposed), or
+float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
 
 * a block tile of ``warps_m x warps_n`` warps (threadIdx.y; the 32 lanes are threadIdx.x), each
   warp ``frags_m x frags_n`` fragments of 16 x 16 float32 accumulators (a ``wmma.accumulator``
   stage computed at the warp loop, its innermost 16 x 16 x 16 nest tensorized as mma)
-* the K loop split into chunks of ``k_chunk`` x 16; per chunk, the half operands themselves
-  (nothing converted) are staged in shared memory by all threads of the block and zero-filled
+* the K loop split into chunks of ``k_chunk`` x 16 (tf32: x 8); per chunk, the operands
+  themselves (nothing converted) are staged in shared memory by all threads of the block and zero-filled
   where the tile overhangs the tensor, so shapes that 16 does not divide are padded, not guarded
 * the accumulators stored (tensorized as store_matrix_sync) into a shared staging tile, which
   every thread of the block reads element by element for the output (and an elementwise
@@ -19,7 +19,7 @@ Knobs: warps per block (M, N), fragments per warp (M, N), K chunk.
 
 Example::
 
-    rule = mma_rule("T_matmul", None, sch0, target)    # None: the matmul has no fit
+    rule = mma_rule("T_matmul", None, sch0, target)    # None: no elementwise output fused
     rule.apply(sch, {k.name: k.default() for k in rule.knobs})
 """
 
@@ -38,7 +38,7 @@ from autosched.te.tensor import thread_axis as _thread
 from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, MMA_FOR_DTYPE, TENSOR_INTRINS
 
 WARP = 32
-TILE = 16  # the m, n and k of the fragments
+TILE = 16  # the m and n of the fragments (k: the intrinsic's)
 STORE = "wmma_store_16x16"
 
 
@@ -117,7 +117,7 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         threads = WARP * wm * wn
         if threads > target.max_threads_per_block:
             return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
-        bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TILE
+        bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
         shared = (bm * bk + bk * bn) * itemsize + bm * bn * 4
         if shared > target.max_shared_memory_per_block:
             return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
@@ -207,13 +207,13 @@ def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
     st.bind(lane, _thread("threadIdx.x"))
 
 
-def offers_mma(sch0: Schedule, name: str) -> bool:
+def offers_mma(sch0: Schedule, name: str, precision: str) -> bool:
     """Whether the tensor-core rule applies to the tiled reduction ``name``: a float32 matmul
-    of two half tensors with static shapes whose K is at least one fragment deep (float32
-    operands compute as tf32 only under that precision, which sketches do not see)."""
+    with static shapes whose K is at least one fragment deep, of two half tensors, or of two
+    float32 tensors under the tf32 precision (the only one that lets multiplies round)."""
     ops = mma_operands(sch0, name)
-    if ops is None or ops[0][0].dtype == "float32":
+    if ops is None or (ops[0][0].dtype == "float32" and precision != "tf32"):
         return False
     op = sch0.stage(name).compute_op
     assert isinstance(op, ComputeOp)
-    return _static_extent(op.reduce_axis[0]) >= TILE
+    return _static_extent(op.reduce_axis[0]) >= TENSOR_INTRINS[MMA_FOR_DTYPE[ops[0][0].dtype]].k

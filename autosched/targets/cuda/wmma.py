@@ -112,10 +112,10 @@ def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:
         raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
                            f"are not the intrinsic's {intrin.extents}")
     nest = [lp.var for lp in loops]
-    touched = {b for st in stores for b in [st.buffer, *_loaded(st.value)]
-               if b.scope != ACCUMULATOR_SCOPE}
-    if guarded and any(b.scope != "shared" for b in touched):
-        bad = next(b for b in touched if b.scope != "shared")
+    unpadded = [b for st in stores for b in [st.buffer, *_loaded(st.value)]
+                if b.scope not in (ACCUMULATOR_SCOPE, "shared")]
+    if guarded and unpadded:
+        bad = unpadded[0]
         raise CompileError(f"{where}: the nest is guarded and touches {bad.scope} buffer "
                            f"{bad.name}; stage it in shared memory, where tiles are padded")
     w.emit("{")

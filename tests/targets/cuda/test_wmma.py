@@ -25,7 +25,7 @@ from tests.support.nvrtc import needs_nvrtc
 TARGET = "cuda -arch=sm_90"
 EMULATE = "cuda -arch=sm_90 -emulate=host"
 needs_host = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
-PRECISION = {"float16": "fp16", "bfloat16": "bf16"}
+PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "tf32"}  # by operand dtype
 
 
 def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
@@ -73,8 +73,8 @@ def _reference(a: np.ndarray, b: np.ndarray, transpose_b: bool = False) -> np.nd
 
 
 def _run_candidate(args: list[te.Tensor], rng: np.random.Generator, dtype: str = "float16",
-                   **knobs: int) -> tuple[list[np.ndarray], Task]:
-    task = Task(args[-1:], args=args, target=EMULATE, precision=PRECISION[dtype])
+                   target: str = EMULATE, **knobs: int) -> tuple[list[np.ndarray], Task]:
+    task = Task(args[-1:], args=args, target=target, precision=PRECISION[dtype])
     space = SearchSpace(task)
     low = space.lower(_tc_candidate(space, **knobs))
     assert low is not None and low.schedule is not None
@@ -172,10 +172,8 @@ def test_tf32_hand_schedule_compiles_and_matches_numpy(rng) -> None:
     assert "wmma.mma.sync" in ptx and "tf32" in ptx
     a, b, c = _inputs(args, rng)
     aus.build(s, args, target=EMULATE)(a, b, c)
-    p = dt.precision("tf32")
-    want = _reference(a, b)
-    np.testing.assert_allclose(c, want, rtol=p.rtol, atol=p.atol * max(1.0, np.abs(want).max()))
-    assert np.abs(c - want).max() > 1e-6  # the operands were rounded to tf32
+    _check(c, _reference(a, b), "float32")
+    assert np.abs(c - _reference(a, b)).max() > 1e-6  # the operands were rounded to tf32
 
 
 
@@ -195,6 +193,7 @@ def test_hand_schedule_on_host_matches_numpy(shape, rng) -> None:
     ("float16", False, False, {}),
     ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4}),
     ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1}),
+    ("float32", False, False, {"k_chunk": 4}),  # a tf32 task
 ])
 def test_sketch_candidate_on_host_matches_numpy(dtype, widen, transpose_b, knobs, rng) -> None:
     args = _matmul(72, 40, 56, dtype, widen=widen, transpose_b=transpose_b)
@@ -225,9 +224,11 @@ def test_fused_bias_relu_epilogue_on_host_matches_numpy(rng) -> None:
 
 @needs_nvrtc
 @needs_host
-def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(rng) -> None:
+@pytest.mark.parametrize("target", [EMULATE, "cuda -arch=sm_90 -emulate=ir"])
+def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(target, rng) -> None:
     """As graph/compiler.py builds an fp16 Gemm + Relu: half inputs read through cast stages,
-    the weight (N, K), the output rounded to half where it is written."""
+    the weight (N, K), the output rounded to half where it is written; in the CUDA C and in
+    the loop IR (where every lane of a warp computes the whole tile)."""
     a = te.placeholder((40, 56), "float16", name="A")
     w = te.placeholder((48, 56), "float16", name="W")
     bias = te.placeholder((48,), "float16", name="bias")
@@ -236,7 +237,7 @@ def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(rng) -> No
     mm = ops.dense(x, y)
     out = te.compute(mm.shape, lambda i, j: cast("float16", te.max(mm[i, j] + z[j], 0.0)),
                      name="store_y")
-    (xa, xw, xbias, got), _ = _run_candidate([a, w, bias, out], rng)
+    (xa, xw, xbias, got), _ = _run_candidate([a, w, bias, out], rng, target=target)
     want = np.maximum(_reference(xa, xw, transpose_b=True) + xbias.astype(np.float64), 0.0)
     _check(got.astype(np.float32), want, "float16")
 
@@ -251,6 +252,8 @@ def test_fp32_tasks_keep_the_simt_sketch_only() -> None:
     assert len(space.sketches) == 1
     assert [r.kind for r in space.sketches[0].rules] == ["gpu_tile"]
     assert "tensorize" not in space.default_schedule().to_json()
+    tf32 = SearchSpace(Task(ops.matmul(a, b), target=TARGET, precision="tf32"))
+    assert [[r.kind for r in s.rules] for s in tf32.sketches] == [["gpu_tile"], ["mma"]]
 
 
 def test_half_tasks_offer_tensor_cores_beside_the_simt_default() -> None:
