@@ -461,8 +461,9 @@ class Schedule:
     def _apply_tensorize(self, step: S.Tensorize) -> None:
         """The nest from the axis inwards must be the intrinsic's loops: constant extents in
         its shape, no annotations, and for an mma the sum of a product over (data, data,
-        reduce) into a wmma.accumulator stage; the operands are checked when the nest is
-        compiled (they may be read through stages inlined later)."""
+        reduce) into a wmma.accumulator stage, for a load a copy into its fragments, for a
+        store a copy into shared memory; what the nest reads is checked when it is compiled
+        (it may read through stages inlined later)."""
         st = self._compute_stage(step.stage, "tensorize")
         iv = st.leaf_named(step.axis)
         where = f"tensorize {step.intrin} at {st.name}.{iv.name}"
@@ -493,9 +494,11 @@ class Schedule:
                     f"{where}: needs a float32 sum of a product without condition or init "
                     f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
                     f"({st.name} is in scope {st.scope})")
-        elif st.is_reduction or st.scope != "shared":
-            raise ScheduleError(f"{where}: needs a copy (no reduction) into scope shared "
-                                f"({st.name} is in scope {st.scope})")
+        else:
+            into = "shared" if intrin.kind == "store" else intrin.scope
+            if st.is_reduction or st.scope != into:
+                raise ScheduleError(f"{where}: needs a copy (no reduction) into scope {into} "
+                                    f"({st.name} is in scope {st.scope})")
         st.tensorized[iv.var.uid] = intrin.name
 
     def _apply_compute_at(self, step: S.ComputeAt) -> None:

@@ -7,7 +7,9 @@ float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
 
 * a block tile of ``warps_m x warps_n`` warps (threadIdx.y; the 32 lanes are threadIdx.x), each
   warp ``frags_m x frags_n`` fragments of 16 x 16 float32 accumulators (a ``wmma.accumulator``
-  stage computed at the warp loop, its innermost 16 x 16 x 16 nest tensorized as mma)
+  stage computed at the warp loop, its innermost 16 x 16 x 16 nest tensorized as mma); per k
+  step a warp loads ``frags_m`` fragments of A and ``frags_n`` of B (``wmma.matrix_a`` /
+  ``wmma.matrix_b`` stages, tensorized as loads), each used by a row or column of mmas
 * the K loop split into chunks of ``k_chunk`` x 16 (tf32: x 8); per chunk, the operands
   themselves (nothing converted) are staged in shared memory by all threads of the block and zero-filled
   where the tile overhangs the tensor, so shapes that 16 does not divide are padded, not guarded
@@ -25,6 +27,8 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob
@@ -35,18 +39,31 @@ from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from autosched.te.tensor import thread_axis as _thread
-from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, MMA_FOR_DTYPE, TENSOR_INTRINS
+from autosched.tir.tensor_intrin import (
+    ACCUMULATOR_SCOPE,
+    MMA_FOR_DTYPE,
+    TENSOR_INTRINS,
+    load_intrin,
+)
 
 WARP = 32
 TILE = 16  # the m and n of the fragments (k: the intrinsic's)
 STORE = "wmma_store_16x16"
 
 
-def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
-    """The tensors that the reduction ``name`` multiplies, each with the stage that reads it
-    (the reduction, or the inlined cast stage between them), when ``name`` is a float32 matmul
-    of them that a tensor intrinsic can compute (half operands, or float32 ones as tf32);
-    None otherwise."""
+@dataclass(frozen=True)
+class Operand:
+    """A tensor a matmul multiplies, the stage that reads it (the matmul, or the inlined cast
+    stage between them), and whether K is its last axis (else it is transposed)."""
+
+    tensor: Tensor
+    reader: Stage
+    k_last: bool
+
+
+def mma_operands(sch: Schedule, name: str) -> list[Operand] | None:
+    """The operands (A, then B) of the reduction ``name`` when it is a float32 matmul that a
+    tensor intrinsic can compute (half operands, or float32 ones as tf32); None otherwise."""
     st = sch.stage(name)
     op = st.compute_op
     body = op.body
@@ -67,8 +84,8 @@ def mma_operands(sch: Schedule, name: str) -> list[tuple[Tensor, Stage]] | None:
         last = read.indices[-2:]  # (row, k) or (k, row) of the operand: one of two layouts
         if {x.uid for x in last if isinstance(x, E.Var)} != {row.uid, k.uid}:
             return None
-        out.append((tensor, reader))
-    dtypes = {t.dtype for t, _ in out}
+        out.append(Operand(tensor, reader, isinstance(last[1], E.Var) and last[1].uid == k.uid))
+    dtypes = {op.tensor.dtype for op in out}
     return out if len(dtypes) == 1 else None
 
 
@@ -102,8 +119,8 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
     pre = f"{name}."
     operands = mma_operands(sch0, name)
     assert operands is not None, f"{name} is no half matmul"
-    intrin = MMA_FOR_DTYPE[operands[0][0].dtype]
-    itemsize = dt.nbytes(operands[0][0].dtype)
+    intrin = MMA_FOR_DTYPE[operands[0].tensor.dtype]
+    itemsize = dt.nbytes(operands[0].tensor.dtype)
     knobs: list[Knob] = [
         ChoiceKnob(f"{pre}warps_m", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}warps_n", (1, 2, 4), default_index=1),
@@ -146,8 +163,11 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         consumer, acc = sch.stage(fused_into), sch.stage(name)
         acc.set_scope(ACCUMULATOR_SCOPE)
     staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
-    caches = [sch[sch.cache_read(t, "shared", [reader if reader.name != name else acc])]
-              for t, reader in operands]
+    readers = [acc if op.reader.name == name else op.reader for op in operands]
+    caches = [sch[sch.cache_read(op.tensor, "shared", [r])] for op, r in zip(operands, readers)]
+    # the operand fragments of one k step, loaded once for every mma of their row or column
+    frags_ab = [sch[sch.cache_read(c.op.output(), scope, [r])]
+                for c, r, scope in zip(caches, readers, ("wmma.matrix_a", "wmma.matrix_b"))]
     rows, cols = (w * f * TILE for w, f in zip(warps, frags))
 
     # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
@@ -188,6 +208,16 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     for cache in caches:
         cache.compute_at(acc, ko)
         _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+    for frag, op, kind in zip(frags_ab, operands, ("load_a", "load_b")):
+        frag.compute_at(acc, kc)
+        *fbatch, x, y = frag.compute_op.axis
+        row, k = (x, y) if op.k_last else (y, x)
+        fr, tr = frag.split(row, factor=TILE)
+        fk, tk = frag.split(k, factor=depth)
+        first, second = (tr, tk) if kind == "load_a" else (tk, tr)  # (m, k) or (k, n) tiles
+        frag.reorder(*fbatch, fr, fk, first, second)
+        _unroll(frag, [fr, fk])
+        frag.tensorize(first, load_intrin(intrin, kind))
 
 
 def _unroll(st: Stage, axes: list[E.IterVar]) -> None:
@@ -212,8 +242,8 @@ def offers_mma(sch0: Schedule, name: str, precision: str) -> bool:
     with static shapes whose K is at least one fragment deep, of two half tensors, or of two
     float32 tensors under the tf32 precision (the only one that lets multiplies round)."""
     ops = mma_operands(sch0, name)
-    if ops is None or (ops[0][0].dtype == "float32" and precision != "tf32"):
+    if ops is None or (ops[0].tensor.dtype == "float32" and precision != "tf32"):
         return False
     op = sch0.stage(name).compute_op
     assert isinstance(op, ComputeOp)
-    return _static_extent(op.reduce_axis[0]) >= TENSOR_INTRINS[MMA_FOR_DTYPE[ops[0][0].dtype]].k
+    return _static_extent(op.reduce_axis[0]) >= TENSOR_INTRINS[MMA_FOR_DTYPE[ops[0].tensor.dtype]].k

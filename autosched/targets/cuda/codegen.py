@@ -39,7 +39,7 @@ from autosched.te.opcodes import Op
 from autosched.te.visit import children, free_vars, rewrite, substitute
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
-from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE
+from autosched.tir.tensor_intrin import FRAGMENT_TILES
 from autosched.tir.visit import loads, stored_buffers, used_buffers, uses_var, walk
 
 # Every identifier the generated code declares lives in autosched's own namespace
@@ -381,7 +381,7 @@ class _KernelWriter(ExprWriter):
             self.shared_bytes += n * b.itemsize
             align = 32 if b in self.wmma_buffers else 16  # wmma tiles start 32-byte aligned
             self.emit(f"__shared__ __align__({align}) {c_type(b.dtype)} {name}[{n}];")
-        elif b.scope == ACCUMULATOR_SCOPE:
+        elif b.scope in FRAGMENT_TILES:
             wmma.declare_fragments(self, b, s.body, name)
         elif b.scope == "local":
             self.emit(f"{c_type(b.dtype)} {name}[{n}];")

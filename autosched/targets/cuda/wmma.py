@@ -4,17 +4,20 @@ A loop annotated ("tensorize", name) heads the nest of one intrinsic. Its stores
 intrinsic exactly, or CompileError says what differs:
 
 * mma: ``acc[i, j] = 0`` (the init) becomes ``fill_fragment``; ``acc[i, j] = acc[i, j] +
-  f32(a[i, k]) * f32(b[k, j])`` becomes two ``load_matrix_sync`` (each operand row- or
-  column-major, its leading dimension read off the strides of the nest's loops) and one
-  ``mma_sync`` into the fragment of ``acc`` (a ``wmma.accumulator`` buffer, one fragment per
-  16 x 16 tile of it)
+  f32(a[i, k]) * f32(b[k, j])`` becomes one ``mma_sync`` into the fragment of ``acc`` (a
+  ``wmma.accumulator`` buffer) from the fragments of ``a`` and ``b`` (``wmma.matrix_a`` and
+  ``wmma.matrix_b`` buffers)
+* load_a / load_b: ``frag[i, k] = a[i, k]`` becomes ``load_matrix_sync`` into the fragment
+  (row- or column-major, the leading dimension read off the strides of the nest's loops)
 * store: ``dst[i, j] = acc[i, j]`` becomes ``store_matrix_sync``
 
-Every lane of the warp runs the calls with the same values: the nest must not depend on
-``threadIdx.x``. Bound checks inside the nest are dropped, which is right only when every
-buffer the nest reads or writes besides the fragments is shared memory (lowering zero-fills the
-shared operand tiles of a tensorized nest, and a staging tile is allocated whole); a nest that
-touches global memory under a guard is refused.
+A fragment buffer is declared as an array of fragments, one per tile (the tile of the
+intrinsic that writes it) in row-major order of the tiles; an access of the nest must cover one
+tile exactly. Every lane of the warp runs the calls with the same values: the nest must not
+depend on ``threadIdx.x``. Bound checks inside the nest are dropped, which is right only when
+every buffer it touches is shared memory or fragments (lowering zero-fills the shared operand
+tiles of a tensorized nest, and a staging tile is allocated whole); a nest that touches global
+memory under a guard is refused.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autosched.errors import CompileError
+from autosched.targets.cuda.ir_util import known_divisor
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.visit import substitute
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
 from autosched.tir.evaluate import const_int
-from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS, TensorIntrin
-from autosched.tir.visit import walk
+from autosched.tir.tensor_intrin import FRAGMENT_TILES, TENSOR_INTRINS, TensorIntrin
+from autosched.tir.visit import loads, walk
 
 NS = "nvcuda::wmma::"
 HEADER = "mma.h"
@@ -63,34 +67,16 @@ def tensorized(s: ir.Stmt) -> list[tuple[ir.For, TensorIntrin]]:
 def operand_buffers(s: ir.Stmt) -> set[ir.Buffer]:
     """The buffers besides fragments that tensorized nests in ``s`` load or store (they need
     32-byte alignment)."""
-    out: set[ir.Buffer] = set()
-    for loop, _ in tensorized(s):
-        for st in walk(loop):
-            if isinstance(st, ir.Store):
-                out.update(b for b in [st.buffer, *_loaded(st.value)]
-                           if b.scope != ACCUMULATOR_SCOPE)
-    return out
+    return {b for loop, _ in tensorized(s) for b in _touched(loop) if b.scope not in FRAGMENT_TILES}
 
 
-def declare_fragments(w: Writer, buf: ir.Buffer, body: ir.Stmt, cname: str) -> None:
-    """The accumulator fragments standing for the ``wmma.accumulator`` buffer ``buf``."""
-    shapes = {(t.m, t.n, t.k) for loop, t in tensorized(body) if t.kind == "mma"
-              and any(isinstance(st, ir.Store) and st.buffer == buf for st in walk(loop))}
-    if len(shapes) != 1:
-        raise CompileError(f"kernel {w.name}: {ACCUMULATOR_SCOPE} buffer {buf.name} must be "
-                           f"computed by one kind of tensorized mma, found {len(shapes)}")
-    ((m, n, k),) = shapes
-    count = _fragments(w, buf, m, n)
-    w.emit(f"{NS}fragment<{NS}accumulator, {m}, {n}, {k}, float> {cname}[{count}];")
-
-
-def _fragments(w: Writer, buf: ir.Buffer, m: int, n: int) -> int:
-    total, cols = buf.num_elements, const_int(buf.shape[-1])
-    if total is None or cols is None or cols % n or (total // cols) % m:
-        raise CompileError(f"kernel {w.name}: {ACCUMULATOR_SCOPE} buffer {buf.name} of shape "
-                           f"{tuple(str(d) for d in buf.shape)} is no whole number of {m} x {n} "
-                           "fragments")
-    return total // (m * n)
+def _touched(s: ir.Stmt) -> list[ir.Buffer]:
+    """The buffers ``s`` stores to and loads from, in order of appearance."""
+    out: list[ir.Buffer] = []
+    for st in walk(s):
+        if isinstance(st, ir.Store):
+            out += [st.buffer] + [ld.buffer for ld in loads(st.value)]
+    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -103,37 +89,67 @@ class _Access:
     strides: tuple[int, ...]
 
 
-def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:
-    """The wmma calls of the tensorized nest headed by ``s``."""
+@dataclass(frozen=True)
+class _Nest:
+    """A tensorized nest: its distinct loops (outermost first), stores, and whether some
+    store sits under an if."""
+
+    head: ir.For
+    intrin: TensorIntrin
+    loops: tuple[ir.For, ...]
+    stores: tuple[ir.Store, ...]
+    guarded: bool
+    where: str
+
+    @property
+    def vars(self) -> list[E.Var]:
+        return [lp.var for lp in self.loops]
+
+    def extent(self, d: int) -> int:
+        return self.intrin.extents[d]
+
+
+def declare_fragments(w: Writer, buf: ir.Buffer, body: ir.Stmt, cname: str) -> None:
+    """The array of fragments standing for the fragment buffer ``buf`` (one per tile), typed
+    after the one kind of tensorized nest in ``body`` that writes it."""
+    use, _, _ = FRAGMENT_TILES[buf.scope]
+    writers = [_nest(w, loop, t) for loop, t in tensorized(body)
+               if t.scope == buf.scope and t.kind != "store"
+               and any(st.buffer == buf for st in walk(loop) if isinstance(st, ir.Store))]
+    kinds = {(n.intrin.m, n.intrin.n, n.intrin.k, n.intrin.in_dtype) for n in writers}
+    if len(kinds) != 1:
+        raise CompileError(f"kernel {w.name}: {buf.scope} buffer {buf.name} must be written by "
+                           f"one kind of tensorized nest, found {len(kinds)}")
+    nest = writers[0]
+    t = nest.intrin
+    count = _fragments(w, buf, *_tile_shape(buf.scope, t))
+    if use == "accumulator":
+        w.emit(f"{NS}fragment<{NS}accumulator, {t.m}, {t.n}, {t.k}, float> {cname}[{count}];")
+        return
+    layouts = {_load_layout(w, n, st)[0] for n in writers for st in n.stores}
+    if len(layouts) != 1:
+        raise CompileError(f"kernel {w.name}: {buf.name} is loaded in {len(layouts)} layouts")
+    w.emit(f"{NS}fragment<{NS}{use}, {t.m}, {t.n}, {t.k}, {_C_TYPE[t.in_dtype]}, "
+           f"{NS}{layouts.pop()}> {cname}[{count}];")
+
+
+def _tile_shape(scope: str, t: TensorIntrin) -> tuple[int, int]:
+    _, rows, cols = FRAGMENT_TILES[scope]
+    return getattr(t, rows), getattr(t, cols)
+
+
+def _fragments(w: Writer, buf: ir.Buffer, rows: int, cols: int) -> int:
+    total, width = buf.num_elements, const_int(buf.shape[-1])
+    if total is None or width is None or total % (rows * cols) or width % min(rows, cols):
+        raise CompileError(f"kernel {w.name}: {buf.scope} buffer {buf.name} of shape "
+                           f"{tuple(str(d) for d in buf.shape)} is no whole number of "
+                           f"{rows} x {cols} fragments")
+    return total // (rows * cols)
+
+
+def _nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> _Nest:
+    """The nest headed by ``s``, its loops checked against the intrinsic's."""
     where = f"kernel {w.name}: loop {s.var.name} tensorized as {intrin.name}"
-    loops, stores, guarded = _flatten(s, where)
-    if [const_int(lp.extent) for lp in loops] != list(intrin.extents[:len(loops)]) \
-            or len(loops) < 2 or any(not _is_zero(lp.min) for lp in loops):
-        raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
-                           f"are not the intrinsic's {intrin.extents}")
-    nest = [lp.var for lp in loops]
-    unpadded = [b for st in stores for b in [st.buffer, *_loaded(st.value)]
-                if b.scope not in (ACCUMULATOR_SCOPE, "shared")]
-    if guarded and unpadded:
-        bad = unpadded[0]
-        raise CompileError(f"{where}: the nest is guarded and touches {bad.scope} buffer "
-                           f"{bad.name}; stage it in shared memory, where tiles are padded")
-    w.emit("{")
-    for st in stores:
-        if intrin.kind == "store":
-            _store(w, st, nest, intrin, where)
-        elif isinstance(st.value, E.Const):
-            acc = _access(w, st.buffer, st.indices, nest, where)
-            w.emit(f"  {NS}fill_fragment({_fragment(w, acc, intrin, where)}, "
-                   f"{w._expr(E.const(float(st.value.value), 'float32'))});")
-        else:
-            _mma(w, st, nest, intrin, where)
-    w.emit("}")
-
-
-def _flatten(s: ir.For, where: str) -> tuple[list[ir.For], list[ir.Store], bool]:
-    """The distinct loops of the nest (outermost first), its stores, and whether some store
-    sits under an if."""
     loops: list[ir.For] = []
     stores: list[ir.Store] = []
     guarded = False
@@ -159,66 +175,88 @@ def _flatten(s: ir.For, where: str) -> tuple[list[ir.For], list[ir.Store], bool]
                                "and stores")
 
     visit(s)
-    return loops, stores, guarded
+    if [const_int(lp.extent) for lp in loops] != list(intrin.extents[:len(loops)]) \
+            or len(loops) < 2 or any(const_int(lp.min) != 0 for lp in loops):
+        raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
+                           f"are not the intrinsic's {intrin.extents}")
+    return _Nest(s, intrin, tuple(loops), tuple(stores), guarded, where)
 
 
-def _loaded(e: E.Expr) -> list[ir.Buffer]:
-    from autosched.tir.visit import loads
+def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:
+    """The wmma calls of the tensorized nest headed by ``s``."""
+    nest = _nest(w, s, intrin)
+    unpadded = [b for b in _touched(s) if b.scope not in FRAGMENT_TILES and b.scope != "shared"]
+    if nest.guarded and unpadded:
+        raise CompileError(f"{nest.where}: the nest is guarded and touches {unpadded[0].scope} "
+                           f"buffer {unpadded[0].name}; stage it in shared memory, where tiles "
+                           "are padded")
+    w.emit("{")
+    for st in nest.stores:
+        if intrin.kind == "store":
+            _store(w, nest, st)
+        elif intrin.kind in ("load_a", "load_b"):
+            _load(w, nest, st)
+        elif isinstance(st.value, E.Const):
+            acc = _fragment(w, nest, st.buffer, st.indices, (0, 1), nest.intrin.scope)
+            w.emit(f"  {NS}fill_fragment({acc}, "
+                   f"{w._expr(E.const(float(st.value.value), 'float32'))});")
+        else:
+            _mma(w, nest, st)
+    w.emit("}")
 
-    return [ld.buffer for ld in loads(e)]
 
-
-def _is_zero(e: E.Expr) -> bool:
-    return const_int(e) == 0
-
-
-def _access(w: Writer, buf: ir.Buffer, indices: tuple[E.Expr, ...], nest: list[E.Var],
-            where: str) -> _Access:
-    """The origin and strides of ``buf[indices]`` along ``nest``; CompileError unless the
-    offset is affine in the nest's variables with constant strides."""
+def _access(nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> _Access:
+    """The origin and strides of ``buf[indices]`` along the nest's loops; CompileError unless
+    the offset is affine in them with constant strides."""
     an = Analyzer()
     flat = ir.flat_offset(buf, indices)
+    nvars = nest.vars
 
     def at(point: tuple[int, ...]) -> E.Expr:
-        return an.simplify(substitute(flat, {v: E.const(p, v.dtype) for v, p in zip(nest, point)}))
+        return an.simplify(substitute(flat, {v: E.const(p, v.dtype) for v, p in zip(nvars, point)}))
 
-    zero = (0,) * len(nest)
-    base = at(zero)
+    base = at((0,) * len(nvars))
     strides = []
-    for d in range(len(nest)):
-        unit = tuple(int(d == e) for e in range(len(nest)))
+    for d in range(len(nvars)):
+        unit = tuple(int(d == e) for e in range(len(nvars)))
         strides.append(const_int(an.simplify(at(unit) - base)))
-    far = const_int(an.simplify(at((3,) * len(nest)) - base))
+    far = const_int(an.simplify(at((3,) * len(nvars)) - base))
     if None in strides or far != 3 * sum(strides):  # type: ignore[arg-type]
-        raise CompileError(f"{where}: {buf.name}[{', '.join(map(str, indices))}] is not an "
+        raise CompileError(f"{nest.where}: {buf.name}[{', '.join(map(str, indices))}] is not an "
                            "affine access with constant strides along the nest")
-    origin = tuple(an.simplify(substitute(i, {v: E.const(0, v.dtype) for v in nest}))
+    origin = tuple(an.simplify(substitute(i, {v: E.const(0, v.dtype) for v in nvars}))
                    for i in indices)
     return _Access(buf, origin, base, tuple(strides))  # type: ignore[arg-type]
 
 
-def _fragment(w: Writer, acc: _Access, intrin: TensorIntrin, where: str) -> str:
-    """The fragment of the accumulator tile at ``acc``'s origin."""
-    buf = acc.buffer
-    if buf.scope != ACCUMULATOR_SCOPE:
-        raise CompileError(f"{where}: the accumulator {buf.name} is in scope {buf.scope}, not "
-                           f"{ACCUMULATOR_SCOPE}")
-    cols = const_int(buf.shape[-1])
-    assert cols is not None, "declare_fragments checked the shape"
-    if acc.strides[:2] != (cols, 1) or any(acc.strides[2:]):
-        raise CompileError(f"{where}: the nest's (i, j) must walk the rows and columns of "
-                           f"{buf.name}; its strides are {acc.strides}")
-    tile = E.binary(Op.FLOORDIV, acc.base, intrin.m * cols)
-    col = E.binary(Op.FLOORDIV, E.binary(Op.FLOORMOD, acc.base, cols), intrin.n)
-    index = Analyzer().simplify(E.binary(Op.ADD, E.binary(Op.MUL, tile, cols // intrin.n), col))
-    return f"{w._access(buf, (E.const(0),) * (len(buf.shape) - 1) + (index,))}"
+def _fragment(w: Writer, nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...],
+              axes: tuple[int, int], scope: str) -> str:
+    """The fragment of the ``scope`` buffer ``buf`` whose tile ``buf[indices]`` covers when
+    the nest's loops ``axes`` walk the tile's rows and columns (the buffer may hold it
+    transposed: a cache of a transposed operand) and the other loops do not move it."""
+    if buf.scope != scope:
+        raise CompileError(f"{nest.where}: {buf.name} is in scope {buf.scope}, not {scope}")
+    acc = _access(nest, buf, indices)
+    width = const_int(buf.shape[-1])
+    assert width is not None, "declare_fragments checked the shape"
+    moved = [(acc.strides[d], nest.extent(d)) for d in axes]
+    if any(acc.strides[d] for d in range(len(nest.loops)) if d not in axes) \
+            or sorted(s for s, _ in moved) != [1, width]:
+        raise CompileError(f"{nest.where}: the nest must walk the rows and columns of one tile "
+                           f"of {buf.name}; its strides are {acc.strides}")
+    rows = next(e for s, e in moved if s == width)  # the tile's extents in the buffer
+    cols = next(e for s, e in moved if s == 1)
+    tile = E.binary(Op.FLOORDIV, acc.base, rows * width)
+    col = E.binary(Op.FLOORDIV, E.binary(Op.FLOORMOD, acc.base, width), cols)
+    index = Analyzer().simplify(E.binary(Op.ADD, E.binary(Op.MUL, tile, width // cols), col))
+    return w._access(buf, (E.const(0),) * (len(buf.shape) - 1) + (index,))
 
 
-def _layout(w: Writer, a: _Access, rows: int, cols: int, where: str, what: str,
+def _layout(a: _Access, rows: int, cols: int, nest: _Nest, what: str,
             memory: bool = False) -> tuple[str, str]:
-    """(layout, leading dimension) of a tile whose row and column strides are ``a.strides``
-    at positions ``rows`` and ``cols``; the pointer must be 32-byte aligned and the leading
-    dimension a multiple of 16 bytes."""
+    """(layout, leading dimension) of a tile whose rows and columns the nest's loops ``rows``
+    and ``cols`` walk in ``a``; the pointer must be 32-byte aligned and the leading dimension
+    a multiple of 16 bytes."""
     sr, sc = a.strides[rows], a.strides[cols]
     prefix = "mem_" if memory else ""
     if sc == 1:
@@ -226,14 +264,12 @@ def _layout(w: Writer, a: _Access, rows: int, cols: int, where: str, what: str,
     elif sr == 1:
         layout, ld = f"{prefix}col_major", sc
     else:
-        raise CompileError(f"{where}: {what} {a.buffer.name} is neither row- nor column-major "
-                           f"along the nest (strides {a.strides})")
+        raise CompileError(f"{nest.where}: {what} {a.buffer.name} is neither row- nor "
+                           f"column-major along the nest (strides {a.strides})")
     size = a.buffer.itemsize
-    from autosched.targets.cuda.ir_util import known_divisor
-
     if (ld * size) % 16 or (known_divisor(a.base) * size) % 32:
-        raise CompileError(f"{where}: {what} {a.buffer.name} needs a leading dimension of a "
-                           f"multiple of 16 bytes (it is {ld} elements) and a 32-byte aligned "
+        raise CompileError(f"{nest.where}: {what} {a.buffer.name} needs a leading dimension of "
+                           f"a multiple of 16 bytes (it is {ld} elements) and a 32-byte aligned "
                            f"tile (its offset {a.base} is not known to be)")
     return layout, str(ld)
 
@@ -248,50 +284,64 @@ def _operand(e: E.Expr, dtype: str) -> ir.Load | None:
     return e if isinstance(e, ir.Load) and e.buffer.dtype == dtype else None
 
 
-def _mma(w: Writer, st: ir.Store, nest: list[E.Var], intrin: TensorIntrin, where: str) -> None:
-    v = st.value
+# the operand fragments: their scope -> (role, their tile's rows and columns among the mma
+# nest's (i, j, k) loops)
+_OPERANDS = {"wmma.matrix_a": ("a", (0, 2)), "wmma.matrix_b": ("b", (2, 1))}
+
+
+def _load_layout(w: Writer, nest: _Nest, st: ir.Store) -> tuple[str, str, _Access]:
+    """(layout, leading dimension, access) in memory of the operand tile that a load nest's
+    store copies; its two loops walk the tile's rows and columns: (i, k) or (k, j)."""
+    src = st.value
+    if not isinstance(src, ir.Load) or src.buffer.dtype != nest.intrin.in_dtype \
+            or st.buffer.dtype != src.buffer.dtype:
+        raise CompileError(f"{nest.where}: {st.buffer.name}[...] = {src} is no copy of "
+                           f"{nest.intrin.in_dtype}")
+    access = _access(nest, src.buffer, src.indices)
+    layout, ld = _layout(access, 0, 1, nest, f"operand {_OPERANDS[nest.intrin.scope][0]}")
+    return layout, ld, access
+
+
+def _load(w: Writer, nest: _Nest, st: ir.Store) -> None:
+    """``load_matrix_sync`` into the operand fragment (tf32: each element rounded as the
+    instruction needs)."""
+    _, ld, src = _load_layout(w, nest, st)
+    target = _fragment(w, nest, st.buffer, st.indices, (0, 1), nest.intrin.scope)
+    if nest.intrin.in_dtype != "float32":
+        w.need_half(nest.intrin.in_dtype)
+    w.emit(f"  {NS}load_matrix_sync({target}, {_pointer(w, src)}, {ld});")
+    if nest.intrin.in_dtype == "float32":
+        w.emit(f"  for (int as_t = 0; as_t < {target}.num_elements; ++as_t) "
+               f"{target}.x[as_t] = {NS}__float_to_tf32({target}.x[as_t]);")
+
+
+def _mma(w: Writer, nest: _Nest, st: ir.Store) -> None:
+    v, t = st.value, nest.intrin
     if not (isinstance(v, E.Binary) and v.op is Op.ADD and isinstance(v.a, ir.Load)
             and v.a.buffer == st.buffer and E.structural_equal(v.a.indices, st.indices)
-            and isinstance(v.b, E.Binary) and v.b.op is Op.MUL and len(nest) == 3):
-        raise CompileError(f"{where}: {st.buffer.name}[...] = {v} is not acc = acc + a * b")
+            and isinstance(v.b, E.Binary) and v.b.op is Op.MUL and len(nest.loops) == 3):
+        raise CompileError(f"{nest.where}: {st.buffer.name}[...] = {v} is not acc = acc + a * b")
     product = v.b
-    ops = [_operand(product.a, intrin.in_dtype), _operand(product.b, intrin.in_dtype)]
-    loads = [ld for ld in ops if ld is not None]
-    if len(loads) != 2:
-        raise CompileError(f"{where}: the factors of {product} must be {intrin.in_dtype} loads "
-                           "(cast to float32 or not)")
-    acc = _access(w, st.buffer, st.indices, nest, where)
-    a, b = (_access(w, ld.buffer, ld.indices, nest, where) for ld in loads)
-    if a.strides[1] or not a.strides[0] or not a.strides[2]:
-        a, b = b, a  # the operand that ignores j is a
-    if a.strides[1] or b.strides[0] or not (a.strides[0] and a.strides[2] and b.strides[1]
-                                            and b.strides[2]):
-        raise CompileError(f"{where}: the operands must be a[i, k] and b[k, j] (strides along "
-                           f"(i, j, k): {a.buffer.name} {a.strides}, {b.buffer.name} "
-                           f"{b.strides})")
-    frag = _fragment(w, acc, intrin, where)
-    ctype = _C_TYPE[intrin.in_dtype]
-    if intrin.in_dtype != "float32":
-        w.need_half(intrin.in_dtype)
-    shape = f"{intrin.m}, {intrin.n}, {intrin.k}"
-    for tag, access, rows, cols in (("a", a, 0, 2), ("b", b, 2, 1)):
-        layout, ld = _layout(w, access, rows, cols, where, f"operand {tag}")
-        name = f"as_w{tag}"
-        w.emit(f"  {NS}fragment<{NS}matrix_{tag}, {shape}, {ctype}, {NS}{layout}> {name};")
-        w.emit(f"  {NS}load_matrix_sync({name}, {_pointer(w, access)}, {ld});")
-        if intrin.in_dtype == "float32":
-            w.emit(f"  for (int as_t = 0; as_t < {name}.num_elements; ++as_t) "
-                   f"{name}.x[as_t] = {NS}__float_to_tf32({name}.x[as_t]);")
-    w.emit(f"  {NS}mma_sync({frag}, as_wa, as_wb, {frag});")
+    factors = [_operand(product.a, t.in_dtype), _operand(product.b, t.in_dtype)]
+    operands = [ld for ld in factors if ld is not None and ld.buffer.scope in _OPERANDS]
+    if sorted(_OPERANDS[ld.buffer.scope][0] for ld in operands) != ["a", "b"]:
+        raise CompileError(f"{nest.where}: the factors of {product} must be {t.in_dtype} loads "
+                           "(cast to float32 or not) of one wmma.matrix_a and one "
+                           "wmma.matrix_b buffer")
+    acc = _fragment(w, nest, st.buffer, st.indices, (0, 1), nest.intrin.scope)
+    by_role = {_OPERANDS[ld.buffer.scope][0]: _fragment(w, nest, ld.buffer, ld.indices,
+                                                        _OPERANDS[ld.buffer.scope][1],
+                                                        ld.buffer.scope)
+               for ld in operands}
+    w.emit(f"  {NS}mma_sync({acc}, {by_role['a']}, {by_role['b']}, {acc});")
 
 
-def _store(w: Writer, st: ir.Store, nest: list[E.Var], intrin: TensorIntrin, where: str) -> None:
+def _store(w: Writer, nest: _Nest, st: ir.Store) -> None:
     src = st.value
-    if not isinstance(src, ir.Load) or src.buffer.scope != ACCUMULATOR_SCOPE \
-            or st.buffer.dtype != "float32":
-        raise CompileError(f"{where}: {st.buffer.name}[...] = {src} is not a float32 copy out "
-                           f"of a {ACCUMULATOR_SCOPE} buffer")
-    frag = _fragment(w, _access(w, src.buffer, src.indices, nest, where), intrin, where)
-    dst = _access(w, st.buffer, st.indices, nest, where)
-    layout, ld = _layout(w, dst, 0, 1, where, "destination", memory=True)
+    if not isinstance(src, ir.Load) or st.buffer.dtype != "float32":
+        raise CompileError(f"{nest.where}: {st.buffer.name}[...] = {src} is not a float32 copy "
+                           "out of fragments")
+    frag = _fragment(w, nest, src.buffer, src.indices, (0, 1), nest.intrin.scope)
+    dst = _access(nest, st.buffer, st.indices)
+    layout, ld = _layout(dst, 0, 1, nest, "destination", memory=True)
     w.emit(f"  {NS}store_matrix_sync({_pointer(w, dst)}, {frag}, {ld}, {NS}{layout});")

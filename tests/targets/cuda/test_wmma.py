@@ -150,6 +150,14 @@ def test_tensorize_refuses_an_old_arch_and_global_operands_under_guards() -> Non
     ko, tk = s[cc].split(ck, factor=16)
     s[cc].reorder(ko, ti, tj, tk)
     s[cc].tensorize(ti, "wmma_16x16x16_f16")
+    for t, kind in ((a, "a"), (b, "b")):  # operand fragments loaded from global memory
+        frag = s[s.cache_read(t, f"wmma.matrix_{kind}", [cc])]
+        frag.compute_at(s[cc], ko)
+        x, y = frag.op.axis
+        xo, tx = frag.split(x, factor=16)
+        yo, ty = frag.split(y, factor=16)
+        frag.reorder(xo, yo, tx, ty)
+        frag.tensorize(tx, f"wmma_load_{kind}_16x16x16_f16")
     with pytest.raises(CompileError, match="guarded and touches global buffer A"):
         aus.build(s, args, target=TARGET)
 
