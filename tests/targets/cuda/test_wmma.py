@@ -279,11 +279,12 @@ def test_half_tasks_offer_tensor_cores_beside_the_simt_default() -> None:
 # -- on a GPU (skipped here; the same checks, run on the device) ---------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("shape", "dtype"), [((128, 96, 80), "float16"),
-                                              ((40, 72, 50), "float16"),
-                                              ((64, 64, 48), "bfloat16")])
-def test_sketch_candidate_on_gpu_matches_numpy(shape, dtype, rng) -> None:
-    args = _matmul(*shape, dtype=dtype, widen=True)
+@pytest.mark.parametrize(("shape", "dtype", "widen"), [((128, 96, 80), "float16", True),
+                                                       ((40, 72, 50), "float16", False),
+                                                       ((64, 64, 48), "bfloat16", True),
+                                                       ((48, 40, 36), "float32", False)])
+def test_sketch_candidate_on_gpu_matches_numpy(shape, dtype, widen, rng) -> None:
+    args = _matmul(*shape, dtype=dtype, widen=widen)
     task = Task(args[-1:], args=args, target="cuda", precision=PRECISION[dtype])
     space = SearchSpace(task)
     low = space.lower(_tc_candidate(space))
@@ -291,3 +292,12 @@ def test_sketch_candidate_on_gpu_matches_numpy(shape, dtype, rng) -> None:
     a, b, c = _inputs(args, rng)
     task.build(low.schedule)(a, b, c)
     _check(c, _reference(a, b), dtype)
+
+
+@pytest.mark.gpu
+def test_fused_epilogue_on_gpu_matches_numpy(rng) -> None:
+    a, b, mm = _matmul(72, 48, 40, widen=True)
+    bias = te.placeholder((48,), "float32", name="bias")
+    out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
+    (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda")
+    _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
