@@ -221,6 +221,17 @@ def test_batch_matmul_on_host_matches_numpy(rng) -> None:
 
 @needs_nvrtc
 @needs_host
+def test_transposed_operands_and_a_broadcast_batch_on_host_match_numpy(rng) -> None:
+    a = te.placeholder((3, 56, 40), "float16", name="A")  # (batch, K, M)
+    b = te.placeholder((1, 48, 56), "float16", name="B")  # (1, N, K), broadcast over batch
+    args = [a, b, ops.matmul(a, b, transpose_a=True, transpose_b=True, out_dtype="float32")]
+    (xa, xb, got), _ = _run_candidate(args, rng)
+    assert got.shape == (3, 40, 48)
+    _check(got, _reference(np.swapaxes(xa, -1, -2), xb, transpose_b=True), "float16")
+
+
+@needs_nvrtc
+@needs_host
 def test_fused_bias_relu_epilogue_on_host_matches_numpy(rng) -> None:
     a, b, mm = _matmul(40, 48, 32)
     bias = te.placeholder((48,), "float32", name="bias")
