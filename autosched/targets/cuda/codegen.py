@@ -205,6 +205,7 @@ class _KernelWriter(ExprWriter):
         self.unroll_explicit = False
         self.thread_loops: list[ir.For] = []  # enclosing blockIdx/threadIdx loops
         self.conditions: list[E.Expr] = []  # enclosing if conditions
+        self.wmma_buffers: set[ir.Buffer] = set()  # shared buffers that wmma calls access
 
     def need_half(self, dtype: str = "float16") -> None:
         self.fw.note_dtype(dtype)

@@ -94,7 +94,6 @@ class _Nest:
     """A tensorized nest: its distinct loops (outermost first), stores, and whether some
     store sits under an if."""
 
-    head: ir.For
     intrin: TensorIntrin
     loops: tuple[ir.For, ...]
     stores: tuple[ir.Store, ...]
@@ -126,7 +125,7 @@ def declare_fragments(w: Writer, buf: ir.Buffer, body: ir.Stmt, cname: str) -> N
     if use == "accumulator":
         w.emit(f"{NS}fragment<{NS}accumulator, {t.m}, {t.n}, {t.k}, float> {cname}[{count}];")
         return
-    layouts = {_load_layout(w, n, st)[0] for n in writers for st in n.stores}
+    layouts = {_load_layout(n, st)[0] for n in writers for st in n.stores}
     if len(layouts) != 1:
         raise CompileError(f"kernel {w.name}: {buf.name} is loaded in {len(layouts)} layouts")
     w.emit(f"{NS}fragment<{NS}{use}, {t.m}, {t.n}, {t.k}, {_C_TYPE[t.in_dtype]}, "
@@ -179,7 +178,7 @@ def _nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> _Nest:
             or len(loops) < 2 or any(const_int(lp.min) != 0 for lp in loops):
         raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
                            f"are not the intrinsic's {intrin.extents}")
-    return _Nest(s, intrin, tuple(loops), tuple(stores), guarded, where)
+    return _Nest(intrin, tuple(loops), tuple(stores), guarded, where)
 
 
 def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:
@@ -289,7 +288,7 @@ def _operand(e: E.Expr, dtype: str) -> ir.Load | None:
 _OPERANDS = {"wmma.matrix_a": ("a", (0, 2)), "wmma.matrix_b": ("b", (2, 1))}
 
 
-def _load_layout(w: Writer, nest: _Nest, st: ir.Store) -> tuple[str, str, _Access]:
+def _load_layout(nest: _Nest, st: ir.Store) -> tuple[str, str, _Access]:
     """(layout, leading dimension, access) in memory of the operand tile that a load nest's
     store copies; its two loops walk the tile's rows and columns: (i, k) or (k, j)."""
     src = st.value
@@ -305,7 +304,7 @@ def _load_layout(w: Writer, nest: _Nest, st: ir.Store) -> tuple[str, str, _Acces
 def _load(w: Writer, nest: _Nest, st: ir.Store) -> None:
     """``load_matrix_sync`` into the operand fragment (tf32: each element rounded as the
     instruction needs)."""
-    _, ld, src = _load_layout(w, nest, st)
+    _, ld, src = _load_layout(nest, st)
     target = _fragment(w, nest, st.buffer, st.indices, (0, 1), nest.intrin.scope)
     if nest.intrin.in_dtype != "float32":
         w.need_half(nest.intrin.in_dtype)
