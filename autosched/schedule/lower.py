@@ -32,6 +32,7 @@ from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.visit import rewrite, substitute, tensors_read
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
+from autosched.tir.evaluate import const_int
 from autosched.tir.visit import loop_vars, map_stmt
 
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
@@ -149,6 +150,8 @@ class _NestBuilder:
     def buffer(self, st: Stage) -> ir.Buffer:
         b = self.bounds[st.name]
         shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
+        if st.align is not None:
+            shape = shape[:-1] + (_aligned_row(st, shape[-1], *st.align),)
         buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
         self.ctx.buffers[st.name] = buf
         return buf
@@ -284,6 +287,14 @@ class _NestBuilder:
         if uid in st.tensorized:
             annotations += (("tensorize", st.tensorized[uid]),)
         return ir.For(iv.var, E.const(0, iv.var.dtype), ext, kind, body, tag, annotations)
+
+
+def _aligned_row(st: Stage, row: E.Expr, factor: int, offset: int) -> E.Expr:
+    """The least length at least ``row`` that is ``offset`` modulo ``factor``."""
+    n = const_int(row)
+    if n is None:
+        raise LowerError(f"storage_align of {st.name}: its rows have a symbolic length {row}")
+    return E.const(n + (offset - n) % factor)
 
 
 def _inside_tensor(bound: StageBound, d: int, a: E.IterVar) -> list[E.Expr]:

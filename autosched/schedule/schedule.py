@@ -61,6 +61,7 @@ class Stage:
         self.op = op
         self.uids = {op.uid}
         self.scope = "global"
+        self.align: tuple[int, int] | None = None  # (factor, offset) of its rows' stride
         self.read_map: dict[int, str] = {}
         self.attach: tuple = ("root",)
         self.reset()
@@ -203,6 +204,14 @@ class Stage:
 
     def compute_root(self) -> None:
         self._record(S.ComputeRoot(self.name))
+
+    def storage_align(self, axis: E.IterVar, factor: int, offset: int) -> None:
+        """Pad the rows of this stage's buffer: the stride of ``axis`` (the second-to-last
+        axis of ``op.axis``) becomes the least length at least the row's that is ``offset``
+        modulo ``factor`` (TVM's storage_align)."""
+        iv = axis.name if isinstance(axis, E.IterVar) else axis
+        self._record(S.StorageAlign(self.name, iv, _int_or_none(factor) or 0,
+                                    _int_or_none(offset) or 0))
 
     def set_scope(self, scope: str) -> None:
         """Where this stage's buffer lives: "global", "shared", "local" or "wmma.accumulator"
@@ -529,6 +538,21 @@ class Schedule:
     def _apply_compute_root(self, step: S.ComputeRoot) -> None:
         self._compute_stage(step.stage, "compute_root").attach = ("root",)
 
+    def _apply_storage_align(self, step: S.StorageAlign) -> None:
+        st = self._compute_stage(step.stage, "storage_align")
+        axes = st.compute_op.axis
+        if len(axes) < 2 or axes[-2].name != step.axis:
+            raise ScheduleError(
+                f"storage_align of {st.name}: pads the stride of the second-to-last axis "
+                f"({axes[-2].name if len(axes) > 1 else 'none'}), not of {step.axis}")
+        if step.factor < 1 or not 0 <= step.offset < step.factor:
+            raise ScheduleError(f"storage_align of {st.name}: needs factor >= 1 and 0 <= offset "
+                                f"< factor, got {step.factor}, {step.offset}")
+        if st.is_output:
+            raise ScheduleError(f"storage_align of {st.name}: an output keeps its tensor's "
+                                "layout")
+        st.align = (step.factor, step.offset)
+
     def _apply_set_scope(self, step: S.SetScope) -> None:
         st = self._compute_stage(step.stage, "set_scope")
         self._check_scope(step.scope, f"set_scope of {st.name}")
@@ -681,7 +705,8 @@ class _PyWriter:
 
 
 def _axes_used(step: S.Step) -> list[tuple[str, str]]:
-    if isinstance(step, (S.Split, S.Annotate, S.Bind, S.Pragma, S.Tensorize, S.Rfactor)):
+    if isinstance(step, (S.Split, S.Annotate, S.Bind, S.Pragma, S.Tensorize, S.StorageAlign,
+                         S.Rfactor)):
         return [(step.stage, step.axis)]
     if isinstance(step, (S.Fuse, S.Reorder)):
         return [(step.stage, a) for a in step.axes]

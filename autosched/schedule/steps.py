@@ -160,6 +160,21 @@ class ComputeRoot(Step):
 
 
 @dataclass(frozen=True)
+class StorageAlign(Step):
+    """The stride of ``axis`` (a row of the stage's buffer) becomes the least length at least
+    the row's with ``stride % factor == offset``: padding that moves rows onto other
+    shared-memory banks."""
+
+    kind: ClassVar[str] = "storage_align"
+    axis: str
+    factor: int
+    offset: int
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.storage_align({n(self.stage, self.axis)}, {self.factor}, {self.offset})"
+
+
+@dataclass(frozen=True)
 class SetScope(Step):
     kind: ClassVar[str] = "set_scope"
     scope: str
@@ -213,7 +228,8 @@ class Rfactor(Step):
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, Tensorize, ComputeAt,
-                ComputeInline, ComputeRoot, SetScope, CacheRead, CacheWrite, Rfactor)
+                ComputeInline, ComputeRoot, SetScope, StorageAlign, CacheRead, CacheWrite,
+                Rfactor)
 }
 
 

@@ -17,7 +17,9 @@ float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
   every thread of the block reads element by element for the output (and an elementwise
   epilogue fused into it: bias, activation), guarded at the tensor's edges
 
-Knobs: warps per block (M, N), fragments per warp (M, N), K chunk.
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, and whether the rows of
+the shared tiles are padded by 16 bytes (storage_align), which moves the rows a fragment load
+or store reads onto other banks.
 
 Example::
 
@@ -47,6 +49,7 @@ from autosched.tir.tensor_intrin import (
 )
 
 WARP = 32
+PAD_BYTES = 16  # the padding of a shared tile's rows (the pad knob)
 TILE = 16  # the m and n of the fragments (k: the intrinsic's)
 STORE = "wmma_store_16x16"
 
@@ -127,15 +130,19 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         ChoiceKnob(f"{pre}frags_m", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}pad", (0, 1), default_index=1),
     ]
 
     def check(p: Params) -> str | None:
-        wm, wn, fm, fn, kc = (p[k.name] for k in knobs)
+        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
         threads = WARP * wm * wn
         if threads > target.max_threads_per_block:
             return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
         bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
-        shared = (bm * bk + bk * bn) * itemsize + bm * bn * 4
+        tiles = [((bm, bk) if operands[0].k_last else (bk, bm), itemsize),
+                 ((bn, bk) if operands[1].k_last else (bk, bn), itemsize), ((bm, bn), 4)]
+        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size
+                     for (rows, cols), size in tiles)
         if shared > target.max_shared_memory_per_block:
             return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
         return None
@@ -144,14 +151,14 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         why = check(p)
         if why:
             raise ScheduleError(f"tensor-core tile of {name}: {why}")
-        wm, wn, fm, fn, kc = (p[k.name] for k in knobs)
-        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin)
+        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad))
 
     return Rule(name, tuple(knobs), apply, "mma", check)
 
 
 def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
-                 frags: tuple[int, int], k_chunk: int, intrin: str) -> None:
+                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False) -> None:
     """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
     operands = mma_operands(sch, name)
     if operands is None:
@@ -208,6 +215,9 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     for cache in caches:
         cache.compute_at(acc, ko)
         _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+    if pad:
+        for st in [*caches, staging]:
+            _pad_rows(st)
     for frag, op, kind in zip(frags_ab, operands, ("load_a", "load_b")):
         frag.compute_at(acc, kc)
         *fbatch, x, y = frag.compute_op.axis
@@ -218,6 +228,13 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.reorder(*fbatch, fr, fk, first, second)
         _unroll(frag, [fr, fk])
         frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def _pad_rows(st: Stage) -> None:
+    """Rows of the stage's buffer PAD_BYTES longer than a multiple of 2 x PAD_BYTES (the rows
+    of wmma tiles are multiples of 32 bytes, so fragment pointers stay 32-byte aligned)."""
+    per = PAD_BYTES // dt.nbytes(st.op.output().dtype)
+    st.storage_align(st.compute_op.axis[-2], 2 * per, per)
 
 
 def _unroll(st: Stage, axes: list[E.IterVar]) -> None:

@@ -162,6 +162,25 @@ def test_tensorize_refuses_an_old_arch_and_global_operands_under_guards() -> Non
         aus.build(s, args, target=TARGET)
 
 
+def test_storage_align_pads_rows_and_checks_its_arguments() -> None:
+    a = te.placeholder((40, 30), "float16", name="A")
+    b = te.compute(a.shape, lambda i, j: cast("float32", a[i, j]) * 2.0, name="B")
+    c = te.compute(a.shape, lambda i, j: b[i, j] + 1.0, name="C")
+    s = te.create_schedule(c.op)
+    s[b].compute_at(s[c], s[c].op.axis[0])
+    with pytest.raises(ScheduleError, match="second-to-last axis"):
+        s[b].storage_align(s[b].op.axis[1], 16, 8)
+    with pytest.raises(ScheduleError, match="offset < factor"):
+        s[b].storage_align(s[b].op.axis[0], 8, 8)
+    with pytest.raises(ScheduleError, match="an output keeps"):
+        s[c].storage_align(s[c].op.axis[0], 16, 8)
+    s[b].storage_align(s[b].op.axis[0], 16, 8)
+    text = str(aus.lower(s, [a, c]))
+    assert "B = allocate((1, 40,)" in text  # 30 -> the least >= 30 that is 8 modulo 16
+    again = Schedule.from_json(c, s.to_json())
+    assert str(aus.lower(again, [a, c])) == text and ".storage_align(" in s.to_python()
+
+
 @needs_nvrtc
 def test_tensorize_replays_from_json() -> None:
     args = _matmul(48, 64, 40)
@@ -201,7 +220,7 @@ def test_hand_schedule_on_host_matches_numpy(shape, rng) -> None:
 @needs_host
 @pytest.mark.parametrize(("dtype", "widen", "transpose_b", "knobs"), [
     ("float16", False, False, {}),
-    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4}),
+    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4, "pad": 0}),
     ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1}),
     ("float32", False, False, {"k_chunk": 4}),  # a tf32 task
 ])
