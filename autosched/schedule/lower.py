@@ -3,7 +3,9 @@
     expand_inline   substitute compute_inline'd stages into their readers
     infer_bounds    regions of attached stages, extents of every loop (bound.py)
     build_loops     one loop nest per stage, attached stages nested at their loop, buffers
-                    allocated where they live, reads turned into buffer loads
+                    allocated where they live, reads turned into buffer loads; a tensorized
+                    loop carries ("tensorize", intrinsic), and a shared stage that a tensorized
+                    nest reads stores zeros where its tile overhangs the tensor
     simplify        integer simplification of indices and guards, dead-branch removal
 
 ``lower(s, args, print_after=("build_loops",))`` prints the IR after the named passes (or set
@@ -23,12 +25,14 @@ from autosched.errors import AutoschedError, LowerError, ScheduleError
 from autosched.schedule.bound import Bounds, StageBound
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
 from autosched.schedule.steps import ident as steps_ident
+from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Tensor
-from autosched.te.visit import rewrite, substitute
+from autosched.te.visit import rewrite, substitute, tensors_read
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
+from autosched.tir.evaluate import const_int
 from autosched.tir.visit import loop_vars, map_stmt
 
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
@@ -138,10 +142,16 @@ class _NestBuilder:
         for st in self.sch.stages:
             if st.attach[0] == "at" and st.name in ctx.bodies:
                 self.attached.setdefault((st.attach[1], st.attach[2]), []).append(st)
+        # tensor intrinsics read their operands' tiles whole, out-of-bounds corners included
+        self.padded = {q.name for st in self.sch.stages if st.tensorized and st.name in ctx.bodies
+                       for t in tensors_read(ctx.bodies[st.name])
+                       if (q := self.sch.stage_of_uid(t.op.uid)).scope == "shared"}
 
     def buffer(self, st: Stage) -> ir.Buffer:
         b = self.bounds[st.name]
         shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
+        if st.align is not None:
+            shape = shape[:-1] + (_aligned_row(st, shape[-1], *st.align),)
         buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
         self.ctx.buffers[st.name] = buf
         return buf
@@ -177,7 +187,8 @@ class _NestBuilder:
         mins = self._min(st)
         full = bound.full_value(st)
         store_idx = tuple(self.an.simplify(full[a.var] - m) for a, m in zip(op.axis, mins))
-        data_guard = self._guards(st, bound, op.axis, data=True)
+        pad = st.name in self.padded
+        data_guard = self._guards(st, bound, op.axis, data=True, inside=not pad)
         body = self.ctx.bodies[st.name]
         if isinstance(body, E.Reduce):
             red = body
@@ -193,22 +204,33 @@ class _NestBuilder:
             update = _guarded(ir.Store(buf, store_idx, update_value), data_guard + cond)
             return self._loops(st, init, update)
         value = self.lower_expr(substitute(body, full))
+        inside = self._inside(bound, op.axis) if pad else []
+        if inside:
+            value = _zero_outside(value, _conjunction(inside))
         return self._loops(st, None, _guarded(ir.Store(buf, store_idx, value), data_guard))
 
-    def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool) -> list[E.Expr]:
+    def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool,
+                inside: bool = True) -> list[E.Expr]:
         """The conditions an iteration must meet to compute a point of ``axes`` (the data axes
-        or the reduce axes) once: root indices in range, and no overhang of an inner split part;
-        those the bounds prove are left out."""
+        or the reduce axes) once: root indices in range (data: in the region, and with
+        ``inside`` in the tensor), and no overhang of an inner split part; those the bounds
+        prove are left out."""
         conds = []
         for d, a in enumerate(axes):
             value = bound.value[a.var.uid]
             ext = bound.region_ext[d] if data else a.dom.extent
             conds.append(value < ext)
-            if data:
-                full = bound.region_min[d] + value
-                conds += [full < a.dom.extent, full >= 0]
+            if data and inside:
+                conds += _inside_tensor(bound, d, a)
         kind = "data" if data else "reduce"
         conds += [c for k, c in bound.inner_guards if k == kind]
+        return self._unproven(conds)
+
+    def _inside(self, bound: StageBound, axes: Sequence[E.IterVar]) -> list[E.Expr]:
+        """The conditions that a point of a stage's region lies inside its tensor."""
+        return self._unproven([c for d, a in enumerate(axes) for c in _inside_tensor(bound, d, a)])
+
+    def _unproven(self, conds: list[E.Expr]) -> list[E.Expr]:
         out = []
         for c in conds:
             c = self.an.simplify(c)
@@ -261,16 +283,43 @@ class _NestBuilder:
             raise LowerError(
                 f"{st.annotations[uid]} needs a constant extent; axis {iv.name} of {st.name} has {ext}"
             )
-        return ir.For(iv.var, E.const(0, iv.var.dtype), ext, kind, body, tag, st.pragmas.get(uid, ()))
+        annotations = st.pragmas.get(uid, ())
+        if uid in st.tensorized:
+            annotations += (("tensorize", st.tensorized[uid]),)
+        return ir.For(iv.var, E.const(0, iv.var.dtype), ext, kind, body, tag, annotations)
 
 
-def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
-    if not conds:
-        return s
+def _aligned_row(st: Stage, row: E.Expr, factor: int, offset: int) -> E.Expr:
+    """The least length at least ``row`` that is ``offset`` modulo ``factor``."""
+    n = const_int(row)
+    if n is None:
+        raise LowerError(f"storage_align of {st.name}: its rows have a symbolic length {row}")
+    return E.const(n + (offset - n) % factor)
+
+
+def _inside_tensor(bound: StageBound, d: int, a: E.IterVar) -> list[E.Expr]:
+    full = bound.region_min[d] + bound.value[a.var.uid]
+    return [full < a.dom.extent, full >= 0]
+
+
+def _zero_outside(value: E.Expr, cond: E.Expr) -> E.Expr:
+    """``value`` where ``cond`` holds, else 0; a storage type (bfloat16) is selected as the
+    float32 that holds it exactly."""
+    if value.dtype in dt.STORAGE_TYPES:
+        wide = E.select(cond, E.cast("float32", value), E.const(0.0, "float32"))
+        return E.cast(value.dtype, wide)
+    return E.select(cond, value, E.const(0, value.dtype))
+
+
+def _conjunction(conds: list[E.Expr]) -> E.Expr:
     cond = conds[0]
     for c in conds[1:]:
         cond = E.logical(Op.AND, cond, c)
-    return ir.IfThenElse(cond, s)
+    return cond
+
+
+def _guarded(s: ir.Stmt, conds: list[E.Expr]) -> ir.Stmt:
+    return ir.IfThenElse(_conjunction(conds), s) if conds else s
 
 
 # -- pass 4: simplify ---------------------------------------------------------------------------

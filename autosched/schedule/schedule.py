@@ -18,9 +18,10 @@ from autosched.te.dag import topo_ops
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import substitute, tensors_read
+from autosched.tir.ir import SCOPES
+from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS
 
 PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
-SCOPES = ("global", "shared", "local")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Stage:
         self.op = op
         self.uids = {op.uid}
         self.scope = "global"
+        self.align: tuple[int, int] | None = None  # (factor, offset) of its rows' stride
         self.read_map: dict[int, str] = {}
         self.attach: tuple = ("root",)
         self.reset()
@@ -72,6 +74,7 @@ class Stage:
         self.annotations: dict[int, str] = {}
         self.bindings: dict[int, str] = {}
         self.pragmas: dict[int, tuple[tuple[str, Any], ...]] = {}
+        self.tensorized: dict[int, str] = {}  # axis uid -> tensor intrinsic name
 
     # -- queries ------------------------------------------------------------------------------
     @property
@@ -185,6 +188,11 @@ class Stage:
     def pragma(self, axis: E.IterVar, key: str, value: int | bool | str = True) -> None:
         self._record(S.Pragma(self.name, self._axis(axis, "pragma").name, key, value))
 
+    def tensorize(self, axis: E.IterVar, intrin: str) -> None:
+        """Run the loop nest from ``axis`` inwards as the tensor intrinsic ``intrin``
+        (tir/tensor_intrin.py: "wmma_16x16x16_f16", "wmma_store_16x16", ...)."""
+        self._record(S.Tensorize(self.name, self._axis(axis, "tensorize").name, intrin))
+
     def compute_at(self, parent: Stage, axis: E.IterVar) -> None:
         if not isinstance(parent, Stage):
             raise ScheduleError(f"compute_at of {self.name}: target must be a stage (s[T]), got {parent!r}")
@@ -197,8 +205,17 @@ class Stage:
     def compute_root(self) -> None:
         self._record(S.ComputeRoot(self.name))
 
+    def storage_align(self, axis: E.IterVar, factor: int, offset: int) -> None:
+        """Pad the rows of this stage's buffer: the stride of ``axis`` (the second-to-last
+        axis of ``op.axis``) becomes the least length at least the row's that is ``offset``
+        modulo ``factor`` (TVM's storage_align)."""
+        iv = axis.name if isinstance(axis, E.IterVar) else axis
+        self._record(S.StorageAlign(self.name, iv, _int_or_none(factor) or 0,
+                                    _int_or_none(offset) or 0))
+
     def set_scope(self, scope: str) -> None:
-        """Where this stage's buffer lives: "global", "shared" or "local"."""
+        """Where this stage's buffer lives: "global", "shared", "local" or "wmma.accumulator"
+        (the fragments of a warp, which only tensorized nests touch)."""
         self._record(S.SetScope(self.name, scope))
 
     def __repr__(self) -> str:
@@ -450,6 +467,49 @@ class Schedule:
         prev = tuple(kv for kv in st.pragmas.get(iv.var.uid, ()) if kv[0] != step.key)
         st.pragmas[iv.var.uid] = prev + ((step.key, step.value),)
 
+    def _apply_tensorize(self, step: S.Tensorize) -> None:
+        """The nest from the axis inwards must be the intrinsic's loops: constant extents in
+        its shape, no annotations, and for an mma the sum of a product over (data, data,
+        reduce) into a wmma.accumulator stage, for a load a copy into its fragments, for a
+        store a copy into shared memory; what the nest reads is checked when it is compiled
+        (it may read through stages inlined later)."""
+        st = self._compute_stage(step.stage, "tensorize")
+        iv = st.leaf_named(step.axis)
+        where = f"tensorize {step.intrin} at {st.name}.{iv.name}"
+        intrin = TENSOR_INTRINS.get(step.intrin)
+        if intrin is None:
+            raise ScheduleError(f"{where}: unknown tensor intrinsic; known: "
+                                f"{', '.join(TENSOR_INTRINS)}")
+        nest = st.leaf[st.leaf.index(iv):]
+        got = [_const_extent(a) for a in nest]
+        kinds = ["data", "data", "reduce"][:len(intrin.extents)]
+        if got != list(intrin.extents) or [a.kind for a in nest] != kinds:
+            raise ScheduleError(
+                f"{where}: the nest must be {len(kinds)} innermost loops "
+                f"({', '.join(kinds)}) of extents {intrin.extents}; it is "
+                f"{', '.join(f'{a.name} ({a.kind}, {a.dom.extent})' for a in nest)}")
+        marked = [a.name for a in nest if a.var.uid in st.annotations or a.var.uid in st.bindings
+                  or a.var.uid in st.tensorized]
+        if marked:
+            raise ScheduleError(f"{where}: axis {marked[0]} is already annotated or bound")
+        op = st.compute_op
+        if intrin.kind == "mma":
+            body = op.body
+            if (st.scope != ACCUMULATOR_SCOPE or not isinstance(body, E.Reduce)
+                    or body.combiner.name != "sum" or body.dtype != "float32"
+                    or not isinstance(body.source, E.Binary) or body.source.op is not Op.MUL
+                    or body.condition is not None or body.init is not None):
+                raise ScheduleError(
+                    f"{where}: needs a float32 sum of a product without condition or init "
+                    f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
+                    f"({st.name} is in scope {st.scope})")
+        else:
+            into = "shared" if intrin.kind == "store" else intrin.scope
+            if st.is_reduction or st.scope != into:
+                raise ScheduleError(f"{where}: needs a copy (no reduction) into scope {into} "
+                                    f"({st.name} is in scope {st.scope})")
+        st.tensorized[iv.var.uid] = intrin.name
+
     def _apply_compute_at(self, step: S.ComputeAt) -> None:
         st = self._compute_stage(step.stage, "compute_at")
         target = self._compute_stage(step.target, f"compute_at of {st.name}")
@@ -477,6 +537,21 @@ class Schedule:
 
     def _apply_compute_root(self, step: S.ComputeRoot) -> None:
         self._compute_stage(step.stage, "compute_root").attach = ("root",)
+
+    def _apply_storage_align(self, step: S.StorageAlign) -> None:
+        st = self._compute_stage(step.stage, "storage_align")
+        axes = st.compute_op.axis
+        if len(axes) < 2 or axes[-2].name != step.axis:
+            raise ScheduleError(
+                f"storage_align of {st.name}: pads the stride of the second-to-last axis "
+                f"({axes[-2].name if len(axes) > 1 else 'none'}), not of {step.axis}")
+        if step.factor < 1 or not 0 <= step.offset < step.factor:
+            raise ScheduleError(f"storage_align of {st.name}: needs factor >= 1 and 0 <= offset "
+                                f"< factor, got {step.factor}, {step.offset}")
+        if st.is_output:
+            raise ScheduleError(f"storage_align of {st.name}: an output keeps its tensor's "
+                                "layout")
+        st.align = (step.factor, step.offset)
 
     def _apply_set_scope(self, step: S.SetScope) -> None:
         st = self._compute_stage(step.stage, "set_scope")
@@ -570,8 +645,12 @@ def _fresh_axes(shape: tuple[E.Expr, ...], ndim: int) -> tuple[E.IterVar, ...]:
     )
 
 
+def _const_extent(iv: E.IterVar) -> int | None:
+    return int(iv.dom.extent.value) if isinstance(iv.dom.extent, E.Const) else None
+
+
 def _drop_marks(st: Stage, iv: E.IterVar) -> None:
-    for marks in (st.annotations, st.bindings, st.pragmas):
+    for marks in (st.annotations, st.bindings, st.pragmas, st.tensorized):
         marks.pop(iv.var.uid, None)
 
 
@@ -626,7 +705,8 @@ class _PyWriter:
 
 
 def _axes_used(step: S.Step) -> list[tuple[str, str]]:
-    if isinstance(step, (S.Split, S.Annotate, S.Bind, S.Pragma, S.Rfactor)):
+    if isinstance(step, (S.Split, S.Annotate, S.Bind, S.Pragma, S.Tensorize, S.StorageAlign,
+                         S.Rfactor)):
         return [(step.stage, step.axis)]
     if isinstance(step, (S.Fuse, S.Reorder)):
         return [(step.stage, a) for a in step.axes]

@@ -121,6 +121,19 @@ class Pragma(Step):
 
 
 @dataclass(frozen=True)
+class Tensorize(Step):
+    """The loop nest from ``axis`` inwards runs as the tensor intrinsic ``intrin``
+    (tir/tensor_intrin.py)."""
+
+    kind: ClassVar[str] = "tensorize"
+    axis: str
+    intrin: str
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.tensorize({n(self.stage, self.axis)}, {self.intrin!r})"
+
+
+@dataclass(frozen=True)
 class ComputeAt(Step):
     kind: ClassVar[str] = "compute_at"
     target: str
@@ -144,6 +157,21 @@ class ComputeRoot(Step):
 
     def python(self, n: Namer) -> str:
         return f"{self.s}.compute_root()"
+
+
+@dataclass(frozen=True)
+class StorageAlign(Step):
+    """The stride of ``axis`` (a row of the stage's buffer) becomes the least length at least
+    the row's with ``stride % factor == offset``: padding that moves rows onto other
+    shared-memory banks."""
+
+    kind: ClassVar[str] = "storage_align"
+    axis: str
+    factor: int
+    offset: int
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.storage_align({n(self.stage, self.axis)}, {self.factor}, {self.offset})"
 
 
 @dataclass(frozen=True)
@@ -199,8 +227,9 @@ class Rfactor(Step):
 
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
-    for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, ComputeAt, ComputeInline,
-                ComputeRoot, SetScope, CacheRead, CacheWrite, Rfactor)
+    for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, Tensorize, ComputeAt,
+                ComputeInline, ComputeRoot, SetScope, StorageAlign, CacheRead, CacheWrite,
+                Rfactor)
 }
 
 

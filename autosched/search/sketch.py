@@ -649,11 +649,13 @@ class Sketch:
         return sch
 
 
-def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
-    """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU."""
+def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -> list[Sketch]:
+    """The sketches of a DAG, from a fresh (unscheduled) schedule of it, for a CPU or a GPU;
+    on a GPU, matmuls that tensor cores can compute in ``precision`` get a second sketch."""
     gpu = target.device == "gpu"
     if gpu:
         from autosched.search import sketch_gpu as G
+        from autosched.search import sketch_mma as TC
 
         max_threads = target.max_threads_per_block
         tile = lambda n, into, s, order: G.gpu_tile_rule(n, into, s, max_threads)  # noqa: E731
@@ -675,6 +677,7 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
         rules.append(_pad_rule(st.name, sch0, info) if pad else _inline_rule(st.name))
     fused: set[str] = set()
     later: list[Rule] = []
+    tensor_core: dict[str, Rule] = {}  # tiled stage -> its tensor-core rule (GPU, half inputs)
     for st in reversed(info.compute):  # consumers first
         name = st.name
         if name in info.inlined or name in fused:
@@ -687,6 +690,8 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
                 fused.add(into)
                 later = [r for r in later if r.stage != into]
             later.append(tile(name, into, sch0, order))
+            if gpu and TC.offers_mma(sch0, name, precision):
+                tensor_core[name] = TC.mma_rule(name, into, sch0, target)
         elif not gpu and is_window(op):
             later.append(_window_rule(name, sch0))
         elif op.reduce_axis:
@@ -695,7 +700,10 @@ def generate_sketches(sch0: Schedule, target: Target) -> list[Sketch]:
             later.append(reduce(name, reader, sch0))
         else:
             later.append(injective(name, sch0))
-    return [Sketch(tuple(rules + later))]
+    sketches = [Sketch(tuple(rules + later))]
+    if tensor_core:  # a second sketch: the search picks, the SIMT one stays the default
+        sketches.append(Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later])))
+    return sketches
 
 
 def _direct_readers(sch: Schedule, info: DagInfo, name: str) -> list[Stage]:

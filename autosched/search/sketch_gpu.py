@@ -8,6 +8,7 @@
              cooperatively by all threads of the block (optionally with vector loads)
 * reduce     data axes fused and spread over blocks and threads; the reduction runs per thread
 * injective  all axes fused, split into blocks and threads, the inner part vectorized
+* mma        (a second sketch) a matmul of half tensors on tensor cores: sketch_mma.py
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ class SearchSpace:
 
     def __init__(self, task: Task):
         self.task = task
-        self.sketches: list[Sketch] = generate_sketches(task.schedule(), task.target)
+        self.sketches: list[Sketch] = generate_sketches(task.schedule(), task.target,
+                                                        task.precision)
 
     def sample(self, rng: np.random.Generator) -> Candidate:
         """A random candidate; draws that a sketch rules out statically (a register tile

@@ -25,7 +25,8 @@ from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
 from autosched.te.opcodes import Op
 from autosched.tir.evaluate import const_int
 
-SCOPES = ("global", "shared", "local")
+# the wmma ones hold a warp's fragments (tir/tensor_intrin.py)
+SCOPES = ("global", "shared", "local", "wmma.accumulator", "wmma.matrix_a", "wmma.matrix_b")
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread")
 THREAD_TAGS = tuple(f"{k}.{d}" for k in ("blockIdx", "threadIdx") for d in "xyz")  # hardware
 

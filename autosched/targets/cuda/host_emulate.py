@@ -12,7 +12,8 @@ failure it reports raises ``KernelFailure`` after the outputs are copied back.
 
 What it cannot see: the threads of a block run one at a time between barriers (one legal
 interleaving; races are found by the shadow records, not by interleaving), barriers are told
-apart by source line, there are no warp primitives (codegen emits none), and NVRTC's own
+apart by source line, there are no warp primitives besides nvcuda::wmma (whose fragments hold
+the whole tile in every lane: host_prelude.py), and NVRTC's own
 compilation of the text is not exercised. x86-64 only (the fiber switch is assembly).
 
 Shared libraries are cached by a hash of their text
@@ -203,7 +204,8 @@ def _program(source: CudaSource, checked: bool) -> _Program:
     ``as_launch_<kernel>`` entry point per kernel."""
     lines, kernels = [], []
     for line in source.code.splitlines():
-        if line.startswith(("#include <cuda_fp16.h>", "#include <cuda_bf16.h>")):
+        if line.startswith(("#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+                            "#include <mma.h>")):
             line = "// " + line[10:-1] + ": the host prelude defines its types"
         m = _SIGNATURE.match(line)
         if m:
@@ -258,7 +260,7 @@ def _checked_declaration(line: str) -> str:
     m = _SHARED.match(line)
     if m:
         indent, align, ctype, name, n = m.groups()
-        if int(align) > 16:
+        if int(align) > 32:
             raise CompileError(f"host emulation: shared {name} asks for {align}-byte alignment")
         return f'{indent}static as_emu::Shared<{ctype}, {n}> {name}{{"{name}"}};'
     m = _LOCAL.match(line)

@@ -16,6 +16,11 @@ Shared and local memory start as NaN (integers: all bits set), as garbage would 
 
 The first error is kept (code and message, with kernel, block, thread, buffer and element); the
 launch stops at the next barrier and the launcher returns the code.
+
+``nvcuda::wmma`` (codegen's tensorized nests, targets/cuda/wmma.py) is emulated with fragments
+that hold the whole tile in every lane: each lane loads all of it and multiplies it out in
+float32 (exact products of the half inputs, summed in k order), and only lane 0 of a warp
+stores it, so the race checks see one writer, as the GPU's lanes write disjoint parts.
 """
 
 from __future__ import annotations
@@ -463,7 +468,7 @@ template <class T, long long N> struct Shared {
   const char* name;
   uint32_t stamp;
   Mem m;
-  alignas(16) T data[N];
+  alignas(32) T data[N];
   Shadow sh[N];
   // a block's shared memory starts as garbage, with no writer
   Ref<T> operator[](long long i) {
@@ -497,6 +502,94 @@ struct ShadowBuf {
 };
 
 }  // namespace as_emu
+
+// -- nvcuda::wmma: every lane holds the whole tile -------------------------------------------
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K> struct tile_shape { static constexpr int r = M, c = N; };
+template <int M, int N, int K> struct tile_shape<matrix_a, M, N, K> {
+  static constexpr int r = M, c = K;
+};
+template <int M, int N, int K> struct tile_shape<matrix_b, M, N, K> {
+  static constexpr int r = K, c = N;
+};
+template <class T> struct storage { using type = T; };
+template <> struct storage<precision::tf32> { using type = float; };
+
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+  static constexpr int rows = tile_shape<Use, M, N, K>::r, cols = tile_shape<Use, M, N, K>::c;
+  static constexpr int num_elements = rows * cols;
+  typename storage<T>::type x[num_elements];  // row-major, whatever the layout in memory
+};
+
+inline float to_float(float v) { return v; }
+inline float to_float(half v) { return (float)v; }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// tf32 keeps 10 mantissa bits, rounded to nearest with ties away from zero (cvt.rna.tf32.f32)
+inline float __float_to_tf32(float v) {
+  unsigned u; __builtin_memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  float f; __builtin_memcpy(&f, &u, 4); return f;
+}
+
+template <class T> T element(const T* p, long long i) { return p[i]; }
+template <class T> T element(as_emu::Addr<T> p, long long i) {
+  return (T)as_emu::Ref<T>{p.m, p.i + i};
+}
+template <class T> void put(T* p, long long i, T v) { p[i] = v; }
+template <class T> void put(as_emu::Addr<T> p, long long i, T v) {
+  as_emu::Ref<T>{p.m, p.i + i} = v;
+}
+
+template <class Use, int M, int N, int K, class T, class L, class P>
+void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, P p, unsigned ld) {
+  using F = fragment<Use, M, N, K, T, L>;
+  for (int r = 0; r < F::rows; ++r)
+    for (int c = 0; c < F::cols; ++c)
+      f.x[r * F::cols + c] = element(p, std::is_same_v<L, col_major> ? (long long)c * ld + r
+                                                                     : (long long)r * ld + c);
+}
+
+template <int M, int N, int K, class V>
+void fill_fragment(fragment<accumulator, M, N, K, float>& f, V v) {
+  for (float& e : f.x) e = (float)v;
+}
+
+template <int M, int N, int K, class TA, class LA, class TB, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d,
+              const fragment<matrix_a, M, N, K, TA, LA>& a,
+              const fragment<matrix_b, M, N, K, TB, LB>& b,
+              const fragment<accumulator, M, N, K, float>& c) {
+  float out[M * N];
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float s = c.x[i * N + j];
+      for (int k = 0; k < K; ++k) s += to_float(a.x[i * K + k]) * to_float(b.x[k * N + j]);
+      out[i * N + j] = s;
+    }
+  for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
+}
+
+template <int M, int N, int K, class P>
+void store_matrix_sync(P p, const fragment<accumulator, M, N, K, float>& f, unsigned ld,
+                       layout_t layout) {
+  if (as_emu::cur % warpSize) return;  // lane 0 of the warp writes the tile
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c)
+      put(p, layout == mem_col_major ? (long long)c * ld + r : (long long)r * ld + c,
+          f.x[r * N + c]);
+}
+}  // namespace wmma
+}  // namespace nvcuda
 
 AS_API const char* as_error() { return as_emu::err_msg; }
 AS_API long long as_warning_count(int kind) {

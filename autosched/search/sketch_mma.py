@@ -1,0 +1,266 @@
+"""The tensor-core sketch rule: matmul and batch_matmul through nvcuda::wmma.
+
+A reduction ``C[..., i, j] = sum_k f32(A[..., i, k]) * f32(B[..., k, j])`` whose operands are
+float16 or bfloat16 tensors (placeholders, read directly or through an inlined cast to float32,
+as graph/compiler.py's fp16 / bf16 tasks read them; either operand may be transposed), or
+float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
+
+* a block tile of ``warps_m x warps_n`` warps (threadIdx.y; the 32 lanes are threadIdx.x), each
+  warp ``frags_m x frags_n`` fragments of 16 x 16 float32 accumulators (a ``wmma.accumulator``
+  stage computed at the warp loop, its innermost 16 x 16 x 16 nest tensorized as mma); per k
+  step a warp loads ``frags_m`` fragments of A and ``frags_n`` of B (``wmma.matrix_a`` /
+  ``wmma.matrix_b`` stages, tensorized as loads), each used by a row or column of mmas
+* the K loop split into chunks of ``k_chunk`` x 16 (tf32: x 8); per chunk, the operands
+  themselves (nothing converted) are staged in shared memory by all threads of the block and zero-filled
+  where the tile overhangs the tensor, so shapes that 16 does not divide are padded, not guarded
+* the accumulators stored (tensorized as store_matrix_sync) into a shared staging tile, which
+  every thread of the block reads element by element for the output (and an elementwise
+  epilogue fused into it: bias, activation), guarded at the tensor's edges
+
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, and whether the rows of
+the shared tiles are padded by 16 bytes (storage_align), which moves the rows a fragment load
+or store reads onto other banks.
+
+Example::
+
+    rule = mma_rule("T_matmul", None, sch0, target)    # None: no elementwise output fused
+    rule.apply(sch, {k.name: k.default() for k in rule.knobs})
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.errors import ScheduleError
+from autosched.schedule.schedule import Schedule, Stage
+from autosched.search.knobs import ChoiceKnob, Knob
+from autosched.search.sketch import Params, Rule, _static_extent
+from autosched.targets.target import Target
+from autosched.te import dtype as dt
+from autosched.te import expr as E
+from autosched.te.opcodes import Op
+from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
+from autosched.te.tensor import thread_axis as _thread
+from autosched.tir.tensor_intrin import (
+    ACCUMULATOR_SCOPE,
+    MMA_FOR_DTYPE,
+    TENSOR_INTRINS,
+    load_intrin,
+)
+
+WARP = 32
+PAD_BYTES = 16  # the padding of a shared tile's rows (the pad knob)
+TILE = 16  # the m and n of the fragments (k: the intrinsic's)
+STORE = "wmma_store_16x16"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor a matmul multiplies, the stage that reads it (the matmul, or the inlined cast
+    stage between them), and whether K is its last axis (else it is transposed)."""
+
+    tensor: Tensor
+    reader: Stage
+    k_last: bool
+
+
+def mma_operands(sch: Schedule, name: str) -> list[Operand] | None:
+    """The operands (A, then B) of the reduction ``name`` when it is a float32 matmul that a
+    tensor intrinsic can compute (half operands, or float32 ones as tf32); None otherwise."""
+    st = sch.stage(name)
+    op = st.compute_op
+    body = op.body
+    if (not isinstance(body, E.Reduce) or body.combiner.name != "sum" or body.dtype != "float32"
+            or body.condition is not None or body.init is not None or len(op.reduce_axis) != 1
+            or len(op.axis) < 2 or not isinstance(body.source, E.Binary)
+            or body.source.op is not Op.MUL):
+        return None
+    if any(not isinstance(a.dom.extent, E.Const) for a in op.axis + op.reduce_axis):
+        return None
+    i, j, k = op.axis[-2].var, op.axis[-1].var, op.reduce_axis[0].var
+    out = []
+    for factor, row in ((body.source.a, i), (body.source.b, j)):
+        found = _operand_read(sch, st, factor)
+        if found is None:
+            return None
+        read, tensor, reader = found
+        last = read.indices[-2:]  # (row, k) or (k, row) of the operand: one of two layouts
+        if {x.uid for x in last if isinstance(x, E.Var)} != {row.uid, k.uid}:
+            return None
+        out.append(Operand(tensor, reader, isinstance(last[1], E.Var) and last[1].uid == k.uid))
+    dtypes = {op.tensor.dtype for op in out}
+    return out if len(dtypes) == 1 else None
+
+
+def _operand_read(sch: Schedule, st: Stage, factor: E.Expr
+               ) -> tuple[E.TensorRead, Tensor, Stage] | None:
+    """(the read, the tensor, its reader) of ``f32(T[...])`` or ``f32(S[...])`` where
+    ``S = f32(T[...])`` is a computed cast stage, for a placeholder ``T`` of a dtype some
+    tensor intrinsic multiplies."""
+    if isinstance(factor, E.Cast):
+        factor = factor.value
+    if not isinstance(factor, E.TensorRead):
+        return None
+    producer = sch.stage_of_uid(factor.tensor.op.uid)
+    if isinstance(producer.op, PlaceholderOp):
+        return (factor, factor.tensor, st) if factor.tensor.dtype in MMA_FOR_DTYPE else None
+    inner = producer.compute_op
+    value = inner.body
+    if (inner.reduce_axis or not isinstance(value, E.Cast) or value.type != "float32"
+            or not isinstance(value.value, E.TensorRead)
+            or not isinstance(value.value.tensor.op, PlaceholderOp)
+            or value.value.tensor.dtype not in MMA_FOR_DTYPE
+            or any(not isinstance(ix, E.Var) or ix.uid != a.var.uid
+                   for ix, a in zip(value.value.indices, inner.axis))):
+        return None
+    return factor, value.value.tensor, producer
+
+
+def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) -> Rule:
+    """The tensor-core rule of the reduction ``name`` (mma_operands must have found its
+    operands), with ``fused_into`` its elementwise output when it has one."""
+    pre = f"{name}."
+    operands = mma_operands(sch0, name)
+    assert operands is not None, f"{name} is no half matmul"
+    intrin = MMA_FOR_DTYPE[operands[0].tensor.dtype]
+    itemsize = dt.nbytes(operands[0].tensor.dtype)
+    knobs: list[Knob] = [
+        ChoiceKnob(f"{pre}warps_m", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}warps_n", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}frags_m", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
+        ChoiceKnob(f"{pre}pad", (0, 1), default_index=1),
+    ]
+
+    def check(p: Params) -> str | None:
+        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
+        threads = WARP * wm * wn
+        if threads > target.max_threads_per_block:
+            return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
+        bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
+        tiles = [((bm, bk) if operands[0].k_last else (bk, bm), itemsize),
+                 ((bn, bk) if operands[1].k_last else (bk, bn), itemsize), ((bm, bn), 4)]
+        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size
+                     for (rows, cols), size in tiles)
+        if shared > target.max_shared_memory_per_block:
+            return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
+        return None
+
+    def apply(sch: Schedule, p: Params) -> None:
+        why = check(p)
+        if why:
+            raise ScheduleError(f"tensor-core tile of {name}: {why}")
+        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad))
+
+    return Rule(name, tuple(knobs), apply, "mma", check)
+
+
+def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
+                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False) -> None:
+    """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
+    operands = mma_operands(sch, name)
+    if operands is None:
+        raise ScheduleError(f"{name} is not a float32 sum of products of half tensors")
+    if fused_into is None:
+        consumer = sch.stage(name)
+        acc = sch[sch.cache_write(consumer.op.output(), ACCUMULATOR_SCOPE)]
+    else:
+        consumer, acc = sch.stage(fused_into), sch.stage(name)
+        acc.set_scope(ACCUMULATOR_SCOPE)
+    staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
+    readers = [acc if op.reader.name == name else op.reader for op in operands]
+    caches = [sch[sch.cache_read(op.tensor, "shared", [r])] for op, r in zip(operands, readers)]
+    # the operand fragments of one k step, loaded once for every mma of their row or column
+    frags_ab = [sch[sch.cache_read(c.op.output(), scope, [r])]
+                for c, r, scope in zip(caches, readers, ("wmma.matrix_a", "wmma.matrix_b"))]
+    rows, cols = (w * f * TILE for w, f in zip(warps, frags))
+
+    # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
+    # elements of the tile, read from the staging tile
+    *batch, ax_i, ax_j = consumer.compute_op.axis
+    bi, ii = consumer.split(ax_i, factor=rows)
+    bj, jj = consumer.split(ax_j, factor=cols)
+    consumer.reorder(*batch, bi, bj, ii, jj)
+    block = consumer.fuse(*batch, bi, bj)
+    consumer.bind(block, _thread("blockIdx.x"))
+    _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
+
+    # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
+    staging.compute_at(consumer, block)
+    *sbatch, si, sj = staging.compute_op.axis
+    wi, ri = staging.split(si, factor=frags[0] * TILE)
+    wj, rj = staging.split(sj, factor=frags[1] * TILE)
+    fi, ti = staging.split(ri, factor=TILE)
+    fj, tj = staging.split(rj, factor=TILE)
+    staging.reorder(*sbatch, wi, wj, fi, fj, ti, tj)
+    warp = staging.fuse(wi, wj)
+    staging.bind(warp, _thread("threadIdx.y"))
+    _unroll(staging, [fi, fj])
+    staging.tensorize(ti, STORE)
+
+    # the accumulators of one warp, over K in chunks of k_chunk fragments
+    acc.compute_at(staging, warp)
+    *abatch, ai, aj = acc.compute_op.axis
+    (ak,) = acc.compute_op.reduce_axis
+    fi, ti = acc.split(ai, factor=TILE)
+    fj, tj = acc.split(aj, factor=TILE)
+    depth = TENSOR_INTRINS[intrin].k
+    ko, kr = acc.split(ak, factor=k_chunk * depth)
+    kc, tk = acc.split(kr, factor=depth)
+    acc.reorder(*abatch, ko, kc, fi, fj, ti, tj, tk)
+    _unroll(acc, [kc, fi, fj])
+    acc.tensorize(ti, intrin)
+    for cache in caches:
+        cache.compute_at(acc, ko)
+        _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+    if pad:
+        for st in [*caches, staging]:
+            _pad_rows(st)
+    for frag, op, kind in zip(frags_ab, operands, ("load_a", "load_b")):
+        frag.compute_at(acc, kc)
+        *fbatch, x, y = frag.compute_op.axis
+        row, k = (x, y) if op.k_last else (y, x)
+        fr, tr = frag.split(row, factor=TILE)
+        fk, tk = frag.split(k, factor=depth)
+        first, second = (tr, tk) if kind == "load_a" else (tk, tr)  # (m, k) or (k, n) tiles
+        frag.reorder(*fbatch, fr, fk, first, second)
+        _unroll(frag, [fr, fk])
+        frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def _pad_rows(st: Stage) -> None:
+    """Rows of the stage's buffer PAD_BYTES longer than a multiple of 2 x PAD_BYTES (the rows
+    of wmma tiles are multiples of 32 bytes, so fragment pointers stay 32-byte aligned)."""
+    per = PAD_BYTES // dt.nbytes(st.op.output().dtype)
+    st.storage_align(st.compute_op.axis[-2], 2 * per, per)
+
+
+def _unroll(st: Stage, axes: list[E.IterVar]) -> None:
+    """Unroll the loops over fragments: an array of fragments indexed by a loop variable would
+    live in local memory, not in registers."""
+    for ax in axes:
+        st.unroll(ax)
+
+
+def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
+    """Spread ``axes`` (fused) over the block: 32 lanes on threadIdx.x, ``warps`` warps on
+    threadIdx.y, the rest a serial loop around them."""
+    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    rest, lane = st.split(f, factor=WARP)
+    _, warp = st.split(rest, factor=warps)
+    st.bind(warp, _thread("threadIdx.y"))
+    st.bind(lane, _thread("threadIdx.x"))
+
+
+def offers_mma(sch0: Schedule, name: str, precision: str) -> bool:
+    """Whether the tensor-core rule applies to the tiled reduction ``name``: a float32 matmul
+    with static shapes whose K is at least one fragment deep, of two half tensors, or of two
+    float32 tensors under the tf32 precision (the only one that lets multiplies round)."""
+    ops = mma_operands(sch0, name)
+    if ops is None or (ops[0].tensor.dtype == "float32" and precision != "tf32"):
+        return False
+    op = sch0.stage(name).compute_op
+    assert isinstance(op, ComputeOp)
+    return _static_extent(op.reduce_axis[0]) >= TENSOR_INTRINS[MMA_FOR_DTYPE[ops[0].tensor.dtype]].k

@@ -1,0 +1,89 @@
+"""Tensor intrinsics: loop nests that a schedule's ``tensorize`` step hands to one hardware
+instruction (CUDA's warp-level ``nvcuda::wmma``), described once for the schedule's pattern
+check and for the code generators.
+
+Kinds:
+
+* ``mma``    the innermost (i, j, k) nest of a sum ``C[i, j] += A[i, k] * B[k, j]`` of shape
+             ``m x n x k`` whose accumulator ``C`` lives in a ``wmma.accumulator`` buffer (a
+             warp's fragments) and whose operands are read as ``in_dtype`` (the multiply may
+             cast them to float32) from shared memory or from fragments the load intrinsics
+             filled; the nest's init (``C = 0``) becomes a fill of the fragment
+* ``load_a`` the innermost (i, k) nest of an ``m x k`` copy into a ``wmma.matrix_a`` buffer
+* ``load_b`` the innermost (k, j) nest of a ``k x n`` copy into a ``wmma.matrix_b`` buffer
+             (loaded once per k step, an operand fragment serves every mma of its row or
+             column of accumulators)
+* ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
+             buffer, into shared memory (where an epilogue reads it element by element)
+
+The accumulator is float32 for every intrinsic. The operands of a tensorized nest are read
+whole (16 x 16 tiles); a shared-memory stage read by one is therefore zero-filled where its
+tile overhangs the tensor (schedule/lower.py), so the bound checks of the nest are moot.
+
+Example::
+
+    s[C_acc].tensorize(ii, "wmma_16x16x16_f16")   # ii, ji, ki the innermost loops of C_acc
+    s[A_frag].tensorize(ai, "wmma_load_a_16x16x16_f16")
+    s[C_sh].tensorize(si, "wmma_store_16x16")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TensorIntrin:
+    """One intrinsic: its kind, tile shape, operand dtype and the oldest GPU arch with it."""
+
+    name: str
+    kind: str  # "mma", "load_a", "load_b" or "store"
+    m: int
+    n: int
+    k: int  # 0 for a store
+    in_dtype: str  # operand dtype of an mma or load; "" for a store
+    min_arch: int
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The extents of the loops it replaces, outermost first."""
+        return {"mma": (self.m, self.n, self.k), "load_a": (self.m, self.k),
+                "load_b": (self.k, self.n), "store": (self.m, self.n)}[self.kind]
+
+    @property
+    def scope(self) -> str:
+        """The scope of the fragments it writes (a store: of those it reads)."""
+        return FRAGMENT_SCOPES[self.kind]
+
+
+ACCUMULATOR_SCOPE = "wmma.accumulator"
+FRAGMENT_SCOPES = {"mma": ACCUMULATOR_SCOPE, "store": ACCUMULATOR_SCOPE,
+                   "load_a": "wmma.matrix_a", "load_b": "wmma.matrix_b"}
+# the fragments of each scope: its wmma use and (rows, columns) of a tile as (m, n, k) names
+FRAGMENT_TILES = {ACCUMULATOR_SCOPE: ("accumulator", "m", "n"),
+                  "wmma.matrix_a": ("matrix_a", "m", "k"), "wmma.matrix_b": ("matrix_b", "k", "n")}
+
+_MMAS = (
+    TensorIntrin("wmma_16x16x16_f16", "mma", 16, 16, 16, "float16", 70),
+    TensorIntrin("wmma_16x16x16_bf16", "mma", 16, 16, 16, "bfloat16", 80),
+    TensorIntrin("wmma_16x16x8_tf32", "mma", 16, 16, 8, "float32", 80),
+)
+
+
+def load_intrin(mma: str, kind: str) -> str:
+    """The intrinsic that loads the ``kind`` ("load_a" or "load_b") operands of ``mma``."""
+    return mma.replace("wmma_", f"wmma_{kind}_")
+
+
+TENSOR_INTRINS: dict[str, TensorIntrin] = {
+    t.name: t
+    for t in (
+        *_MMAS,
+        *(TensorIntrin(load_intrin(t.name, kind), kind, t.m, t.n, t.k, t.in_dtype, t.min_arch)
+          for t in _MMAS for kind in ("load_a", "load_b")),
+        TensorIntrin("wmma_store_16x16", "store", 16, 16, 0, "", 70),
+    )
+}
+
+# the mma intrinsic that multiplies operands stored as each dtype
+MMA_FOR_DTYPE = {t.in_dtype: t.name for t in _MMAS}
