@@ -89,11 +89,15 @@ class Cell:
         return v if self.clip is None else I.min(I.max(v, -self.clip), self.clip)
 
 
-def _matmul_t(a: Tensor, w: Tensor, name: str) -> Tensor:
-    """a (..., K) times w (N, K) transposed: (..., N)."""
+def _matmul_t(a: Tensor, w: Tensor, name: str, kn: bool = False) -> Tensor:
+    """a (..., K) times w (N, K) transposed: (..., N); with ``kn``, w is stored (K, N)."""
     k = reduce_axis((0, args.static_shape(a, "rnn")[-1]), name="k")
-    return compute((*a.shape[:-1], w.shape[0]),
-                   lambda *i: R.sum(a[(*i[:-1], k.var)] * w[i[-1], k.var], axis=k),
+
+    def weight(n: Expr) -> Expr:
+        return w[k.var, n] if kn else w[n, k.var]
+
+    return compute((*a.shape[:-1], w.shape[1] if kn else w.shape[0]),
+                   lambda *i: R.sum(a[(*i[:-1], k.var)] * weight(i[-1]), axis=k),
                    name=name, tag=REDUCE)
 
 
@@ -103,13 +107,15 @@ Projection = Callable[[Expr, Expr], Expr]   # the step's x W^T: (batch, column) 
 
 @dataclass(frozen=True)
 class Weights:
-    """One direction's recurrent parameters: R (G*H, H), the input and recurrent biases as
-    functions of the column (or None), and the peepholes (3H: i, o, f) or None."""
+    """One direction's recurrent parameters: R (G*H, H), or with ``r_kn`` R^T stored (H, G*H)
+    (a CPU reads the gate columns contiguously), the input and recurrent biases as functions of
+    the column (or None), and the peepholes (3H: i, o, f) or None."""
 
     r: Tensor | None
     w_bias: Column | None = None
     r_bias: Column | None = None
     peep: Tensor | None = None
+    r_kn: bool = False
 
     def bias(self, col: Expr, with_rec: bool = True) -> Expr | float:
         v: Expr | float = 0.0
@@ -125,7 +131,7 @@ def _step(cell: Cell, p: Weights, xw: Projection, h: Tensor, c: Tensor | None
     """The states after one step whose input projection is ``xw`` (which holds the recurrent
     product too when ``p.r`` is None)."""
     hn = cell.hidden
-    rec = None if p.r is None else _matmul_t(h, p.r, "T_rnn_rec")
+    rec = None if p.r is None else _matmul_t(h, p.r, "T_rnn_rec", p.r_kn)
 
     def gate(g: int, b: Expr, j: Expr, with_rec: bool = True) -> Expr:
         """xw + (h R^T) + Wb + Rb of gate ``g`` at (b, j), unclipped."""
@@ -154,7 +160,7 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
         # the candidate multiplies r into h before the matmul: one more recurrent stage
         rh = compute(h.shape, lambda b, j: f(cell.pre(gate(1, b, j))) * h[b, j],
                      name="T_rnn_rh", tag=ELEMWISE)
-        rec_h = _matmul_t(rh, _rows(p.r, 2 * hn, hn), "T_rnn_rec_h")
+        rec_h = _matmul_t(rh, _rows(p.r, 2 * hn, hn, p.r_kn), "T_rnn_rec_h", p.r_kn)
 
     def body(b: Expr, j: Expr) -> Expr:
         z = f(cell.pre(gate(0, b, j)))
@@ -169,7 +175,11 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
     return compute(h.shape, body, name="T_rnn_h", tag=ELEMWISE)
 
 
-def _rows(w: Tensor, start: int, n: int) -> Tensor:
+def _rows(w: Tensor, start: int, n: int, kn: bool = False) -> Tensor:
+    """Rows ``start`` .. ``start + n`` of R (the columns of R^T stored (K, N) with ``kn``)."""
+    if kn:
+        return compute((w.shape[0], n), lambda k, i: w[k, i + start], name="T_rnn_rows",
+                       tag=ELEMWISE)
     return compute((n, w.shape[1]), lambda i, k: w[i + start, k], name="T_rnn_rows",
                    tag=ELEMWISE)
 
@@ -231,19 +241,20 @@ def _at_step(xw: Tensor, t: int) -> Projection:
 
 
 def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor | None,
-         r_bias: Tensor | None = None, peep: Tensor | None = None
+         r_bias: Tensor | None = None, peep: Tensor | None = None, r_kn: bool = False
          ) -> tuple[Tensor, Tensor | None]:
     """One time step as its own computation: ``xw`` (B, G*H) is the step's input projection
     with the input bias added; returns the new hidden state and (LSTM) cell state. Without R
     (an RNN or LSTM whose recurrent product is computed elsewhere, e.g. quantized), ``xw``
-    holds x W^T + h R^T already."""
+    holds x W^T + h R^T already. ``r_kn``: R is given transposed, (H, G*H)."""
     args.tensor(xw, "rnn")
     if r is None and cell.kind == "gru":
         raise TEError("rnn: a GRU step needs R (its candidate gate multiplies r into h R^T)")
     r_shape = None if r is None else args.static_shape(r, "rnn")
+    want = (cell.gates * cell.hidden, cell.hidden)
     if args.static_shape(xw, "rnn") != (h.shape[0], cell.gates * cell.hidden) or (
-            r_shape not in (None, (cell.gates * cell.hidden, cell.hidden))):
+            r_shape not in (None, want[::-1] if r_kn else want)):
         raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r_shape} do not "
                       f"fit a {cell.kind} of hidden size {cell.hidden}")
-    p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep)
+    p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep, r_kn)
     return _step(cell, p, lambda b, col: xw[b, col], h, c)
