@@ -72,11 +72,13 @@ def _expected_size(rows: int) -> tuple[int, int]:
 def _from_log(path: Path) -> dict[str, dict[str, float]]:
     """Per workload, read straight from the JSON lines: the task name, the records and the
     best median cost in seconds (inf without a successful record). A record of a worker killed
-    from outside measured nothing: it is no trial."""
+    from outside measured nothing, and a schedule chosen in the model is a time taken there:
+    neither is a trial."""
     out: dict[str, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         d = json.loads(line)
-        if "target_header" in d or d["error_code"] == "WORKER_KILLED":  # not a trial
+        if ("target_header" in d or d["error_code"] == "WORKER_KILLED"
+                or d.get("extra", {}).get("in_model")):  # not a trial
             continue
         task = out.setdefault(d["workload_key"], {"name": d["task_name"], "trials": 0,
                                                    "best": math.inf})
