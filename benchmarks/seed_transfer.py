@@ -9,8 +9,8 @@ The seed log's records do not apply here (another vector width gets other code: 
 but are related: they seed the search's first population and the cost model. Both runs tune
 the same graph with the same seed and trial budget from a log of their own; a task's "best" is
 the best of both runs, so both race to the same line. The table gives per task the trials (of
-that task) until a record came within 10% of it, and the estimated end-to-end latency (each
-task's best times its count) after the whole budget.
+that task) until a record came within 10% of it, and the estimated latency (each task's best
+times its count, over the tasks both runs measured) after the whole budget.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def main() -> int:
         key = t.workload_key
         best = min((c for m in costs for c in costs[m][key]), default=math.inf)
         reach = {m: _reached(costs[m][key], best * WITHIN) for m in costs}
-        for m in costs:
-            e2e[m] += w * min(costs[m][key], default=math.inf)
+        if all(costs[m][key] for m in costs):  # tasks both runs measured
+            for m in costs:
+                e2e[m] += w * min(costs[m][key])
         rows.append({"task": t.name, "key": key, "weight": w, "best_s": best,
                      **{f"{m}_trials": reach[m] for m in costs},
                      **{f"{m}_measured": len(costs[m][key]) for m in costs}})
@@ -106,7 +107,7 @@ def main() -> int:
           f"to get there, summed over tasks that both reached: "
           f"scratch {sum(a for a, b in zip(*reached.values()) if a and b)}, "
           f"seeded {sum(b for a, b in zip(*reached.values()) if a and b)}")
-    print("estimated end-to-end latency after the budget: "
+    print("estimated latency after the budget, tasks both runs measured: "
           + ", ".join(f"{m} {v * 1e3:.2f} ms" for m, v in e2e.items()))
     baseline.save({"machine": baseline.header(), "seed_log": seed.name,
                    "trials": args.trials, "seconds": seconds, "rows": rows,
