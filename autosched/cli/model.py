@@ -68,7 +68,7 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from autosched.graph.choose import choose, describe_choices, runs_here
+    from autosched.graph.choose import choose_after_tuning, describe_choices
     from autosched.graph.compiler import extract_tasks
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
@@ -104,10 +104,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if measured != shown:  # the last rounds since the last table
         show(measured)
-    if not args.no_choose and runs_here(args.target) and args.runner == "local":
-        choices = choose(graph, args.target, log, args.precision)
-        if choices:
-            print(describe_choices(choices), flush=True)
+    choices = [] if args.no_choose else choose_after_tuning(graph, args.target, log,
+                                                            args.precision, args.runner)
+    if choices:
+        print(describe_choices(choices), flush=True)
     if args.plot:
         write_curves([log], args.plot, {t.workload_key: w for t, w in zip(tasks, weights)},
                      args.model)

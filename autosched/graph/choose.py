@@ -79,9 +79,15 @@ def describe_choices(choices: list[Choice]) -> str:
             f"their kernels {ms:.4g} ms there (untuned {untuned:.4g} ms)")
 
 
-def runs_here(target: str | Target) -> bool:
-    """Whether ``choose`` can run a model for ``target`` on this machine (the host CPU)."""
-    return parse(target).is_host
+def choose_after_tuning(graph: Graph, target: str | Target, log: str | os.PathLike,
+                        precision: str, runner: Any) -> list[Choice]:
+    """``choose`` at the end of a model's tuning, when the model runs here: a host target
+    whose candidates this machine measured (``runner`` None, "local" or a Measurer); else
+    nothing."""
+    from autosched.search.measure import Measurer
+
+    local = runner in (None, "local") or isinstance(runner, Measurer)
+    return choose(graph, target, log, precision) if local and parse(target).is_host else []
 
 
 def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
@@ -92,6 +98,7 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     ``ROUND_S``, at least 3); append the winners to ``log`` (records with ``in_model``);
     return one Choice per workload that had a record."""
     from autosched.graph.compiler import compile as compile_graph
+    from autosched.search.record import RecordLog
 
     tgt = parse(target)
     if not tgt.is_host:
@@ -102,7 +109,11 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
         model = compile_graph(graph, tgt, log=log, precision=precision)
     inputs = random_inputs(graph, seed=seed)
     kernels = model.kernels
-    cands = {k.task.workload_key: _candidates(k, tgt, log, top) for k in kernels}
+    records = RecordLog(log)
+    cands: dict[str, list[_Candidate]] = {}
+    for k in kernels:  # a workload that occurs several times is built once
+        if k.task.workload_key not in cands:
+            cands[k.task.workload_key] = _candidates(k, tgt, records, top)
     if all(len(c) < 2 for c in cands.values()):
         return []
     if repeat is None:
@@ -133,11 +144,10 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     return _append(log, kernels, cands, pick, tgt)
 
 
-def _candidates(kernel: Any, tgt: Target, log: str | os.PathLike, top: int
-                ) -> list[_Candidate]:
+def _candidates(kernel: Any, tgt: Target, records: Any, top: int) -> list[_Candidate]:
     """The untuned default, then the ``top`` best records (a previous choice first), each
     built once (the same IR only once; the first record is the kernel's compiled module)."""
-    from autosched.search.record import RecordLog, ir_hash
+    from autosched.search.record import ir_hash
     from autosched.search.space import SearchSpace
 
     task = kernel.task
@@ -145,7 +155,7 @@ def _candidates(kernel: Any, tgt: Target, log: str | os.PathLike, top: int
     func = task.lower(untuned)
     out = [_Candidate(UNTUNED, [s.to_dict() for s in untuned.steps], ir_hash(func),
                       task.build(untuned))]
-    for n, rec in enumerate(RecordLog(log).best(task.workload_key, tgt, k=top), 1):
+    for n, rec in enumerate(records.best(task.workload_key, tgt, k=top), 1):
         if any(rec.ir_hash and rec.ir_hash == c.ir_hash for c in out):
             continue
         try:

@@ -239,18 +239,15 @@ def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int | None =
         aus.tune_graph(graph, "llvm", trials=500, log="tuning_logs/model.jsonl")
         aus.tune_graph(graph, "cuda", trials=500, log="tuning_logs/model.jsonl", precision="fp16")
     """
-    from autosched.graph.choose import choose as choose_in_model
-    from autosched.graph.choose import describe_choices, runs_here
-    from autosched.search.measure import Measurer
+    from autosched.graph.choose import choose_after_tuning, describe_choices
     from autosched.search.tune import default_log, tune
 
     tasks, weights = extract_tasks(graph, target, precision)
     log = log if log is not None else default_log(tasks)
     best = tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
-    runner = kwargs.get("runner", kwargs.get("measurer"))
-    if choose and runs_here(target) and (runner in (None, "local")
-                                         or isinstance(runner, Measurer)):
-        choices = choose_in_model(graph, target, log, precision)
+    if choose:
+        choices = choose_after_tuning(graph, target, log, precision,
+                                      kwargs.get("runner", kwargs.get("measurer")))
         if choices and getattr(kwargs.get("options"), "verbose", False):
             print(describe_choices(choices), flush=True)
     return best

@@ -18,7 +18,8 @@ import numpy as np
 # A Conv node attribute the graph passes add (never an ONNX one): "IHWO" when the pass
 # autosched.graph.passes.pack_conv_weights stored its constant weight output channels last.
 KERNEL_LAYOUT = "autosched.kernel_layout"
-# A RecurrentCell attribute: "kn" when its R is stored transposed, (H, G*H) (passes.pack_recurrent_weights).
+# A RecurrentCell attribute: "kn" when its R is stored transposed, (H, G*H)
+# (passes.pack_gemm_weights).
 R_LAYOUT = "autosched.r_layout"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.

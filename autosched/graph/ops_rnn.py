@@ -261,7 +261,7 @@ def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
     """One step of an expanded RNN / GRU / LSTM (inputs: the step's x W^T + Wb, h, c, R, Rb,
     P; attributes as expand_recurrent writes them). Without R, the first input holds h R^T
     too (a quantized LSTM computes it with an integer matmul). Attribute R_LAYOUT "kn": R is
-    stored transposed (passes.pack_recurrent_weights)."""
+    stored transposed (passes.pack_gemm_weights)."""
     a = node.attrs
     acts = [rnn.activation(name, alpha, beta) for name, alpha, beta in a["acts"]]
     cell = rnn.Cell(str(a["kind"]), int(a["hidden_size"]), acts,

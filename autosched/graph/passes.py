@@ -209,9 +209,9 @@ def _packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) 
     if max(strides) > 1 or w.shape[1] < 16:
         return True
     columns = out_shape[3] if out_shape is not None and len(out_shape) == 4 else None
-    if tuple(w.shape[2:]) != (1, 1):  # larger kernels: only over rows shorter than a vector
-        return isinstance(columns, int) and columns < PACK_1X1_BELOW_COLUMNS
-    return not isinstance(columns, int) or columns < PACK_1X1_BELOW_COLUMNS
+    if not isinstance(columns, int):  # rows of unknown length: 1x1 kernels pack, larger not
+        return tuple(w.shape[2:]) == (1, 1)
+    return columns < PACK_1X1_BELOW_COLUMNS
 
 
 def pack_conv_weights(graph: Graph) -> Graph:

@@ -650,8 +650,9 @@ class RecordLog:
     def best(self, workload_key: str, target: Target | dict, k: int = 1, strict: bool = False
              ) -> list[MeasureRecord]:
         """The ``k`` fastest successful records of ``workload_key`` on a target of the same key
-        (``records_for``), after the schedule chosen in a model (``in_model_choice``); when there are none, those of the same vector ISA with another thread
-        count (a line says so once per log and target). ``strict``: the whole fingerprint.
+        (``records_for``), after the schedule chosen in a model (``in_model_choice``); when
+        there are none, those of the same vector ISA with another thread count (a line says so
+        once per log and target). ``strict``: the whole fingerprint.
         Records measured under an emulator rank only when there are no others: checked on
         the target but untimed there, and emulated times do not rank schedules
         (docs/REMOTE.md), so the untuned default's record comes first (what compiling without
