@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched.graph.executor import call_times, random_inputs
+from autosched.graph.executor import random_inputs
 from autosched.graph.graph import Graph
 from autosched.targets.target import Target, parse
 from autosched.te.dtype import DEFAULT_PRECISION
@@ -81,13 +81,31 @@ def describe_choices(choices: list[Choice]) -> str:
 
 def choose_after_tuning(graph: Graph, target: str | Target, log: str | os.PathLike,
                         precision: str, runner: Any) -> list[Choice]:
-    """``choose`` at the end of a model's tuning, when the model runs here: a host target
-    whose candidates this machine measured (``runner`` None, "local" or a Measurer); else
-    nothing."""
+    """``choose`` at the end of a model's tuning, when the model runs here: a target of this
+    machine (the host CPU or its GPU) whose candidates it measured (``runner`` None, "local"
+    or a Measurer); else nothing."""
     from autosched.search.measure import Measurer
 
     local = runner in (None, "local") or isinstance(runner, Measurer)
-    return choose(graph, target, log, precision) if local and parse(target).is_host else []
+    return choose(graph, target, log, precision) if local and runs_here(parse(target)) else []
+
+
+def runs_here(tgt: Target) -> bool:
+    """Whether a model compiled for ``tgt`` runs on this machine's own hardware: the host
+    CPU, or a GPU that is here (not the CUDA C emulated on the host, whose times say
+    nothing)."""
+    if tgt.is_host:
+        return True
+    if tgt.kind != "cuda" or tgt.option("emulate"):
+        return False
+    from autosched.errors import RuntimeError_
+    from autosched.targets.cuda import runtime
+
+    try:
+        runtime.context()
+    except RuntimeError_:
+        return False
+    return True
 
 
 def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
@@ -101,7 +119,7 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     from autosched.search.record import RecordLog
 
     tgt = parse(target)
-    if not tgt.is_host:
+    if not runs_here(tgt):
         raise ValueError(f"choosing schedules in the model runs the model here; {tgt} is not "
                          "this machine")
     with warnings.catch_warnings():
@@ -117,17 +135,13 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     if all(len(c) < 2 for c in cands.values()):
         return []
     if repeat is None:
-        with model.bound(inputs) as calls:
-            once = float(np.sum(call_times(calls, 1)))
+        once = float(np.sum(model.kernel_seconds(inputs, 1)))
         repeat = int(np.clip(ROUND_S / max(once, 1e-9), 3, MAX_REPEAT))
     variants = max(len(c) for c in cands.values())
 
-    def modules(pick: dict[str, int]) -> list[Any]:
-        return [cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels]
-
     def seconds_per_kernel(pick: dict[str, int]) -> np.ndarray:
-        with model.bound(inputs, modules(pick)) as calls:
-            return call_times(calls, repeat)
+        return model.kernel_seconds(inputs, repeat, [
+            cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels])
 
     keys = list(cands)
     for _ in range(rounds):

@@ -385,9 +385,16 @@ class CompiledModel:
         """(task name, median seconds) per kernel in execution order, each timed in place
         while the whole model runs ``repeat`` times (after a warm-up): caches and DRAM traffic
         as in a real run, so the times add up to about ``time()``."""
-        with self.bound(inputs) as calls:
-            med = call_times(calls, repeat)
+        med = self.kernel_seconds(inputs, repeat)
         return [(k.task.name, float(t)) for k, t in zip(self.kernels, med)]
+
+    def kernel_seconds(self, inputs: dict[str, Any], repeat: int = 20,
+                       modules: Sequence[Any] | None = None) -> np.ndarray:
+        """Median seconds of each kernel in execution order, timed in place while the whole
+        model runs ``repeat`` times after a warm-up run. ``modules``: other modules of the
+        same tasks in kernel order (other schedules), to time them in this model."""
+        with self.bound(inputs, modules) as calls:
+            return call_times(calls, repeat)
 
     @contextmanager
     def bound(self, inputs: dict[str, Any], modules: Sequence[Any] | None = None

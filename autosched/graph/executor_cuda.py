@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -90,15 +90,80 @@ class CudaModel:
         self._status = status
         words = {id(k): status.address(n) for n, k in enumerate(self._checked)} if status else {}
         # launches prepared once, each with the name of its task
-        self._launches: list[tuple[Launch, str]] = []
         self._keep: list[Any] = []
-        for k in kernels:
-            launches = k.module.launches(*(self.device[a] for a in k.args),
-                                         status=words.get(id(k)))
-            self._keep.append(launches.keep)
-            self._launches += [(launch, k.task.name) for launch in launches.calls]
+        self._launches = [(launch, k.task.name)
+                          for k, calls in zip(kernels, self._bind(None, words, self._keep))
+                          for launch in calls]
         self._graph: graphs.Graph | None = None  # recorded at the first run
         self.graph_failure: str | None = None  # why runs launch one by one
+
+    def _bind(self, modules: Sequence[Any] | None, words: dict[int, int], keep: list[Any]
+              ) -> list[list[Launch]]:
+        """The launches of each kernel (``modules``: other modules of the same tasks, in
+        kernel order) bound to the device buffers and status words; what they need alive goes
+        to ``keep``."""
+        mods = [k.module for k in self.kernels] if modules is None else list(modules)
+        if len(mods) != len(self.kernels):
+            raise ValueError(f"{len(mods)} modules for {len(self.kernels)} kernels")
+        out = []
+        for k, m in zip(self.kernels, mods):
+            launches = m.launches(*(self.device[a] for a in k.args), status=words.get(id(k)))
+            keep.append(launches.keep)
+            out.append(list(launches.calls))
+        return out
+
+    def kernel_seconds(self, inputs: dict[str, Any], repeat: int = 20,
+                       modules: Sequence[Any] | None = None) -> np.ndarray:
+        """Median seconds of each kernel in execution order, timed in place while the whole
+        model runs ``repeat`` times after a warm-up run, by CUDA events between the kernels.
+        The run with its events is recorded as one CUDA graph, so the times are the GPU's
+        alone, without the gaps of launching from Python (as a model's replayed run); where
+        recording fails, the kernels launch one by one. ``modules``: other modules of the same
+        tasks in kernel order (other schedules), to time them in this model."""
+        with self._exclusive():
+            self._copy_in(inputs)
+            drv = self.drv
+            status = StatusWords(len(self.kernels)) if any(
+                m.checks for m in (modules or [k.module for k in self.kernels])) else None
+            words = ({id(k): status.address(n) for n, k in enumerate(self.kernels)}
+                     if status is not None else {})
+            keep: list[Any] = []
+            per_kernel = self._bind(modules, words, keep)
+            events = [drv.Event() for _ in range(len(per_kernel) + 1)]
+
+            def enqueue(stream: Any) -> None:
+                events[0].record(stream)
+                for calls, event in zip(per_kernel, events[1:]):
+                    for launch in calls:
+                        launch.enqueue(stream)
+                    event.record(stream)
+
+            graph = None
+            if self.graph_failure is None:
+                try:
+                    graph = graphs.record(drv, enqueue, getattr(drv, "graphs", None))
+                except (RuntimeError_, drv.Error):
+                    graph = None
+            if status is not None:
+                status.clear()
+            runs = []
+            try:
+                for r in range(repeat + 1):
+                    if graph is not None:
+                        graph.launch()
+                    else:
+                        enqueue(None)
+                    events[-1].synchronize()
+                    if r:
+                        runs.append([a.time_till(b) / 1e3 for a, b in zip(events, events[1:])])
+            finally:
+                if graph is not None:
+                    graph.close()
+            if status is not None:
+                for k, word in zip(self.kernels, status.read()):
+                    if word:
+                        raise kernel_failure(k, int(word))
+            return np.median(np.array(runs), axis=0)
 
     def _clear_status(self) -> None:
         if self._status is not None:

@@ -16,9 +16,11 @@ import pytest
 
 import autosched as aus
 from autosched.graph import choose as choose_mod
+from autosched.graph import executor as executor_mod
 from autosched.graph.compiler import extract_tasks
 from autosched.search.record import MeasureRecord, RecordLog, ir_hash, ranked, target_fingerprint
 from autosched.search.space import SearchSpace
+from autosched.targets.target import parse
 from autosched.testing.models import Builder, ort_run
 from importers.onnx import from_onnx
 
@@ -90,7 +92,7 @@ def _fake_model_times(monkeypatch: pytest.MonkeyPatch, seconds: dict[tuple[str, 
         return np.array([getattr(c, "seconds", 1e-6) for c in calls])
 
     monkeypatch.setattr(choose_mod, "_candidates", candidates)
-    monkeypatch.setattr(choose_mod, "call_times", call_times)
+    monkeypatch.setattr(executor_mod, "call_times", call_times)
 
 
 def test_the_choice_follows_model_times_not_times_alone(
@@ -206,3 +208,17 @@ def test_choosing_refuses_a_model_that_cannot_run_here(tuned: tuple[Any, Any, Pa
     _, graph, log, _ = tuned
     with pytest.raises(ValueError, match="not this machine"):
         choose_mod.choose(graph, "llvm -mtriple=aarch64-linux-gnu", log)
+
+
+def test_only_targets_of_this_machine_choose_in_the_model() -> None:
+    assert choose_mod.runs_here(parse("llvm"))
+    assert not choose_mod.runs_here(parse("llvm -mtriple=aarch64-linux-gnu"))
+    assert not choose_mod.runs_here(parse("cuda -emulate=host"))  # CUDA C on the CPU
+    try:
+        from autosched.targets.cuda import runtime
+
+        runtime.context()
+        gpu = True
+    except Exception:  # noqa: BLE001  no pycuda, driver or GPU here
+        gpu = False
+    assert choose_mod.runs_here(parse("cuda")) == gpu

@@ -53,7 +53,10 @@ class _FakeGraphs:
         assert stream not in self.recording
         self.launches += 1
         for fn, grid, block, values in self.graphs[exec_]:
-            fn.run(grid, block, *values)
+            if block is None:  # an event recorded with the launches
+                fn.stamp()
+            else:
+                fn.run(grid, block, *values)
 
     def destroy_exec(self, exec_: int) -> None:
         del self.graphs[exec_]
@@ -72,6 +75,7 @@ class _FakeDriver:
         self.copies_in = self.copies_out = 0
         self.graphs = _FakeGraphs(graphs)
         self.direct_launches = 0
+        self.clock = 0.0  # seconds of fake kernel runs
         drv = self
 
         class Stream:
@@ -85,14 +89,25 @@ class _FakeDriver:
                 pass
 
         class Event:
-            def record(self) -> None:
-                pass
+            """Stamped with the driver's clock, which each kernel run advances."""
+
+            t = 0.0
+
+            def record(self, stream: object = None) -> None:
+                recording = drv.graphs.recording.get(getattr(stream, "handle", None))
+                if recording is not None:
+                    recording.append((self, None, None, None))
+                else:
+                    self.stamp()
+
+            def stamp(self) -> None:
+                self.t = drv.clock
 
             def synchronize(self) -> None:
                 pass
 
-            def time_till(self, other: object) -> float:
-                return 1.0
+            def time_till(self, other: Event) -> float:
+                return (other.t - self.t) * 1e3
 
         self.Context, self.Event, self.Stream = Context, Event, Stream
         self._drv = drv
@@ -125,10 +140,11 @@ class _FakeFn:
 
     def __init__(self, drv: _FakeDriver, host_module: object, task: object) -> None:
         self.drv, self.mod, self.task = drv, host_module, task
+        self.seconds = 1e-6  # what a run adds to the driver's clock
 
     def prepared_async_call(self, grid: tuple, block: tuple, stream: object, *ptrs: int
                             ) -> None:
-        recording = self.drv.graphs.recording.get(stream.handle)  # type: ignore[attr-defined]
+        recording = self.drv.graphs.recording.get(getattr(stream, "handle", None))
         if recording is None:
             self.prepared_call(grid, block, *ptrs)
         else:  # the values now: a graph keeps them
@@ -144,6 +160,7 @@ class _FakeFn:
             shape = [int(d) for d in t.shape]
             n = int(np.prod(shape)) * np.dtype(t.dtype).itemsize
             arrays.append(self.drv.memory[p][:n].view(t.dtype).reshape(shape))
+        self.drv.clock += self.seconds
         try:
             self.mod(*arrays)
         except KernelFailure as exc:
@@ -201,7 +218,7 @@ def test_cuda_model_keeps_intermediates_on_the_device(monkeypatch: pytest.Monkey
     assert (drv.copies_in - uploads, drv.copies_out) == (1, 1)
     np.testing.assert_allclose(out, cpu.run(x)[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
-    assert model.time(x, repeat=3) == pytest.approx(1e-3)
+    assert model.time(x, repeat=3) == pytest.approx(sum(k.module.fn.seconds for k in kernels))
     # the memory plan shares device buffers between values whose lifetimes do not overlap
     assert len(set(model.storage.values())) < len(model.storage)
     with pytest.raises(aus.ModelImportError, match="must be float32"):
@@ -239,6 +256,32 @@ def test_cuda_model_without_graphs_launches_each_kernel(monkeypatch: pytest.Monk
         np.testing.assert_allclose(model.run(x)[0], ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
     assert (drv.graphs.recorded, drv.direct_launches) == (0, 2 * len(model.kernels))
     assert "launched one by one (cuStreamBeginCapture_v2 failed" in model.summary()
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_kernel_seconds_times_each_kernel_in_place(monkeypatch: pytest.MonkeyPatch,
+                                                   graphs: bool) -> None:
+    """Each kernel's time between the events around it, over a replayed recording of the run
+    (or, where the driver cannot record, launched one by one); other modules of the same tasks
+    run in their place, and the model's own launches are untouched."""
+    rng = np.random.default_rng()
+    model, proto, cpu, drv = _fake_gpu_model(monkeypatch, rng, graphs=graphs)
+    n = len(model.kernels)
+    want = rng.uniform(1e-6, 1e-4, n)
+    for k, s in zip(model.kernels, want):
+        k.module.fn.seconds = s
+    x = {"x": rng.standard_normal((1, 3, 10, 9)).astype(np.float32)}
+    np.testing.assert_allclose(model.kernel_seconds(x, repeat=3), want, rtol=1e-9)
+    others = [_FakeModule(drv, k.module.fn.mod, k.task) for k in model.kernels]
+    for m in others:
+        m.fn.seconds = 7e-6
+    np.testing.assert_allclose(model.kernel_seconds(x, repeat=3, modules=others), 7e-6,
+                               rtol=1e-9)
+    with pytest.raises(ValueError, match="modules for"):
+        model.kernel_seconds(x, modules=others[1:])
+    assert drv.graphs.recorded == (2 if graphs else 0)
+    assert drv.direct_launches == (0 if graphs else 2 * 4 * n)
+    np.testing.assert_allclose(model.run(x)[0], ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.skipif(HOST_SKIP is not None, reason=str(HOST_SKIP))
