@@ -5,11 +5,15 @@ in tuning_logs/, and print how well it ranks workloads it was not trained on.
     python benchmarks/pretrain_cost_model.py -o /tmp/cm      # somewhere else
 
 The records' tasks come from the models the logs tuned (ResNet-18 and MobileNetV2 at 224,
-built by autosched.testing.models) and the operators of the two cost-model logs. Two held-out
-evaluations are printed before the shipped model is trained on everything:
+built by autosched.testing.models; the real models of tests/support/corpus.py, whose logs are
+in tuning_logs/corpus_*/, read from the corpus cache and fetched when missing) and the
+operators of the two cost-model logs. Three held-out evaluations are printed before the
+shipped model is trained on everything:
 
 * MobileNetV2 on the H200: no MobileNetV2 workload (depthwise convs, relu6 as Clip) is in
   training, on any target;
+* three real models (magika, rivagan_decoder, silero_vad_v6: 1-d convs, a transformer-like
+  text model, an LSTM) on this CPU kind: none of their workloads is in training;
 * a quarter of all workloads, picked by a hash of their key, on every target.
 
 Each table gives, per held-out (workload, target), Kendall's tau between predicted and measured
@@ -31,8 +35,21 @@ from autosched.cost_model.pretrain import PRETRAINED_DIR  # noqa: E402
 from autosched.search.training_data import build_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-LOGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tuning_logs").glob("*.jsonl*"))
-HELD_OUT_LOG = "tuning_logs/mobilenet_v2_cuda_h200.jsonl.gz"
+LOGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tuning_logs").glob("**/*.jsonl*"))
+HELD_OUT = ["tuning_logs/mobilenet_v2_cuda_h200.jsonl.gz",
+            [f"tuning_logs/corpus_llvm_znver4/{m}.llvm.jsonl.gz"
+             for m in ("magika", "rivagan_decoder", "silero_vad_v6")]]
+
+
+def corpus_graphs(logs: list[str]) -> list:
+    """The graphs of the corpus models that ``logs`` name (tuning_logs/corpus_*/NAME.*)."""
+    import autosched as aus
+    from tests.support import corpus
+
+    entries = corpus.load_manifest()
+    names = sorted({Path(p).name.split(".")[0] for p in logs if "/corpus_" in p})
+    return [aus.from_onnx(corpus.prepared_model(entries[n]), shapes=entries[n].shapes)
+            for n in names if n in entries]
 
 
 def main() -> None:
@@ -46,10 +63,10 @@ def main() -> None:
     from autosched.testing.models import mobilenet_v2, resnet18
 
     os.chdir(ROOT)  # the logs are named relative to the checkout
-    graphs = [aus.from_onnx(resnet18()), aus.from_onnx(mobilenet_v2())]
+    graphs = [aus.from_onnx(resnet18()), aus.from_onnx(mobilenet_v2()), *corpus_graphs(LOGS)]
     build_model(LOGS, args.output,
                 lambda target: [t for g in graphs for t in extract_tasks(g, target)[0]],
-                hold_out=[HELD_OUT_LOG], hold_out_share=args.hold_out_share,
+                hold_out=HELD_OUT, hold_out_share=args.hold_out_share,
                 rounds=args.rounds)
 
 

@@ -175,13 +175,13 @@ def _held_workloads(samples: Samples) -> Callable[[str], bool]:
 
 def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
                 tasks_for: Callable[[Target], Iterable[Task]] = lambda target: (), *,
-                hold_out: Sequence[str] = (), hold_out_share: float = 0.0,
+                hold_out: Sequence[str | Sequence[str]] = (), hold_out_share: float = 0.0,
                 rounds: int | None = None, report: Callable[[str], None] = print) -> Path:
     """Train a model on ``logs`` and write it with its manifest into ``output``; returns the
     manifest's path. The records' tasks: the named operators, and ``tasks_for(target)`` for
     each target the logs hold (the tasks of the models they tuned). Before, for each of
-    ``hold_out`` (logs) and ``hold_out_share``, print how a model trained without those
-    workloads ranks them."""
+    ``hold_out`` (a log, or several logs held out together) and ``hold_out_share``, print how
+    a model trained without those workloads ranks them."""
     from autosched.cost_model import pretrain
 
     t0 = time.perf_counter()
@@ -203,8 +203,13 @@ def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
            f"({time.perf_counter() - t0:.0f} s)")
     rounds = rounds or pretrain.DEFAULT_ROUNDS
     held_out: list[tuple[str, Callable[[str], bool]]] = []
-    for path in hold_out:
-        held_out.append((f"workloads of {Path(path).name}", _held_workloads(per_log[path])))
+    for paths in hold_out:
+        group = [str(paths)] if isinstance(paths, (str, os.PathLike)) else [str(p) for p in paths]
+        together = pretrain.Samples()
+        for path in group:
+            together.extend(per_log[path])
+        names = ", ".join(Path(path).name for path in group)
+        held_out.append((f"workloads of {names}", _held_workloads(together)))
     if hold_out_share > 0:
         held_out.append((f"{hold_out_share:.0%} of the workloads", _held_share(hold_out_share)))
     for what, held in held_out:
