@@ -122,48 +122,72 @@ class CudaModel:
         tasks in kernel order (other schedules), to time them in this model."""
         with self._exclusive():
             self._copy_in(inputs)
-            drv = self.drv
-            status = StatusWords(len(self.kernels)) if any(
-                m.checks for m in (modules or [k.module for k in self.kernels])) else None
+            mods = [k.module for k in self.kernels] if modules is None else list(modules)
+            status = StatusWords(len(mods)) if any(m.checks for m in mods) else None
             words = ({id(k): status.address(n) for n, k in enumerate(self.kernels)}
                      if status is not None else {})
             keep: list[Any] = []
             per_kernel = self._bind(modules, words, keep)
-            events = [drv.Event() for _ in range(len(per_kernel) + 1)]
-
-            def enqueue(stream: Any) -> None:
-                events[0].record(stream)
-                for calls, event in zip(per_kernel, events[1:]):
-                    for launch in calls:
-                        launch.enqueue(stream)
-                    event.record(stream)
-
-            graph = None
-            if self.graph_failure is None:
-                try:
-                    graph = graphs.record(drv, enqueue, getattr(drv, "graphs", None))
-                except (RuntimeError_, drv.Error):
-                    graph = None
             if status is not None:
                 status.clear()
-            runs = []
-            try:
-                for r in range(repeat + 1):
-                    if graph is not None:
-                        graph.launch()
-                    else:
-                        enqueue(None)
-                    events[-1].synchronize()
-                    if r:
-                        runs.append([a.time_till(b) / 1e3 for a, b in zip(events, events[1:])])
-            finally:
-                if graph is not None:
-                    graph.close()
+            runs = None
+            if self.graph_failure is None:
+                try:
+                    runs = self._timed_graph(per_kernel, repeat)
+                except (RuntimeError_, self.drv.Error):
+                    runs = None
+            if runs is None:
+                runs = self._timed_launches(per_kernel, repeat)
             if status is not None:
                 for k, word in zip(self.kernels, status.read()):
                     if word:
                         raise kernel_failure(k, int(word))
             return np.median(np.array(runs), axis=0)
+
+    def _timed_graph(self, per_kernel: list[list[Launch]], repeat: int) -> list[list[float]]:
+        """Seconds per kernel of ``repeat`` replays (after one) of a recording of the launches
+        with an event node after each kernel."""
+        api = getattr(self.drv, "graphs", None) or graphs.graph_driver()
+        events = [api.create_event() for _ in range(len(per_kernel) + 1)]
+        try:
+            def enqueue(stream: Any) -> None:
+                api.record_event(events[0], stream.handle)
+                for calls, event in zip(per_kernel, events[1:]):
+                    for launch in calls:
+                        launch.enqueue(stream)
+                    api.record_event(event, stream.handle)
+
+            graph = graphs.record(self.drv, enqueue, api)
+            try:
+                runs = []
+                for r in range(repeat + 1):
+                    graph.launch()
+                    api.synchronize_event(events[-1])
+                    if r:
+                        runs.append([api.elapsed(a, b) for a, b in zip(events, events[1:])])
+                return runs
+            finally:
+                graph.close()
+        finally:
+            for event in events:
+                api.destroy_event(event)
+
+    def _timed_launches(self, per_kernel: list[list[Launch]], repeat: int
+                        ) -> list[list[float]]:
+        """Seconds per kernel of ``repeat`` runs (after one), each kernel launched from here:
+        a kernel shorter than its launch also counts the gap before the next."""
+        events = [self.drv.Event() for _ in range(len(per_kernel) + 1)]
+        runs = []
+        for r in range(repeat + 1):
+            events[0].record()
+            for calls, event in zip(per_kernel, events[1:]):
+                for launch in calls:
+                    launch()
+                event.record()
+            events[-1].synchronize()
+            if r:
+                runs.append([a.time_till(b) / 1e3 for a, b in zip(events, events[1:])])
+        return runs
 
     def _clear_status(self) -> None:
         if self._status is not None:

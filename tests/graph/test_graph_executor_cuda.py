@@ -8,6 +8,7 @@ tests, and in this file's."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -26,8 +27,9 @@ class _FakeGraphs:
     """The driver's graph functions (targets/cuda/graphs.py's GraphDriver): a stream that
     records keeps its launches (arguments as they were queued), a graph launch makes them."""
 
-    def __init__(self, works: bool = True) -> None:
-        self.works = works
+    def __init__(self, clock: Callable[[], float], works: bool = True) -> None:
+        self.works, self.clock = works, clock
+        self.stamps: dict[int, float] = {}  # event: the clock when last recorded
         self.recording: dict[int, list] = {}
         self.graphs: dict[int, list] = {}
         self.ids = itertools.count(1)
@@ -54,12 +56,32 @@ class _FakeGraphs:
         self.launches += 1
         for fn, grid, block, values in self.graphs[exec_]:
             if block is None:  # an event recorded with the launches
-                fn.stamp()
+                self.stamps[fn] = self.clock()
             else:
                 fn.run(grid, block, *values)
 
     def destroy_exec(self, exec_: int) -> None:
         del self.graphs[exec_]
+
+    def create_event(self) -> int:
+        event = next(self.ids)
+        self.stamps[event] = 0.0
+        return event
+
+    def record_event(self, event: int, stream: int) -> None:
+        if stream in self.recording:
+            self.recording[stream].append((event, None, None, None))
+        else:
+            self.stamps[event] = self.clock()
+
+    def synchronize_event(self, event: int) -> None:
+        assert event in self.stamps
+
+    def elapsed(self, start: int, end: int) -> float:
+        return self.stamps[end] - self.stamps[start]
+
+    def destroy_event(self, event: int) -> None:
+        del self.stamps[event]
 
     def destroy_graph(self, graph: int) -> None:
         del self.graphs[graph]
@@ -73,7 +95,7 @@ class _FakeDriver:
         self.memory: dict[int, np.ndarray] = {}
         self.ids = itertools.count(4096, 4096)
         self.copies_in = self.copies_out = 0
-        self.graphs = _FakeGraphs(graphs)
+        self.graphs = _FakeGraphs(lambda: self.clock, graphs)
         self.direct_launches = 0
         self.clock = 0.0  # seconds of fake kernel runs
         drv = self
@@ -94,13 +116,7 @@ class _FakeDriver:
             t = 0.0
 
             def record(self, stream: object = None) -> None:
-                recording = drv.graphs.recording.get(getattr(stream, "handle", None))
-                if recording is not None:
-                    recording.append((self, None, None, None))
-                else:
-                    self.stamp()
-
-            def stamp(self) -> None:
+                assert stream is None  # on the legacy stream, never inside a recording
                 self.t = drv.clock
 
             def synchronize(self) -> None:

@@ -38,7 +38,13 @@ SIGNATURES = {  # symbol in libcuda.so.1: its argument types (CUDA 11.4)
     "cuGraphExecDestroy": (ctypes.c_void_p,),
     "cuGraphDestroy": (ctypes.c_void_p,),
     "cuGetErrorName": (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
+    "cuEventCreate": (ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint),
+    "cuEventRecordWithFlags": (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint),
+    "cuEventSynchronize": (ctypes.c_void_p,),
+    "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p),
+    "cuEventDestroy_v2": (ctypes.c_void_p,),
 }
+EVENT_RECORD_EXTERNAL = 1  # CU_EVENT_RECORD_EXTERNAL: recorded into a graph as an event node
 
 
 class GraphDriver:
@@ -81,6 +87,31 @@ class GraphDriver:
 
     def destroy_graph(self, graph: int) -> None:
         self._call("cuGraphDestroy", graph)
+
+    # events that a recording keeps (pycuda's are recorded without flags: inside a recording
+    # they only order streams, and waiting on them afterwards is an error)
+
+    def create_event(self) -> int:
+        event = ctypes.c_void_p()
+        self._call("cuEventCreate", ctypes.byref(event), 0)
+        return event.value or 0
+
+    def record_event(self, event: int, stream: int) -> None:
+        """Record ``event`` on ``stream``; while the stream records, as a node of the graph
+        whose every replay records it."""
+        self._call("cuEventRecordWithFlags", event, stream, EVENT_RECORD_EXTERNAL)
+
+    def synchronize_event(self, event: int) -> None:
+        self._call("cuEventSynchronize", event)
+
+    def elapsed(self, start: int, end: int) -> float:
+        """Seconds between two recorded events."""
+        ms = ctypes.c_float()
+        self._call("cuEventElapsedTime", ctypes.byref(ms), start, end)
+        return ms.value / 1e3
+
+    def destroy_event(self, event: int) -> None:
+        self._call("cuEventDestroy_v2", event)
 
 
 @functools.cache

@@ -375,7 +375,10 @@ class CudaMemory:
         context()  # RuntimeError_ with an install hint when pycuda or the GPU is missing
         import pycuda.gpuarray as gpuarray
 
-        return gpuarray.to_gpu(host_bits(arr)).view(arr.dtype)
+        bits = host_bits(arr)
+        d = gpuarray.to_gpu(bits)
+        # bfloat16 travels as its bits (pycuda's view() fails on a 0-d array: none needed)
+        return d if bits.dtype == arr.dtype else d.view(arr.dtype)
 
     def to_host(self, arg: Any) -> np.ndarray:
         if isinstance(arg, np.ndarray):
