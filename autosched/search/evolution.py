@@ -96,8 +96,8 @@ class EvolutionarySearch:
                    seeds: Sequence[Candidate] = ()) -> list[Lowered]:
         """Up to ``n`` unmeasured candidates: the best predicted, plus eps-greedy random ones."""
         cfg = self.cfg
-        # the untuned default joins the first population: a sane start before the model learns
-        starts = [s for s in seeds if self.space.knows(s)] + [self.space.default_candidate()]
+        # each sketch's default joins the first population: sane starts before the model learns
+        starts = [s for s in seeds if self.space.knows(s)] + self.space.sketch_defaults()
         if not getattr(model, "trained", True):
             # a model that has seen nothing scores at random: evolving under it only costs
             # lowerings, so a cold round measures the starts and plain random samples
@@ -119,7 +119,14 @@ class EvolutionarySearch:
         ranked = [p for _, p in sorted(best.values(), key=lambda t: -t[0])]
         n_rand = int(round(n * cfg.eps_greedy))
         n_unsure = int(round(n * cfg.eps_uncertain))
-        chosen = ranked[: max(n - n_rand - n_unsure, 0)]
+        chosen: list[Lowered] = []
+        sketches = len(self.space.sketches)
+        if sketches > 1:  # each sketch keeps a share: a model can rank one it has seen little of
+            share = max(1, n // (4 * sketches))  # (a tensor-core tile) blind
+            for idx in range(sketches):
+                _take(chosen, [p for p in ranked if p.candidate.sketch == idx],
+                      len(chosen) + share, measured)
+        _take(chosen, ranked, max(n - n_rand - n_unsure, 0), measured)
         _take(chosen, _least_sure(model, ranked), max(n - n_rand, 0), measured)
         _take(chosen, ranked, max(n - n_rand, 0), measured)  # a model that cannot say
         _take(chosen, self._sample_valid(n_rand * 3 + 3), n, measured)

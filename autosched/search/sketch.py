@@ -701,8 +701,10 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
         else:
             later.append(injective(name, sch0))
     sketches = [Sketch(tuple(rules + later))]
-    if tensor_core:  # a second sketch: the search picks, the SIMT one stays the default
-        sketches.append(Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later])))
+    if tensor_core:  # a second sketch: the search picks; the default where its tiles fill up
+        mma = Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later]))
+        first = all(TC.fills_tiles(sch0, name) for name in tensor_core)
+        sketches = [mma, *sketches] if first else [*sketches, mma]
     return sketches
 
 

@@ -62,9 +62,14 @@ class SearchSpace:
         return Candidate(idx, tuple(params.items()))
 
     def default_candidate(self) -> Candidate:
-        """The untuned default: each knob's preferred value (reasonable, not tuned)."""
-        knobs = self.sketches[0].knobs
-        return Candidate(0, tuple((k.name, k.default()) for k in knobs))
+        """The untuned default: each knob's preferred value (reasonable, not tuned) in the
+        first sketch."""
+        return self.sketch_defaults()[0]
+
+    def sketch_defaults(self) -> list[Candidate]:
+        """Each sketch's candidate of preferred knob values, in sketch order."""
+        return [Candidate(i, tuple((k.name, k.default()) for k in sk.knobs))
+                for i, sk in enumerate(self.sketches)]
 
     def default_schedule(self) -> Schedule:
         """The schedule of the default candidate; if that is illegal here (too many threads,

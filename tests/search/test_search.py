@@ -306,6 +306,48 @@ def test_cold_round_samples_and_a_trained_round_evolves():
     assert model.scored >= cfg.population * (cfg.generations + 1)  # it evolved under the model
 
 
+def test_every_sketch_gets_a_share_of_each_batch():
+    """A half matmul on the GPU has a SIMT and a tensor-core sketch: the first round measures
+    each sketch's default, and a model that scores one sketch far below the other still leaves
+    it a share of every batch."""
+    from autosched import te
+    from autosched.cost_model.features import extract_features
+    from autosched.cost_model.random_model import RandomModel
+    from autosched.search.evolution import EvolutionarySearch, EvolutionConfig
+    from autosched.te import ops
+
+    a = te.placeholder((64, 48), "float16", name="A")
+    b = te.placeholder((48, 80), "float16", name="B")
+    task = aus.Task(lambda: [a, b, ops.matmul(a, b, out_dtype="float32")], target="cuda",
+                    precision="fp16")
+    space = SearchSpace(task)
+    assert len(space.sketches) == 2
+    search = EvolutionarySearch(space, lambda f: extract_features(f, task.target),
+                                np.random.default_rng(0),
+                                EvolutionConfig(population=24, generations=1, elite=4,
+                                                eps_greedy=0.0, eps_uncertain=0.0))
+    cold = search.next_batch(8, RandomModel(0), set())
+    assert set(space.sketch_defaults()) <= {c.candidate for c in cold}
+
+    class Blind:
+        """Scores every candidate of ``low`` far below those of the other sketch."""
+
+        trained = True
+
+        def __init__(self, low: int) -> None:
+            self.low = low
+
+        def predict(self, feats):  # noqa: ANN001, ANN201
+            sketch = {id(c.features): c.candidate.sketch for c in search._cache.values() if c}
+            return np.array([-1e9 if sketch[id(f)] == self.low else 0.0 for f in feats])
+
+    measured = {c.ir_hash for c in cold}
+    for low in (0, 1):
+        batch = search.next_batch(8, Blind(low), measured)
+        assert len(batch) == 8 and {c.candidate.sketch for c in batch} == {0, 1}
+        assert sum(c.candidate.sketch == low for c in batch) == 1  # n / (4 x sketches)
+
+
 def test_register_tiles_fit_the_register_file():
     from autosched.search.sketch import accumulator_registers
     from autosched.search.space import Candidate

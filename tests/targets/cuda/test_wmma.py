@@ -306,6 +306,31 @@ def test_half_tasks_offer_tensor_cores_beside_the_simt_default() -> None:
     assert len(SearchSpace(Task(small[-1:], args=small, target=TARGET)).sketches) == 1
 
 
+@needs_nvrtc
+def test_large_half_matmuls_default_to_tensor_cores() -> None:
+    """From 128 output rows and columns the tensor-core tile is the untuned default (blocks
+    full: 4.4x the SIMT default at 4096^3 on an H100); the SIMT sketch stays for the search."""
+    args = _matmul(256, 128, 40, widen=True)
+    space = SearchSpace(Task(args[-1:], args=args, target=TARGET, precision="fp16"))
+    assert [[r.kind for r in s.rules if r.kind != "inline"] for s in space.sketches] == [
+        ["mma"], ["gpu_tile"]]
+    sch = space.default_schedule()
+    code = aus.build(sch, args, target=TARGET).get_source()
+    assert "nvcuda::wmma::mma_sync" in code
+    narrow = _matmul(256, 96, 40, widen=True)  # 96 columns: SIMT stays the default
+    space = SearchSpace(Task(narrow[-1:], args=narrow, target=TARGET, precision="fp16"))
+    assert space.sketches[0].rules[-1].kind == "gpu_tile"
+
+
+@needs_host
+def test_the_tensor_core_default_on_host_matches_numpy(rng) -> None:
+    args = _matmul(128, 144, 24, widen=True)
+    task = Task(args[-1:], args=args, target=EMULATE, precision="fp16")
+    a, b, c = _inputs(args, rng)
+    task.build(SearchSpace(task).default_schedule())(a, b, c)
+    _check(c, _reference(a, b), "float16")
+
+
 # -- on a GPU (skipped here; the same checks, run on the device) ---------------------------
 
 @pytest.mark.gpu
