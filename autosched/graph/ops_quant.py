@@ -87,13 +87,27 @@ def _operand(ctx: ConvertContext, x: Value, zp: Value | None, axis_from_end: int
     return quant.shift(t, z, t.ndim - axis_from_end if t.ndim else 0)
 
 
+# float32 holds every integer below 2**24 exactly: a sum of products of 8-bit differences
+# (each at most 255 in magnitude) that stays under it is exact in any order, FMAs included.
+EXACT_FLOAT_SUM = 2**24
+
+
+def _exact_in_float(shifted: np.ndarray) -> bool:
+    """Whether every partial sum of a convolution by ``shifted`` (OIHW, w - w_zero) of 8-bit
+    data minus its zero point stays an integer float32 holds exactly."""
+    taps = np.abs(shifted.astype("int64")).reshape(shifted.shape[0], -1).sum(axis=1)
+    return int(taps.max(initial=0)) * 255 < EXACT_FLOAT_SUM
+
+
 def _int_conv(node: Node, x: Tensor, w: Value, w_zero: Value | None, ctx: ConvertContext
               ) -> Tensor:
     """The convolution of int32 ``x`` (its zero point already subtracted) by ``w - w_zero``
-    (one zero point, or one per output channel). A constant weight and zero point are
-    subtracted ahead of time (int16 holds any difference of 8-bit values), so the inner loop
-    multiplies once per tap, and the weight is stored channels-last where a float Conv's
-    would be (passes._packing_pays)."""
+    (one zero point, or one per output channel), as int32. A constant weight and zero point
+    are subtracted ahead of time, and where no partial sum can leave float32's exact
+    integers (_exact_in_float) the convolution runs as a float one (one FMA per tap instead
+    of an integer multiply and add), its weight stored channels-last where a float Conv's
+    would be (passes._packing_pays); otherwise the shifted weight is int16 (it holds any
+    difference of 8-bit values)."""
     attrs = {k: v for k, v in node.attrs.items() if k in (
         "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
     as_conv = Node(node.name, "Conv", node.inputs[:2], node.outputs[:1], attrs)
@@ -103,14 +117,18 @@ def _int_conv(node: Node, x: Tensor, w: Value, w_zero: Value | None, ctx: Conver
         return conv(as_conv, x, wt, None, ctx)
     zw = 0 if w_zero is None else np.asarray(w_zero, "int16").reshape(-1, 1, 1, 1)
     shifted = (w.astype("int16") - zw).astype("int16")
-    y = conv(as_conv, x, quant.shift(ctx.const(shifted), None, 0), None, ctx)
+    if not _exact_in_float(shifted):
+        return conv(as_conv, x, quant.shift(ctx.const(shifted), None, 0), None, ctx)
+    xf = compute(x.shape, lambda *i: cast("float32", x[i]), name="T_float")
+    weight = shifted.astype("float32")
+    y = conv(as_conv, xf, ctx.const(weight), None, ctx)
     from autosched.graph.passes import _packing_pays  # passes imports the converters
 
-    if int(attrs.get("group", 1)) != 1 or not _packing_pays(as_conv, w, shape_of(y)):
-        return y
-    as_conv.attrs = {**attrs, KERNEL_LAYOUT: "IHWO"}
-    ihwo = np.ascontiguousarray(shifted.transpose(1, 2, 3, 0))
-    return conv(as_conv, x, quant.shift(ctx.const(ihwo), None, 0), None, ctx)
+    if int(attrs.get("group", 1)) == 1 and _packing_pays(as_conv, w, shape_of(y)):
+        as_conv.attrs = {**attrs, KERNEL_LAYOUT: "IHWO"}
+        ihwo = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
+        y = conv(as_conv, xf, ctx.const(ihwo), None, ctx)
+    return compute(y.shape, lambda *i: cast("int32", y[i]), name="T_exact_int")
 
 
 # Columns of a constant integer B are padded to a multiple of this (the int32 lanes of an

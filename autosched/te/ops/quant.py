@@ -32,6 +32,7 @@ from autosched.te.ops import args
 from autosched.te.ops.reduction import max as reduce_max
 from autosched.te.ops.reduction import min as reduce_min
 from autosched.te.ops.tags import BROADCAST
+from autosched.te.ops.transform import reshape
 from autosched.te.tensor import Tensor, compute, reduce_axis
 
 
@@ -140,7 +141,9 @@ def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     args.tensor(x, "dynamic_quantize")
     if x.dtype != "float32":
         raise TEError(f"dynamic_quantize: input {x.name} must be float32, got {x.dtype}")
-    lo, hi = reduce_min(x), reduce_max(x)
+    # over the flat tensor: one reduce loop, which the CPU default splits into vector partials
+    flat = reshape(x, (args.prod(args.static_shape(x, "dynamic_quantize")),))
+    lo, hi = reduce_min(flat), reduce_max(flat)
 
     def range_over_255() -> Expr:
         top, bottom = I.max(hi[()], 0.0), I.min(lo[()], 0.0)
