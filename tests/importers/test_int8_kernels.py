@@ -22,6 +22,7 @@ from autosched.te.ops import quant  # noqa: E402
 from autosched.te.tensor import PlaceholderOp  # noqa: E402
 from autosched.tir import ir as tir  # noqa: E402
 from autosched.tir.arith import simplify  # noqa: E402
+from autosched.tir.evaluate import eval_int  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 from tests.support.onnx_node import RNG, model, run_ort  # noqa: E402
 
@@ -224,6 +225,24 @@ def test_reshape_offset_simplifies_to_the_flat_index() -> None:
     buf = tir.Buffer("x", tuple(te.const(d) for d in (1, 64, 8, 20)), "float32")
     idx = (te.const(0), flat // 160, flat // 20 % 8, flat % 20)
     assert str(simplify(tir.flat_offset(buf, idx))) == str(simplify(flat))
+
+
+def test_flat_index_merges_keep_their_value() -> None:
+    """Sums of quotients and remainders the simplifier merges (one index split into up to
+    four axes, quotients of a shifted index) keep their value at random points, and the
+    offset of a split flat index is the index again."""
+    x, y = te.var("x"), te.var("y")
+    cases = [((x + 160) // 160 * 160 + x // 20 % 8 * 20 + x % 20, "x + 160"),
+             ((x + 160) // 160 * 8 + x // 20 % 8, None),
+             ((y * 320 + x) // 160 * 8 + (x + y * 320) // 20 % 8, None),
+             (x // 96 * 96 + x // 12 % 8 * 12 + x // 3 % 4 * 3 + x % 3, "x")]
+    for e, text in cases:
+        s = simplify(e)
+        if text is not None:
+            assert str(s) == text, s
+        for xv, yv in RNG.integers(-10**6, 10**6, (200, 2)):
+            env = {x.uid: int(xv), y.uid: int(yv)}
+            assert eval_int(s, env) == eval_int(e, env), (e, s, env)
 
 
 def test_dynamic_quantize_kernel_matches_numpy() -> None:

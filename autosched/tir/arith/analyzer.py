@@ -385,8 +385,8 @@ class Analyzer:
 
     def _merged(self, div: tuple[E.Expr, int], mod: tuple[E.Expr, int]) -> Lin | None:
         """What ``(y // C) * c + z % c`` is, for div (y, C) and mod (z, c), when it is one
-        term: y when C == c and y, z are congruent modulo c; z when z is ``w // d`` with
-        C == c*d and y, w congruent modulo C; else None."""
+        term: y when C == c and y, z are congruent modulo c; y // d when z is ``w // d``
+        with C == c*d and y, w congruent modulo C; else None."""
         (y_e, big), (z, c) = div, mod
         inner = z
         if big != c:
@@ -398,7 +398,7 @@ class Analyzer:
         diff = y.add(self.lin(inner), -1)
         if diff.const % big or any(v % big for v in diff.terms.values()):
             return None
-        return y if big == c else self.lin(z)
+        return y if big == c else self._floordiv(y, big // c)
 
     def _remainder(self, lin: Lin) -> Lin:
         """``k*y - (y // c) * (k*c)`` is ``(y % c) * k``: a remainder written out by hand."""
