@@ -354,34 +354,35 @@ class Analyzer:
     def _merge_divmod(self, lin: Lin) -> Lin:
         """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
         modulo c: the pattern of a fused loop index split back into its axes. With ``z`` a
-        quotient ``w // d``, ``(y // (c*d)) * (k*c) + (w // d % c) * k`` is ``(w // d) * k``
+        quotient ``w // d``, ``(y // (c*d)) * (k*c) + (w // d % c) * k`` is ``(y // d) * k``
         when y and w are congruent modulo c*d: the row-major offset of a flat index split
         into three or more axes (a reshape) merges one axis at a time back into the index."""
         out = lin
-        merged = True
-        while merged:
-            merged = False
-            for mkey, k in list(out.terms.items()):
-                mod = _by_const(mkey.e, Op.FLOORMOD)
-                if mod is None:
+        for _ in range(len(lin.terms)):  # each merge takes two terms: a bound, not a guess
+            merged = self._merge_one(out)
+            if merged is None:
+                break
+            out = merged
+        return out
+
+    def _merge_one(self, lin: Lin) -> Lin | None:
+        """A copy of ``lin`` with one quotient term and one remainder term merged, or None."""
+        for mkey, k in lin.terms.items():
+            mod = _by_const(mkey.e, Op.FLOORMOD)
+            if mod is None:
+                continue
+            for dkey, kd in lin.terms.items():
+                div = _by_const(dkey.e, Op.FLOORDIV)
+                if div is None or kd != k * mod[1]:
                     continue
-                for dkey, kd in list(out.terms.items()):
-                    div = _by_const(dkey.e, Op.FLOORDIV)
-                    if kd != k * mod[1] or div is None:
-                        continue
-                    merge = self._merged(div, mod)
-                    if merge is None:
-                        continue
-                    if out is lin:
-                        out = lin.copy()
+                merge = self._merged(div, mod)
+                if merge is not None:
+                    out = lin.copy()
                     del out.terms[dkey]
                     del out.terms[mkey]
                     out.iadd(merge, k)
-                    merged = True
-                    break
-                if merged:
-                    break
-        return out
+                    return out
+        return None
 
     def _merged(self, div: tuple[E.Expr, int], mod: tuple[E.Expr, int]) -> Lin | None:
         """What ``(y // C) * c + z % c`` is, for div (y, C) and mod (z, c), when it is one
