@@ -358,7 +358,7 @@ class Analyzer:
         when y and w are congruent modulo c*d: the row-major offset of a flat index split
         into three or more axes (a reshape) merges one axis at a time back into the index."""
         out = lin
-        for _ in range(len(lin.terms)):  # each merge takes two terms: a bound, not a guess
+        for _ in range(len(lin.terms)):  # at most one merge per term: it ends for certain
             merged = self._merge_one(out)
             if merged is None:
                 break
