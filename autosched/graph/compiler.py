@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -68,7 +69,7 @@ class Kernel:
         return len(self.task.args) - len(self.task.outputs)
 
 
-def group_task(graph: Graph, group: Group, target: Target, index: int = 0,
+def group_task(graph: Graph, group: Group, target: Target,
                precision: str = DEFAULT_PRECISION) -> GroupTask:
     """The TE computation of a group, as a Task whose args are the group's runtime inputs
     (weights included, in the order the DAG reads them) and then its outputs. Under a half
@@ -109,8 +110,8 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0,
     by_id = {id(a): n for n, a in graph.constants.items()}
     for ph, arr in ctx.constants.items():
         src = by_id.get(id(arr))
-        if src is None:  # an array the converter computed (say beta * C): a model constant
-            src = f"{group.name}#{index}:{ph.name}"
+        if src is None:  # an array the converter computed (say beta * C): a model constant,
+            src = derived_name(arr)  # one per content, so groups that derive it alike share it
             derived[src] = arr
         name_of[ph.op.uid] = src
     outs_t: list[Tensor] = []
@@ -133,6 +134,14 @@ def group_task(graph: Graph, group: Group, target: Target, index: int = 0,
     task = Task(lambda: args, target=target, name=group.name, precision=precision)
     names = [name_of[p.op.uid] for p in phs] + list(group.outputs)
     return GroupTask(group, task, names, {k: v for k, v in derived.items() if k in names})
+
+
+def derived_name(arr: np.ndarray) -> str:
+    """The model constant name of an array a converter computed, from its content: the steps
+    of a recurrent layer derive the same array from their shared weight, once each."""
+    h = hashlib.blake2b(f"{arr.dtype}{arr.shape}".encode(), digest_size=12)
+    h.update(np.ascontiguousarray(arr).data)
+    return f"derived:{h.hexdigest()}"
 
 
 class _Widen:
@@ -204,7 +213,7 @@ def group_tasks(graph: Graph, target: Target, precision: str = DEFAULT_PRECISION
                 ) -> list[GroupTask]:
     """One GroupTask per kernel of the optimized graph, in execution order."""
     g = prepare(graph, target, precision)
-    return [group_task(g, grp, target, k, precision) for k, grp in kernel_groups(g)[0]]
+    return [group_task(g, grp, target, precision) for _, grp in kernel_groups(g)[0]]
 
 
 def extract_tasks(graph: Graph, target: str | Target = "llvm",
@@ -335,8 +344,8 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
         model = starting_model()
     constants = dict(g.constants)
     groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
-    for k, grp in groups:
-        gt = group_task(g, grp, tgt, k, precision)
+    for _, grp in groups:
+        gt = group_task(g, grp, tgt, precision)
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:

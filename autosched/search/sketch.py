@@ -473,7 +473,7 @@ def reduce_layout(op: ComputeOp) -> str:
     through it contiguously (a softmax, a global pool over NCHW), "column" when its innermost
     data axis does and the reduce axis strides (a sum over the rows of a matrix), else ""."""
     reads = [r for r in _reads(op) if r.indices]
-    if not reads or not op.axis:
+    if not reads:
         return ""
 
     def size(r: E.TensorRead) -> int:
@@ -483,7 +483,7 @@ def reduce_layout(op: ComputeOp) -> str:
     main = max(reads, key=size)
     if _stride(main, op.reduce_axis[-1].var.uid) == 1:
         return "row"
-    if _static_extent(op.axis[-1]) > 1 and _stride(main, op.axis[-1].var.uid) == 1:
+    if op.axis and _static_extent(op.axis[-1]) > 1 and _stride(main, op.axis[-1].var.uid) == 1:
         return "column"
     return ""
 

@@ -26,12 +26,14 @@ import numpy as np
 from autosched.errors import TEError
 from autosched.te import dtype as dt
 from autosched.te import intrin as I
+from autosched.te import reduce as R
 from autosched.te.expr import Expr, cast
 from autosched.te.ops import args
 from autosched.te.ops.reduction import max as reduce_max
 from autosched.te.ops.reduction import min as reduce_min
 from autosched.te.ops.tags import BROADCAST
-from autosched.te.tensor import Tensor, compute
+from autosched.te.ops.transform import reshape
+from autosched.te.tensor import Tensor, compute, reduce_axis
 
 
 def param(p: Tensor, index: Sequence[Expr], axis: int, block: int = 0) -> Expr:
@@ -139,7 +141,9 @@ def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     args.tensor(x, "dynamic_quantize")
     if x.dtype != "float32":
         raise TEError(f"dynamic_quantize: input {x.name} must be float32, got {x.dtype}")
-    lo, hi = reduce_min(x), reduce_max(x)
+    # over the flat tensor: one reduce loop, which the CPU default splits into vector partials
+    flat = reshape(x, (args.prod(args.static_shape(x, "dynamic_quantize")),))
+    lo, hi = reduce_min(flat), reduce_max(flat)
 
     def range_over_255() -> Expr:
         top, bottom = I.max(hi[()], 0.0), I.min(lo[()], 0.0)
@@ -149,3 +153,41 @@ def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     zp = compute((), lambda: saturate(I.round(0.0 - I.min(lo[()], 0.0) / scale[()]), "uint8"),
                  name="T_dq_zero_point", tag=BROADCAST)
     return quantize(x, scale, zp, 0, 0, "uint8"), scale, zp
+
+
+def folded_matmul(a: Tensor, b: Tensor, columns: int, a_zero: Tensor | None,
+                  b_zero: Tensor | None, column_term: Tensor | None) -> Tensor:
+    """sum_k (a - a_zero)(b - b_zero) as int32, for a (..., M, K) and a 2-d b (K, N') whose
+    first ``columns`` columns are the operand (the rest pad the rows of b to whole vectors;
+    they are computed and never stored). The zero points come out of the sum:
+
+        sum_k (a - za)(b - zb) = sum_k a b - zb sum_k a + za (K zb - sum_k b)
+
+    so the inner loop multiplies the widened integers themselves (no subtraction per product),
+    and only the row sums of a are computed beside it. ``a_zero``: one value or one per row
+    (M); ``b_zero``: one value or one per column; ``column_term`` (N', int32): K zb - sum_k b,
+    computed ahead of time for a constant b (None when a has no zero point)."""
+    for t in (a, b):
+        if not dt.is_int(t.dtype) or dt.nbytes(t.dtype) > 2:
+            raise TEError(f"folded_matmul: {t.name} must hold 8- or 16-bit integers, got "
+                          f"{t.dtype}")
+    from autosched.te.ops.matmul import matmul
+
+    prod = matmul(shift(a, None, 0), shift(b, None, 0))
+    k_ext = args.static_shape(a, "folded_matmul")[-1]
+    row_sum = None
+    if b_zero is not None:
+        k = reduce_axis((0, k_ext), name="k")
+        row_sum = compute(a.shape[:-1], lambda *i: R.sum(cast("int32", a[(*i, k)]), axis=k),
+                          name="T_row_sum")
+    shape = (*prod.shape[:-1], columns)
+
+    def body(*i: Expr) -> Expr:
+        v: Expr = prod[i]
+        if row_sum is not None and b_zero is not None:
+            v = v - cast("int32", param(b_zero, i, len(i) - 1)) * row_sum[i[:-1]]
+        if a_zero is not None and column_term is not None:
+            v = v + cast("int32", param(a_zero, i, len(i) - 2)) * column_term[i[-1]]
+        return v
+
+    return compute(shape, body, name="T_int_matmul", tag=BROADCAST)

@@ -353,30 +353,53 @@ class Analyzer:
 
     def _merge_divmod(self, lin: Lin) -> Lin:
         """``(y // c) * (k*c) + (z % c) * k`` is ``y * k`` when ``y`` and ``z`` are congruent
-        modulo c: the pattern of a fused loop index split back into its axes."""
-        mods = [(key, k, mod) for key, k in lin.terms.items()
-                if (mod := _by_const(key.e, Op.FLOORMOD)) is not None]
-        if not mods:
-            return lin
+        modulo c: the pattern of a fused loop index split back into its axes. With ``z`` a
+        quotient ``w // d``, ``(y // (c*d)) * (k*c) + (w // d % c) * k`` is ``(y // d) * k``
+        when y and w are congruent modulo c*d: the row-major offset of a flat index split
+        into three or more axes (a reshape) merges one axis at a time back into the index."""
         out = lin
-        for mkey, k, (z, c) in mods:
-            for dkey, kd in list(out.terms.items()):
-                div = _by_const(dkey.e, Op.FLOORDIV)
-                if kd != k * c or div is None:
-                    continue
-                if div[1] != c or out.terms.get(mkey) != k:
-                    continue
-                y = self.lin(div[0])
-                diff = y.add(self.lin(z), -1)
-                if diff.const % c or any(v % c for v in diff.terms.values()):
-                    continue
-                if out is lin:
-                    out = lin.copy()
-                del out.terms[dkey]
-                del out.terms[mkey]
-                out.iadd(y, k)
+        for _ in range(len(lin.terms)):  # at most one merge per term: it ends for certain
+            merged = self._merge_one(out)
+            if merged is None:
                 break
+            out = merged
         return out
+
+    def _merge_one(self, lin: Lin) -> Lin | None:
+        """A copy of ``lin`` with one quotient term and one remainder term merged, or None."""
+        for mkey, k in lin.terms.items():
+            mod = _by_const(mkey.e, Op.FLOORMOD)
+            if mod is None:
+                continue
+            for dkey, kd in lin.terms.items():
+                div = _by_const(dkey.e, Op.FLOORDIV)
+                if div is None or kd != k * mod[1]:
+                    continue
+                merge = self._merged(div, mod)
+                if merge is not None:
+                    out = lin.copy()
+                    del out.terms[dkey]
+                    del out.terms[mkey]
+                    out.iadd(merge, k)
+                    return out
+        return None
+
+    def _merged(self, div: tuple[E.Expr, int], mod: tuple[E.Expr, int]) -> Lin | None:
+        """What ``(y // C) * c + z % c`` is, for div (y, C) and mod (z, c), when it is one
+        term: y when C == c and y, z are congruent modulo c; y // d when z is ``w // d``
+        with C == c*d and y, w congruent modulo C; else None."""
+        (y_e, big), (z, c) = div, mod
+        inner = z
+        if big != c:
+            quot = _by_const(z, Op.FLOORDIV)
+            if quot is None or quot[1] * c != big:
+                return None
+            inner = quot[0]
+        y = self.lin(y_e)
+        diff = y.add(self.lin(inner), -1)
+        if diff.const % big or any(v % big for v in diff.terms.values()):
+            return None
+        return y if big == c else self._floordiv(y, big // c)
 
     def _remainder(self, lin: Lin) -> Lin:
         """``k*y - (y // c) * (k*c)`` is ``(y % c) * k``: a remainder written out by hand."""
