@@ -445,12 +445,19 @@ def _serial_default(sch: Schedule) -> bool:
     whole kernel, not each stage: once one stage forks, the workers are awake and a small
     stage beside it gains from them (MobileNetV2's small pads run serially before their
     parallel convolutions made those kernels 8% slower)."""
+    return estimated_us(sch) < SERIAL_US
+
+
+def estimated_us(sch: Schedule) -> float:
+    """Microseconds of the kernel of ``sch`` on one CPU core, estimated from the flops and
+    bytes of its stages (each stage the sketch does not inline, with what it inlines) at
+    FLOPS_PER_US and BYTES_PER_US: a rough size, to order kernels, not to predict them."""
     us = 0.0
     for st in sch.stages:
         if isinstance(st.op, ComputeOp) and (st.compute_op.reduce_axis or st.is_output):
             flops, nbytes = stage_work(sch, st.name)
             us += flops / FLOPS_PER_US + nbytes / BYTES_PER_US
-    return us < SERIAL_US
+    return us
 
 
 def _parallel_depth(outer_extents: list[int], tasks: int = PARALLEL_TASKS) -> int:

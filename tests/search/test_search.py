@@ -205,6 +205,21 @@ def test_task_scheduler_revisits_the_task_holding_most_latency_per_trial():
     assert all(p is not stem for i, p in enumerate(picks) if (i + 1) % REVISIT)
 
 
+def test_warm_up_goes_to_the_largest_tasks_first():
+    """A budget below one warm-up round of every task is spent where the model's time is:
+    tasks warm up by weight x estimated size, not in model order."""
+    small, big, mid = (_task("gemm", [n, n, n], "llvm") for n in (8, 96, 40))
+    tuners = [type("Tuner", (), {"task": t})() for t in (small, big, mid)]
+    sched = TaskScheduler(tuners)
+    order = []
+    for _ in tuners:
+        order.append(sched.next_task())
+        sched.update(order[-1])
+    assert [t.task for t in order] == [big, mid, small]
+    heavy = TaskScheduler(tuners, weights=[1e6, 1.0, 1.0])  # the small one occurs 10^6 times
+    assert heavy.next_task().task is small
+
+
 def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
     # a model tuned in several calls (a resumed job) must not give every call's first trials
     # to the first tasks again: tasks with records have had their warm-up
