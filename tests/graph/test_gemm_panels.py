@@ -95,23 +95,22 @@ def test_register_tiles_that_cross_a_panel_are_refused(rng: np.random.Generator)
     assert all(64 % c == 0 for c in drawn)
 
 
-def _gemm_model(rng: np.random.Generator, m: int, k: int, n: int, trans_b: int) -> object:
-    b = _f32(rng, n, k) if trans_b else _f32(rng, k, n)
-    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=trans_b)
-    return model([node], {"a": _f32(rng, m, k)}, {"b": b, "c": _f32(rng, n)}, ["y"])
-
-
-@pytest.mark.parametrize("m,k,n", [(20, 67, 8210), (1, 131, 1000), (3, 29, 75)])
+@pytest.mark.parametrize("m,k,n,trans_a", [(20, 67, 8210, 0), (1, 131, 1000, 0), (3, 29, 75, 1)])
 @pytest.mark.parametrize("trans_b", [0, 1])
-def test_onnx_gemm_over_panels_matches_onnxruntime(m: int, k: int, n: int, trans_b: int,
-                                                   rng: np.random.Generator) -> None:
-    proto = _gemm_model(rng, m, k, n, trans_b)
-    graph = from_onnx(proto, {"a": (m, k)})
+def test_onnx_gemm_over_panels_matches_onnxruntime(m: int, k: int, n: int, trans_a: int,
+                                                   trans_b: int, rng: np.random.Generator
+                                                   ) -> None:
+    a_shape = (k, m) if trans_a else (m, k)
+    b = _f32(rng, n, k) if trans_b else _f32(rng, k, n)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, transB=trans_b,
+                            alpha=0.75)
+    proto = model([node], {"a": _f32(rng, *a_shape)}, {"b": b, "c": _f32(rng, n)}, ["y"])
+    graph = from_onnx(proto, {"a": a_shape})
     (gemm,) = prepare(graph, parse("llvm")).nodes
     assert gemm.attrs[B_PANELS] == n and int(gemm.attrs.get("transB", 0)) == 0
     (gpu,) = prepare(graph, parse("cuda")).nodes  # GPUs keep B as it is
     assert B_PANELS not in gpu.attrs and int(gpu.attrs.get("transB", 0)) == trans_b
-    feeds = {"a": _f32(rng, m, k)}
+    feeds = {"a": _f32(rng, *a_shape)}
     (got,) = aus.compile(graph, target="llvm").run(feeds)
     np.testing.assert_allclose(got, run_ort(proto, feeds)[0], rtol=1e-4, atol=1e-4 * k)
 
