@@ -1,7 +1,7 @@
 """CPU benchmark: hand-scheduled GEMM and conv2d through the LLVM backend against numpy, and
 the model compiler's untuned Gemm over a constant weight against onnxruntime.
 
-    .venv/bin/python benchmarks/cpu_gemm.py [--quick] [--weights-only]
+    .venv/bin/python benchmarks/cpu_gemm.py [--quick] [--weights-only] [--layouts]
 
 GEMM 1024^3 float32, scheduled in the style of the classic TVM CPU GEMM tutorial: B packed into
 column panels (array packing), C computed in 8x32 register tiles (blocking, loop permutation,
@@ -20,6 +20,9 @@ Weight Gemms (WEIGHT_GEMMS: ddddocr's 20 x 1024 x 8210 classifier, MobileNetV2's
 which compiles to the kernel the weight got before panels (a (K, N) matrix), and onnxruntime
 running the constant-weight model (its own prepacked weight). Each side is one whole run of
 its model, alternating; milliseconds of the median round and of the best.
+
+--layouts: the untuned default schedule of matmul + bias over a (K, N) weight against the same
+over panels (te.ops.panel_matmul), kernels alone, for LAYOUT_SHAPES (where panels pay).
 """
 
 from __future__ import annotations
@@ -200,6 +203,41 @@ def weight_gemm_row(rng: np.random.Generator, target: str, min_ms: float, repeat
     return f"Gemm {m}x{k}x{n} + bias, weight (N, K)", 2.0 * m * n * k, got
 
 
+LAYOUT_SHAPES = ((20, 1024, 8210), (1, 1280, 1000), (1, 2048, 1000), (20, 512, 2048),
+                 (128, 768, 768), (128, 768, 3072), (64, 256, 256), (256, 1024, 1024),
+                 (1, 1024, 4096), (1, 1024, 64), (8, 64, 100))
+
+
+def layout_row(rng: np.random.Generator, target: str, min_ms: float, repeat: int, rounds: int,
+               m: int, k: int, n: int) -> tuple:
+    """matmul + bias, untuned, with the weight (K, N) and as panels: kernels alone."""
+    from autosched.graph.passes import as_panels, panel_columns
+    from autosched.search.space import SearchSpace
+    from autosched.targets.target import parse
+    from autosched.te import ops
+
+    a, b, bias = (rng.uniform(-1, 1, s).astype("float32") for s in ((m, k), (k, n), (n,)))
+    width = panel_columns(n, parse(target).vector_bits // 32)
+    if width is None:
+        raise SystemExit(f"{n} columns take no panels")
+    bp = as_panels(b, width)
+    timers = {}
+    for side, weight in (("(K, N)", b), ("panels", bp)):
+        A, B, C = (te.placeholder(v.shape, name=x) for v, x in ((a, "A"), (weight, "B"),
+                                                                 (bias, "C")))
+        product = ops.panel_matmul(A, B, n) if side == "panels" else ops.matmul(A, B)
+        y = ops.add(product, C)
+        args = [A, B, C, y]
+        sch = SearchSpace(aus.Task(y, args=args, target=target)).default_schedule()
+        mod = aus.build(sch, args, target=target)
+        out = np.empty((m, n), "float32")
+        mod(a, weight, bias, out)
+        np.testing.assert_allclose(out, a @ b + bias, rtol=1e-3, atol=1e-3)
+        timers[side] = module_timer(mod, a, weight, bias, out, min_ms=min_ms, repeat=repeat)
+    return f"{m}x{k}x{n}, panels of {width}", 2.0 * m * n * k, baseline.alternate(timers,
+                                                                                  rounds)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter timing runs")
@@ -207,6 +245,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="our threads")
     ap.add_argument("--weights-only", action="store_true",
                     help="only the weight Gemms against onnxruntime")
+    ap.add_argument("--layouts", action="store_true",
+                    help="only (K, N) against panel weights, untuned kernels alone")
     opts = ap.parse_args()
     min_ms, repeat = (50, 3) if opts.quick else (200, 5)
     threads = opts.threads
@@ -215,6 +255,17 @@ def main() -> None:
     print(f"# autosched {threads} threads, OMP_WAIT_POLICY {baseline.omp_wait_policy()}; "
           f"peer {baseline.numpy_peer()}", flush=True)
     rng = np.random.default_rng()
+    if opts.layouts:
+        layouts = [layout_row(rng, target, min_ms, repeat, opts.rounds, *shape)
+                   for shape in LAYOUT_SHAPES]
+        print(f"# {opts.rounds} alternating rounds; load average {baseline.load()} at the end")
+        print(f"| {'matmul + bias, untuned, us median':34} | weight (K, N) | panels | speed-up |")
+        print(f"|{'-' * 36}|--------------:|-------:|---------:|")
+        for name, _, got in layouts:
+            plain, panels = got["(K, N)"].median, got["panels"].median
+            print(f"| {name:34} | {plain * 1e6:13.1f} | {panels * 1e6:6.1f} | "
+                  f"{plain / panels:8.2f} |")
+        return
     rows = [] if opts.weights_only else [
         make(rng, target, min_ms, repeat, opts.rounds) for make in (gemm_row, conv_row)]
     weights = [weight_gemm_row(rng, target, min_ms, repeat, opts.rounds, *shape)
