@@ -141,7 +141,10 @@ def panel_matmul(a: Tensor, panels: Tensor, n: int, transpose_a: bool = False) -
     every column of the last, ragged panel. So the sums ``T_matmul`` (tag ``matmul``, attrs
     ``{"panel": P}``, which the CPU tile rule keeps its vectors inside of) cover all the
     panels' columns, and when n is fewer a stage ``T_matmul_columns`` keeps the first n: the
-    padding is summed but never stored.
+    padding is summed but never stored. Fused into its reader, the last tile's store is the
+    only guarded statement (a masked vector store on CPUs); the multiply-adds run unguarded
+    over whole vectors, where a guard inside them kept a 32-column tile over the ragged
+    (K, N) weight from staying in registers (19.8 ms against 9.0 for ddddocr's Gemm).
 
     Example::
 
