@@ -272,8 +272,9 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
     MatMul whose A is at least 2-d is stored as column panels instead (as_panels, width
     panel_columns; node attribute B_PANELS, its columns): each step of k reads P contiguous
     columns where a (K, N) row moves N * 4 bytes on, and the register tiles cover the last
-    panel whole (ddddocr's 20 x 1024 x 8210 Gemm: a 10-column tile at 3.96 ms, 64-column
-    tiles over panels at 1.81 ms)."""
+    panel whole (ddddocr's 20 x 1024 x 8210 Gemm, untuned: 10-column tiles over (K, N) 3.90
+    ms, 64-column tiles over panels 1.93 ms, onnxruntime 2.11 ms; panels were never slower on
+    eleven shapes: benchmarks/cpu_gemm.py --weights-only, --layouts)."""
     g = _copy(graph)
     packed: dict[tuple[str, int], str] = {}
 
