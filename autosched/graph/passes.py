@@ -276,16 +276,17 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
     ms, 64-column tiles over panels 1.93 ms, onnxruntime 2.11 ms; panels were never slower on
     eleven shapes: benchmarks/cpu_gemm.py --weights-only, --layouts)."""
     g = _copy(graph)
-    packed: dict[tuple[str, int], str] = {}
+    packed: dict[tuple[str, bool, int | None], str] = {}
 
-    def stored(value: str, layout: int) -> str:
-        """``value`` transposed (layout 0), or as panels of ``layout`` columns."""
-        name = packed.get((value, layout))
+    def stored(value: str, transpose: bool, width: int | None) -> str:
+        """Constant ``value`` (transposed first with ``transpose``) in panels of ``width``
+        columns, or as a plain matrix."""
+        name = packed.get((value, transpose, width))
         if name is None:
-            name = f"{value}.panels{layout}" if layout else f"{value}.kn"
-            arr = g.constants[value]
-            arr = as_panels(arr, layout) if layout else np.asarray(arr.T, order="C")
-            packed[(value, layout)] = name
+            arr = g.constants[value].T if transpose else g.constants[value]
+            arr = as_panels(arr, width) if width else np.asarray(arr, order="C")
+            name = value + ".kn" * transpose + (f".panels{width}" if width else "")
+            packed[(value, transpose, width)] = name
             g.constants[name] = arr
             g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
         return name
@@ -295,25 +296,20 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
             n.inputs[k]].ndim == 2
 
     for n in g.nodes:
-        if n.op_type == "RecurrentCell":
-            if R_LAYOUT not in n.attrs and constant_matrix(n, 3):
-                n.inputs = [*n.inputs[:3], stored(n.inputs[3], 0), *n.inputs[4:]]
-                n.attrs = {**n.attrs, R_LAYOUT: "kn"}
-            continue
+        if n.op_type == "RecurrentCell" and R_LAYOUT not in n.attrs and constant_matrix(n, 3):
+            n.inputs = [*n.inputs[:3], stored(n.inputs[3], True, None), *n.inputs[4:]]
+            n.attrs = {**n.attrs, R_LAYOUT: "kn"}
         if n.op_type not in ("Gemm", "MatMul") or B_PANELS in n.attrs or not constant_matrix(
                 n, 1):
             continue
-        b = n.inputs[1]
-        if n.op_type == "Gemm" and int(n.attrs.get("transB", 0)):
-            b = stored(b, 0)
-            n.inputs = [n.inputs[0], b, *n.inputs[2:]]
-            n.attrs = {**n.attrs, "transB": 0}
+        transpose = n.op_type == "Gemm" and bool(int(n.attrs.get("transB", 0)))
+        columns = g.constants[n.inputs[1]].shape[0 if transpose else 1]
         a = g.values.get(n.inputs[0])
-        columns = g.constants[b].shape[1]
-        p = panel_columns(columns, lanes) if lanes else None
-        if p is not None and a is not None and len(a.shape) >= 2:
-            n.inputs = [n.inputs[0], stored(b, p), *n.inputs[2:]]
-            n.attrs = {**n.attrs, B_PANELS: columns}
+        width = panel_columns(columns, lanes) if lanes and a and len(a.shape) >= 2 else None
+        if transpose or width:
+            n.inputs = [n.inputs[0], stored(n.inputs[1], transpose, width), *n.inputs[2:]]
+            n.attrs = {**n.attrs, **({"transB": 0} if transpose else {}),
+                       **({B_PANELS: columns} if width else {})}
     return eliminate_dead(g)
 
 
