@@ -127,3 +127,21 @@ def test_onnx_matmul_of_a_3d_input_over_panels_matches_onnxruntime(
     feeds = {"x": _f32(rng, 6, 1, 45)}
     (got,) = aus.compile(graph, target="llvm").run(feeds)
     np.testing.assert_allclose(got, run_ort(proto, feeds)[0], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 70, 1000), (9, 31, 8210)])
+def test_panel_matmul_as_the_output_stores_only_its_columns(m: int, k: int, n: int,
+                                                          rng: np.random.Generator) -> None:
+    """No reader after the sums: the column stage is the output the tile is fused into, and
+    the buffer past column n (here one larger array's tail) is never written."""
+    a, b = _f32(rng, m, k), _f32(rng, k, n)
+    bp = as_panels(b, 64)
+    A, B = te.placeholder(a.shape, name="A"), te.placeholder(bp.shape, name="B")
+    y = ops.panel_matmul(A, B, n)
+    assert y.op.name == "T_matmul_columns"
+    sch = SearchSpace(aus.Task(y, args=[A, B, y], target="llvm")).default_schedule()
+    backing = np.full(m * n + 64, np.nan, np.float32)
+    got = backing[:m * n].reshape(m, n)
+    aus.build(sch, [A, B, y], target="llvm")(a, bp, got)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * k)
+    assert np.isnan(backing[m * n:]).all()
