@@ -203,9 +203,12 @@ def weight_gemm_row(rng: np.random.Generator, target: str, min_ms: float, repeat
     return f"Gemm {m}x{k}x{n} + bias, weight (N, K)", 2.0 * m * n * k, got
 
 
-LAYOUT_SHAPES = ((20, 1024, 8210), (1, 1280, 1000), (1, 2048, 1000), (20, 512, 2048),
-                 (128, 768, 768), (128, 768, 3072), (64, 256, 256), (256, 1024, 1024),
-                 (1, 1024, 4096), (1, 1024, 64), (8, 64, 100))
+# the corpus's weight products first (ddddocr_ocr's Gemm and LSTM input projection,
+# MobileNetV2's Gemm, magika's two MatMuls, silero_vad_ifless's Gemm), then other sizes
+LAYOUT_SHAPES = ((20, 1024, 8210), (20, 512, 2048), (1, 1280, 1000), (2048, 257, 64),
+                 (1, 512, 214), (1, 128, 512), (1, 2048, 1000), (128, 768, 768),
+                 (128, 768, 3072), (64, 256, 256), (256, 1024, 1024), (1, 1024, 4096),
+                 (1, 1024, 64), (8, 64, 100))
 
 
 def layout_row(rng: np.random.Generator, target: str, min_ms: float, repeat: int, rounds: int,
