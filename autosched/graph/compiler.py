@@ -174,8 +174,8 @@ def prepare(graph: Graph, target: Target | None = None,
             precision: str = DEFAULT_PRECISION) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
     target, stride-1 3x3 convolutions split into Winograd steps, the other conv weights
-    packed output channels last and Gemm weights (K, N)); last, the storage of ``precision``
-    (graph/precision.py)."""
+    packed output channels last and Gemm / MatMul weights as column panels); last, the
+    storage of ``precision`` (graph/precision.py)."""
     from autosched.graph.passes import (
         optimize,
         pack_conv_weights,
@@ -185,7 +185,8 @@ def prepare(graph: Graph, target: Target | None = None,
 
     g = optimize(graph)
     if target is not None and target.device != "gpu":
-        g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)))
+        lanes = max(target.vector_bits // 32, 1)
+        g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
     return apply_precision(g, precision)
 
 

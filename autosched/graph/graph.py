@@ -21,6 +21,9 @@ KERNEL_LAYOUT = "autosched.kernel_layout"
 # A RecurrentCell attribute: "kn" when its R is stored transposed, (H, G*H)
 # (passes.pack_gemm_weights).
 R_LAYOUT = "autosched.r_layout"
+# A Gemm / MatMul attribute: n, the columns of its constant B, when passes.pack_gemm_weights
+# stored B as column panels, (ceil(n / P), K, P), zero past column n (te.ops.panel_matmul).
+B_PANELS = "autosched.b_panels"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.
 INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "RuntimeFill", "RuntimeRange"})

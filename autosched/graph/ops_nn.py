@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from autosched import te
-from autosched.graph.graph import KERNEL_LAYOUT, Node
+from autosched.graph.graph import B_PANELS, KERNEL_LAYOUT, Node
 from autosched.graph.ops import (
     ConvertContext,
     Value,
@@ -222,9 +222,13 @@ def _gemm(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Valu
     beta = float(node.attrs.get("beta", 1.0))
     ta, tb = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
     a, b = tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1)
-    if a.ndim != 2 or b.ndim != 2:
+    panels = B_PANELS in node.attrs  # B as column panels (passes.pack_gemm_weights)
+    if a.ndim != 2 or b.ndim != 2 + panels:
         raise fail(node, f"A {a.shape} and B {b.shape} must be 2-d")
-    y = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    if panels:
+        y = ops.panel_matmul(a, b, int(node.attrs[B_PANELS]), transpose_a=ta)
+    else:
+        y = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
     if alpha != 1.0:
         y = ops.multiply(y, alpha)
     c = optional(ins, 2)
@@ -243,6 +247,8 @@ def _matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Va
     a, b = required(node, ins, 0), required(node, ins, 1)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return [np.matmul(a, b)]
+    if B_PANELS in node.attrs:  # B as column panels (passes.pack_gemm_weights)
+        return [ops.panel_matmul(ctx.const(a), ctx.const(b), int(node.attrs[B_PANELS]))]
     return [ops.matmul(ctx.const(a), ctx.const(b))]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from autosched.graph.evaluate import run_node
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
-from autosched.graph.graph import KERNEL_LAYOUT, R_LAYOUT, Graph, Node, ValueInfo
+from autosched.graph.graph import B_PANELS, KERNEL_LAYOUT, R_LAYOUT, Graph, Node, ValueInfo
 
 
 def _copy(g: Graph) -> Graph:
@@ -240,20 +240,53 @@ def pack_conv_weights(graph: Graph) -> Graph:
     return eliminate_dead(g)
 
 
-def pack_gemm_weights(graph: Graph) -> Graph:
+def panel_columns(n: int, lanes: int) -> int | None:
+    """The panel width P a constant B with ``n`` columns is packed in for vectors of
+    ``lanes``: the widest of 4, 2 and 1 vectors (4 is the widest register tile of the CPU
+    tile rule) whose zero padding, up to a multiple of P, adds at most an eighth (ddddocr's
+    8,210 columns: 64, padded to 8,256; MobileNetV2's 1,000: 64, padded to 1,024); None for
+    fewer than ``lanes`` columns."""
+    for p in (4 * lanes, 2 * lanes, lanes):
+        if n >= lanes and -(-n // p) * p - n <= n // 8:
+            return p
+    return None
+
+
+def as_panels(b: np.ndarray, p: int) -> np.ndarray:
+    """A (K, N) matrix as column panels (ceil(N / p), K, p), zero past column N."""
+    k, n = b.shape
+    count = -(-n // p)
+    padded = np.zeros((k, count * p), b.dtype)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, count, p).transpose(1, 0, 2))
+
+
+def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
     """Each Gemm whose B is a constant read transposed (transB=1: an (N, K) weight, as
     torch's Linear exports it) reads it stored (K, N) instead, so the N axis that the CPU
     tile vectorizes is contiguous (a row of B^T is a gather across the lanes). So does each
     RecurrentCell's constant R (G*H, H): an LSTM step's h R^T is such a product (ddddocr's
-    2048 x 512 R took 2.3 ms a step read (N, K), gathers across the lanes)."""
-    g = _copy(graph)
-    packed: dict[str, str] = {}
+    2048 x 512 R took 2.3 ms a step read (N, K), gathers across the lanes).
 
-    def transposed(value: str) -> str:
-        name = packed.get(value)
+    With ``lanes`` (the CPU's vector length in floats), a constant 2-d B of a Gemm or of a
+    MatMul whose A is at least 2-d is stored as column panels instead (as_panels, width
+    panel_columns; node attribute B_PANELS, its columns): each step of k reads P contiguous
+    columns where a (K, N) row moves N * 4 bytes on, and the register tiles cover the last
+    panel whole (ddddocr's 20 x 1024 x 8210 Gemm, untuned: 10-column tiles over (K, N) 3.90
+    ms, 64-column tiles over panels 1.93 ms, onnxruntime 2.11 ms; panels were never slower on
+    eleven shapes: benchmarks/cpu_gemm.py --weights-only, --layouts)."""
+    g = _copy(graph)
+    packed: dict[tuple[str, bool, int | None], str] = {}
+
+    def stored(value: str, transpose: bool, width: int | None) -> str:
+        """Constant ``value`` (transposed first with ``transpose``) in panels of ``width``
+        columns, or as a plain matrix."""
+        name = packed.get((value, transpose, width))
         if name is None:
-            name = packed[value] = f"{value}.kn"
-            arr = np.asarray(g.constants[value].T, order="C")
+            arr = g.constants[value].T if transpose else g.constants[value]
+            arr = as_panels(arr, width) if width else np.asarray(arr, order="C")
+            name = value + ".kn" * transpose + (f".panels{width}" if width else "")
+            packed[(value, transpose, width)] = name
             g.constants[name] = arr
             g.values[name] = ValueInfo(name, arr.shape, str(arr.dtype))
         return name
@@ -263,13 +296,20 @@ def pack_gemm_weights(graph: Graph) -> Graph:
             n.inputs[k]].ndim == 2
 
     for n in g.nodes:
-        if n.op_type == "Gemm" and int(n.attrs.get("transB", 0)) and constant_matrix(n, 1):
-            n.inputs = [n.inputs[0], transposed(n.inputs[1]), *n.inputs[2:]]
-            n.attrs = {**n.attrs, "transB": 0}
-        elif (n.op_type == "RecurrentCell" and R_LAYOUT not in n.attrs
-              and constant_matrix(n, 3)):
-            n.inputs = [*n.inputs[:3], transposed(n.inputs[3]), *n.inputs[4:]]
+        if n.op_type == "RecurrentCell" and R_LAYOUT not in n.attrs and constant_matrix(n, 3):
+            n.inputs = [*n.inputs[:3], stored(n.inputs[3], True, None), *n.inputs[4:]]
             n.attrs = {**n.attrs, R_LAYOUT: "kn"}
+        if n.op_type not in ("Gemm", "MatMul") or B_PANELS in n.attrs or not constant_matrix(
+                n, 1):
+            continue
+        transpose = n.op_type == "Gemm" and bool(int(n.attrs.get("transB", 0)))
+        columns = g.constants[n.inputs[1]].shape[0 if transpose else 1]
+        a = g.values.get(n.inputs[0])
+        width = panel_columns(columns, lanes) if lanes and a and len(a.shape) >= 2 else None
+        if transpose or width:
+            n.inputs = [n.inputs[0], stored(n.inputs[1], transpose, width), *n.inputs[2:]]
+            n.attrs = {**n.attrs, **({"transB": 0} if transpose else {}),
+                       **({B_PANELS: columns} if width else {})}
     return eliminate_dead(g)
 
 

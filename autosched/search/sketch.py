@@ -217,7 +217,8 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     (at most ``budget`` vectors of ``lanes``, the last axis vectorized) that does the most
     useful multiply-adds per vector or broadcast load, counted from which axes each read of
     the body depends on. A 3x3 convolution over 56 columns gets 4 channels x 56 columns; one
-    over 7 columns, 2 channels x 7 rows x 7 columns; a matmul 4 rows x 64 columns."""
+    over 7 columns, 2 channels x 7 rows x 7 columns; a matmul 4 rows x 64 columns. Over
+    column panels (panel_width) the columns divide the panel."""
     ext = [_static_extent(a) for a in op.axis]
     n = len(ext)
     if n == 0:
@@ -254,13 +255,22 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
         if key > best[0]:
             best = (key, list(tile))
 
+    panel = panel_width(op)
     for last in divisors(ext[n - 1]):
         vec = -(-last // lanes)
-        if last <= 4 * lanes and vec <= budget:
+        if last <= 4 * lanes and vec <= budget and (panel is None or panel % last == 0):
             tile = [1] * n
             tile[n - 1] = last
             visit(0, tile, vec)
     return best[1]
+
+
+def panel_width(op: ComputeOp) -> int | None:
+    """P when ``op`` reads its right operand as column panels of P (te.ops.panel_matmul):
+    its last axis then steps through one panel's P contiguous columns, and a vector that
+    crossed into the next panel would load lane by lane."""
+    width = dict(op.attrs).get("panel")
+    return width if isinstance(width, int) and width > 0 else None
 
 
 def _stride(read: E.TensorRead, uid: int) -> int | None:
@@ -321,12 +331,16 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=2),
     ]
 
+    panel = panel_width(op)
+
     def check(p: Params) -> str | None:
         inner = [p[k.name][2] for k in data]
         acc = accumulator_registers(inner, lanes)
         if acc > registers:
             return (f"{name}: register tile {inner} needs {acc} accumulator registers; the "
                     f"target has {registers}")
+        if panel is not None and panel % inner[-1]:
+            return f"{name}: register tile {inner} crosses the {panel}-column panels"
         return None
 
     def apply(sch: Schedule, p: Params) -> None:

@@ -85,7 +85,7 @@ from autosched.te.ops.elemwise import (
     tanh,
     unary,
 )
-from autosched.te.ops.matmul import batch_matmul, dense, matmul
+from autosched.te.ops.matmul import batch_matmul, dense, matmul, panel_matmul
 from autosched.te.ops.norm import (
     batch_norm_inference,
     instance_norm,
@@ -129,9 +129,9 @@ __all__ = [
     "hard_swish", "identity", "instance_norm", "layer_norm", "leaky_relu", "less", "less_equal",
     "log", "log1p", "log2", "log_softmax", "logical_and", "logical_not", "logical_or",
     "logical_xor", "matmul", "max", "max_pool2d", "maximum", "mean", "min", "minimum", "mod",
-    "multiply", "neg", "negative", "not_equal", "pad", "power", "prelu", "prod", "reciprocal",
-    "relu", "reshape", "resize2d", "round", "rsqrt", "selu", "sigmoid", "sign", "sin",
-    "softmax", "softplus", "softsign", "split", "sqrt", "square", "squeeze", "strided_slice",
+    "multiply", "neg", "negative", "not_equal", "pad", "panel_matmul", "power", "prelu", "prod",
+    "reciprocal", "relu", "reshape", "resize2d", "round", "rsqrt", "selu", "sigmoid", "sign",
+    "sin", "softmax", "softplus", "softsign", "split", "sqrt", "square", "squeeze", "strided_slice",
     "sub", "subtract", "sum", "tags", "take", "tanh", "transpose", "unary", "where",
     "winograd_input", "winograd_matrices", "winograd_output", "winograd_weight",
 ]
