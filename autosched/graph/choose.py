@@ -87,7 +87,26 @@ def choose_after_tuning(graph: Graph, target: str | Target, log: str | os.PathLi
     from autosched.search.measure import Measurer
 
     local = runner in (None, "local") or isinstance(runner, Measurer)
-    return choose(graph, target, log, precision) if local and runs_here(parse(target)) else []
+    if not (local and runs_here(parse(target))) or chosen_since_last_trial(
+            graph, target, log, precision):
+        return []
+    return choose(graph, target, log, precision)
+
+
+def chosen_since_last_trial(graph: Graph, target: str | Target, log: str | os.PathLike,
+                            precision: str = DEFAULT_PRECISION) -> bool:
+    """Whether the log's latest choice for the model's workloads is newer than every trial
+    of them (a tuning run that measured nothing new, its budget spent, chooses nothing again:
+    one choosing covers every workload of the model)."""
+    from autosched.graph.compiler import extract_tasks
+    from autosched.search.record import RecordLog
+
+    tgt = parse(target)
+    records = RecordLog(log)
+    tasks, _ = extract_tasks(graph, tgt, precision)
+    trials = [r.timestamp for t in tasks for r in records.records_for(t.workload_key, tgt)]
+    choices = [r.timestamp for t in tasks for r in records.choices_for(t.workload_key, tgt)]
+    return bool(choices) and max(choices) >= max(trials, default=0.0)
 
 
 def runs_here(tgt: Target) -> bool:

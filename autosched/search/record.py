@@ -639,6 +639,12 @@ class RecordLog:
         self._say_applied(applied, want)
         return [r for _, r in applied]
 
+    def choices_for(self, workload_key: str, target: Target | dict) -> list[MeasureRecord]:
+        """The schedules chosen in a model (``MeasureRecord.in_model``) for one workload on a
+        target of the same key, oldest first."""
+        return [r for m, r in self._matching(workload_key, target_keys(target), False)
+                if m in (EXACT, COMPATIBLE) and r.in_model]
+
     def related_records(self, workload_key: str, target: Target | dict, strict: bool = False
                         ) -> list[MeasureRecord]:
         """The measurements of one workload on related targets: the same family (another

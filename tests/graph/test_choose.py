@@ -201,6 +201,16 @@ def test_tune_graph_chooses_in_the_model(tmp_path: Path, rng: np.random.Generato
     x = {"x": rng.standard_normal((1, 3, 10, 12)).astype(np.float32)}
     (y,) = aus.compile(graph, "llvm", log=log).run(x)
     np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+    # the budget spent, a rerun measures nothing and chooses nothing again
+    assert choose_mod.chosen_since_last_trial(graph, "llvm", log)
+    aus.tune_graph(graph, "llvm", total_trials=len(recs) - len(chosen), log=log,
+                   min_repeat_ms=2.0, repeat=2)
+    assert len(RecordLog(log).load()) == len(recs)
+    # one more trial (a resumed job with a larger budget): chosen again
+    aus.tune_graph(graph, "llvm", total_trials=len(recs) - len(chosen) + 1, log=log,
+                   min_repeat_ms=2.0, repeat=2)
+    again = RecordLog(log).load()
+    assert len([r for r in again if r.in_model]) > len(chosen)
 
 
 def test_choosing_refuses_a_model_that_cannot_run_here(tuned: tuple[Any, Any, Path, list[Any]]
