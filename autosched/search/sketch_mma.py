@@ -50,6 +50,7 @@ from autosched.tir.tensor_intrin import (
 
 WARP = 32
 PAD_BYTES = 16  # the padding of a shared tile's rows (the pad knob)
+VECTOR_BYTES = 16  # the widest copy a thread makes (one uint4)
 TILE = 16  # the m and n of the fragments (k: the intrinsic's)
 STORE = "wmma_store_16x16"
 
@@ -212,9 +213,9 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     acc.reorder(*abatch, ko, kc, fi, fj, ti, tj, tk)
     _unroll(acc, [kc, fi, fj])
     acc.tensorize(ti, intrin)
-    for cache in caches:
+    for cache, op in zip(caches, operands):
         cache.compute_at(acc, ko)
-        _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+        _copy_tile(cache, copy_lanes(op.tensor), warps[0] * warps[1])
     if pad:
         for st in [*caches, staging]:
             _pad_rows(st)
@@ -228,6 +229,29 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.reorder(*fbatch, fr, fk, first, second)
         _unroll(frag, [fr, fk])
         frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def copy_lanes(tensor: Tensor) -> int:
+    """Elements per thread and copy of an operand tile: 16 bytes' worth when the tensor's
+    rows (its last dimension) are a multiple of that, so every copy is 16-byte aligned; else
+    the most (8 or 4 bytes, one element) that divides them. Tile rows are multiples of 16
+    elements, which every choice divides."""
+    row = tensor.shape[-1]
+    lanes = VECTOR_BYTES // dt.nbytes(tensor.dtype)
+    while lanes > 1 and (not isinstance(row, int) or row % lanes):
+        lanes //= 2
+    return lanes
+
+
+def _copy_tile(st: Stage, lanes: int, warps: int) -> None:
+    """The global -> shared copy of an operand tile by every thread of the block, ``lanes``
+    consecutive elements of a row each (one vector load and store)."""
+    *outer, last = st.compute_op.axis
+    if lanes > 1:
+        last, lane = st.split(last, factor=lanes)
+        st.vectorize(lane)
+    rest = _bind_block_threads(st, [*outer, last], warps)
+    st.unroll(rest)  # all loads of a thread issued before their stores wait on them
 
 
 def _pad_rows(st: Stage) -> None:
@@ -244,14 +268,15 @@ def _unroll(st: Stage, axes: list[E.IterVar]) -> None:
         st.unroll(ax)
 
 
-def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
+def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> E.IterVar:
     """Spread ``axes`` (fused) over the block: 32 lanes on threadIdx.x, ``warps`` warps on
-    threadIdx.y, the rest a serial loop around them."""
+    threadIdx.y; returns the serial loop around them."""
     f = st.fuse(*axes) if len(axes) > 1 else axes[0]
     rest, lane = st.split(f, factor=WARP)
-    _, warp = st.split(rest, factor=warps)
+    outer, warp = st.split(rest, factor=warps)
     st.bind(warp, _thread("threadIdx.y"))
     st.bind(lane, _thread("threadIdx.x"))
+    return outer
 
 
 def offers_mma(sch0: Schedule, name: str, precision: str) -> bool:

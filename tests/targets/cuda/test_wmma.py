@@ -331,6 +331,51 @@ def test_the_tensor_core_default_on_host_matches_numpy(rng) -> None:
     _check(c, _reference(a, b), "float16")
 
 
+# -- feeding the tensor cores: vector copies ----------------------------------------------
+
+def _default_source(args: list[te.Tensor], target: str = TARGET) -> str:
+    task = Task(args[-1:], args=args, target=target, precision="fp16")
+    return aus.build(SearchSpace(task).default_schedule(), args, target=target).get_source()
+
+
+def _ptx(code: str) -> str:
+    return compile_cuda(code, "sm_90", needs_headers=True, ptx=True).data.decode()
+
+
+@needs_nvrtc
+def test_operand_tiles_move_16_bytes_per_thread() -> None:
+    """Rows of 8k halves: each thread copies 8 of them with one 128-bit load and store."""
+    ptx = _ptx(_default_source(_matmul(256, 128, 64)))
+    assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.u32" in ptx
+    assert "ld.global.nc.u16" not in ptx  # no copy of one element
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(("dtype", "k", "vector"), [("float16", 52, "uint2"),
+                                                    ("float16", 54, "unsigned int"),
+                                                    ("bfloat16", 56, "uint4")])
+def test_operand_copies_shrink_to_what_the_rows_allow(dtype, k, vector) -> None:
+    """A's rows of 52 halves are 8-byte aligned (4 halves a copy), of 54 only 4-byte (2); B's
+    rows (136 halves) stay 16-byte copies, elements alone only where the tile overhangs."""
+    code = _default_source(_matmul(200, 136, k, dtype))
+    assert f"*({vector}*)(&v_A_shared" in code
+    assert "*(uint4*)(&v_B_shared" in code
+    assert ".v4.u32" in _ptx(code)
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("shape", [(200, 136, 52), (130, 144, 54), (128, 129, 33)])
+def test_vector_copies_zero_fill_ragged_tiles_on_host(shape, rng) -> None:
+    """Tiles that overhang the tensor: the copy is zero-filled by vectors inside and element
+    by element at the edges (lanes partly outside), and the product still matches numpy."""
+    args = _matmul(*shape)
+    task = Task(args[-1:], args=args, target=EMULATE, precision="fp16")
+    a, b, c = _inputs(args, rng)
+    task.build(SearchSpace(task).default_schedule())(a, b, c)
+    _check(c, _reference(a, b), "float16")
+
+
 # -- on a GPU (skipped here; the same checks, run on the device) ---------------------------
 
 @pytest.mark.gpu
