@@ -17,9 +17,14 @@ float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
   every thread of the block reads element by element for the output (and an elementwise
   epilogue fused into it: bias, activation), guarded at the tensor's edges
 
-Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, and whether the rows of
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, whether the rows of
 the shared tiles are padded by 16 bytes (storage_align), which moves the rows a fragment load
-or store reads onto other banks.
+or store reads onto other banks, and the pipeline's stages (Stage.pipeline): 1 copies each
+chunk in its own iteration of the K loop, 2 or 3 keep that many tiles per operand and copy
+chunk k + stages - 1 (cp.async on sm_80 and newer) while the mmas of chunk k run.
+
+Each thread copies up to 16 bytes of a tile row at a time (copy_lanes: 8 halves, fewer when
+the tensor's rows are not a multiple of 8), one vector load and store or one cp.async.
 
 Example::
 
@@ -132,18 +137,19 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}pad", (0, 1), default_index=1),
+        ChoiceKnob(f"{pre}stages", (1, 2, 3), default_index=1),
     ]
 
     def check(p: Params) -> str | None:
-        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
+        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
         threads = WARP * wm * wn
         if threads > target.max_threads_per_block:
             return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
         bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
         tiles = [((bm, bk) if operands[0].k_last else (bk, bm), itemsize),
                  ((bn, bk) if operands[1].k_last else (bk, bn), itemsize), ((bm, bn), 4)]
-        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size
-                     for (rows, cols), size in tiles)
+        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size * copies
+                     for ((rows, cols), size), copies in zip(tiles, (stages, stages, 1)))
         if shared > target.max_shared_memory_per_block:
             return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
         return None
@@ -152,14 +158,15 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         why = check(p)
         if why:
             raise ScheduleError(f"tensor-core tile of {name}: {why}")
-        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
-        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad))
+        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad), stages)
 
     return Rule(name, tuple(knobs), apply, "mma", check)
 
 
 def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
-                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False) -> None:
+                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False,
+                 stages: int = 1) -> None:
     """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
     operands = mma_operands(sch, name)
     if operands is None:
@@ -216,6 +223,8 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     for cache, op in zip(caches, operands):
         cache.compute_at(acc, ko)
         _copy_tile(cache, copy_lanes(op.tensor), warps[0] * warps[1])
+        if stages > 1:
+            cache.pipeline(stages)
     if pad:
         for st in [*caches, staging]:
             _pad_rows(st)

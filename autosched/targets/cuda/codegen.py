@@ -40,7 +40,7 @@ from autosched.te.visit import children, free_vars, rewrite, substitute
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import FRAGMENT_TILES
-from autosched.tir.visit import loads, stored_buffers, used_buffers, uses_var, walk
+from autosched.tir.visit import loads, stored_buffers, used_buffers, used_vars, uses_var, walk
 
 # Every identifier the generated code declares lives in autosched's own namespace
 # (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
@@ -85,6 +85,37 @@ def generate(func: ir.PrimFunc, target: Target) -> CudaSource:
     return _FuncWriter(func, target).run()
 
 
+ASYNC_COPY_ARCH = 80  # cp.async
+
+# cp.async of 4, 8 or 16 bytes from global into shared memory (src_bytes: how many are read,
+# the rest zero-filled), its commit and wait; host emulation (host_prelude.py) has its own
+PRELUDE_ASYNC = """\
+#ifndef AS_HOST_EMULATION
+__device__ __forceinline__ unsigned as_smem(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void as_cp_async(uint4* d, const uint4* s, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async(uint2* d, const uint2* s, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async(unsigned int* d, const unsigned int* s,
+                                            int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void as_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory"); }
+#endif
+"""
+
+
+def target_arch(target: Target) -> int:
+    """The target's compute capability as a number (sm_90: 90; 0 when it names none)."""
+    return int("".join(c for c in target.arch if c.isdigit()) or 0)
+
+
 class _Names:
     """Unique, valid C identifiers for variables and buffers (IR names may repeat)."""
 
@@ -121,6 +152,7 @@ class _FuncWriter:
         self.half_types: set[str] = set()
         self.uses_wmma = False
         self.uses_async = False  # some copy is a cp.async (PRELUDE_ASYNC)
+        self.async_copies = target_arch(target) >= ASYNC_COPY_ARCH
 
     def note_dtype(self, dtype: str) -> None:
         """Kernels touching a half type include its header."""
@@ -157,6 +189,8 @@ class _FuncWriter:
         prelude = PRELUDE_INT + PRELUDE_FLOAT + prelude_math(self.fast_math)
         if any(k.checks for k in kernels):
             prelude += PRELUDE_STATUS
+        if self.uses_async:
+            prelude += PRELUDE_ASYNC
         code = "\n".join(head + [prelude] + bodies)
         written = frozenset(stored_buffers(self.func.body))
         # uses_half tells the compiler to add CUDA's include directory, where mma.h is too
@@ -269,7 +303,7 @@ class _KernelWriter(ExprWriter):
         nests = wmma.tensorized(body)
         if not nests:
             return set()
-        arch = int("".join(c for c in self.fw.target.arch if c.isdigit()) or 0)
+        arch = target_arch(self.fw.target)
         for loop, intrin in nests:
             if arch < intrin.min_arch:
                 raise CompileError(f"kernel {self.name}: loop {loop.var.name} is tensorized as "
@@ -421,6 +455,10 @@ class _KernelWriter(ExprWriter):
         if intrin is not None:
             wmma.emit_nest(self, s, intrin)
             return
+        ann = dict(s.annotations)
+        if "async_copy" in ann or "async_wait" in ann:
+            self._async_region(s, ann, unroll_budget)
+            return
         v = self._var_name(s.var)
         lo = self._expr(s.min)
         if U.is_nonneg(s.min, self.nonneg):
@@ -474,6 +512,26 @@ class _KernelWriter(ExprWriter):
         self.emit(f"for ({ctype} {v} = {lo}; {v} < {hi}; ++{v}) {{")
         self._block_b(s.body, unroll_budget)
         self.emit("}")
+
+    def _async_region(self, s: ir.For, ann: dict, unroll_budget: int) -> None:
+        """A loop of one iteration that lowering's pipelines (Stage.pipeline) wrap around a
+        group of copies that may complete asynchronously (``async_copy``: their global ->
+        shared vector copies become cp.async, and the group is committed after them) or around
+        the barrier that waits for all but the newest ``async_wait`` groups. Before sm_80 the
+        copies are plain and nothing waits."""
+        if const_int(s.extent) != 1 or s.var in used_vars(s.body):
+            raise CompileError(f"kernel {self.name}: loop {s.var.name} annotated "
+                               f"{sorted(ann)} must run once and not use its variable")
+        can = self.fw.async_copies
+        if "async_wait" in ann and can:
+            self.emit(f"as_cp_async_wait<{int(ann['async_wait'])}>();")
+        saved = self.async_copies
+        self.async_copies = can and "async_copy" in ann
+        self._stmt(s.body, unroll_budget)
+        self.async_copies = saved
+        if "async_copy" in ann and can:
+            self.emit("as_cp_async_commit();")
+        self.fw.uses_async |= can
 
     def _try_vector(self, s: ir.For) -> bool:
         """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
@@ -549,6 +607,8 @@ class _KernelWriter(ExprWriter):
         if copy is None or vtype is None:
             return False
         src, cond = copy
+        if cond is None and not guards and body.buffer.dtype in VECTOR_TYPES:
+            return False  # _try_vector's float4 copy
         if not (self._aligned_lanes(body.buffer, body.indices, s, lanes)
                 and self._aligned_lanes(src.buffer, src.indices, s, lanes)):
             return False

@@ -46,13 +46,12 @@ def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
 
 def _tc_candidate(space: SearchSpace, **knobs: int) -> Candidate:
     """The tensor-core sketch's candidate with its defaults, ``knobs`` (by suffix) changed."""
-    sketch = space.sketches[1]
-    assert any(r.kind == "mma" for r in sketch.rules)
+    index = next(n for n, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
     params = {}
-    for k in sketch.knobs:
+    for k in space.sketches[index].knobs:
         suffix = k.name.rsplit(".", 1)[1]
         params[k.name] = knobs.get(suffix, k.default())
-    return Candidate(1, tuple(params.items()))
+    return Candidate(index, tuple(params.items()))
 
 
 def _inputs(args: list[te.Tensor], rng: np.random.Generator) -> list[np.ndarray]:
@@ -220,9 +219,11 @@ def test_hand_schedule_on_host_matches_numpy(shape, rng) -> None:
 @needs_host
 @pytest.mark.parametrize(("dtype", "widen", "transpose_b", "knobs"), [
     ("float16", False, False, {}),
-    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4, "pad": 0}),
-    ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1}),
-    ("float32", False, False, {"k_chunk": 4}),  # a tf32 task
+    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4, "pad": 0, "stages": 3}),
+    ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1,
+                               "stages": 1}),
+    ("float32", False, False, {"k_chunk": 4, "stages": 1}),  # a tf32 task
+    ("float32", False, False, {"k_chunk": 2, "stages": 2}),
 ])
 def test_sketch_candidate_on_host_matches_numpy(dtype, widen, transpose_b, knobs, rng) -> None:
     args = _matmul(72, 40, 56, dtype, widen=widen, transpose_b=transpose_b)
@@ -338,14 +339,17 @@ def _default_source(args: list[te.Tensor], target: str = TARGET) -> str:
     return aus.build(SearchSpace(task).default_schedule(), args, target=target).get_source()
 
 
-def _ptx(code: str) -> str:
-    return compile_cuda(code, "sm_90", needs_headers=True, ptx=True).data.decode()
+def _ptx(code: str, arch: str = "sm_90") -> str:
+    return compile_cuda(code, arch, needs_headers=True, ptx=True).data.decode()
 
 
 @needs_nvrtc
 def test_operand_tiles_move_16_bytes_per_thread() -> None:
-    """Rows of 8k halves: each thread copies 8 of them with one 128-bit load and store."""
-    ptx = _ptx(_default_source(_matmul(256, 128, 64)))
+    """Rows of 8k halves: each thread copies 8 of them with one 128-bit load and store (on
+    sm_75, which has no cp.async: the pipeline's copies are plain ones)."""
+    code = _default_source(_matmul(256, 128, 64), "cuda -arch=sm_75")
+    assert "cp_async" not in code
+    ptx = _ptx(code, "sm_75")
     assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.u32" in ptx
     assert "ld.global.nc.u16" not in ptx  # no copy of one element
 
@@ -358,9 +362,69 @@ def test_operand_copies_shrink_to_what_the_rows_allow(dtype, k, vector) -> None:
     """A's rows of 52 halves are 8-byte aligned (4 halves a copy), of 54 only 4-byte (2); B's
     rows (136 halves) stay 16-byte copies, elements alone only where the tile overhangs."""
     code = _default_source(_matmul(200, 136, k, dtype))
-    assert f"*({vector}*)(&v_A_shared" in code
-    assert "*(uint4*)(&v_B_shared" in code
-    assert ".v4.u32" in _ptx(code)
+    assert f"as_cp_async(({vector}*)(&v_A_shared" in code
+    assert "as_cp_async((uint4*)(&v_B_shared" in code
+    ptx = _ptx(code)
+    assert f"cp.async.c{'g' if vector == 'uint4' else 'a'}.shared.global" in ptx
+
+
+@needs_nvrtc
+def test_the_default_pipelines_the_k_loop_with_cp_async() -> None:
+    """Two tiles per operand: chunk k + 1 fetched by cp.async (16 bytes a thread) before the
+    mmas of chunk k, one commit, one wait and one barrier per chunk; stages=1 has none."""
+    args = _matmul(256, 128, 64)
+    code = _default_source(args)
+    loop = code[code.index("for (int v_k_outer"):code.index("nvcuda::wmma::store_matrix_sync")]
+    assert loop.count("as_cp_async_wait<0>();") == 1 and loop.count("__syncthreads();") == 1
+    assert loop.index("as_cp_async((uint4*)") < loop.index("as_cp_async_commit();") \
+        < loop.index("mma_sync")
+    ptx = _ptx(code)
+    for op in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 0"):
+        assert op in ptx
+    assert "ld.global" not in ptx.split("wmma.store")[0]  # every operand load is a cp.async
+    task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+    space = SearchSpace(task)
+    low = space.lower(_tc_candidate(space, stages=1))
+    assert low is not None and low.schedule is not None
+    plain = aus.build(low.schedule, args, target=TARGET).get_source()
+    assert "cp_async" not in plain and ".pipeline(" not in low.schedule.to_python()
+
+
+@needs_nvrtc
+def test_pipeline_step_checks_and_replays() -> None:
+    args = _matmul(96, 64, 80)
+    s = te.create_schedule(args[-1].op)
+    with pytest.raises(ScheduleError, match="into shared memory"):
+        s[args[-1]].pipeline(2)
+    from autosched.search.sketch_mma import schedule_mma
+
+    s = te.create_schedule(args[-1].op)
+    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16", True, 3)
+    with pytest.raises(ScheduleError, match="stages must be 1 to 4"):
+        s["A.shared"].pipeline(5)
+    assert s.to_python().count(".pipeline(3)") == 2
+    again = Schedule.from_json(args[-1], s.to_json())
+    assert aus.build(again, args, target=TARGET).get_source() == \
+        aus.build(s, args, target=TARGET).get_source()
+    assert "as_cp_async_wait<1>();" in aus.build(s, args, target=TARGET).get_source()
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("target", [EMULATE, "cuda -arch=sm_90 -emulate=ir"])
+def test_pipelined_hand_schedule_matches_numpy(stages, target, rng) -> None:
+    """K of 80 in chunks of 32: three chunks, the last one ragged; on the host (cp.async as a
+    copy, races checked) and in the loop IR (the reference evaluator checks barriers)."""
+    from autosched.search.sketch_mma import schedule_mma
+
+    args = _matmul(40, 72, 80)
+    s = te.create_schedule(args[-1].op)
+    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16", True,
+                 stages)
+    a, b, c = _inputs(args, rng)
+    aus.build(s, args, target=target)(a, b, c)
+    _check(c, _reference(a, b), "float16")
 
 
 @needs_nvrtc
