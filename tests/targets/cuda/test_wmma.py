@@ -233,9 +233,10 @@ def test_sketch_candidate_on_host_matches_numpy(dtype, widen, transpose_b, knobs
 
 @needs_nvrtc
 @needs_host
-def test_batch_matmul_on_host_matches_numpy(rng) -> None:
-    args = _matmul(24, 40, 32, batch=3)
-    (a, b, c), _ = _run_candidate(args, rng, frags_m=1)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_batch_matmul_on_host_matches_numpy(stages, rng) -> None:
+    args = _matmul(24, 40, 72, batch=3)
+    (a, b, c), _ = _run_candidate(args, rng, frags_m=1, stages=stages)
     _check(c, _reference(a, b), "float16")
 
 
@@ -252,12 +253,13 @@ def test_transposed_operands_and_a_broadcast_batch_on_host_match_numpy(rng) -> N
 
 @needs_nvrtc
 @needs_host
-def test_fused_bias_relu_epilogue_on_host_matches_numpy(rng) -> None:
-    a, b, mm = _matmul(40, 48, 32)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_fused_bias_relu_epilogue_on_host_matches_numpy(stages, rng) -> None:
+    a, b, mm = _matmul(40, 48, 80)
     bias = te.placeholder((48,), "float32", name="bias")
     out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
     args = [a, b, bias, out]
-    (xa, xb, xbias, got), task = _run_candidate(args, rng)
+    (xa, xb, xbias, got), task = _run_candidate(args, rng, stages=stages)
     rules = SearchSpace(task).sketches[1].rules
     assert [r.kind for r in rules] == ["mma"]  # the epilogue fused into the tile's output
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
@@ -464,4 +466,26 @@ def test_fused_epilogue_on_gpu_matches_numpy(rng) -> None:
     bias = te.placeholder((48,), "float32", name="bias")
     out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
     (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda")
+    _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize(("shape", "batch"), [((256, 128, 64), 0), ((200, 136, 52), 0),
+                                              ((130, 144, 54), 0), ((72, 40, 56), 3)])
+def test_pipelined_copies_on_gpu_match_numpy(stages, shape, batch, rng) -> None:
+    """cp.async with 16-, 8- and 4-byte copies, ragged tiles and a batch, per pipeline depth."""
+    args = _matmul(*shape, batch=batch)
+    (a, b, c), _ = _run_candidate(args, rng, target="cuda", stages=stages)
+    _check(c, _reference(a, b), "float16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 2])
+def test_pipelined_fused_epilogue_on_gpu_matches_numpy(stages, rng) -> None:
+    a, b, mm = _matmul(136, 200, 72, widen=True)
+    bias = te.placeholder((200,), "float32", name="bias")
+    out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
+    (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda",
+                                             stages=stages)
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
