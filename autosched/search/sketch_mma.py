@@ -193,6 +193,11 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     consumer.reorder(*batch, bi, bj, ii, jj)
     block = consumer.fuse(*batch, bi, bj)
     consumer.bind(block, _thread("blockIdx.x"))
+    # float32 outputs read and written 16 bytes a thread (_try_vector's float4)
+    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
+    if out_lanes > 1:
+        jj, lane = consumer.split(jj, factor=out_lanes)
+        consumer.vectorize(lane)
     _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
 
     # the staging tile: each warp stores its fragments (threadIdx.y is the warp)

@@ -348,12 +348,15 @@ def _ptx(code: str, arch: str = "sm_90") -> str:
 @needs_nvrtc
 def test_operand_tiles_move_16_bytes_per_thread() -> None:
     """Rows of 8k halves: each thread copies 8 of them with one 128-bit load and store (on
-    sm_75, which has no cp.async: the pipeline's copies are plain ones)."""
+    sm_75, which has no cp.async: the pipeline's copies are plain ones), and 4 floats of the
+    staged output tile."""
     code = _default_source(_matmul(256, 128, 64), "cuda -arch=sm_75")
     assert "cp_async" not in code
     ptx = _ptx(code, "sm_75")
     assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.u32" in ptx
     assert "ld.global.nc.u16" not in ptx  # no copy of one element
+    assert "ld.shared.v4.f32" in ptx and "st.global.v4.f32" in ptx  # the float32 output too
+    assert "st.global.f32" not in ptx
 
 
 @needs_nvrtc
