@@ -618,15 +618,34 @@ class _KernelWriter(ExprWriter):
         if guards:
             self.emit(f"if ({' && '.join(f'({self._expr(g)})' for g in guards)}) {{")
             self.depth += 1
+        self._vector_copy(s, body, src, cond, vtype)
+        if guards:
+            self.depth -= 1
+            self.emit("}")
+        return True
+
+    def _vector_copy(self, s: ir.For, body: ir.Store, src: ir.Load, cond: E.Expr | None,
+                     vtype: str) -> None:
+        """The copy of _try_vector_copy, its checks passed."""
+        lanes = const_int(s.extent) or 1
+        per_lane = cond is not None and uses_var(cond, s.var)
         dst = f"({vtype}*)(&{self._lane0(ir.Load(body.buffer, body.indices), s)})"
         source = f"(const {vtype}*)(&{self._lane0(src, s)})"
-        if self.async_copies and body.buffer.scope == "shared" and src.buffer.scope == "global":
-            whole = f"as_cp_async({dst}, {source}, {lanes * body.buffer.itemsize});"
-            self.fw.uses_async = True
-        else:
-            whole = f"*{dst} = *{source};"
+        nbytes = lanes * body.buffer.itemsize
+        is_async = (self.async_copies and body.buffer.scope == "shared"
+                    and src.buffer.scope == "global")
+        self.fw.uses_async |= is_async
+        whole = f"as_cp_async({dst}, {source}, {nbytes});" if is_async else f"*{dst} = *{source};"
         if cond is None:
             self.emit(whole)
+        elif is_async and not per_lane:
+            # cp.async zero-fills what it does not read: nothing read where the tile overhangs
+            # the tensor, from an address that is in bounds all the same
+            start = tuple(E.const(0, i.dtype) for i in src.indices)
+            origin = f"(const {vtype}*)(&{self._access(src.buffer, start)})"
+            inside = self._expr(cond)
+            self.emit(f"as_cp_async({dst}, ({inside}) ? {source} : {origin}, "
+                      f"({inside}) ? {nbytes} : 0);")
         else:
             if per_lane:
                 last = E.const(lanes - 1, s.var.dtype)
@@ -647,10 +666,6 @@ class _KernelWriter(ExprWriter):
                 self.emit(f"*{dst} = {COPY_ZERO[vtype]};")
             self.depth -= 1
             self.emit("}")
-        if guards:
-            self.depth -= 1
-            self.emit("}")
-        return True
 
     def _aligned_lanes(self, buf: ir.Buffer, indices: tuple[E.Expr, ...], s: ir.For,
                        lanes: int) -> bool:

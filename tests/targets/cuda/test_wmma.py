@@ -341,6 +341,9 @@ def _default_source(args: list[te.Tensor], target: str = TARGET) -> str:
     return aus.build(SearchSpace(task).default_schedule(), args, target=target).get_source()
 
 
+COPY_BYTES = {"uint4": 16, "uint2": 8, "unsigned int": 4}
+
+
 def _ptx(code: str, arch: str = "sm_90") -> str:
     return compile_cuda(code, arch, needs_headers=True, ptx=True).data.decode()
 
@@ -365,10 +368,13 @@ def test_operand_tiles_move_16_bytes_per_thread() -> None:
                                                     ("bfloat16", 56, "uint4")])
 def test_operand_copies_shrink_to_what_the_rows_allow(dtype, k, vector) -> None:
     """A's rows of 52 halves are 8-byte aligned (4 halves a copy), of 54 only 4-byte (2); B's
-    rows (136 halves) stay 16-byte copies, elements alone only where the tile overhangs."""
+    rows (136 halves) stay 16-byte copies, elements alone only where a vector straddles the
+    tensor's edge."""
     code = _default_source(_matmul(200, 136, k, dtype))
     assert f"as_cp_async(({vector}*)(&v_A_shared" in code
     assert "as_cp_async((uint4*)(&v_B_shared" in code
+    # rows of A past the 200th: cp.async reads nothing (src-size 0) and zero-fills
+    assert f"? {COPY_BYTES[vector]} : 0);" in code
     ptx = _ptx(code)
     assert f"cp.async.c{'g' if vector == 'uint4' else 'a'}.shared.global" in ptx
 
