@@ -5,7 +5,11 @@
     build_loops     one loop nest per stage, attached stages nested at their loop, buffers
                     allocated where they live, reads turned into buffer loads; a tensorized
                     loop carries ("tensorize", intrinsic), and a shared stage that a tensorized
-                    nest reads stores zeros where its tile overhangs the tensor
+                    nest reads stores zeros where its tile overhangs the tensor; a pipelined
+                    shared stage (Stage.pipeline) gets a buffer per stage and is fetched
+                    ahead: a prologue before its loop, then per iteration a wait and barrier
+                    (a loop of one iteration annotated async_wait) and the next fetch (one
+                    annotated async_copy, which backends may run asynchronously)
     simplify        integer simplification of indices and guards, dead-branch removal
 
 ``lower(s, args, print_after=("build_loops",))`` prints the IR after the named passes (or set
