@@ -423,13 +423,15 @@ def test_pipeline_step_checks_and_replays() -> None:
 @needs_nvrtc
 @needs_host
 @pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("k", [20, 80])
 @pytest.mark.parametrize("target", [EMULATE, "cuda -arch=sm_90 -emulate=ir"])
-def test_pipelined_hand_schedule_matches_numpy(stages, target, rng) -> None:
-    """K of 80 in chunks of 32: three chunks, the last one ragged; on the host (cp.async as a
-    copy, races checked) and in the loop IR (the reference evaluator checks barriers)."""
+def test_pipelined_hand_schedule_matches_numpy(stages, k, target, rng) -> None:
+    """K in chunks of 32: one chunk (fetched by the prologue alone) or three, the last one
+    ragged; on the host (cp.async as a copy, races checked) and in the loop IR (the reference
+    evaluator checks barriers)."""
     from autosched.search.sketch_mma import schedule_mma
 
-    args = _matmul(40, 72, 80)
+    args = _matmul(40, 72, k)
     s = te.create_schedule(args[-1].op)
     schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16", True,
                  stages)
