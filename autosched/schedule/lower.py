@@ -5,7 +5,11 @@
     build_loops     one loop nest per stage, attached stages nested at their loop, buffers
                     allocated where they live, reads turned into buffer loads; a tensorized
                     loop carries ("tensorize", intrinsic), and a shared stage that a tensorized
-                    nest reads stores zeros where its tile overhangs the tensor
+                    nest reads stores zeros where its tile overhangs the tensor; a pipelined
+                    shared stage (Stage.pipeline) gets a buffer per stage and is fetched
+                    ahead: a prologue before its loop, then per iteration a wait and barrier
+                    (a loop of one iteration annotated async_wait) and the next fetch (one
+                    annotated async_copy, which backends may run asynchronously)
     simplify        integer simplification of indices and guards, dead-branch removal
 
 ``lower(s, args, print_after=("build_loops",))`` prints the IR after the named passes (or set
@@ -33,7 +37,7 @@ from autosched.te.visit import rewrite, substitute, tensors_read
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
 from autosched.tir.evaluate import const_int
-from autosched.tir.visit import loop_vars, map_stmt
+from autosched.tir.visit import loop_vars, map_stmt, substitute_stmt
 
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
 
@@ -152,6 +156,8 @@ class _NestBuilder:
         shape = tuple(b.region_ext) if st.attach[0] == "at" else st.op.shape
         if st.align is not None:
             shape = shape[:-1] + (_aligned_row(st, shape[-1], *st.align),)
+        if st.pipeline_stages > 1:
+            shape = (E.const(st.pipeline_stages),) + shape  # one tile per stage
         buf = ir.Buffer(st.name, shape, st.op.dtype, st.scope)
         self.ctx.buffers[st.name] = buf
         return buf
@@ -173,7 +179,33 @@ class _NestBuilder:
         else:
             mins = self._min(st)
         idx = tuple(self.an.simplify(i - m) for i, m in zip(node.indices, mins))
-        return ir.Load(buf, idx)
+        return ir.Load(buf, self._slot(st) + idx)
+
+    def _slot(self, st: Stage) -> tuple[E.Expr, ...]:
+        """The leading index of a pipelined stage's buffer: the tile of the current iteration
+        of the loop it is computed at (none for other stages)."""
+        if st.pipeline_stages == 1:
+            return ()
+        loop = self._pipelined_loop(st)
+        return (E.binary(Op.FLOORMOD, loop.var, st.pipeline_stages),)
+
+    def _pipelined_loop(self, st: Stage) -> E.IterVar:
+        """The serial loop a pipelined stage is computed at (LowerError if there is none)."""
+        if st.attach[0] != "at":
+            raise LowerError(f"pipeline of {st.name}: it must be computed at a serial loop "
+                             f"(compute_at), it is {st.attach[0]}")
+        parent = self.sch.stage(st.attach[1])
+        iv = parent.leaf_named(st.attach[2])
+        marks = [m.get(iv.var.uid) for m in (parent.bindings, parent.annotations)]
+        if any(marks):
+            raise LowerError(f"pipeline of {st.name}: loop {iv.name} of {parent.name}, where it "
+                             f"is computed, must be serial, not {next(filter(None, marks))}")
+        for t in tensors_read(self.ctx.bodies[st.name]):
+            src = self.sch.stage_of_uid(t.op.uid)
+            if not src.is_placeholder and src.attach[0] != "root":
+                raise LowerError(f"pipeline of {st.name}: it reads {src.name}, which is not "
+                                 "computed before the loop, so it cannot be fetched ahead")
+        return iv
 
     def lower_expr(self, e: E.Expr) -> E.Expr:
         return rewrite(e, lambda n: self.load(n) if isinstance(n, E.TensorRead) else None)
@@ -186,7 +218,8 @@ class _NestBuilder:
         buf = self.ctx.buffers[st.name]
         mins = self._min(st)
         full = bound.full_value(st)
-        store_idx = tuple(self.an.simplify(full[a.var] - m) for a, m in zip(op.axis, mins))
+        store_idx = self._slot(st) + tuple(self.an.simplify(full[a.var] - m)
+                                           for a, m in zip(op.axis, mins))
         pad = st.name in self.padded
         data_guard = self._guards(st, bound, op.axis, data=True, inside=not pad)
         body = self.ctx.bodies[st.name]
@@ -254,15 +287,63 @@ class _NestBuilder:
             if attach:
                 body = self._attach(st, iv, body)
             body = self._for(st, iv, body)
+            if attach:
+                body = self._prologue(st, iv, body)
         return body
+
+    def _ahead(self, st: Stage, iv: E.IterVar) -> tuple[list[Stage], int]:
+        """The pipelined stages computed at the loop ``iv`` of ``st`` and their one depth."""
+        ahead = [p for p in self.attached.get((st.name, iv.name), []) if p.pipeline_stages > 1]
+        depths = {p.pipeline_stages for p in ahead}
+        if len(depths) > 1:
+            raise LowerError(f"pipelines at loop {iv.name} of {st.name} differ in depth: "
+                             + ", ".join(f"{p.name} {p.pipeline_stages}" for p in ahead))
+        for p in ahead:
+            self._pipelined_loop(p)
+        return ahead, depths.pop() if depths else 1
+
+    def _fetch(self, st: Stage, ahead: list[Stage], iv: E.IterVar, at: E.Expr) -> ir.Stmt:
+        """The copies of the stages ``ahead`` for iteration ``at`` of the loop ``iv`` (none
+        past its end), as one group of copies that may complete asynchronously: a loop of one
+        iteration annotated ``async_copy`` (backends without asynchronous copies run it as
+        it is)."""
+        ext = self.bounds[st.name].extent[iv.var.uid]
+        copies = ir.seq(*(substitute_stmt(self.nest(p), {iv.var: at}) for p in ahead))
+        inside = self.an.simplify(at < ext)
+        if self.an.prove(inside) is not True:
+            copies = ir.IfThenElse(inside, copies)
+        return ir.For(E.Var("fetch"), E.const(0), E.const(1), "serial", copies,
+                      annotations=(("async_copy", True),))
+
+    def _prologue(self, st: Stage, iv: E.IterVar, loop: ir.Stmt) -> ir.Stmt:
+        """The loop ``iv`` with the buffers of its pipelined stages around it and the fetches
+        of its first ``stages - 1`` iterations before it (Stage.pipeline)."""
+        ahead, depth = self._ahead(st, iv)
+        if not ahead:
+            return loop
+        first = [self._fetch(st, ahead, iv, E.const(k, iv.var.dtype)) for k in range(depth - 1)]
+        out = ir.seq(ir.Barrier(), *first, loop)  # the buffers may hold the last tiles of a
+        for p in reversed(ahead):                 # previous run of the loop
+            out = ir.Allocate(self.ctx.buffers[p.name], out)
+        return out
 
     def _attach(self, st: Stage, iv: E.IterVar, body: ir.Stmt) -> ir.Stmt:
         inner = self.attached.get((st.name, iv.name), [])
         if not inner:
             return body
+        ahead, depth = self._ahead(st, iv)
         parts: list[ir.Stmt] = []
+        if ahead:
+            # the fetch of this iteration done (at most depth - 2 groups in flight) and seen
+            # by every thread, which also finished the iteration before, whose buffer the
+            # fetch of iteration iv + depth - 1 now overwrites
+            wait = ir.For(E.Var("wait"), E.const(0), E.const(1), "serial", ir.Barrier(),
+                          annotations=(("async_wait", depth - 2),))
+            parts += [wait, self._fetch(st, ahead, iv, iv.var + (depth - 1))]
         bufs = []
         for p in inner:
+            if p in ahead:
+                continue
             bufs.append(self.ctx.buffers[p.name])
             nest = self.nest(p)
             if p.scope == "shared":

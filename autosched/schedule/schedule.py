@@ -22,6 +22,7 @@ from autosched.tir.ir import SCOPES
 from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS
 
 PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+MAX_PIPELINE_STAGES = 4
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Stage:
         self.uids = {op.uid}
         self.scope = "global"
         self.align: tuple[int, int] | None = None  # (factor, offset) of its rows' stride
+        self.pipeline_stages = 1  # buffers of a shared stage fetched ahead (Stage.pipeline)
         self.read_map: dict[int, str] = {}
         self.attach: tuple = ("root",)
         self.reset()
@@ -212,6 +214,22 @@ class Stage:
         iv = axis.name if isinstance(axis, E.IterVar) else axis
         self._record(S.StorageAlign(self.name, iv, _int_or_none(factor) or 0,
                                     _int_or_none(offset) or 0))
+
+    def pipeline(self, stages: int) -> None:
+        """Software-pipeline this shared-memory stage over the serial loop it is computed at:
+        ``stages`` buffers, the copy for iteration ``k + stages - 1`` issued before the body of
+        iteration ``k`` (asynchronously where the target can: cp.async on sm_80 and newer), one
+        barrier per iteration. ``stages=1`` is the plain fetch in its own iteration.
+
+        Lowering gives the loop a prologue that fetches the first ``stages - 1`` iterations::
+
+            barrier; fetch(0) ... fetch(stages - 2)
+            for k in range(K):
+                wait for fetch(k); barrier
+                if k + stages - 1 < K: fetch(k + stages - 1)   # into buffer (k + stages - 1) % stages
+                body(k)                                         # reads buffer k % stages
+        """
+        self._record(S.Pipeline(self.name, _int_or_none(stages) or 0))
 
     def set_scope(self, scope: str) -> None:
         """Where this stage's buffer lives: "global", "shared", "local" or "wmma.accumulator"
@@ -552,6 +570,16 @@ class Schedule:
             raise ScheduleError(f"storage_align of {st.name}: an output keeps its tensor's "
                                 "layout")
         st.align = (step.factor, step.offset)
+
+    def _apply_pipeline(self, step: S.Pipeline) -> None:
+        st = self._compute_stage(step.stage, "pipeline")
+        if not 1 <= step.stages <= MAX_PIPELINE_STAGES:
+            raise ScheduleError(f"pipeline of {st.name}: stages must be 1 to "
+                                f"{MAX_PIPELINE_STAGES}, got {step.stages}")
+        if st.scope != "shared" or st.is_reduction:
+            raise ScheduleError(f"pipeline of {st.name}: needs a copy (no reduction) into "
+                                f"shared memory ({st.name} is in scope {st.scope})")
+        st.pipeline_stages = step.stages
 
     def _apply_set_scope(self, step: S.SetScope) -> None:
         st = self._compute_stage(step.stage, "set_scope")

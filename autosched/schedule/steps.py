@@ -175,6 +175,19 @@ class StorageAlign(Step):
 
 
 @dataclass(frozen=True)
+class Pipeline(Step):
+    """A shared-memory stage computed at a serial loop keeps ``stages`` buffers and fetches
+    ``stages - 1`` iterations ahead: its copy for iteration ``k + stages - 1`` is issued
+    before the loop body of iteration ``k`` runs (1: fetched in its own iteration)."""
+
+    kind: ClassVar[str] = "pipeline"
+    stages: int
+
+    def python(self, n: Namer) -> str:
+        return f"{self.s}.pipeline({self.stages})"
+
+
+@dataclass(frozen=True)
 class SetScope(Step):
     kind: ClassVar[str] = "set_scope"
     scope: str
@@ -228,8 +241,8 @@ class Rfactor(Step):
 STEP_TYPES: dict[str, type[Step]] = {
     cls.kind: cls
     for cls in (Split, Fuse, Reorder, Annotate, Bind, Pragma, Tensorize, ComputeAt,
-                ComputeInline, ComputeRoot, SetScope, StorageAlign, CacheRead, CacheWrite,
-                Rfactor)
+                ComputeInline, ComputeRoot, SetScope, StorageAlign, Pipeline, CacheRead,
+                CacheWrite, Rfactor)
 }
 
 

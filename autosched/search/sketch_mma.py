@@ -17,9 +17,14 @@ float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
   every thread of the block reads element by element for the output (and an elementwise
   epilogue fused into it: bias, activation), guarded at the tensor's edges
 
-Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, and whether the rows of
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, whether the rows of
 the shared tiles are padded by 16 bytes (storage_align), which moves the rows a fragment load
-or store reads onto other banks.
+or store reads onto other banks, and the pipeline's stages (Stage.pipeline): 1 copies each
+chunk in its own iteration of the K loop, 2 or 3 keep that many tiles per operand and copy
+chunk k + stages - 1 (cp.async on sm_80 and newer) while the mmas of chunk k run.
+
+Each thread copies up to 16 bytes of a tile row at a time (copy_lanes: 8 halves, fewer when
+the tensor's rows are not a multiple of 8), one vector load and store or one cp.async.
 
 Example::
 
@@ -50,6 +55,7 @@ from autosched.tir.tensor_intrin import (
 
 WARP = 32
 PAD_BYTES = 16  # the padding of a shared tile's rows (the pad knob)
+VECTOR_BYTES = 16  # the widest copy a thread makes (one uint4)
 TILE = 16  # the m and n of the fragments (k: the intrinsic's)
 STORE = "wmma_store_16x16"
 
@@ -131,18 +137,19 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         ChoiceKnob(f"{pre}frags_n", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}k_chunk", (1, 2, 4), default_index=1),
         ChoiceKnob(f"{pre}pad", (0, 1), default_index=1),
+        ChoiceKnob(f"{pre}stages", (1, 2, 3), default_index=1),
     ]
 
     def check(p: Params) -> str | None:
-        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
+        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
         threads = WARP * wm * wn
         if threads > target.max_threads_per_block:
             return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
         bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
         tiles = [((bm, bk) if operands[0].k_last else (bk, bm), itemsize),
                  ((bn, bk) if operands[1].k_last else (bk, bn), itemsize), ((bm, bn), 4)]
-        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size
-                     for (rows, cols), size in tiles)
+        shared = sum(rows * (cols + pad * PAD_BYTES // size) * size * copies
+                     for ((rows, cols), size), copies in zip(tiles, (stages, stages, 1)))
         if shared > target.max_shared_memory_per_block:
             return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
         return None
@@ -151,14 +158,15 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         why = check(p)
         if why:
             raise ScheduleError(f"tensor-core tile of {name}: {why}")
-        wm, wn, fm, fn, kc, pad = (p[k.name] for k in knobs)
-        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad))
+        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad), stages)
 
     return Rule(name, tuple(knobs), apply, "mma", check)
 
 
 def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
-                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False) -> None:
+                 frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False,
+                 stages: int = 1) -> None:
     """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
     operands = mma_operands(sch, name)
     if operands is None:
@@ -185,6 +193,11 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     consumer.reorder(*batch, bi, bj, ii, jj)
     block = consumer.fuse(*batch, bi, bj)
     consumer.bind(block, _thread("blockIdx.x"))
+    # float32 outputs read and written 16 bytes a thread (_try_vector's float4)
+    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
+    if out_lanes > 1:
+        jj, lane = consumer.split(jj, factor=out_lanes)
+        consumer.vectorize(lane)
     _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
 
     # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
@@ -212,9 +225,11 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     acc.reorder(*abatch, ko, kc, fi, fj, ti, tj, tk)
     _unroll(acc, [kc, fi, fj])
     acc.tensorize(ti, intrin)
-    for cache in caches:
+    for cache, op in zip(caches, operands):
         cache.compute_at(acc, ko)
-        _bind_block_threads(cache, list(cache.compute_op.axis), warps[0] * warps[1])
+        _copy_tile(cache, copy_lanes(op.tensor), warps[0] * warps[1])
+        if stages > 1:
+            cache.pipeline(stages)
     if pad:
         for st in [*caches, staging]:
             _pad_rows(st)
@@ -228,6 +243,29 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.reorder(*fbatch, fr, fk, first, second)
         _unroll(frag, [fr, fk])
         frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def copy_lanes(tensor: Tensor) -> int:
+    """Elements per thread and copy of an operand tile: 16 bytes' worth when the tensor's
+    rows (its last dimension) are a multiple of that, so every copy is 16-byte aligned; else
+    the most (8 or 4 bytes, one element) that divides them. Tile rows are multiples of 16
+    elements, which every choice divides."""
+    row = tensor.shape[-1]
+    lanes = VECTOR_BYTES // dt.nbytes(tensor.dtype)
+    while lanes > 1 and (not isinstance(row, int) or row % lanes):
+        lanes //= 2
+    return lanes
+
+
+def _copy_tile(st: Stage, lanes: int, warps: int) -> None:
+    """The global -> shared copy of an operand tile by every thread of the block, ``lanes``
+    consecutive elements of a row each (one vector load and store)."""
+    *outer, last = st.compute_op.axis
+    if lanes > 1:
+        last, lane = st.split(last, factor=lanes)
+        st.vectorize(lane)
+    rest = _bind_block_threads(st, [*outer, last], warps)
+    st.unroll(rest)  # all loads of a thread issued before their stores wait on them
 
 
 def _pad_rows(st: Stage) -> None:
@@ -244,14 +282,15 @@ def _unroll(st: Stage, axes: list[E.IterVar]) -> None:
         st.unroll(ax)
 
 
-def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> None:
+def _bind_block_threads(st: Stage, axes: list[E.IterVar], warps: int) -> E.IterVar:
     """Spread ``axes`` (fused) over the block: 32 lanes on threadIdx.x, ``warps`` warps on
-    threadIdx.y, the rest a serial loop around them."""
+    threadIdx.y; returns the serial loop around them."""
     f = st.fuse(*axes) if len(axes) > 1 else axes[0]
     rest, lane = st.split(f, factor=WARP)
-    _, warp = st.split(rest, factor=warps)
+    outer, warp = st.split(rest, factor=warps)
     st.bind(warp, _thread("threadIdx.y"))
     st.bind(lane, _thread("threadIdx.x"))
+    return outer
 
 
 def offers_mma(sch0: Schedule, name: str, precision: str) -> bool:

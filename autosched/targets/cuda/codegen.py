@@ -40,7 +40,7 @@ from autosched.te.visit import children, free_vars, rewrite, substitute
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import FRAGMENT_TILES
-from autosched.tir.visit import loads, stored_buffers, used_buffers, uses_var, walk
+from autosched.tir.visit import loads, stored_buffers, used_buffers, used_vars, uses_var, walk
 
 # Every identifier the generated code declares lives in autosched's own namespace
 # (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
@@ -85,6 +85,37 @@ def generate(func: ir.PrimFunc, target: Target) -> CudaSource:
     return _FuncWriter(func, target).run()
 
 
+ASYNC_COPY_ARCH = 80  # cp.async
+
+# cp.async of 4, 8 or 16 bytes from global into shared memory (src_bytes: how many are read,
+# the rest zero-filled), its commit and wait; host emulation (host_prelude.py) has its own
+PRELUDE_ASYNC = """\
+#ifndef AS_HOST_EMULATION
+__device__ __forceinline__ unsigned as_smem(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void as_cp_async(uint4* d, const uint4* s, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async(uint2* d, const uint2* s, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async(unsigned int* d, const unsigned int* s,
+                                            int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n"
+               :: "r"(as_smem(d)), "l"(s), "r"(src_bytes) : "memory"); }
+__device__ __forceinline__ void as_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void as_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\\n" :: "n"(N) : "memory"); }
+#endif
+"""
+
+
+def target_arch(target: Target) -> int:
+    """The target's compute capability as a number (sm_90: 90; 0 when it names none)."""
+    return int("".join(c for c in target.arch if c.isdigit()) or 0)
+
+
 class _Names:
     """Unique, valid C identifiers for variables and buffers (IR names may repeat)."""
 
@@ -120,6 +151,8 @@ class _FuncWriter:
         self.uses_half = False
         self.half_types: set[str] = set()
         self.uses_wmma = False
+        self.uses_async = False  # some copy is a cp.async (PRELUDE_ASYNC)
+        self.async_copies = target_arch(target) >= ASYNC_COPY_ARCH
 
     def note_dtype(self, dtype: str) -> None:
         """Kernels touching a half type include its header."""
@@ -156,6 +189,8 @@ class _FuncWriter:
         prelude = PRELUDE_INT + PRELUDE_FLOAT + prelude_math(self.fast_math)
         if any(k.checks for k in kernels):
             prelude += PRELUDE_STATUS
+        if self.uses_async:
+            prelude += PRELUDE_ASYNC
         code = "\n".join(head + [prelude] + bodies)
         written = frozenset(stored_buffers(self.func.body))
         # uses_half tells the compiler to add CUDA's include directory, where mma.h is too
@@ -206,6 +241,7 @@ class _KernelWriter(ExprWriter):
         self.thread_loops: list[ir.For] = []  # enclosing blockIdx/threadIdx loops
         self.conditions: list[E.Expr] = []  # enclosing if conditions
         self.wmma_buffers: set[ir.Buffer] = set()  # shared buffers that wmma calls access
+        self.async_copies = False  # inside a group of copies that may run asynchronously
 
     def need_half(self, dtype: str = "float16") -> None:
         self.fw.note_dtype(dtype)
@@ -267,7 +303,7 @@ class _KernelWriter(ExprWriter):
         nests = wmma.tensorized(body)
         if not nests:
             return set()
-        arch = int("".join(c for c in self.fw.target.arch if c.isdigit()) or 0)
+        arch = target_arch(self.fw.target)
         for loop, intrin in nests:
             if arch < intrin.min_arch:
                 raise CompileError(f"kernel {self.name}: loop {loop.var.name} is tensorized as "
@@ -419,6 +455,10 @@ class _KernelWriter(ExprWriter):
         if intrin is not None:
             wmma.emit_nest(self, s, intrin)
             return
+        ann = dict(s.annotations)
+        if "async_copy" in ann or "async_wait" in ann:
+            self._async_region(s, ann, unroll_budget)
+            return
         v = self._var_name(s.var)
         lo = self._expr(s.min)
         if U.is_nonneg(s.min, self.nonneg):
@@ -443,7 +483,7 @@ class _KernelWriter(ExprWriter):
             self.depth -= 1
             self.emit("}")
             return
-        if s.kind == "vectorized" and self._try_vector(s):
+        if s.kind == "vectorized" and (self._try_vector_copy(s) or self._try_vector(s)):
             return
         ext = const_int(s.extent)
         unroll = s.kind in ("unrolled", "vectorized") or s.thread_tag.startswith("vthread")
@@ -472,6 +512,26 @@ class _KernelWriter(ExprWriter):
         self.emit(f"for ({ctype} {v} = {lo}; {v} < {hi}; ++{v}) {{")
         self._block_b(s.body, unroll_budget)
         self.emit("}")
+
+    def _async_region(self, s: ir.For, ann: dict, unroll_budget: int) -> None:
+        """A loop of one iteration that lowering's pipelines (Stage.pipeline) wrap around a
+        group of copies that may complete asynchronously (``async_copy``: their global ->
+        shared vector copies become cp.async, and the group is committed after them) or around
+        the barrier that waits for all but the newest ``async_wait`` groups. Before sm_80 the
+        copies are plain and nothing waits."""
+        if const_int(s.extent) != 1 or s.var in used_vars(s.body):
+            raise CompileError(f"kernel {self.name}: loop {s.var.name} annotated "
+                               f"{sorted(ann)} must run once and not use its variable")
+        can = self.fw.async_copies
+        if "async_wait" in ann and can:
+            self.emit(f"as_cp_async_wait<{int(ann['async_wait'])}>();")
+        saved = self.async_copies
+        self.async_copies = can and "async_copy" in ann
+        self._stmt(s.body, unroll_budget)
+        self.async_copies = saved
+        if "async_copy" in ann and can:
+            self.emit("as_cp_async_commit();")
+        self.fw.uses_async |= can
 
     def _try_vector(self, s: ir.For) -> bool:
         """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
@@ -525,20 +585,104 @@ class _KernelWriter(ExprWriter):
         self.emit("}")
         return True
 
+    def _try_vector_copy(self, s: ir.For) -> bool:
+        """Emit a vectorized loop that copies one dtype, ``dst[..] = src[..]`` or ``dst[..] =
+        cond ? src[..] : 0`` (a tile zero-filled where it overhangs its tensor), under guards
+        that do not depend on the lane, as one 4-, 8- or 16-byte load and store, whatever the
+        element type (eight halves move as one uint4). A condition that varies with the lane
+        is checked at the first and last lane (it is a conjunction of comparisons affine in
+        the lane, so the lanes where it holds are an interval): the vector copy runs when
+        both hold, else each lane is copied alone. Inside an asynchronous copy group
+        (``async_copies``) a copy from global into shared memory is a cp.async."""
+        lanes = const_int(s.extent)
+        body, guards = s.body, []
+        while (isinstance(body, ir.IfThenElse) and body.else_body is None
+               and not uses_var(body.cond, s.var)):
+            guards.append(body.cond)
+            body = body.then_body
+        if lanes is None or not isinstance(body, ir.Store) or not _is_zero(s.min):
+            return False
+        copy = _copy_source(body.value, body.buffer.dtype)
+        vtype = COPY_TYPES.get(lanes * body.buffer.itemsize)
+        if copy is None or vtype is None:
+            return False
+        src, cond = copy
+        if cond is None and not guards and body.buffer.dtype in VECTOR_TYPES:
+            return False  # _try_vector's float4 copy
+        if not (self._aligned_lanes(body.buffer, body.indices, s, lanes)
+                and self._aligned_lanes(src.buffer, src.indices, s, lanes)):
+            return False
+        per_lane = cond is not None and uses_var(cond, s.var)
+        if cond is not None and per_lane and not _lane_interval(cond, s.var, lanes):
+            return False
+        if guards:
+            self.emit(f"if ({' && '.join(f'({self._expr(g)})' for g in guards)}) {{")
+            self.depth += 1
+        self._vector_copy(s, body, src, cond, vtype)
+        if guards:
+            self.depth -= 1
+            self.emit("}")
+        return True
+
+    def _vector_copy(self, s: ir.For, body: ir.Store, src: ir.Load, cond: E.Expr | None,
+                     vtype: str) -> None:
+        """The copy of _try_vector_copy, its checks passed."""
+        lanes = const_int(s.extent) or 1
+        per_lane = cond is not None and uses_var(cond, s.var)
+        dst = f"({vtype}*)(&{self._lane0(ir.Load(body.buffer, body.indices), s)})"
+        source = f"(const {vtype}*)(&{self._lane0(src, s)})"
+        nbytes = lanes * body.buffer.itemsize
+        is_async = (self.async_copies and body.buffer.scope == "shared"
+                    and src.buffer.scope == "global")
+        self.fw.uses_async |= is_async
+        whole = f"as_cp_async({dst}, {source}, {nbytes});" if is_async else f"*{dst} = *{source};"
+        if cond is None:
+            self.emit(whole)
+        elif is_async and not per_lane:
+            # cp.async zero-fills what it does not read: nothing read where the tile overhangs
+            # the tensor, from an address that is in bounds all the same
+            start = tuple(E.const(0, i.dtype) for i in src.indices)
+            origin = f"(const {vtype}*)(&{self._access(src.buffer, start)})"
+            inside = self._expr(cond)
+            self.emit(f"as_cp_async({dst}, ({inside}) ? {source} : {origin}, "
+                      f"({inside}) ? {nbytes} : 0);")
+        else:
+            if per_lane:
+                last = E.const(lanes - 1, s.var.dtype)
+                test = E.logical(Op.AND, substitute(cond, {s.var: s.min}),
+                                 substitute(cond, {s.var: last}))
+            else:
+                test = cond
+            self.emit(f"if ({self._expr(test)}) {{")
+            self.emit(f"  {whole}")
+            self.emit("} else {")
+            self.depth += 1
+            if per_lane:
+                for lane in range(lanes):
+                    at = {s.var: E.const(lane, s.var.dtype)}
+                    self._stmt(ir.Store(body.buffer, tuple(substitute(i, at) for i in body.indices),
+                                        substitute(body.value, at)))
+            else:
+                self.emit(f"*{dst} = {COPY_ZERO[vtype]};")
+            self.depth -= 1
+            self.emit("}")
+
+    def _aligned_lanes(self, buf: ir.Buffer, indices: tuple[E.Expr, ...], s: ir.For,
+                       lanes: int) -> bool:
+        """Whether ``buf[indices]`` walks ``lanes`` consecutive elements along the loop ``s``
+        from an offset that is a multiple of ``lanes`` (not in registers)."""
+        if buf.scope == "local" or not _is_zero(s.min):
+            return False
+        split = U.lane_split(ir.flat_offset(buf, indices), s.var, lanes)
+        return split is not None and split[1] == 1 and U.known_divisor(split[0]) % lanes == 0
+
     def _lane0(self, ld: ir.Load, s: ir.For) -> str:
         idx = tuple(substitute(i, {s.var: s.min}) for i in ld.indices)
         return self._access(ld.buffer, idx)
 
     def _vector_ok(self, buf: ir.Buffer, indices: tuple[E.Expr, ...], s: ir.For,
                    lanes: int) -> bool:
-        if buf.dtype not in VECTOR_TYPES or buf.scope == "local":
-            return False
-        if not _is_zero(s.min):
-            return False
-        split = U.lane_split(ir.flat_offset(buf, indices), s.var, lanes)
-        if split is None or split[1] != 1:
-            return False
-        return U.known_divisor(split[0]) % lanes == 0
+        return buf.dtype in VECTOR_TYPES and self._aligned_lanes(buf, indices, s, lanes)
 
 _LOCAL_UNROLL_STEPS = 1024
 
@@ -551,6 +695,47 @@ def _indexes_local(s: ir.For) -> bool:
             return True
     return any(ld.buffer.scope == "local" and any(uses_var(i, s.var) for i in ld.indices)
                for ld in loads(s.body))
+
+
+# a copy of 4, 8 or 16 bytes as one access, and its zero
+COPY_TYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}
+COPY_ZERO = {"unsigned int": "0u", "uint2": "make_uint2(0u, 0u)",
+             "uint4": "make_uint4(0u, 0u, 0u, 0u)"}
+
+
+def _copy_source(value: E.Expr, dtype: str) -> tuple[ir.Load, E.Expr | None] | None:
+    """(the load, the condition or None) of a stored value that is a load of ``dtype`` or
+    ``cond ? load : 0`` (a storage type such as bfloat16 selected through float32, as
+    lowering zero-fills it)."""
+    if isinstance(value, E.Cast) and value.type == dtype and isinstance(value.value, E.Select):
+        sel = value.value
+        inner = sel.true_value
+        if (isinstance(inner, E.Cast) and isinstance(inner.value, ir.Load)
+                and inner.value.dtype == dtype and _is_zero_const(sel.false_value)):
+            return inner.value, sel.cond
+        return None
+    if isinstance(value, E.Select) and _is_zero_const(value.false_value):
+        load, cond = value.true_value, value.cond
+    else:
+        load, cond = value, None
+    return (load, cond) if isinstance(load, ir.Load) and load.dtype == dtype else None
+
+
+def _is_zero_const(e: E.Expr) -> bool:
+    return isinstance(e, E.Const) and e.value == 0 and not (
+        isinstance(e.value, float) and str(e.value).startswith("-"))
+
+
+def _lane_interval(cond: E.Expr, v: E.Var, lanes: int) -> bool:
+    """Whether the lanes ``v`` in ``[0, lanes)`` where ``cond`` holds form an interval: a
+    conjunction of comparisons whose sides are affine in ``v``."""
+    if isinstance(cond, E.Binary) and cond.op is Op.AND:
+        return _lane_interval(cond.a, v, lanes) and _lane_interval(cond.b, v, lanes)
+    if not uses_var(cond, v):
+        return True
+    return (isinstance(cond, E.Compare) and cond.op in (Op.LT, Op.LE, Op.GT, Op.GE)
+            and U.lane_split(cond.a, v, lanes) is not None
+            and U.lane_split(cond.b, v, lanes) is not None)
 
 
 def _unconditional_loads(e: E.Expr) -> list[ir.Load]:

@@ -58,6 +58,7 @@ PRELUDE = r"""
 #define __shared__ static
 #define __syncthreads() as_emu::syncthreads(__LINE__)
 #define AS_API extern "C" __attribute__((visibility("default")))
+#define AS_HOST_EMULATION 1  // codegen's PRELUDE_ASYNC gives way to the copies below
 
 struct uint3 { unsigned x, y, z; };
 // read by the kernels; set by the fiber scheduler before it resumes a thread
@@ -74,6 +75,19 @@ inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+// cp.async as a plain copy (src_bytes read, the rest zero-filled); groups complete at once
+template <class P> inline void as_cp_async(P* d, const P* s, int src_bytes) {
+  if (src_bytes == (int)sizeof(P)) {
+    *d = *s;
+  } else {
+    memcpy((void*)d, (const void*)s, src_bytes);
+    memset((char*)d + src_bytes, 0, sizeof(P) - src_bytes);
+  }
+}
+inline void as_cp_async_commit() {}
+template <int N> inline void as_cp_async_wait() {}
 
 typedef _Float16 half;
 inline half __float2half(float x) { return (half)x; }

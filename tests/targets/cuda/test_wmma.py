@@ -46,13 +46,12 @@ def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
 
 def _tc_candidate(space: SearchSpace, **knobs: int) -> Candidate:
     """The tensor-core sketch's candidate with its defaults, ``knobs`` (by suffix) changed."""
-    sketch = space.sketches[1]
-    assert any(r.kind == "mma" for r in sketch.rules)
+    index = next(n for n, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
     params = {}
-    for k in sketch.knobs:
+    for k in space.sketches[index].knobs:
         suffix = k.name.rsplit(".", 1)[1]
         params[k.name] = knobs.get(suffix, k.default())
-    return Candidate(1, tuple(params.items()))
+    return Candidate(index, tuple(params.items()))
 
 
 def _inputs(args: list[te.Tensor], rng: np.random.Generator) -> list[np.ndarray]:
@@ -220,9 +219,11 @@ def test_hand_schedule_on_host_matches_numpy(shape, rng) -> None:
 @needs_host
 @pytest.mark.parametrize(("dtype", "widen", "transpose_b", "knobs"), [
     ("float16", False, False, {}),
-    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4, "pad": 0}),
-    ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1}),
-    ("float32", False, False, {"k_chunk": 4}),  # a tf32 task
+    ("float16", True, True, {"warps_m": 1, "frags_n": 1, "k_chunk": 4, "pad": 0, "stages": 3}),
+    ("bfloat16", True, False, {"warps_n": 4, "frags_m": 4, "frags_n": 1, "k_chunk": 1,
+                               "stages": 1}),
+    ("float32", False, False, {"k_chunk": 4, "stages": 1}),  # a tf32 task
+    ("float32", False, False, {"k_chunk": 2, "stages": 2}),
 ])
 def test_sketch_candidate_on_host_matches_numpy(dtype, widen, transpose_b, knobs, rng) -> None:
     args = _matmul(72, 40, 56, dtype, widen=widen, transpose_b=transpose_b)
@@ -232,9 +233,10 @@ def test_sketch_candidate_on_host_matches_numpy(dtype, widen, transpose_b, knobs
 
 @needs_nvrtc
 @needs_host
-def test_batch_matmul_on_host_matches_numpy(rng) -> None:
-    args = _matmul(24, 40, 32, batch=3)
-    (a, b, c), _ = _run_candidate(args, rng, frags_m=1)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_batch_matmul_on_host_matches_numpy(stages, rng) -> None:
+    args = _matmul(24, 40, 72, batch=3)
+    (a, b, c), _ = _run_candidate(args, rng, frags_m=1, stages=stages)
     _check(c, _reference(a, b), "float16")
 
 
@@ -251,12 +253,13 @@ def test_transposed_operands_and_a_broadcast_batch_on_host_match_numpy(rng) -> N
 
 @needs_nvrtc
 @needs_host
-def test_fused_bias_relu_epilogue_on_host_matches_numpy(rng) -> None:
-    a, b, mm = _matmul(40, 48, 32)
+@pytest.mark.parametrize("stages", [1, 2])
+def test_fused_bias_relu_epilogue_on_host_matches_numpy(stages, rng) -> None:
+    a, b, mm = _matmul(40, 48, 80)
     bias = te.placeholder((48,), "float32", name="bias")
     out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
     args = [a, b, bias, out]
-    (xa, xb, xbias, got), task = _run_candidate(args, rng)
+    (xa, xb, xbias, got), task = _run_candidate(args, rng, stages=stages)
     rules = SearchSpace(task).sketches[1].rules
     assert [r.kind for r in rules] == ["mma"]  # the epilogue fused into the tile's output
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
@@ -331,6 +334,125 @@ def test_the_tensor_core_default_on_host_matches_numpy(rng) -> None:
     _check(c, _reference(a, b), "float16")
 
 
+# -- feeding the tensor cores: vector copies ----------------------------------------------
+
+def _default_source(args: list[te.Tensor], target: str = TARGET) -> str:
+    task = Task(args[-1:], args=args, target=target, precision="fp16")
+    return aus.build(SearchSpace(task).default_schedule(), args, target=target).get_source()
+
+
+COPY_BYTES = {"uint4": 16, "uint2": 8, "unsigned int": 4}
+
+
+def _ptx(code: str, arch: str = "sm_90") -> str:
+    return compile_cuda(code, arch, needs_headers=True, ptx=True).data.decode()
+
+
+@needs_nvrtc
+def test_operand_tiles_move_16_bytes_per_thread() -> None:
+    """Rows of 8k halves: each thread copies 8 of them with one 128-bit load and store (on
+    sm_75, which has no cp.async: the pipeline's copies are plain ones), and 4 floats of the
+    staged output tile."""
+    code = _default_source(_matmul(256, 128, 64), "cuda -arch=sm_75")
+    assert "cp_async" not in code
+    ptx = _ptx(code, "sm_75")
+    assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.u32" in ptx
+    assert "ld.global.nc.u16" not in ptx  # no copy of one element
+    assert "ld.shared.v4.f32" in ptx and "st.global.v4.f32" in ptx  # the float32 output too
+    assert "st.global.f32" not in ptx
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(("dtype", "k", "vector"), [("float16", 52, "uint2"),
+                                                    ("float16", 54, "unsigned int"),
+                                                    ("bfloat16", 56, "uint4")])
+def test_operand_copies_shrink_to_what_the_rows_allow(dtype, k, vector) -> None:
+    """A's rows of 52 halves are 8-byte aligned (4 halves a copy), of 54 only 4-byte (2); B's
+    rows (136 halves) stay 16-byte copies, elements alone only where a vector straddles the
+    tensor's edge."""
+    code = _default_source(_matmul(200, 136, k, dtype))
+    assert f"as_cp_async(({vector}*)(&v_A_shared" in code
+    assert "as_cp_async((uint4*)(&v_B_shared" in code
+    # rows of A past the 200th: cp.async reads nothing (src-size 0) and zero-fills
+    assert f"? {COPY_BYTES[vector]} : 0);" in code
+    ptx = _ptx(code)
+    assert f"cp.async.c{'g' if vector == 'uint4' else 'a'}.shared.global" in ptx
+
+
+@needs_nvrtc
+def test_the_default_pipelines_the_k_loop_with_cp_async() -> None:
+    """Two tiles per operand: chunk k + 1 fetched by cp.async (16 bytes a thread) before the
+    mmas of chunk k, one commit, one wait and one barrier per chunk; stages=1 has none."""
+    args = _matmul(256, 128, 64)
+    code = _default_source(args)
+    loop = code[code.index("for (int v_k_outer"):code.index("nvcuda::wmma::store_matrix_sync")]
+    assert loop.count("as_cp_async_wait<0>();") == 1 and loop.count("__syncthreads();") == 1
+    assert loop.index("as_cp_async((uint4*)") < loop.index("as_cp_async_commit();") \
+        < loop.index("mma_sync")
+    ptx = _ptx(code)
+    for op in ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 0"):
+        assert op in ptx
+    assert "ld.global" not in ptx.split("wmma.store")[0]  # every operand load is a cp.async
+    task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+    space = SearchSpace(task)
+    low = space.lower(_tc_candidate(space, stages=1))
+    assert low is not None and low.schedule is not None
+    plain = aus.build(low.schedule, args, target=TARGET).get_source()
+    assert "cp_async" not in plain and ".pipeline(" not in low.schedule.to_python()
+
+
+@needs_nvrtc
+def test_pipeline_step_checks_and_replays() -> None:
+    args = _matmul(96, 64, 80)
+    s = te.create_schedule(args[-1].op)
+    with pytest.raises(ScheduleError, match="into shared memory"):
+        s[args[-1]].pipeline(2)
+    from autosched.search.sketch_mma import schedule_mma
+
+    s = te.create_schedule(args[-1].op)
+    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16", True, 3)
+    with pytest.raises(ScheduleError, match="stages must be 1 to 4"):
+        s["A.shared"].pipeline(5)
+    assert s.to_python().count(".pipeline(3)") == 2
+    again = Schedule.from_json(args[-1], s.to_json())
+    assert aus.build(again, args, target=TARGET).get_source() == \
+        aus.build(s, args, target=TARGET).get_source()
+    assert "as_cp_async_wait<1>();" in aus.build(s, args, target=TARGET).get_source()
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("k", [20, 80])
+@pytest.mark.parametrize("target", [EMULATE, "cuda -arch=sm_90 -emulate=ir"])
+def test_pipelined_hand_schedule_matches_numpy(stages, k, target, rng) -> None:
+    """K in chunks of 32: one chunk (fetched by the prologue alone) or three, the last one
+    ragged; on the host (cp.async as a copy, races checked) and in the loop IR (the reference
+    evaluator checks barriers)."""
+    from autosched.search.sketch_mma import schedule_mma
+
+    args = _matmul(40, 72, k)
+    s = te.create_schedule(args[-1].op)
+    schedule_mma(s, args[-1].op.name, None, (2, 1), (1, 2), 2, "wmma_16x16x16_f16", True,
+                 stages)
+    a, b, c = _inputs(args, rng)
+    aus.build(s, args, target=target)(a, b, c)
+    _check(c, _reference(a, b), "float16")
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("shape", [(200, 136, 52), (130, 144, 54), (128, 129, 33)])
+def test_vector_copies_zero_fill_ragged_tiles_on_host(shape, rng) -> None:
+    """Tiles that overhang the tensor: the copy is zero-filled by vectors inside and element
+    by element at the edges (lanes partly outside), and the product still matches numpy."""
+    args = _matmul(*shape)
+    task = Task(args[-1:], args=args, target=EMULATE, precision="fp16")
+    a, b, c = _inputs(args, rng)
+    task.build(SearchSpace(task).default_schedule())(a, b, c)
+    _check(c, _reference(a, b), "float16")
+
+
 # -- on a GPU (skipped here; the same checks, run on the device) ---------------------------
 
 @pytest.mark.gpu
@@ -355,4 +477,26 @@ def test_fused_epilogue_on_gpu_matches_numpy(rng) -> None:
     bias = te.placeholder((48,), "float32", name="bias")
     out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
     (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda")
+    _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize(("shape", "batch"), [((256, 128, 64), 0), ((200, 136, 52), 0),
+                                              ((130, 144, 54), 0), ((72, 40, 56), 3)])
+def test_pipelined_copies_on_gpu_match_numpy(stages, shape, batch, rng) -> None:
+    """cp.async with 16-, 8- and 4-byte copies, ragged tiles and a batch, per pipeline depth."""
+    args = _matmul(*shape, batch=batch)
+    (a, b, c), _ = _run_candidate(args, rng, target="cuda", stages=stages)
+    _check(c, _reference(a, b), "float16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 2])
+def test_pipelined_fused_epilogue_on_gpu_matches_numpy(stages, rng) -> None:
+    a, b, mm = _matmul(136, 200, 72, widen=True)
+    bias = te.placeholder((200,), "float32", name="bias")
+    out = te.compute(mm.shape, lambda i, j: te.max(mm[i, j] + bias[j], 0.0), name="T_relu")
+    (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda",
+                                             stages=stages)
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
