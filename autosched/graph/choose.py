@@ -113,18 +113,7 @@ def runs_here(tgt: Target) -> bool:
     """Whether a model compiled for ``tgt`` runs on this machine's own hardware: the host
     CPU, or a GPU that is here (not the CUDA C emulated on the host, whose times say
     nothing)."""
-    if tgt.is_host:
-        return True
-    if tgt.kind != "cuda" or tgt.option("emulate"):
-        return False
-    from autosched.errors import RuntimeError_
-    from autosched.targets.cuda import runtime
-
-    try:
-        runtime.context()
-    except RuntimeError_:
-        return False
-    return True
+    return tgt.backend.runs_here(tgt)
 
 
 def choose(graph: Graph, target: str | Target, log: str | os.PathLike,

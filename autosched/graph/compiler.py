@@ -140,7 +140,7 @@ def derived_name(arr: np.ndarray) -> str:
     """The model constant name of an array a converter computed, from its content: the steps
     of a recurrent layer derive the same array from their shared weight, once each."""
     h = hashlib.blake2b(f"{arr.dtype}{arr.shape}".encode(), digest_size=12)
-    h.update(np.ascontiguousarray(arr).data)
+    h.update(np.asarray(arr, order="C").tobytes())
     return f"derived:{h.hexdigest()}"
 
 

@@ -126,7 +126,7 @@ def _int_conv(node: Node, x: Tensor, w: Value, w_zero: Value | None, ctx: Conver
 
     if int(attrs.get("group", 1)) == 1 and _packing_pays(as_conv, w, shape_of(y)):
         as_conv.attrs = {**attrs, KERNEL_LAYOUT: "IHWO"}
-        ihwo = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
+        ihwo = np.asarray(weight.transpose(1, 2, 3, 0), order="C")
         y = conv(as_conv, xf, ctx.const(ihwo), None, ctx)
     return compute(y.shape, lambda *i: cast("int32", y[i]), name="T_exact_int")
 

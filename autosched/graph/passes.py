@@ -258,7 +258,7 @@ def as_panels(b: np.ndarray, p: int) -> np.ndarray:
     count = -(-n // p)
     padded = np.zeros((k, count * p), b.dtype)
     padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, count, p).transpose(1, 0, 2))
+    return np.asarray(padded.reshape(k, count, p).transpose(1, 0, 2), order="C")
 
 
 def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:

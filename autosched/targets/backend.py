@@ -210,6 +210,11 @@ class Backend:
         """The device memory arguments live in; None when modules run on host arrays."""
         return None
 
+    def runs_here(self, target: Target) -> bool:
+        """Whether the target's modules run on this machine's own hardware (so timing them
+        here times the target): not a cross target, an emulation or an evaluator."""
+        return False
+
     def flush_bytes(self, target: Target) -> int:
         """How many bytes to touch between timed repeats to flush the caches."""
         return 2 * llc_bytes()

@@ -204,7 +204,11 @@ def test_bundled_records_from_before_the_serial_choice_replay_unchanged(
             key = r["workload_key"]
             if key not in best or min(r["costs"]) < min(best[key]["costs"]):
                 best[key] = r
-    assert set(best) <= set(resnet18_tasks) and len(best) >= 10
+    # the classifier's Gemm changed its workload (constant weights as column panels): its
+    # records apply to nothing now; every other task's do
+    stale = {k: r["task_name"] for k, r in best.items() if k not in resnet18_tasks}
+    assert set(stale.values()) <= {"gemm"} and len(best) - len(stale) >= 10
+    best = {k: r for k, r in best.items() if k not in stale}
     fitted = 0
     for key, r in best.items():
         task = resnet18_tasks[key]

@@ -24,7 +24,7 @@ import functools
 import warnings
 from typing import Any
 
-from autosched.errors import CompileError
+from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.backend import Backend, DeviceMemory, Module, TargetKeys, register
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.target import Target
@@ -128,6 +128,18 @@ class CudaBackend(Backend):
 
     def flush_bytes(self, target: Target) -> int:
         return 2 * (64 << 20)  # twice the L2 of the largest GPUs
+
+    def runs_here(self, target: Target) -> bool:
+        """On a GPU of this machine (pycuda, a driver and a device), not emulated."""
+        if _emulation(target) is not None:
+            return False
+        from autosched.targets.cuda import runtime
+
+        try:
+            runtime.context()
+        except RuntimeError_:
+            return False
+        return True
 
 
 def _emulation(target: Target) -> str | None:

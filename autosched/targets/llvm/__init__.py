@@ -82,6 +82,9 @@ class LLVMBackend(Backend):
         executor's one call per run); None when the kernels are not for this machine."""
         return jit_library(spec)
 
+    def runs_here(self, target: Target) -> bool:
+        return target.is_host
+
     def preload(self) -> None:
         load_runtime_libraries()
 
