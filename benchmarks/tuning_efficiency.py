@@ -101,7 +101,7 @@ def run_model(name: str, proto: Any, graph: Any, args: argparse.Namespace,
     row("default", 0, 0.0, compiled)
     compiled, secs = _compile(graph, schedule="model")
     row("model", 0, secs, compiled)  # choosing by the model: its compile time is the cost
-    for mode in ("scratch", "pretrained"):
+    for mode in args.modes:
         log = log_dir / f"{name}-{mode}.jsonl"
         spent = 0.0
         for budget in args.budgets:
@@ -129,6 +129,8 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--min-repeat-ms", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=1, help="alternating timing rounds")
+    ap.add_argument("--modes", nargs="+", choices=["scratch", "pretrained"],
+                    default=["scratch", "pretrained"], help="the tuning modes to run")
     ap.add_argument("--logs", default=None, help="keep the tuning logs in this directory")
     ap.add_argument("--out", default="benchmarks/results/tuning_efficiency.json")
     args = ap.parse_args()
