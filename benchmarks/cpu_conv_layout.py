@@ -1,7 +1,7 @@
 """The ResNet-18 convolutions on the CPU, kernel OIHW (sums NCHW, the row is the vector) next
 to IHWO (sums channels-last, output channels the vector), each followed by ReLU, checked
 against each other: with their untuned default schedules, or with ``--trials N`` each tuned
-for N trials from a fresh log (what decides ``graph.passes._packing_pays``). Prints a table.
+for N trials from a fresh log (what decides ``graph.passes.packing_pays``). Prints a table.
 
     .venv/bin/python benchmarks/cpu_conv_layout.py [--trials N] [C,HW,K,STRIDE,KSIZE ...]
 """

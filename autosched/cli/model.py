@@ -104,8 +104,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
          options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
     if measured != shown:  # the last rounds since the last table
         show(measured)
-    choices = [] if args.no_choose else choose_after_tuning(graph, args.target, log,
-                                                            args.precision, args.runner)
+    choices = [] if args.no_choose else choose_after_tuning(graph, tasks, log, args.precision,
+                                                            args.runner)
     if choices:
         print(describe_choices(choices), flush=True)
     if args.plot:

@@ -28,6 +28,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,33 +80,30 @@ def describe_choices(choices: list[Choice]) -> str:
             f"their kernels {ms:.4g} ms there (untuned {untuned:.4g} ms)")
 
 
-def choose_after_tuning(graph: Graph, target: str | Target, log: str | os.PathLike,
+def choose_after_tuning(graph: Graph, tasks: Sequence[Any], log: str | os.PathLike,
                         precision: str, runner: Any) -> list[Choice]:
-    """``choose`` at the end of a model's tuning, when the model runs here: a target of this
-    machine (the host CPU or its GPU) whose candidates it measured (``runner`` None, "local"
-    or a Measurer); else nothing."""
+    """``choose`` at the end of a model's tuning (``tasks``: the model's tasks, as tuned),
+    when the model runs here: a target of this machine (the host CPU or its GPU) whose
+    candidates it measured (``runner`` None, "local" or a Measurer); else nothing."""
     from autosched.search.measure import Measurer
 
     local = runner in (None, "local") or isinstance(runner, Measurer)
-    if not (local and runs_here(parse(target))) or chosen_since_last_trial(
-            graph, target, log, precision):
+    if not tasks or not (local and runs_here(tasks[0].target)) or chosen_since_last_trial(
+            tasks, log):
         return []
-    return choose(graph, target, log, precision)
+    return choose(graph, tasks[0].target, log, precision)
 
 
-def chosen_since_last_trial(graph: Graph, target: str | Target, log: str | os.PathLike,
-                            precision: str = DEFAULT_PRECISION) -> bool:
-    """Whether the log's latest choice for the model's workloads is newer than every trial
-    of them (a tuning run that measured nothing new, its budget spent, chooses nothing again:
-    one choosing covers every workload of the model)."""
-    from autosched.graph.compiler import extract_tasks
+def chosen_since_last_trial(tasks: Sequence[Any], log: str | os.PathLike) -> bool:
+    """Whether the log's latest choice for the workloads of a model's ``tasks`` is newer than
+    every trial of them (a tuning run that measured nothing new, its budget spent, chooses
+    nothing again: one choosing covers every workload of the model)."""
     from autosched.search.record import RecordLog
 
-    tgt = parse(target)
     records = RecordLog(log)
-    tasks, _ = extract_tasks(graph, tgt, precision)
-    trials = [r.timestamp for t in tasks for r in records.records_for(t.workload_key, tgt)]
-    choices = [r.timestamp for t in tasks for r in records.choices_for(t.workload_key, tgt)]
+    trials = [r.timestamp for t in tasks for r in records.records_for(t.workload_key, t.target)]
+    choices = [r.timestamp for t in tasks
+               for r in records.choices_for(t.workload_key, t.target)]
     return bool(choices) and max(choices) >= max(trials, default=0.0)
 
 

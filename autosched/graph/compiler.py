@@ -256,7 +256,7 @@ def tune_graph(graph: Graph, target: str | Target = "llvm", trials: int | None =
     log = log if log is not None else default_log(tasks)
     best = tune(tasks, trials=trials, log=log, weights=weights, **kwargs)
     if choose:
-        choices = choose_after_tuning(graph, target, log, precision,
+        choices = choose_after_tuning(graph, tasks, log, precision,
                                       kwargs.get("runner", kwargs.get("measurer")))
         if choices and getattr(kwargs.get("options"), "verbose", False):
             print(describe_choices(choices), flush=True)

@@ -91,22 +91,21 @@ class CudaModel:
         words = {id(k): status.address(n) for n, k in enumerate(self._checked)} if status else {}
         # launches prepared once, each with the name of its task
         self._keep: list[Any] = []
+        per_kernel = self._bind([k.module for k in kernels], words, self._keep)
         self._launches = [(launch, k.task.name)
-                          for k, calls in zip(kernels, self._bind(None, words, self._keep))
-                          for launch in calls]
+                          for k, calls in zip(kernels, per_kernel) for launch in calls]
         self._graph: graphs.Graph | None = None  # recorded at the first run
         self.graph_failure: str | None = None  # why runs launch one by one
 
-    def _bind(self, modules: Sequence[Any] | None, words: dict[int, int], keep: list[Any]
+    def _bind(self, modules: Sequence[Any], words: dict[int, int], keep: list[Any]
               ) -> list[list[Launch]]:
-        """The launches of each kernel (``modules``: other modules of the same tasks, in
-        kernel order) bound to the device buffers and status words; what they need alive goes
-        to ``keep``."""
-        mods = [k.module for k in self.kernels] if modules is None else list(modules)
-        if len(mods) != len(self.kernels):
-            raise ValueError(f"{len(mods)} modules for {len(self.kernels)} kernels")
+        """The launches of each kernel by ``modules`` (its own, or other modules of the same
+        tasks, in kernel order) bound to the device buffers and status words; what they need
+        alive goes to ``keep``."""
+        if len(modules) != len(self.kernels):
+            raise ValueError(f"{len(modules)} modules for {len(self.kernels)} kernels")
         out = []
-        for k, m in zip(self.kernels, mods):
+        for k, m in zip(self.kernels, modules):
             launches = m.launches(*(self.device[a] for a in k.args), status=words.get(id(k)))
             keep.append(launches.keep)
             out.append(list(launches.calls))
@@ -127,7 +126,7 @@ class CudaModel:
             words = ({id(k): status.address(n) for n, k in enumerate(self.kernels)}
                      if status is not None else {})
             keep: list[Any] = []
-            per_kernel = self._bind(modules, words, keep)
+            per_kernel = self._bind(mods, words, keep)
             if status is not None:
                 status.clear()
             runs = None
@@ -139,9 +138,7 @@ class CudaModel:
             if runs is None:
                 runs = self._timed_launches(per_kernel, repeat)
             if status is not None:
-                for k, word in zip(self.kernels, status.read()):
-                    if word:
-                        raise kernel_failure(k, int(word))
+                _raise_reported(self.kernels, status)
             return np.median(np.array(runs), axis=0)
 
     def _timed_graph(self, per_kernel: list[list[Launch]], repeat: int) -> list[list[float]]:
@@ -195,11 +192,8 @@ class CudaModel:
 
     def _check_status(self) -> None:
         """Raise for the first task whose kernels reported a failure, naming its node."""
-        if self._status is None:
-            return
-        for kernel, word in zip(self._checked, self._status.read()):
-            if word:
-                raise kernel_failure(kernel, int(word))
+        if self._status is not None:
+            _raise_reported(self._checked, self._status)
 
     def _launch(self, sync_each: bool = False) -> None:
         drv = self.drv
@@ -326,3 +320,11 @@ class CudaModel:
         return (f"{len(self.kernels)} tasks, {len(self._launches)} CUDA kernels {replay}, "
                 f"{self.peak_bytes / 1e6:.1f} MB intermediates and "
                 f"{self.constant_bytes / 1e6:.1f} MB constants on the device")
+
+
+def _raise_reported(kernels: Sequence[Any], status: StatusWords) -> None:
+    """Raise for the first of ``kernels`` (word n of ``status`` is kernel n's) whose
+    launches reported a failure, naming its node."""
+    for kernel, word in zip(kernels, status.read()):
+        if word:
+            raise kernel_failure(kernel, int(word))

@@ -106,7 +106,7 @@ def _int_conv(node: Node, x: Tensor, w: Value, w_zero: Value | None, ctx: Conver
     are subtracted ahead of time, and where no partial sum can leave float32's exact
     integers (_exact_in_float) the convolution runs as a float one (one FMA per tap instead
     of an integer multiply and add), its weight stored channels-last where a float Conv's
-    would be (passes._packing_pays); otherwise the shifted weight is int16 (it holds any
+    would be (passes.packing_pays); otherwise the shifted weight is int16 (it holds any
     difference of 8-bit values)."""
     attrs = {k: v for k, v in node.attrs.items() if k in (
         "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
@@ -122,9 +122,9 @@ def _int_conv(node: Node, x: Tensor, w: Value, w_zero: Value | None, ctx: Conver
     xf = compute(x.shape, lambda *i: cast("float32", x[i]), name="T_float")
     weight = shifted.astype("float32")
     y = conv(as_conv, xf, ctx.const(weight), None, ctx)
-    from autosched.graph.passes import _packing_pays  # passes imports the converters
+    from autosched.graph.passes import packing_pays  # passes imports the converters
 
-    if int(attrs.get("group", 1)) == 1 and _packing_pays(as_conv, w, shape_of(y)):
+    if int(attrs.get("group", 1)) == 1 and packing_pays(as_conv, w, shape_of(y)):
         as_conv.attrs = {**attrs, KERNEL_LAYOUT: "IHWO"}
         ihwo = np.asarray(weight.transpose(1, 2, 3, 0), order="C")
         y = conv(as_conv, xf, ctx.const(ihwo), None, ctx)
@@ -158,10 +158,9 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
     k, n = b.shape
     zb = np.zeros(n, "int64") if b_zero is None else np.broadcast_to(
         np.asarray(b_zero, "int64").reshape(-1), (n,))
-    padded = b
-    if _padded_columns(n) != n:
-        padded = np.zeros((k, _padded_columns(n)), b.dtype)
-        padded[:, :n] = b
+    from autosched.graph.passes import zero_padded_columns  # passes imports the converters
+
+    padded = zero_padded_columns(b, _padded_columns(n))
     term = np.zeros(padded.shape[1], "int32")
     term[:n] = k * zb - b.sum(axis=0, dtype="int64")
     return quant.folded_matmul(

@@ -194,7 +194,7 @@ def optimize(graph: Graph) -> Graph:
 PACK_1X1_BELOW_COLUMNS = 14
 
 
-def _packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -> bool:
+def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -> bool:
     """Channels-last sums pay where a row is a poor vector: strided convolutions (the row
     reads are gathers), few input channels (the stem), and 1x1 kernels over short rows
     (under PACK_1X1_BELOW_COLUMNS columns: a row of 7 fills under half an AVX-512 vector).
@@ -215,7 +215,7 @@ def _packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) 
 
 
 def pack_conv_weights(graph: Graph) -> Graph:
-    """Each 2-d, ungrouped Conv with a constant weight where _packing_pays reads it transposed
+    """Each 2-d, ungrouped Conv with a constant weight where packing_pays reads it transposed
     once to (C, KH, KW, O) (attribute KERNEL_LAYOUT "IHWO"), so its sums run channels-last
     with the output channels as the contiguous vector axis. Run after fold_batch_norm, which
     scales OIHW weights."""
@@ -227,7 +227,7 @@ def pack_conv_weights(graph: Graph) -> Graph:
             continue
         w = g.constants[n.inputs[1]]
         out = g.values.get(n.outputs[0]) if n.outputs else None
-        if w.ndim != 4 or not _packing_pays(n, w, out.shape if out is not None else None):
+        if w.ndim != 4 or not packing_pays(n, w, out.shape if out is not None else None):
             continue
         name = packed.get(n.inputs[1])
         if name is None:
@@ -252,12 +252,21 @@ def panel_columns(n: int, lanes: int) -> int | None:
     return None
 
 
+def zero_padded_columns(b: np.ndarray, columns: int) -> np.ndarray:
+    """A (K, N) matrix with ``columns`` >= N columns, zero past column N."""
+    k, n = b.shape
+    if columns == n:
+        return b
+    padded = np.zeros((k, columns), b.dtype)
+    padded[:, :n] = b
+    return padded
+
+
 def as_panels(b: np.ndarray, p: int) -> np.ndarray:
     """A (K, N) matrix as column panels (ceil(N / p), K, p), zero past column N."""
     k, n = b.shape
     count = -(-n // p)
-    padded = np.zeros((k, count * p), b.dtype)
-    padded[:, :n] = b
+    padded = zero_padded_columns(b, count * p)
     return np.asarray(padded.reshape(k, count, p).transpose(1, 0, 2), order="C")
 
 

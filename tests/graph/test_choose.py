@@ -202,7 +202,7 @@ def test_tune_graph_chooses_in_the_model(tmp_path: Path, rng: np.random.Generato
     (y,) = aus.compile(graph, "llvm", log=log).run(x)
     np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
     # the budget spent, a rerun measures nothing and chooses nothing again
-    assert choose_mod.chosen_since_last_trial(graph, "llvm", log)
+    assert choose_mod.chosen_since_last_trial(extract_tasks(graph, "llvm")[0], log)
     aus.tune_graph(graph, "llvm", total_trials=len(recs) - len(chosen), log=log,
                    min_repeat_ms=2.0, repeat=2)
     assert len(RecordLog(log).load()) == len(recs)
