@@ -19,7 +19,7 @@ for s in "$@"; do
         diagnose) step diagnose 300 python3 benchmarks/gpu_diagnose.py ;;
         sanitize) command -v compute-sanitizer && step sanitize 200 compute-sanitizer \
                       --tool memcheck python3 benchmarks/gpu_diagnose.py direct ;;
-        tests) step tests 300 python3 -m pytest -q -x -m gpu tests -rfE -p no:cacheprovider ;;
+        tests) step tests 330 python3 -m pytest -q -m gpu tests -rfE -p no:cacheprovider ;;
         tune) step tune 560 python3 benchmarks/tune_gpu.py ;;
         e2e) step e2e 400 python3 benchmarks/e2e_gpu.py ;;
         model:*)  # model:<name>:<seconds>: tune <name> on cuda for that long, then time it end to end
@@ -46,6 +46,8 @@ for s in "$@"; do
         convlayout) step convlayout 120 python3 benchmarks/cpu_conv_layout.py ;;
         e2e0) step e2e0 200 python3 benchmarks/e2e_gpu.py --no-compile ;;
         tune256) step tune256 590 python3 benchmarks/tune_gpu.py --trials 256 ${WL:+--workloads $WL} ;;
+        stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
+        hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
     esac
 done
