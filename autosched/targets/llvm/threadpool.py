@@ -2,15 +2,18 @@
 
 One entry point::
 
-    void autosched_parallel(void (*fn)(void *data, int32_t nthreads), void *data, int32_t nthreads);
+    void autosched_parallel(void (*fn)(void *data, int32_t nthreads, int32_t rank), void *data,
+                            int32_t nthreads);
 
-``fn`` (an outlined parallel loop, parallel.py) takes chunks of the loop from a counter in
+``fn`` (an outlined parallel loop, parallel.py) takes chunks of the loop from counters in
 ``data`` until none is left, so one thread alone finishes the loop. The caller
 
 1. publishes the region: ``fn``, ``data`` and, in one 64-bit atomic word (``state``), a new
    generation, an open flag, how many workers may join and how many have (0);
 2. wakes the workers only if some sleep (a futex);
-3. runs ``fn(data, nthreads)`` itself;
+3. runs ``fn(data, nthreads, 0)`` itself (a worker runs it with its rank: 1 for the first
+   worker made, 2 for the next, ..., the same in every region, so that a loop can give each
+   thread the same part of every loop: parallel.py's home ranges);
 4. closes the region (clears the open flag) and waits only for the workers still inside it:
    they hold chunks. A worker joins with one compare-and-swap of ``state`` (inside + 1,
    joined + 1), which fails once the region is closed or replaced or ``nthreads - 1`` workers
@@ -93,7 +96,7 @@ def calls(ir_text: str, symbol: str = ENTRY) -> bool:
     return f'@"{symbol}"(' in ir_text or f"@{symbol}(" in ir_text
 
 
-TEAM_FN = ir.FunctionType(T.VOID, [T.I8P, T.I32])
+TEAM_FN = ir.FunctionType(T.VOID, [T.I8P, T.I32, T.I32])  # (data, nthreads, rank)
 ENTRY_FN = ir.FunctionType(T.VOID, [TEAM_FN.as_pointer(), T.I8P, T.I32])
 
 
@@ -176,6 +179,7 @@ class _PoolGen:
     def _worker_main(self) -> ir.Function:
         fn, b = self._function(PREFIX + "worker", ir.FunctionType(T.I8P, [T.I8P]))
         c = self._const
+        rank = b.trunc(b.ptrtoint(fn.args[0], T.I64), T.I32)  # 1 for the first worker made
         last = b.alloca(T.I64, name="last")  # the generation this worker last joined
         spins = b.alloca(T.I64, name="spins")
         b.store(c(0), last)
@@ -198,7 +202,7 @@ class _PoolGen:
 
         b.position_at_end(work)  # joined: the region stays open to us until we leave
         b.store(b.lshr(s, c(GEN_SHIFT)), last)
-        b.call(b.load(self.fn), [b.load(self.data), b.load(self.nthreads)])
+        b.call(b.load(self.fn), [b.load(self.data), b.load(self.nthreads), rank])
         b.atomic_rmw("sub", self.state, c(1), "release")
         b.branch(top)
 
@@ -329,7 +333,7 @@ class _PoolGen:
         b.cbranch(b.extract_value(taken, 1), blocks["locked"], blocks["inline"])
 
         b.position_at_end(blocks["inline"])
-        b.call(team, [data, b.load(nthreads)])
+        b.call(team, [data, b.load(nthreads), ir.Constant(i32, 0)])
         b.ret_void()
 
         # locked: make sure nthreads - 1 workers exist (fewer if pthread_create fails)
@@ -345,8 +349,8 @@ class _PoolGen:
         b.position_at_end(blocks["create"])
         create = self._libc("pthread_create", T.I32,
                             [T.I64.as_pointer(), T.I8P, self.worker.type, T.I8P])
-        rc = b.call(create, [tid, ir.Constant(T.I8P, None), self.worker,
-                             ir.Constant(T.I8P, None)])
+        rank = b.inttoptr(b.zext(b.add(have, ir.Constant(i32, 1)), T.I64), T.I8P)
+        rc = b.call(create, [tid, ir.Constant(T.I8P, None), self.worker, rank])
         b.cbranch(b.icmp_signed("==", rc, ir.Constant(i32, 0)), blocks["created"],
                   blocks["publish"])
         b.position_at_end(blocks["created"])
@@ -378,7 +382,7 @@ class _PoolGen:
 
         # run our share, close, wait for the workers that joined
         b.position_at_end(blocks["run"])
-        b.call(team, [data, n])
+        b.call(team, [data, n, ir.Constant(i32, 0)])
         b.atomic_rmw("and", self.state, c(~OPEN & (2**64 - 1)), "acq_rel")
         spins = b.alloca(T.I64, name="spins")
         b.store(c(0), spins)

@@ -11,6 +11,7 @@ import pytest
 
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.llvm import compile as llvm_compile
+from autosched.targets.llvm import threadpool
 from autosched.targets.target import parse
 from autosched.te import expr as E
 from autosched.tir import ir
@@ -98,6 +99,25 @@ def test_thread_count_from_the_target(rng):
     for bad in ("zero", "0", "-2"):
         with pytest.raises(CompileError, match=f"-num-cores={bad}: expected a positive"):
             parse(f"llvm -num-cores={bad}")
+
+
+@pytest.mark.parametrize("runtime", ["pool", "gomp"])
+def test_every_iteration_runs_once_however_the_loop_is_cut(rng, monkeypatch, runtime):
+    # C[i, j] += A[i, j]: an iteration run twice or never shows; more threads than iterations,
+    # than homes (parallel.MAX_HOMES) and homes of unequal length
+    monkeypatch.setenv("AUTOSCHED_PARALLEL", runtime)
+    for m, threads in ((1, 2), (3, 4), (17, 2), (17, 3), (100, 20), (301, 7)):
+        A, C = buf("A", (m, 5)), buf("C", (m, 5))
+        i, j = E.Var("i"), E.Var("j")
+        add = ir.Store(C, (i, j), ir.Load(C, (i, j)) + ir.Load(A, (i, j)))
+        mod = build(loop(i, m, loop(j, 5, add), "parallel"), [A, C], name=f"acc_{runtime}")
+        assert threadpool.calls(mod.get_llvm_ir()) == (runtime == "pool")
+        mod.num_threads = threads
+        a, c = rand(rng, (m, 5), "float32"), rand(rng, (m, 5), "float32")
+        out = c.copy()
+        for _ in range(3):
+            mod(a, out)
+        np.testing.assert_allclose(out, c + a + a + a, rtol=1e-5, err_msg=f"{m} x {threads}")
 
 
 def test_nested_parallel_runs_serially_inside(rng):
