@@ -46,6 +46,9 @@ for s in "$@"; do
         convlayout) step convlayout 120 python3 benchmarks/cpu_conv_layout.py ;;
         e2e0) step e2e0 200 python3 benchmarks/e2e_gpu.py --no-compile ;;
         tune256) step tune256 590 python3 benchmarks/tune_gpu.py --trials 256 ${WL:+--workloads $WL} ;;
+        corpus:*)  # corpus:<name>,<name>: match and time corpus models on cuda, untuned
+            names=${s#corpus:}
+            step corpus 300 python3 -m tests.support.corpus ${names//,/ } --target cuda ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
