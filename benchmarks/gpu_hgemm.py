@@ -36,7 +36,16 @@ from autosched.search.task import Task  # noqa: E402
 from autosched.te import ops  # noqa: E402
 
 PRECISION = {"float16": "fp16", "bfloat16": "bf16"}
-SKETCH = {0: "SIMT", 1: "tensor cores"}
+
+
+def uses_tensor_cores(sketch) -> bool:
+    """Whether ``sketch`` is the tensor-core one (its order among the sketches depends on the
+    shape: sketch_mma.fills_tiles puts it first for large outputs)."""
+    return any(r.kind == "mma" for r in sketch.rules)
+
+
+def _label(space: SearchSpace, idx: int) -> str:
+    return "tensor cores" if uses_tensor_cores(space.sketches[idx]) else "SIMT"
 
 
 def _task(n: int, dtype: str) -> Task:
@@ -93,7 +102,7 @@ def main() -> None:
             cand = Candidate(idx, tuple((k.name, k.default()) for k in space.sketches[idx].knobs))
             low = space.lower(cand)
             if low is not None and low.schedule is not None:
-                found[f"{SKETCH.get(idx, idx)} default"] = low.schedule
+                found[f"{_label(space, idx)} default"] = low.schedule
         log = args.log or str(Path(tmp.name) / f"hgemm{n}.jsonl")
         t0 = time.time()
         aus.tune(task, trials=args.trials, log=log)
@@ -103,7 +112,7 @@ def main() -> None:
             mine = [r for r in recs if r.extra.get("candidate", {}).get("sketch") == idx]
             if mine:
                 best = min(mine, key=lambda r: r.cost)
-                found[f"{SKETCH.get(idx, idx)} tuned ({len(mine)})"] = \
+                found[f"{_label(space, idx)} tuned ({len(mine)})"] = \
                     task.schedule(best.schedule_steps())
         timed = {name: _timed(task, s, a, b, ref, ref_norm, args.repeat)
                  for name, s in found.items()}

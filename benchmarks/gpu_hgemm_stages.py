@@ -27,12 +27,12 @@ baseline.prepare()
 import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
 
 from autosched.search.space import Candidate, SearchSpace  # noqa: E402
-from benchmarks.gpu_hgemm import PRECISION, _task  # noqa: E402
+from benchmarks.gpu_hgemm import PRECISION, _task, uses_tensor_cores  # noqa: E402
 
 
 def _candidate(space: SearchSpace, stages: int) -> Candidate:
     """The tensor-core sketch's default with ``stages``."""
-    index = next(n for n, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
+    index = next(n for n, sk in enumerate(space.sketches) if uses_tensor_cores(sk))
     knobs = tuple((k.name, stages if k.name.endswith(".stages") else k.default())
                   for k in space.sketches[index].knobs)
     return Candidate(index, knobs)
