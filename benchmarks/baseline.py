@@ -138,13 +138,39 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def core_round_trip_ns() -> float | None:
+    """Nanoseconds for a cache line from CPU 0 to CPU 1 and back (benchmarks/core_pingpong.c,
+    built with the system's C compiler); None without a compiler or a second CPU. On this
+    project's VMs it has been about 60 ns or about 350 ns, changing while a process runs, and
+    autosched's parallel kernels run up to 30% slower in the second state (README)."""
+    import shutil
+    import tempfile
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or (os.cpu_count() or 1) < 2:
+        return None
+    src = Path(__file__).with_name("core_pingpong.c")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "pingpong")
+        try:
+            subprocess.run([cc, "-O2", "-pthread", str(src), "-o", exe], check=True,
+                           capture_output=True, timeout=60)
+            out = subprocess.run([exe], check=True, capture_output=True, text=True, timeout=60)
+            return float(out.stdout)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+
+
 def header() -> str:
-    """One line: date, commit, CPU model, LLVM CPU name, ISA, cores, GPU, load average."""
+    """One line: date, commit, CPU model, LLVM CPU name, ISA, cores, GPU, load average and
+    the core-to-core round trip."""
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     cpu = _cpuinfo().get("model name", "unknown CPU")
     gpu = gpu_name()
+    trip = core_round_trip_ns()
     return (f"# {date} | commit {commit()} | {cpu} ({llvm_cpu()}, {isa()}), "
-            f"{os.cpu_count()} cores | GPU {gpu or 'none'} | load average {load()}")
+            f"{os.cpu_count()} cores | GPU {gpu or 'none'} | load average {load()}"
+            + (f" | core-to-core round trip {trip:.0f} ns" if trip is not None else ""))
 
 
 def omp_wait_policy() -> str:

@@ -80,3 +80,14 @@ def test_header_states_machine() -> None:
     line = baseline.header()
     assert line.startswith("# ") and "commit " in line and "load average" in line
     assert baseline.isa() in line and f"{os.cpu_count()} cores" in line
+
+
+def test_core_round_trip_is_measured_where_it_can_be() -> None:
+    import shutil
+
+    trip = baseline.core_round_trip_ns()
+    if (os.cpu_count() or 1) < 2 or not (shutil.which("cc") or shutil.which("gcc")):
+        assert trip is None
+    else:  # a cache line between two cores: tens to thousands of nanoseconds, never zero
+        assert trip is not None and 5 < trip < 100_000, trip
+        assert "core-to-core round trip" in baseline.header()

@@ -195,15 +195,19 @@ def test_op_types_count_the_nodes_inside_if_branches() -> None:
 def test_tuning_adds_a_tuned_column(tmp_path: Path) -> None:
     """``--trials``: the model is tuned into its own log (a rerun measures nothing more),
     compiled with it, checked again and timed with the untuned model and onnxruntime; the
-    table gets the tuned column."""
+    table gets the tuned column. ``--zero``: also the model with schedules the cost model
+    chose without measuring, checked and timed, and its worst ratio to the tuned one."""
     e = ENTRIES["silero_vad_ifless"]
     _fetch_or_skip(e)
     tuning = corpus.Tuning(4, tmp_path)
-    r = corpus.check(e, tuning=tuning)
+    r = corpus.check(e, tuning=tuning, zero=True)
     assert r.ok, f"stopped at {r.stage}: {r.error}"
     assert r.trials >= 4 and tuning.log(e, "llvm").exists()
     assert r.tuned_ms > 0 and r.ours_ms > 0 and r.ort_ms > 0
+    assert r.model_ms > 0 and r.model_s > 0
     text = corpus.table([r])
     assert "tuned ms" in text and "onnxruntime / autosched tuned: geometric mean" in text
+    assert "model ms" in text and "model-chosen / tuned: at most" in text
+    assert "model ms" not in corpus.table([corpus.check(e, timing=False)])
     again = corpus.check(e, timing=False, tuning=tuning)  # the log holds the budget: resumes
     assert again.ok and again.trials == r.trials

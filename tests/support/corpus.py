@@ -102,6 +102,8 @@ class Result:
     tuned_ms: float = float("nan")  # with --trials: compiled with the model's tuning log
     trials: int = 0                 # records in that log
     tune_s: float = float("nan")    # seconds this run's tuning took
+    model_ms: float = float("nan")  # with --zero: each task's schedule chosen by the cost model
+    model_s: float = float("nan")   # seconds that choice took (no measurements)
 
     @property
     def ok(self) -> bool:
@@ -353,13 +355,15 @@ class Tuning:
 
 
 def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None = None,
-          threads: int | None = None, tuning: Tuning | None = None) -> Result:
-    """Run one corpus model through every stage, recording where it stops and why."""
+          threads: int | None = None, tuning: Tuning | None = None, zero: bool = False
+          ) -> Result:
+    """Run one corpus model through every stage, recording where it stops and why; ``zero``:
+    also compile it with schedules the cost model chooses without measuring anything."""
     r = Result(e.name, e.wheel.package)
     try:
         proto = prepared_model(e)
         r.ops, r.stage = op_types(proto), "import"
-        _stages(e, proto, target, timing, seed, threads, r, tuning)
+        _stages(e, proto, target, timing, seed, threads, r, tuning, zero)
     except CorpusUnavailable:
         raise
     except Exception as exc:  # a report of every failure, not a crash of the corpus run
@@ -369,13 +373,20 @@ def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None 
 
 
 def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
-            threads: int | None, r: Result, tuning: Tuning | None = None) -> None:
+            threads: int | None, r: Result, tuning: Tuning | None = None,
+            zero: bool = False) -> None:
+    import autosched as aus
     from autosched.testing import models
     from importers.onnx import from_onnx
 
     graph = from_onnx(proto, shapes=e.shapes)
     r.stage = "compile"
     model = compile_model(graph, target)
+    chosen = None
+    if zero:
+        t0 = time.perf_counter()
+        chosen = aus.compile(graph, target=target, schedule="model")
+        r.model_s = time.perf_counter() - t0
     tuned = None
     if tuning is not None:
         r.stage = "tune"
@@ -391,16 +402,18 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
     if not compare(ours, ref, names, r):
         r.error = r.error or f"seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
         return
-    if tuned is not None and not compare(tuned.run(feeds), ref, names, r):
-        r.error = r.error or f"tuned, seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
-        return
+    for label, other in (("tuned", tuned), ("model-chosen", chosen)):
+        if other is not None and not compare(other.run(feeds), ref, names, r):
+            r.error = r.error or f"{label}, seed {seed}: {r.bad} outside rtol {RTOL}, atol {ATOL}"
+            return
     if timing and target != CUDA_HOST:
-        sides = [model.time, *([tuned.time] if tuned is not None else []),
+        extra = {k: m for k, m in (("tuned_ms", tuned), ("model_ms", chosen)) if m is not None}
+        sides = [model.time, *(m.time for m in extra.values()),
                  lambda f: _ort_seconds(sess, f)]
         best = _times(sides, feeds)
         r.ours_ms, r.ort_ms = best[0], best[-1]
-        if tuned is not None:
-            r.tuned_ms = best[1]
+        for field, ms in zip(extra, best[1:]):
+            setattr(r, field, ms)
     r.stage = "ok"
 
 
@@ -447,10 +460,10 @@ def _ort_seconds(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_
 
 
 def check_in_child(e: Entry, target: str, timing: bool, timeout: float,
-                   tuning: Tuning | None = None) -> Result:
+                   tuning: Tuning | None = None, zero: bool = False) -> Result:
     """``check`` in a fresh interpreter: a segfault or a hang becomes that model's error."""
     cmd = [sys.executable, "-m", "tests.support.corpus", "--child", e.name,
-           "--target", target] + ([] if timing else ["--no-time"])
+           "--target", target] + ([] if timing else ["--no-time"]) + (["--zero"] if zero else [])
     if tuning is not None:
         cmd += ["--trials", str(tuning.trials), "--logs", os.fspath(tuning.logs.resolve())]
     try:
@@ -469,8 +482,10 @@ def table(results: list[Result]) -> str:
     """The results as a table (a tuned column when any model was tuned), then the geometric
     mean of onnxruntime's time over ours, untuned and tuned, over the models timed."""
     tuned = any(r.trials for r in results)
+    zero = any(np.isfinite(r.model_s) for r in results)
     head = ("model", "package", "import", "match", "max abs", "max rel", "ours ms",
-            *(("tuned ms", "trials", "tune s") if tuned else ()), "ort ms",
+            *(("tuned ms", "trials", "tune s") if tuned else ()),
+            *(("model ms", "choose s") if zero else ()), "ort ms",
             "stopped at / error", "ops")
     rows = [head]
     for r in results:
@@ -478,19 +493,28 @@ def table(results: list[Result]) -> str:
         rows.append((r.name, r.package, imported, "yes" if r.ok else "no",
                      f"{r.max_abs:.2e}", f"{r.max_rel:.2e}", f"{r.ours_ms:.2f}",
                      *((f"{r.tuned_ms:.2f}", str(r.trials), f"{r.tune_s:.0f}") if tuned else ()),
+                     *((f"{r.model_ms:.2f}", f"{r.model_s:.0f}") if zero else ()),
                      f"{r.ort_ms:.2f}", "" if r.ok else f"{r.stage}: {r.error}", r.ops))
     widths = [max(len(str(row[k])) for row in rows) for k in range(len(head) - 2)]
     lines = []
     for row in rows:
         cells = [str(c).ljust(w) for c, w in zip(row, widths)]
         lines.append("  ".join(cells + [str(row[-2])]).rstrip())
-    for label, field in (("untuned", "ours_ms"), *((("tuned", "tuned_ms"),) if tuned else ())):
+    for label, field in (("untuned", "ours_ms"), *((("tuned", "tuned_ms"),) if tuned else ()),
+                         *((("model-chosen", "model_ms"),) if zero else ())):
         ratios = [r.ort_ms / getattr(r, field) for r in results
                   if r.ok and getattr(r, field) > 0 and r.ort_ms > 0]
         if ratios:
             geo = float(np.exp(np.mean(np.log(ratios))))
             lines.append(f"onnxruntime / autosched {label}: geometric mean {geo:.2f}x over "
                          f"{len(ratios)} models, lowest {min(ratios):.2f}x")
+    if tuned and zero:
+        over = [(r.model_ms / r.tuned_ms, r.name) for r in results
+                if r.ok and r.model_ms > 0 and r.tuned_ms > 0]
+        if over:
+            worst, name = max(over)
+            lines.append(f"model-chosen / tuned: at most {worst:.2f}x ({name}) over "
+                         f"{len(over)} models")
     ops = [f"  {r.name}: {r.ops}" for r in results]
     return "\n".join(lines + ["", "op types (count):"] + ops)
 
@@ -510,12 +534,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="also tune each model until its log holds this many trials (0: untuned)")
     ap.add_argument("--logs", default="corpus_logs",
                     help="with --trials: the folder of the models' logs (NAME.TARGET.jsonl)")
+    ap.add_argument("--zero", action="store_true",
+                    help="also time each model with schedules the cost model chooses, unmeasured")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     entries = load_manifest()
     tuning = Tuning(args.trials, Path(args.logs)) if args.trials > 0 else None
     if args.child:
-        r = check(entries[args.child], args.target, not args.no_time, tuning=tuning)
+        r = check(entries[args.child], args.target, not args.no_time, tuning=tuning,
+                  zero=args.zero)
         print("RESULT " + json.dumps(asdict(r)), flush=True)
         return 0
     if args.locate:
@@ -534,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target {args.target}, load average {os.getloadavg()[0]:.2f}", flush=True)
     results = []
     for e in chosen:
-        results.append(check_in_child(e, args.target, not args.no_time, args.timeout, tuning))
+        results.append(check_in_child(e, args.target, not args.no_time, args.timeout, tuning,
+                                      args.zero))
         r = results[-1]
         print(f"  {r.name}: {'ok' if r.ok else r.stage + ': ' + r.error}", flush=True)
     print(table(results))
