@@ -3,6 +3,7 @@ in tuning_logs/, and print how well it ranks workloads it was not trained on.
 
     python benchmarks/pretrain_cost_model.py                 # writes the shipped model
     python benchmarks/pretrain_cost_model.py -o /tmp/cm      # somewhere else
+    python benchmarks/pretrain_cost_model.py -o /tmp/cm --plots benchmarks/results   # + PNGs
 
 The records' tasks come from the models the logs tuned (ResNet-18 and MobileNetV2 at 224,
 built by autosched.testing.models; the real models of tests/support/corpus.py, whose logs are
@@ -52,11 +53,59 @@ def corpus_graphs(logs: list[str]) -> list:
             for n in names if n in entries]
 
 
+def held_out_plot(directory: Path):
+    """A function for build_model's ``evaluated``: one PNG per held-out evaluation (matplotlib).
+    Left: every held-out candidate at its predicted rank within its workload (0 = predicted
+    best) against its measured throughput over its workload's best. Right: best@1 over the
+    workloads, sorted, the model's against a random ranking's."""
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from autosched.cost_model import pretrain
+
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def plot(what: str, model, samples) -> None:
+        thr = np.asarray(samples.throughputs(), dtype=np.float64)
+        by_group: dict[str, list[int]] = {}
+        for i, g in enumerate(samples.groups):
+            by_group.setdefault(g, []).append(i)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for idx in (v for v in by_group.values() if len(v) >= 8):
+            pred = np.asarray(model.predict([samples.features[i] for i in idx]), dtype=np.float64)
+            order = np.argsort(np.argsort(-pred)) / (len(idx) - 1)
+            left.scatter(order, thr[idx] / thr[idx].max(), s=4, alpha=0.25)
+        left.set_xlabel("predicted rank within its workload (0 = predicted best)")
+        left.set_ylabel("measured throughput / workload's best")
+        for label, ranks in (("pretrained model", pretrain.evaluate(model, samples)),
+                             ("random ranking", pretrain.random_rankings(samples))):
+            vals = sorted(r.best_at_1 for r in ranks)
+            right.plot(np.linspace(0, 1, len(vals)), vals, label=f"{label} "
+                       f"(mean {np.mean(vals):.3f})")
+        right.set_xlabel("fraction of held-out workloads")
+        right.set_ylabel("best@1 (measured best of the top prediction / best)")
+        right.legend()
+        fig.suptitle(f"held out: {what}")
+        fig.tight_layout()
+        name = re.sub(r"[^a-z0-9]+", "_", what.lower()).strip("_")[:60]
+        fig.savefig(directory / f"cost_model_held_out_{name}.png", dpi=110)
+        plt.close(fig)
+
+    return plot
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-o", "--output", default=str(PRETRAINED_DIR))
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--hold-out-share", type=float, default=0.25)
+    p.add_argument("--plots", type=Path, default=None,
+                   help="write a PNG per held-out evaluation into this folder (matplotlib)")
     args = p.parse_args()
     import autosched as aus
     from autosched.graph.compiler import extract_tasks
@@ -67,7 +116,8 @@ def main() -> None:
     build_model(LOGS, args.output,
                 lambda target: [t for g in graphs for t in extract_tasks(g, target)[0]],
                 hold_out=HELD_OUT, hold_out_share=args.hold_out_share,
-                rounds=args.rounds)
+                rounds=args.rounds,
+                evaluated=held_out_plot(args.plots) if args.plots else None)
 
 
 if __name__ == "__main__":

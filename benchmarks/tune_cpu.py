@@ -12,6 +12,7 @@ writes benchmarks/results/tune_cpu.json.
 
     .venv/bin/python benchmarks/tune_cpu.py --trials 64 256
     .venv/bin/python benchmarks/tune_cpu.py --workloads gemm --trials 256 --no-tvm
+    .venv/bin/python benchmarks/tune_cpu.py --trials 16 --tvm-trials 64   # 16 of ours, 64 of TVM's
 """
 
 from __future__ import annotations
@@ -152,10 +153,14 @@ def main() -> int:
     p.add_argument("--extra", nargs="*", default=[],
                    help="more budgets, e.g. gemm=256 (a workload not in --workloads: only those)")
     p.add_argument("--no-tvm", action="store_true")
+    p.add_argument("--tvm-trials", nargs="+", type=int, default=None,
+                   help="TVM's budgets, one per --trials budget (default: the same budgets)")
     p.add_argument("--rounds", type=int, default=5,
                    help="alternating timing rounds of the best schedule and numpy")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tune_cpu.json")
     args = p.parse_args()
+    if args.tvm_trials and len(args.tvm_trials) != len(args.trials):
+        p.error(f"--tvm-trials {args.tvm_trials}: one budget per --trials budget {args.trials}")
     work = Path("/tmp/autosched_bench")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -173,9 +178,12 @@ def main() -> int:
         budgets[name] = budgets.get(name, []) + [int(n)]
     for name in budgets:  # autosched then TVM per workload: both see similar load
         mine = run_autosched(name, budgets[name], work, rng, args.rounds)
-        tvm = {} if args.no_tvm else run_tvm([name], budgets[name], work / f"tvm_{name}.json")
+        theirs = dict(zip(budgets[name], args.tvm_trials or budgets[name]))
+        tvm = {} if args.no_tvm else run_tvm([name], sorted(set(theirs.values())),
+                                             work / f"tvm_{name}.json")
         for r in mine:
-            t = tvm.get((r["workload"], r["trials"]))
+            t = tvm.get((r["workload"], theirs.get(r["trials"], r["trials"])))
+            r["tvm_trials"] = t["trials"] if t else None
             r["tvm_ms"] = t["best_ms"] if t else None
             r["tvm_wall_s"] = t["tune_wall_s"] if t else None
             r["load_avg"] = os.getloadavg()[0]
@@ -191,10 +199,15 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _tvm(r: dict) -> str:
+    return "-" if r.get("tvm_ms") is None else f"{r['tvm_ms']:.3f} ({r['tvm_trials']})"
+
+
 def print_table(rows: list[dict]) -> None:
     head = (f"| {'workload':17} | trials | default ms | tuner ms | tuner's timer again ms "
             "| autosched ms median (best) "
-            "| GFLOPS | numpy ms median (best) | TVM ms | autosched wall s | TVM wall s | load |")
+            "| GFLOPS | numpy ms median (best) | TVM ms (trials) | autosched wall s | TVM wall s "
+            "| load |")
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for r in rows:
@@ -203,7 +216,7 @@ def print_table(rows: list[dict]) -> None:
         numpy = "-" if r["numpy_ms"] is None else f"{r['numpy_ms']:.3f} ({r['numpy_best_ms']:.3f})"
         print(f"| {r['workload']:17} | {r['trials']:6} | {r['default_ms']:10.3f} | "
               f"{r['tuner_ms']:8.3f} | {again:>22} | {mine:>26} | {r['gflops']:6.1f} | {numpy:>22} | "
-              f"{_fmt(r.get('tvm_ms')):>6} | {r['tune_wall_s']:16.0f} | "
+              f"{_tvm(r):>15} | {r['tune_wall_s']:16.0f} | "
               f"{_fmt(r.get('tvm_wall_s'), '.0f'):>10} | {r['load_avg']:4.1f} |")
 
 

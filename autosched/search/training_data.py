@@ -176,12 +176,14 @@ def _held_workloads(samples: Samples) -> Callable[[str], bool]:
 def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
                 tasks_for: Callable[[Target], Iterable[Task]] = lambda target: (), *,
                 hold_out: Sequence[str | Sequence[str]] = (), hold_out_share: float = 0.0,
-                rounds: int | None = None, report: Callable[[str], None] = print) -> Path:
+                rounds: int | None = None, report: Callable[[str], None] = print,
+                evaluated: Callable[[str, Any, Any], None] | None = None) -> Path:
     """Train a model on ``logs`` and write it with its manifest into ``output``; returns the
     manifest's path. The records' tasks: the named operators, and ``tasks_for(target)`` for
     each target the logs hold (the tasks of the models they tuned). Before, for each of
     ``hold_out`` (a log, or several logs held out together) and ``hold_out_share``, print how
-    a model trained without those workloads ranks them."""
+    a model trained without those workloads ranks them, and pass ``evaluated`` (what was held
+    out, that model, the held-out samples), e.g. to plot them."""
     from autosched.cost_model import pretrain
 
     t0 = time.perf_counter()
@@ -224,6 +226,8 @@ def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
                                       pretrain.random_rankings(test_part)))
         report("a tuning job on these workloads after k measurements:\n"
                + pretrain.finetune_table(model, test_part))
+        if evaluated is not None:
+            evaluated(what, model, test_part)
     model = pretrain.train(everything, rounds)
     info = {"logs": [st.as_dict() for st in stats], "samples": len(everything),
             "groups": len(set(everything.groups)),
