@@ -25,6 +25,7 @@ TVM virtualenv, where autosched and llvmlite may be missing.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import statistics
 import subprocess
@@ -138,27 +139,40 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def core_round_trip_ns() -> float | None:
-    """Nanoseconds for a cache line from CPU 0 to CPU 1 and back (benchmarks/core_pingpong.c,
-    built with the system's C compiler); None without a compiler or a second CPU. On this
-    project's VMs it has been about 60 ns or about 350 ns, changing while a process runs, and
-    autosched's parallel kernels run up to 30% slower in the second state (README)."""
+@functools.cache
+def _pingpong() -> tuple[Any, str] | None:
+    """benchmarks/core_pingpong.c built once per process with the system's C compiler: (its
+    temporary directory, removed at exit; the executable), or None without a compiler or a
+    second CPU."""
     import shutil
     import tempfile
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or (os.cpu_count() or 1) < 2:
         return None
-    src = Path(__file__).with_name("core_pingpong.c")
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "pingpong")
-        try:
-            subprocess.run([cc, "-O2", "-pthread", str(src), "-o", exe], check=True,
-                           capture_output=True, timeout=60)
-            out = subprocess.run([exe], check=True, capture_output=True, text=True, timeout=60)
-            return float(out.stdout)
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return None
+    tmp = tempfile.TemporaryDirectory(prefix="autosched-pingpong-")
+    exe = os.path.join(tmp.name, "pingpong")
+    try:
+        subprocess.run([cc, "-O2", "-pthread", str(Path(__file__).with_name("core_pingpong.c")),
+                        "-o", exe], check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return tmp, exe
+
+
+def core_round_trip_ns() -> float | None:
+    """Nanoseconds for a cache line from CPU 0 to CPU 1 and back, measured now
+    (benchmarks/core_pingpong.c); None without a C compiler or a second CPU. On this project's
+    VMs it has been about 60 ns or about 350 ns, changing while a process runs, and
+    autosched's parallel kernels run up to 30% slower in the second state (README)."""
+    built = _pingpong()
+    if built is None:
+        return None
+    try:
+        out = subprocess.run([built[1]], check=True, capture_output=True, text=True, timeout=60)
+        return float(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
 
 
 def header() -> str:

@@ -71,20 +71,17 @@ def held_out_plot(directory: Path):
     directory.mkdir(parents=True, exist_ok=True)
 
     def plot(what: str, model, samples) -> None:
-        thr = np.asarray(samples.throughputs(), dtype=np.float64)
-        by_group: dict[str, list[int]] = {}
-        for i, g in enumerate(samples.groups):
-            by_group.setdefault(g, []).append(i)
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-        for idx in (v for v in by_group.values() if len(v) >= 8):
-            pred = np.asarray(model.predict([samples.features[i] for i in idx]), dtype=np.float64)
-            order = np.argsort(np.argsort(-pred)) / (len(idx) - 1)
-            left.scatter(order, thr[idx] / thr[idx].max(), s=4, alpha=0.25)
+        best_at_1 = []
+        for _, pred, true in pretrain.group_predictions(model, samples):
+            order = np.argsort(np.argsort(-pred)) / (len(pred) - 1)
+            left.scatter(order, true / true.max(), s=4, alpha=0.25)
+            best_at_1.append(pretrain.best_at(pred, true, 1))
         left.set_xlabel("predicted rank within its workload (0 = predicted best)")
         left.set_ylabel("measured throughput / workload's best")
-        for label, ranks in (("pretrained model", pretrain.evaluate(model, samples)),
-                             ("random ranking", pretrain.random_rankings(samples))):
-            vals = sorted(r.best_at_1 for r in ranks)
+        for label, vals in (("pretrained model", sorted(best_at_1)),
+                            ("random ranking", sorted(r.best_at_1 for r in
+                                                      pretrain.random_rankings(samples)))):
             right.plot(np.linspace(0, 1, len(vals)), vals, label=f"{label} "
                        f"(mean {np.mean(vals):.3f})")
         right.set_xlabel("fraction of held-out workloads")

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,13 @@ class Samples:
             (out if held_out(g) else kept).add(x, c, g, self.names[g])
         return kept, out
 
+    def by_group(self) -> dict[str, list[int]]:
+        """The indices of each group's samples, groups in order of first appearance."""
+        out: dict[str, list[int]] = {}
+        for i, g in enumerate(self.groups):
+            out.setdefault(g, []).append(i)
+        return out
+
     def throughputs(self) -> list[float]:
         """1 / cost (failures, cost inf, are 0): XGBModel normalises them per group."""
         return [1.0 / c if math.isfinite(c) and c > 0 else 0.0 for c in self.costs]
@@ -125,21 +132,22 @@ class Ranking:
     best_at_5: float
 
 
+def group_predictions(model: Any, samples: Samples, min_group: int = 8
+                      ) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """(group, predicted scores, true throughputs) for each group of ``samples`` with at least
+    ``min_group`` candidates."""
+    thr = np.array(samples.throughputs())
+    for g, idx in samples.by_group().items():
+        if len(idx) >= min_group:
+            pred = model.predict([samples.features[i] for i in idx])
+            yield g, np.asarray(pred, dtype=np.float64), thr[idx]
+
+
 def evaluate(model: Any, samples: Samples, min_group: int = 8) -> list[Ranking]:
     """One Ranking per group of ``samples`` with at least ``min_group`` candidates."""
-    by_group: dict[str, list[int]] = {}
-    for i, g in enumerate(samples.groups):
-        by_group.setdefault(g, []).append(i)
-    out = []
-    thr = np.array(samples.throughputs())
-    for g, idx in by_group.items():
-        if len(idx) < min_group:
-            continue
-        pred = np.asarray(model.predict([samples.features[i] for i in idx]), dtype=np.float64)
-        true = thr[idx]
-        out.append(Ranking(g, samples.names[g], len(idx), kendall_tau(pred, true),
-                           best_at(pred, true, 1), best_at(pred, true, 5)))
-    return out
+    return [Ranking(g, samples.names[g], len(true), kendall_tau(pred, true),
+                    best_at(pred, true, 1), best_at(pred, true, 5))
+            for g, pred, true in group_predictions(model, samples, min_group)]
 
 
 def kendall_tau(pred: np.ndarray, true: np.ndarray) -> float:
@@ -168,9 +176,7 @@ def finetune_table(base: XGBModel, held_out: Samples, ks: Sequence[int] = (8, 16
     boosted on top; means of tau / best@1 / best@5 over groups with k + 16 candidates or more,
     ``reps`` random draws of the k each."""
     rng = np.random.default_rng(seed)
-    by_group: dict[str, list[int]] = {}
-    for i, g in enumerate(held_out.groups):
-        by_group.setdefault(g, []).append(i)
+    by_group = held_out.by_group()
     thr = np.array(held_out.throughputs())
     lines = [f"{'k':>4s} {'draws':>5s}   {'pretrained: tau':>15s} {'best@1':>6s} {'best@5':>6s}"
              f"   {'job only: tau':>13s} {'best@1':>6s} {'best@5':>6s}"
