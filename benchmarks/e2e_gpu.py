@@ -103,6 +103,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     (ref,) = models.ort_run(proto, feeds)
     row["matches_ort"] = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
     row["graph"] = model.graph_failure or "replayed"
+    others = {}
+    if args.zero:  # issue 21's zero-measurement row: untuned, and chosen by the cost model
+        t0 = time.perf_counter()
+        others["autosched, model-chosen"] = compile(graph, target="cuda", schedule="model")
+        row["model_choose_s"] = time.perf_counter() - t0
+        others["autosched, untuned"] = compile(graph, target="cuda")
+        for label, other in others.items():
+            (y2,) = other.run(feeds)
+            row[f"{label} matches_ort"] = bool(np.allclose(y2, ref, rtol=1e-4, atol=1e-4))
     mod, x = torch_module(name)
     for tf32 in args.tf32:
         said = baseline.set_torch(tf32 == "on")
@@ -110,6 +119,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         timers = {"autosched": lambda: model.time(feeds, repeat=args.repeat),
                   "autosched, no graph": lambda: model.time(feeds, repeat=args.repeat,
                                                             graphs=False)}
+        timers.update({label: lambda m=other: m.time(feeds, repeat=args.repeat)
+                       for label, other in others.items()})
         timers.update(torch_timers(mod, x, args.repeat, not args.no_compile, got))
         rounds = baseline.alternate(timers, args.rounds)
         got.update({n: r.as_dict() for n, r in rounds.items()})
@@ -127,6 +138,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--repeat", type=int, default=50, help="timed runs per round")
     ap.add_argument("--no-compile", action="store_true", help="torch eager only")
+    ap.add_argument("--zero", action="store_true",
+                    help="also untuned and with schedules the cost model chooses unmeasured")
     ap.add_argument("--out", type=Path,
                     default=Path(os.environ.get("OUT", "/tmp")) / "e2e_gpu.json")
     args = ap.parse_args()

@@ -49,6 +49,25 @@ for s in "$@"; do
         corpus:*)  # corpus:<name>,<name>: match and time corpus models on cuda, untuned
             names=${s#corpus:}
             step corpus 300 python3 -m tests.support.corpus ${names//,/ } --target cuda ;;
+        zero)  # the bundled H200 logs against untuned and cost-model-chosen schedules (issue 21)
+            zcat tuning_logs/resnet18_cuda_h200.jsonl.gz \
+                tuning_logs/mobilenet_v2_cuda_h200.jsonl.gz > /tmp/models-cuda.jsonl
+            step zero 400 python3 benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 --zero \
+                --log /tmp/models-cuda.jsonl --tf32 off --no-compile --rounds 3 \
+                --out "$OUT/e2e_zero.json" ;;
+        ctune:*)  # ctune:<name>,<name>: tune corpus models on cuda to 300 trials, $JOBS at a time
+            # (their timed loops take turns on the GPU through the device lock), logs in
+            # .gpu-logs (what an earlier call brought back), then $OUT/logs.tgz
+            names=${s#ctune:}; mkdir -p .gpu-logs
+            printf '%s\n' ${names//,/ } | step ctune "${CTUNE_S:-560}" xargs -P "${JOBS:-4}" -I{} \
+                python3 -m tests.support.corpus {} --target cuda --trials 300 --logs .gpu-logs \
+                --no-time --timeout 900
+            tar czf "$OUT/logs.tgz" .gpu-logs ;;
+        ctime:*)  # ctime:<name>,<name>: each model untuned, with its .gpu-logs log (and with
+            # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time
+            names=${s#ctime:}
+            step ctime "${CTIME_S:-560}" python3 -m tests.support.corpus ${names//,/ } --target cuda \
+                --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;

@@ -27,6 +27,7 @@ import numpy as np
 
 from autosched.errors import AutoschedError, LowerError, RuntimeError_, ScheduleError
 from autosched.search import protocol as P
+from autosched.search.device_lock import device_lock
 from autosched.search.protocol import MeasureOptions
 from autosched.targets import backend as backends
 from autosched.targets.arrays import aligned_copy, aligned_empty
@@ -303,19 +304,23 @@ class Server:
 
     def _time(self, mod: Module, args: list, opts: MeasureOptions, target: Target
               ) -> list[float]:
+        """The candidate's seconds per call, ``opts.repeat`` times, while no other process
+        of this machine times anything on the same device (waiting meanwhile sends beats, so
+        the tuner's run timeout counts the timing alone)."""
         memory, flush_bytes = self._memory(target), target.backend.flush_bytes(target)
         number = opts.number
-        first = mod.time(*args, number=1, repeat=1, warmup=1).median
-        self.conn.send(P.Beat())
-        if number is None:
-            min_s = opts.min_repeat_ms * 1e-3
-            number = 1 if first <= 0 else min(10**6, max(1, math.ceil(min_s / first)))
-        costs = []
-        for _ in range(opts.repeat):
-            if opts.flush_cache:
-                self._flush_caches(memory, flush_bytes)
-            costs.append(mod.time(*args, number=number, repeat=1, warmup=0).median)
+        with device_lock(target, waiting=lambda: self.conn.send(P.Beat())):
+            first = mod.time(*args, number=1, repeat=1, warmup=1).median
             self.conn.send(P.Beat())
+            if number is None:
+                min_s = opts.min_repeat_ms * 1e-3
+                number = 1 if first <= 0 else min(10**6, max(1, math.ceil(min_s / first)))
+            costs = []
+            for _ in range(opts.repeat):
+                if opts.flush_cache:
+                    self._flush_caches(memory, flush_bytes)
+                costs.append(mod.time(*args, number=number, repeat=1, warmup=0).median)
+                self.conn.send(P.Beat())
         return costs
 
     def _flush_caches(self, memory: DeviceMemory | None, nbytes: int) -> None:

@@ -219,6 +219,11 @@ class Backend:
         """How many bytes to touch between timed repeats to flush the caches."""
         return 2 * llc_bytes()
 
+    def device_name(self, target: Target) -> str:
+        """The hardware the target's modules run on here, as a name that is the same in every
+        process of this machine (one timed measurement per device at a time: device_lock)."""
+        return "cpu"
+
 
 # -- the registry -------------------------------------------------------------------------------
 

@@ -206,6 +206,11 @@ def test_cuda_measure() -> None:
     assert codes[:2] == [ErrorCode.NO_ERROR, ErrorCode.NO_ERROR], [r.error_msg for r in results]
     assert all(c > 0 for c in results[1].costs)
     assert codes[2:] == [ErrorCode.WRONG_ANSWER, ErrorCode.CRASH, ErrorCode.LOWER_ERROR]
+    # the lock of the GPU is named by its PCI address; an emulation locks the host CPU
+    import re
+    assert re.fullmatch(r"cuda-[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]",
+                        parse("cuda").backend.device_name(parse("cuda")))
+    assert parse("cuda -emulate=host").backend.device_name(parse("cuda -emulate=host")) == "cpu"
 
 
 def test_cuda_without_a_gpu_is_a_clear_error() -> None:
@@ -362,3 +367,32 @@ def test_no_ascontiguousarray_in_the_package() -> None:
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if "np.ascontiguousarray(" in line]
     assert not found, found
+
+
+def test_timing_waits_for_the_device_while_another_process_times_on_it(
+        measurer: Measurer, task: Task) -> None:
+    """Two jobs on one machine take turns in their timed loops: while another process holds
+    the device's lock, a candidate's timing waits (sending beats, so a run timeout shorter
+    than the wait is no timeout), and is measured once the lock is free."""
+    import fcntl
+    import threading
+
+    from autosched.search.device_lock import lock_path
+
+    hold_s = 1.5
+    target = parse("llvm")
+    with Measurer(target, build_workers=1, repeat=1, min_repeat_ms=1, strict=True,
+                  run_timeout=1.0) as m:
+        (res,) = m.measure(task, [[]])  # workers started, reference taken: no wait is theirs
+        assert res.error_code is ErrorCode.NO_ERROR and res.run_time < hold_s / 2
+        fd = os.open(lock_path(target.backend.device_name(target)), os.O_RDONLY | os.O_CREAT,
+                     0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # this descriptor plays the other process
+        threading.Timer(hold_s, os.close, (fd,)).start()
+        t0 = time.perf_counter()
+        (res,) = m.measure(task, [_good_steps()[1]])
+        waited = time.perf_counter() - t0
+        assert res.error_code is ErrorCode.NO_ERROR, res.error_msg
+        assert waited >= hold_s - 0.1 and res.run_time >= hold_s - 0.3, (waited, res.run_time)
+        (res,) = m.measure(task, [_good_steps()[2]])  # and once free, no wait
+        assert res.error_code is ErrorCode.NO_ERROR and res.run_time < hold_s / 2

@@ -564,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(check_in_child(e, args.target, not args.no_time, args.timeout, tuning,
                                       args.zero))
         r = results[-1]
-        print(f"  {r.name}: {'ok' if r.ok else r.stage + ': ' + r.error}", flush=True)
+        print(f"  {r.name}: {'ok' if r.ok else r.stage + ': ' + r.error}{_times_said(r)}",
+              flush=True)  # a run cut short still says what it measured
     print(table(results))
     n_ok = sum(r.ok for r in results)
     print(f"\n{n_ok} of {len(results)} models match onnxruntime on {args.target}")
@@ -573,6 +574,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 1 if surprises else 0
+
+
+def _times_said(r: Result) -> str:
+    """The times ``r`` has, as ", ms: ours 1.200, tuned 0.900, ..." ("" when none)."""
+    parts = [f"{label} {v:.3f}" for label, v in (
+        ("ours", r.ours_ms), ("tuned", r.tuned_ms), ("model-chosen", r.model_ms),
+        ("onnxruntime", r.ort_ms)) if v == v]
+    if r.trials:
+        parts.append(f"{r.trials} trials, tuned in {r.tune_s:.0f} s")
+    if r.model_s == r.model_s:
+        parts.append(f"chosen in {r.model_s:.0f} s")
+    return ", ms: " + ", ".join(parts) if parts else ""
 
 
 def verdict(entries: list[Entry], results: list[Result]) -> list[str]:

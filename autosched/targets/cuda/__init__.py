@@ -141,6 +141,15 @@ class CudaBackend(Backend):
             return False
         return True
 
+    def device_name(self, target: Target) -> str:
+        """The GPU by its PCI address (what CUDA_VISIBLE_DEVICES renumbers stays one name);
+        the host CPU for an emulation."""
+        if _emulation(target) is not None:
+            return "cpu"
+        from autosched.targets.cuda import runtime
+
+        return "cuda-" + runtime.device_bus_id()
+
 
 def _emulation(target: Target) -> str | None:
     """How the target's kernels run without a GPU: "host", "ir", or None (on the GPU)."""

@@ -71,6 +71,13 @@ def context() -> Any:
     return ctx
 
 
+def device_bus_id() -> str:
+    """The PCI bus id of the current context's GPU (``0000:19:00.0``)."""
+    drv = driver()
+    context()
+    return str(drv.Context.get_device().pci_bus_id())
+
+
 def _pop(ctx: Any) -> None:
     try:
         ctx.pop()
