@@ -32,6 +32,7 @@ import numpy as np
 
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.graph import Graph, ValueInfo
+from autosched.graph.threads import AdaptiveThreads, adaptive
 from autosched.targets.arrays import aligned, aligned_empty
 from autosched.targets.status import STATUS_INDEX, KernelFailure, status_message
 from autosched.targets.target import Target
@@ -228,6 +229,7 @@ class _Arena:
     bound: list[Callable[[], None] | None] | None = None
     context: int = 0
     threads: int = 0
+    adapt: AdaptiveThreads | None = None  # the thread count of each run (threads.py)
 
 
 # the ops whose indices a kernel checks (STATUS_INDEX names them, not the whole group)
@@ -312,7 +314,7 @@ class CompiledModel:
             return self._run_kernels(inputs)
         _, outs, pointers = self._native_arguments(inputs)
         with self._arena() as arena:
-            status = entry.run(self._context(arena), *pointers)
+            status = self._native_call(arena, entry, pointers)()
         if status:
             self._run_kernels(inputs)  # raises, naming the node that failed
             raise RuntimeError_(entry.message(status).decode())
@@ -323,9 +325,37 @@ class CompiledModel:
         values = self.graph.values
         return native_arguments(self.graph, inputs, [values[o] for o in self.graph.outputs])
 
+    def _native_call(self, arena: _Arena, entry: Any, pointers: list[Any]
+                     ) -> Callable[[], int]:
+        """One run of the native entry on the arena's context (its status): on the count
+        ``set_threads`` fixed, else on the count the arena's AdaptiveThreads picks each time."""
+        context, run = self._context(arena), entry.run
+        adapt = arena.adapt
+        if adapt is None:
+            return lambda: run(context, *pointers)
+        set_threads, clock = entry.set_threads, time.perf_counter
+
+        def call() -> int:
+            n = adapt.next()
+            if n != arena.threads:
+                set_threads(context, n)
+                arena.threads = n
+            t0 = clock()
+            status = run(context, *pointers)
+            adapt.observe(clock() - t0)
+            return status
+
+        return call
+
     def _context(self, arena: _Arena) -> int:
-        """The arena's native context, created on first use, with the model's thread count."""
+        """The arena's native context, created on first use, with the model's thread count
+        (and the arena's AdaptiveThreads when no count is fixed)."""
         threads = self.num_threads or self.target.num_cores
+        if self.num_threads is None and threads > 1 and adaptive():
+            if arena.adapt is None or arena.adapt.threads != threads:
+                arena.adapt = AdaptiveThreads(threads)
+        else:
+            arena.adapt = None
         if not arena.context:
             entry = self._entry
             arena.context = entry.context(threads)
@@ -362,10 +392,10 @@ class CompiledModel:
         with self._arena() as arena:
             entry = self._entry
             _, _, pointers = bound = self._native_arguments(inputs)
-            context, run, message = self._context(arena), entry.run, entry.message
+            run, message = self._native_call(arena, entry, pointers), entry.message
 
             def call() -> None:
-                status = run(context, *pointers)
+                status = run()
                 if status:
                     raise RuntimeError_(message(status).decode())
 
@@ -375,7 +405,8 @@ class CompiledModel:
 
     def set_threads(self, n: int | None) -> None:
         """Run the kernels' parallel loops on ``n`` threads (None: the target's cores, as
-        ``llvm -num-cores=N`` says); the tuned schedules stay those of the target's count."""
+        ``llvm -num-cores=N`` says, or one while one runs faster: graph/threads.py); the
+        tuned schedules stay those of the target's count."""
         self.num_threads = n
         for k in self.kernels:
             if hasattr(k.module, "num_threads"):
