@@ -267,9 +267,11 @@ SCHEDULES = ("default", "model")
 
 
 def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False,
-                  schedule: str = "default", model: Any = None) -> tuple[Any, bool]:
+                  schedule: str = "default", model: dict[str, Any] | None = None
+                  ) -> tuple[Any, bool]:
     """(schedule, whether a record chose it): the best record, else the default schedule or
-    the cost model's pick (``schedule="model"``)."""
+    the cost model's pick (``schedule="model"``; ``model``: the picks by workload key, made
+    beforehand for every task at once)."""
     from autosched.search.space import SearchSpace
 
     if records is not None:
@@ -281,9 +283,12 @@ def _schedule_for(task: Task, records: Any, tgt: Target, strict: bool = False,
                 warnings.warn(f"record for {task.name} does not replay ({exc}); using the "
                               f"{schedule} schedule", stacklevel=3)
     if schedule == "model":
-        from autosched.search.tune import model_schedule
+        picked = (model or {}).get(task.workload_key)
+        if picked is None:  # not picked beforehand (its record did not replay)
+            from autosched.search.tune import model_schedule
 
-        return model_schedule(task, model), False
+            picked = model_schedule(task)
+        return picked, False
     return SearchSpace(task).default_schedule(), False
 
 
@@ -338,19 +343,25 @@ def compile(graph: Graph, target: str | Target = "llvm",  # noqa: A001
     built: dict[str, Any] = {}
     records = RecordLog(log) if log is not None and os.path.exists(log) else None
     untuned: list[str] = []
-    model = None
-    if schedule == "model":
-        from autosched.search.tune import starting_model
-
-        model = starting_model()
     constants = dict(g.constants)
     groups, aliases = kernel_groups(g)   # reshapes of a kernel's output: views of its buffer
-    for _, grp in groups:
-        gt = group_task(g, grp, tgt, precision)
+    group_tasks = [group_task(g, grp, tgt, precision) for _, grp in groups]
+    chosen = None  # schedule="model": the model's pick of every task no record has
+    if schedule == "model":
+        from autosched.search.tune import model_schedules
+
+        todo: dict[str, Task] = {}  # the first task of each workload: the one built below
+        for gt in group_tasks:
+            key = gt.task.workload_key
+            if key not in todo and (records is None or not records.best(
+                    key, tgt, strict=strict_target)):
+                todo[key] = gt.task
+        chosen = dict(zip(todo, model_schedules(list(todo.values()))))
+    for (_, grp), gt in zip(groups, group_tasks):
         constants.update(gt.constants)
         key = gt.task.workload_key
         if key not in built:
-            sch, tuned = _schedule_for(gt.task, records, tgt, strict_target, schedule, model)
+            sch, tuned = _schedule_for(gt.task, records, tgt, strict_target, schedule, chosen)
             if not tuned:
                 untuned.append(gt.task.name)
             built[key] = gt.task.build(sch)

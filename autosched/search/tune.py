@@ -463,37 +463,83 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
     return tqdm(total=total, desc="new trials", unit="trial")
 
 
-# The search behind a zero-measurement schedule: each candidate costs a lowering (tens of ms),
-# so smaller than a tuning round's, and no random or uncertain picks (nothing is measured).
-MODEL_SEARCH = EvolutionConfig(population=64, generations=2, eps_greedy=0.0, eps_uncertain=0.0)
+# The search behind a zero-measurement schedule: each candidate costs a lowering (tens of ms)
+# and no random or uncertain picks (nothing is measured). Six generations of 64: on ResNet-18's
+# GPU convs two generations left the pick's predicted score below those of most candidates a
+# tuning job had measured (the search, not the model, was short); tasks search in parallel.
+MODEL_SEARCH = EvolutionConfig(population=64, generations=6, eps_greedy=0.0, eps_uncertain=0.0)
+MODEL_SEARCH_WORKERS: int | None = None  # processes model_schedules searches in (None: cores)
+
+
+def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0
+                     ) -> list[list[dict[str, Any]]]:
+    """The steps (as dicts) of the ``candidates`` schedules the cost model (the pretrained
+    one unless given) ranks best for ``task``, best first: the sketches evolved under the
+    model; nothing is built or run. Empty when the model is untrained."""
+    space = SearchSpace(task)
+    model = starting_model() if model is None else model
+    if not getattr(model, "trained", True):
+        return []
+    search = EvolutionarySearch(space, _featurizer(task.target), np.random.default_rng(seed),
+                                MODEL_SEARCH)
+    batch = search.next_batch(candidates, model, set())
+    if batch:  # best predicted first (next_batch gives each sketch a share before the rest)
+        scores = np.asarray(model.predict([low.features for low in batch]))
+        batch = [batch[i] for i in np.argsort(-scores, kind="stable")]
+    return [[st.to_dict() for st in search.schedule_of(low).steps] for low in batch]
 
 
 def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0,
-                   check: bool = True) -> Any:
+                   check: bool = True, steps: Sequence[Sequence[dict[str, Any]]] | None = None
+                   ) -> Any:
     """The schedule the cost model (the pretrained one unless given) ranks best for ``task``,
-    with nothing timed: candidates from the sketches evolved under the model, the best
-    predicted first; with ``check``, the first whose output matches the default schedule's on
-    random inputs when the target runs here (one call each, no timing). The default schedule
-    when the model is untrained or no candidate passes.
+    with nothing timed (``model_candidates``, or the given ``steps`` lists of them); with
+    ``check``, the first whose output matches the default schedule's on random inputs when the
+    target runs here (one call each, no timing). The default schedule when the model is
+    untrained or no candidate passes.
 
     Example::
 
         sch = model_schedule(task)          # zero measurements
         f = task.build(sch)
     """
+    from autosched.schedule.steps import step_from_dict
+
     space = SearchSpace(task)
-    model = starting_model() if model is None else model
-    if not getattr(model, "trained", True):
-        return space.default_schedule()
-    search = EvolutionarySearch(space, _featurizer(task.target), np.random.default_rng(seed),
-                                MODEL_SEARCH)
-    batch = search.next_batch(candidates, model, set())
-    reference = _Reference(task, space.default_schedule(), seed) if check else None
-    for low in batch:
-        sch = search.schedule_of(low)
+    if steps is None:
+        steps = model_candidates(task, model, candidates=candidates, seed=seed)
+    reference = _Reference(task, space.default_schedule(), seed) if check and steps else None
+    for dicts in steps:
+        sch = task.schedule([step_from_dict(d) for d in dicts])
         if reference is None or reference.agrees(sch):
             return sch
     return space.default_schedule()
+
+
+def model_schedules(tasks: Sequence[Task], *, workers: int | None = None, seed: int = 0,
+                    check: bool = True) -> list[Any]:
+    """``model_schedule`` of each task with the pretrained model, the searches spread over
+    ``workers`` processes (default: the cores, at most one per task); the checks run here."""
+    workers = min(workers or MODEL_SEARCH_WORKERS or os.cpu_count() or 1, len(tasks))
+    if workers <= 1:
+        found = [model_candidates(t, seed=seed) for t in tasks]
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                    initializer=_one_thread_predictions) as pool:
+            found = list(pool.map(_pretrained_candidates, tasks, [seed] * len(tasks)))
+    return [model_schedule(t, seed=seed, check=check, steps=c) for t, c in zip(tasks, found)]
+
+
+def _one_thread_predictions() -> None:
+    """In a search worker: XGBoost predicts on one thread (the workers share the cores)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def _pretrained_candidates(task: Task, seed: int) -> list[list[dict[str, Any]]]:
+    return model_candidates(task, seed=seed)
 
 
 class _Reference:

@@ -237,6 +237,7 @@ def test_schedule_model_compiles_without_measuring(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(tune, "model_schedule", model_schedule)
     monkeypatch.setattr(tune, "MODEL_SEARCH", EvolutionConfig(
         population=8, generations=1, eps_greedy=0.0, eps_uncertain=0.0))  # fewer lowerings
+    monkeypatch.setattr(tune, "MODEL_SEARCH_WORKERS", 1)  # searched here, where the patch is
     proto = small_cnn(image=20)
     graph = aus.from_onnx(proto)
     x = np.random.default_rng().uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32)
@@ -317,3 +318,63 @@ def test_finetune_table_compares_the_three_models(lowered: list, gemm: Task) -> 
     assert len(table) == 2 and table[1].split()[:2] == ["8", "1"]  # 32 + 16 > 24 candidates
     assert len(table[1].split()) == 2 + 9
     assert "no group" in pretrain.finetune_table(base, samples, ks=(32,))
+
+
+def test_model_schedules_search_in_worker_processes_as_here() -> None:
+    """The zero-measurement picks of several tasks, searched in spawned worker processes, are
+    the picks searched in this one (same seed), best predicted first, and legal."""
+    from autosched import te
+    from autosched.schedule.steps import step_from_dict
+    from autosched.search.tune import model_candidates, model_schedules
+
+    def matmul(n: int) -> Task:
+        A = te.placeholder((n, 24), name="A")
+        B = te.placeholder((24, n), name="B")
+        k = te.reduce_axis((0, 24), name="k")
+        return Task(te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k),
+                               name="C"), target="llvm")
+
+    tasks = [matmul(40), matmul(24)]
+    here = model_schedules(tasks, workers=1, seed=3, check=False)
+    there = model_schedules(tasks, workers=2, seed=3, check=False)
+    assert [s.steps for s in here] == [s.steps for s in there]
+    for t, sch in zip(tasks, there):
+        best = model_candidates(t, seed=3)[0]
+        assert sch.steps == t.schedule([step_from_dict(d) for d in best]).steps
+        t.build(sch)
+
+
+def test_schedule_model_with_a_workload_that_occurs_twice(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Two convs of one workload share the pick made for the first (a pick made on the other
+    one's task named operations the built task does not have)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import autosched as aus
+    from autosched.search import tune
+    from autosched.search.evolution import EvolutionConfig
+    from autosched.testing.models import ort_run
+
+    monkeypatch.setattr(tune, "MODEL_SEARCH", EvolutionConfig(
+        population=8, generations=1, eps_greedy=0.0, eps_uncertain=0.0))
+    monkeypatch.setattr(tune, "MODEL_SEARCH_WORKERS", 1)
+    rng = np.random.default_rng()
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (8, 8, 3, 3)).astype(np.float32), n)
+             for n in ("w1", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["y1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["y2"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, 12, 12))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 12, 12))], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto)
+    model = aus.compile(aus.from_onnx(proto), target="llvm", schedule="model")
+    assert len(model.kernels) == 2
+    assert model.kernels[0].task.workload_key == model.kernels[1].task.workload_key
+    x = rng.uniform(-1, 1, (1, 8, 12, 12)).astype(np.float32)
+    np.testing.assert_allclose(model.run({"x": x})[0], ort_run(proto, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
