@@ -26,6 +26,8 @@ import threading
 import warnings
 from pathlib import Path
 
+from autosched import settings
+
 HASH_SUFFIX = ".sha256"
 _WARNED: set[str] = set()
 _LOCK = threading.Lock()
@@ -33,7 +35,7 @@ _LOCK = threading.Lock()
 
 def cache_root() -> Path:
     """``$AUTOSCHED_CACHE_DIR`` or ``~/.cache/autosched`` (read at call time)."""
-    root = os.environ.get("AUTOSCHED_CACHE_DIR") or os.path.join(
+    root = settings.CACHE_DIR.value() or os.path.join(
         os.path.expanduser("~"), ".cache", "autosched")
     return Path(root)
 

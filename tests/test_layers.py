@@ -21,16 +21,17 @@ PACKAGES = ("autosched", "importers")
 LAYERS: dict[str, set[str]] = {
     "errors": set(),
     "version": set(),
-    "cache": {"errors"},
+    "settings": set(),
+    "cache": {"errors", "settings"},
     "te": {"errors"},
     "tir": {"errors", "te"},
-    "schedule": {"errors", "te", "tir"},
-    "targets": {"errors", "cache", "te", "tir"},
+    "schedule": {"errors", "settings", "te", "tir"},
+    "targets": {"errors", "settings", "cache", "te", "tir"},
     "driver": {"schedule", "targets", "tir"},
     "cost_model": {"errors", "te", "tir", "schedule", "targets"},
-    "search": {"errors", "version", "cache", "te", "tir", "schedule", "targets", "driver",
+    "search": {"errors", "version", "settings", "cache", "te", "tir", "schedule", "targets", "driver",
                "cost_model"},
-    "graph": {"errors", "version", "cache", "te", "tir", "schedule", "targets", "driver",
+    "graph": {"errors", "version", "settings", "cache", "te", "tir", "schedule", "targets", "driver",
               "search"},
     "importers": {"errors", "te", "graph"},
     "autosched": {"errors", "version", "te", "schedule", "driver", "search", "graph",
@@ -38,7 +39,7 @@ LAYERS: dict[str, set[str]] = {
     "demo": {"autosched", "te", "search", "graph", "importers"},
     "report": {"errors", "search"},
     "cli": {"autosched", "errors", "search", "graph", "importers", "demo", "report"},
-    "testing": {"te", "demo"},
+    "testing": {"settings", "te", "demo"},
 }
 
 

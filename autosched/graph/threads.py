@@ -26,10 +26,11 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections import deque
 
 import numpy as np
+
+from autosched import settings
 
 FIRST_INTERVAL = 16  # runs before the first try (and after a switch)
 MAX_INTERVAL = 1024
@@ -39,7 +40,7 @@ MARGIN = 0.9  # a try must be this much faster to switch
 
 
 def adaptive() -> bool:
-    return os.environ.get("AUTOSCHED_ADAPTIVE_THREADS", "1") != "0"
+    return settings.flag(settings.ADAPTIVE_THREADS)
 
 
 class AdaptiveThreads:

@@ -19,12 +19,12 @@ AUTOSCHED_PRINT_AFTER=all).
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autosched import settings
 from autosched.errors import AutoschedError, LowerError, ScheduleError
 from autosched.schedule.bound import Bounds, StageBound
 from autosched.schedule.schedule import Schedule, Stage, create_schedule
@@ -481,7 +481,7 @@ def lower(
     if not isinstance(sch, Schedule):
         sch = create_schedule(sch)
     ctx = LowerContext(sch, list(args), name)
-    wanted = set(print_after) | set(filter(None, os.environ.get("AUTOSCHED_PRINT_AFTER", "").split(",")))
+    wanted = set(print_after) | set(filter(None, settings.PRINT_AFTER.value().split(",")))
     for pass_name, fn in PASSES:
         try:
             fn(ctx)

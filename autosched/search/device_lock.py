@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from autosched import settings
+
 try:
     import fcntl
 except ImportError:  # not a POSIX system: jobs are not serialised there
@@ -44,7 +46,7 @@ def lock_path(device: str) -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get("AUTOSCHED_MEASURE_LOCK", "1") != "0"
+    return settings.flag(settings.MEASURE_LOCK)
 
 
 @contextlib.contextmanager

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from autosched import settings
+
 OPSET = 17
-CACHE = Path(os.environ.get("AUTOSCHED_MODEL_CACHE", "build/models"))
 
 
 class Builder:
@@ -223,7 +224,7 @@ def save(name: str, cache: str | os.PathLike | None = None, **kwargs: Any) -> Pa
     import onnx
 
     tag = "-".join(f"{v}" for _, v in sorted(kwargs.items()))
-    path = Path(cache or CACHE) / (f"{name}-{tag}.onnx" if tag else f"{name}.onnx")
+    path = Path(cache or settings.MODEL_CACHE.value()) / (f"{name}-{tag}.onnx" if tag else f"{name}.onnx")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         proto = MODELS[name](**kwargs)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from autosched import settings
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.arrays import aligned_copy
 from autosched.targets.backend import Timing, time_repeats
@@ -35,8 +36,8 @@ from autosched.tir.params import bind_arrays
 
 def cross_compiler(triple: str, host: bool) -> str:
     """The C compiler that links shared libraries for ``triple`` (AUTOSCHED_CC overrides)."""
-    if os.environ.get("AUTOSCHED_CC"):
-        return os.environ["AUTOSCHED_CC"]
+    if settings.CC.value():
+        return settings.CC.value()
     if host:
         return shutil.which("cc") or shutil.which("gcc") or "cc"
     parts = triple.split("-")

@@ -40,11 +40,11 @@ AUTOSCHED_PARALLEL=gomp selects libgomp on every triple (for comparison).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from autosched import settings
 from autosched.targets.llvm import types as T
 
 ENTRY = "autosched_parallel"
@@ -88,7 +88,7 @@ def supported(triple: str) -> bool:
 
 def uses_pool(triple: str) -> bool:
     """Whether parallel loops for ``triple`` run on this pool (else on libgomp)."""
-    return supported(triple) and os.environ.get("AUTOSCHED_PARALLEL", "pool") != "gomp"
+    return supported(triple) and settings.PARALLEL.value() != "gomp"
 
 
 def calls(ir_text: str, symbol: str = ENTRY) -> bool:
