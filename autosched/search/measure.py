@@ -132,29 +132,36 @@ class _TimedOut(Exception):
 OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
                              signal.SIGQUIT})
 
-# What an isolated worker runs first (argv: FD KIND AUTOSCHED_DIR PATHS_JSON): the parent's
-# sys.path in its order but without the current directory, then autosched loaded from the
-# parent's package directory (not whichever copy the path finds first).
+# What an isolated worker runs first (argv: ENTRY AUTOSCHED_DIR PATHS_JSON ARGS...): the
+# parent's sys.path in its order but without the current directory, then autosched loaded from
+# the parent's package directory (not whichever copy the path finds first), then ENTRY's
+# main([argv0, ARGS...]). The parent's __main__ is never imported (a script without a main
+# guard would run again).
 _BOOT = """\
-import importlib.util, json, sys
-root, paths = sys.argv[3], json.loads(sys.argv[4])
+import importlib, importlib.util, json, sys
+entry, root, paths = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 sys.path[:] = paths + [p for p in sys.path if p not in paths]
 spec = importlib.util.spec_from_file_location(
     "autosched", root + "/__init__.py", submodule_search_locations=[root])
 sys.modules["autosched"] = module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-from autosched.search.measure_worker import main
-main(sys.argv)
+importlib.import_module(entry).main([sys.argv[0], *sys.argv[4:]])
 """
 
 
-def _worker_argv(fd: int, kind: str) -> list[str]:
+def isolated_argv(entry: str, *args: str) -> list[str]:
+    """The command line of a worker process that runs ``entry``'s ``main`` with ``args`` on
+    this autosched, importing nothing from the current directory."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this autosched
     cwd = os.path.realpath(os.getcwd())
     # the parent's current directory ("" or its path) is left out: hostile files would lie
     # there; the other entries are where the parent itself imports from
     paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
-    return [sys.executable, "-I", "-c", _BOOT, str(fd), kind, root, json.dumps(paths)]
+    return [sys.executable, "-I", "-c", _BOOT, entry, root, json.dumps(paths), *args]
+
+
+def _worker_argv(fd: int, kind: str) -> list[str]:
+    return isolated_argv("autosched.search.measure_worker", str(fd), kind)
 
 
 class _Worker:

@@ -519,27 +519,46 @@ def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: 
 def model_schedules(tasks: Sequence[Task], *, workers: int | None = None, seed: int = 0,
                     check: bool = True) -> list[Any]:
     """``model_schedule`` of each task with the pretrained model, the searches spread over
-    ``workers`` processes (default: the cores, at most one per task); the checks run here."""
+    ``workers`` processes (default: the cores, at most one per task; search_worker.py); the
+    checks run here."""
     workers = min(workers or MODEL_SEARCH_WORKERS or os.cpu_count() or 1, len(tasks))
-    if workers <= 1:
-        found = [model_candidates(t, seed=seed) for t in tasks]
-    else:
-        import concurrent.futures as cf
-        import multiprocessing as mp
-
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                    initializer=_one_thread_predictions) as pool:
-            found = list(pool.map(_pretrained_candidates, tasks, [seed] * len(tasks)))
+    found = (_searched_in_workers(tasks, workers, seed) if workers > 1
+             else [model_candidates(t, seed=seed) for t in tasks])
     return [model_schedule(t, seed=seed, check=check, steps=c) for t, c in zip(tasks, found)]
 
 
-def _one_thread_predictions() -> None:
-    """In a search worker: XGBoost predicts on one thread (the workers share the cores)."""
-    os.environ["OMP_NUM_THREADS"] = "1"
+def _searched_in_workers(tasks: Sequence[Task], workers: int, seed: int
+                         ) -> list[list[list[dict[str, Any]]]]:
+    """``model_candidates`` of each task, the tasks dealt round-robin to ``workers`` worker
+    processes (largest first); a worker that fails leaves its tasks to this process."""
+    import pickle
+    import subprocess
 
+    from autosched.search.measure import isolated_argv
 
-def _pretrained_candidates(task: Task, seed: int) -> list[list[dict[str, Any]]]:
-    return model_candidates(task, seed=seed)
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].flop_count)
+    shares = [order[w::workers] for w in range(workers)]
+    procs = [subprocess.Popen(isolated_argv("autosched.search.search_worker"),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+             for _ in shares]
+    found: list[Any] = [None] * len(tasks)
+    for proc, share in zip(procs, shares):
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(([tasks[i] for i in share], seed)))
+        proc.stdin.close()
+    for proc, share in zip(procs, shares):
+        assert proc.stdout is not None
+        data = proc.stdout.read()
+        if proc.wait() == 0:  # the worker is our own process, started above
+            for i, c in zip(share, pickle.loads(data)):
+                found[i] = c
+    missing = [i for i, f in enumerate(found) if f is None]
+    if missing:
+        warnings.warn(f"{len(missing)} of {len(tasks)} zero-measurement searches failed in "
+                      "their worker process; searching them here", stacklevel=3)
+        for i in missing:
+            found[i] = model_candidates(tasks[i], seed=seed)
+    return found
 
 
 class _Reference:

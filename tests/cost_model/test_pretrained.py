@@ -378,3 +378,31 @@ def test_schedule_model_with_a_workload_that_occurs_twice(monkeypatch: pytest.Mo
     x = rng.uniform(-1, 1, (1, 8, 12, 12)).astype(np.float32)
     np.testing.assert_allclose(model.run({"x": x})[0], ort_run(proto, {"x": x})[0],
                                rtol=1e-4, atol=1e-4)
+
+
+def test_model_schedules_from_a_script_without_a_main_guard(tmp_path: Path) -> None:
+    """The search workers never import the caller's __main__: a plain script (no
+    ``if __name__ == "__main__"``) that compiles with schedule="model" runs once, not once per
+    worker (multiprocessing's spawn re-ran it and broke the pool)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "from autosched import te\n"
+        "from autosched.search.task import Task\n"
+        "from autosched.search.tune import model_schedules\n"
+        "def mm(n):\n"
+        "    A = te.placeholder((n, 16), name='A'); B = te.placeholder((16, n), name='B')\n"
+        "    k = te.reduce_axis((0, 16), name='k')\n"
+        "    return Task(te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k),"
+        " name='C'), target='llvm')\n"
+        "print('RAN')\n"
+        "print(len(model_schedules([mm(24), mm(40)], workers=2, check=False)))\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["RAN", "2"]

@@ -38,24 +38,25 @@ typedef unsigned long long CUdeviceptr;
 typedef int (*launcher)(const void *image, const char *name, const unsigned *dims, void **params);
 typedef int (*counter)(const void *image, const char *name);
 typedef struct { const void *image; } module;
-typedef struct { const void *image; char name[256]; } function;
+typedef struct { const void *image; char name[256]; int dynamic_shared; } function;
 
 static launcher on_launch;
 static counter param_count;
-static int cc = 90, devices = 1, live = 0;
+static int cc = 90, devices = 1, live = 0, opted_in = 0;
 static long long memory = -1; /* bytes cuMemAlloc may still give; -1: any */
 
 void mock_configure(int compute_capability, int count, long long bytes, launcher l) {
-  cc = compute_capability; devices = count; memory = bytes; on_launch = l;
+  cc = compute_capability; devices = count; memory = bytes; on_launch = l; opted_in = 0;
 }
 int mock_live(void) { return live; } /* contexts, modules, allocations, streams, graphs */
+int mock_opted_in(void) { return opted_in; } /* functions given dynamic shared memory */
 
 /* -- recording streams and graphs -- */
 enum { KERNEL, MEMSET, DTOD };
 typedef struct {
   int kind;
   function *f;
-  unsigned dims[6];
+  unsigned dims[7]; /* grid, block, dynamic shared bytes */
   int n;
   unsigned long long values[32]; /* a kernel's parameters; MEMSET: d, v, n; DTOD: d, s, n */
 } op;
@@ -149,7 +150,15 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   function *x = &table[used++];
   x->image = ((module *)m)->image;
   strncpy(x->name, name, sizeof x->name - 1);
+  x->dynamic_shared = 0;
   *f = x;
+  return 0;
+}
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8), up to an sm_90's 227 KB */
+CUresult cuFuncSetAttribute(void *f, int attrib, int value) {
+  if (attrib != 8 || value < 0 || value > 227 * 1024) return 1;
+  ((function *)f)->dynamic_shared = value;
+  opted_in++;
   return 0;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
@@ -188,9 +197,12 @@ CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, void *st) {
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
-  (void)shared; (void)extra;
-  unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+  (void)extra;
+  unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
   function *fn = f;
+  /* stricter than a driver (which needs the opt-in above 48 KB only): the library opts in
+     to every byte of dynamic shared memory it launches with */
+  if ((int)shared > fn->dynamic_shared) return 1;
   if (recording(stream)) { /* the parameters' values now: the caller's array may go */
     op *o = add(recording(stream), KERNEL);
     o->f = fn;
@@ -285,7 +297,7 @@ class Emulator:
 
     def _launch(self, image: int, name: bytes, dims: Any, params: Any) -> int:
         try:
-            self.run(image, name.decode(), [dims[i] for i in range(6)], params)
+            self.run(image, name.decode(), [dims[i] for i in range(7)], params)
             return 0
         except Exception as exc:  # a launch the library got wrong: reported, not raised in C
             self.errors.append(f"{name.decode()}: {type(exc).__name__}: {exc}")
@@ -299,6 +311,9 @@ class Emulator:
         self.launches += 1
         k = module.kernel_names.index(name)
         info = module.source.kernels[k]
+        if dims[6] != info.dynamic_shared:  # on a GPU: shared accesses out of bounds
+            raise AssertionError(f"launched with {dims[6]} bytes of dynamic shared memory, "
+                                 f"the kernel carves {info.dynamic_shared}")
         program = he._program(module.source, checked=True)
         lib = he._library(program.text)
         values = [ctypes.c_uint64.from_address(params[j]).value
@@ -311,7 +326,7 @@ class Emulator:
         status = (ctypes.c_int.from_address(values[n]) if info.checks else ctypes.c_int(0))
         fn = getattr(lib, f"as_launch_{program.kernels[k].name}")
         fn.restype = ctypes.c_int
-        code = fn(ptrs, sizes, scalars, (ctypes.c_longlong * 6)(*dims), ctypes.c_int(0),
+        code = fn(ptrs, sizes, scalars, (ctypes.c_longlong * 6)(*dims[:6]), ctypes.c_int(0),
                   ctypes.c_double(60.0), ctypes.byref(status))
         if code:
             raise AssertionError(lib.as_error().decode(errors="replace"))
@@ -376,7 +391,12 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, ...]],
     from autosched.testing.models import ort_run, resnet18, small_cnn
     from importers.onnx import from_onnx
 
+    if model == "small_cnn_dynamic":  # every shared buffer carved out of dynamic memory
+        from autosched.targets.cuda import codegen
+
+        codegen.STATIC_SHARED_BYTES = 0
     proto = {"small_cnn": lambda: small_cnn(image=11), "gather": gather_model,
+             "small_cnn_dynamic": lambda: small_cnn(image=11),
              "resnet18": lambda: resnet18(image=32),
              "views": views_model}[model]()
     compiled = aus.compile(from_onnx(proto), target=f"cuda -arch={archs} -emulate=ir")
@@ -416,7 +436,8 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, ...]],
         stats = (ctypes.c_int * len(GRAPH_STATS))()
         mock.mock_graph_stats(stats)
         report.update(archs=sorted(emulator.archs), launches=emulator.launches,
-                      live=mock.mock_live(), **dict(zip(GRAPH_STATS, stats)))
+                      live=mock.mock_live(), opted_in=mock.mock_opted_in(),
+                      **dict(zip(GRAPH_STATS, stats)))
         reports.append(report)
     return reports
 

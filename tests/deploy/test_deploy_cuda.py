@@ -177,6 +177,23 @@ def test_over_a_stand_in_driver_each_gpu_runs_the_code_of_its_arch(tmp_path: Pat
 
 
 @needs_host_emulation
+def test_over_a_stand_in_driver_kernels_get_their_dynamic_shared_memory(tmp_path: Path) -> None:
+    """Kernels whose shared buffers are carved out of dynamic shared memory (forced here for
+    every buffer; codegen does it above 48 KB): the library opts each in and launches it with
+    its bytes (the stand-in refuses a launch with more than the function was given)."""
+    reports = []
+    for m in ("small_cnn", "small_cnn_dynamic"):
+        (tmp_path / m).mkdir()
+        reports += _over_a_stand_in_driver(m, "sm_90", tmp_path / m, "90:-1")
+    plain, dynamic = reports
+    for report in (plain, dynamic):
+        assert report["errors"] == [] and report["create"] == "" and report["live"] == 0
+        assert report["host"] < 1e-4 and report["device"] < 1e-4
+    assert plain["opted_in"] == 0 and dynamic["opted_in"] > 0
+    assert dynamic["launches"] == plain["launches"]
+
+
+@needs_host_emulation
 def test_over_a_stand_in_driver_runs_replay_one_graph_each(tmp_path: Path) -> None:
     """The host path records its graph at the first run and replays it; the device path
     records again only for other pointers (mock_cuda.DEVICE_RUNS: other inputs, other

@@ -28,9 +28,7 @@ from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.backend import Backend, DeviceMemory, Module, TargetKeys, register
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.target import Target
-from autosched.te.expr import Const
 from autosched.tir import ir
-from autosched.tir.visit import walk
 
 EMULATE = ("host", "ir")
 
@@ -58,14 +56,22 @@ def nvrtc_options(target: Target) -> tuple[str, ...]:
 
 def shared_bytes(func: ir.PrimFunc) -> int:
     """Shared memory the function allocates (an upper bound: nested allocations summed)."""
-    total = 0
-    for s in walk(func.body):
-        if isinstance(s, ir.Allocate) and s.buffer.scope == "shared":
-            n = s.buffer.itemsize
-            for d in s.buffer.shape:
-                n *= int(d.value) if isinstance(d, Const) else 1
-            total += n
-    return total
+    from autosched.targets.cuda.codegen import stmt_shared_bytes
+
+    return stmt_shared_bytes(func.body)
+
+
+# The shared memory a block may use once a kernel opts in (cudaFuncAttributeMaxDynamicShared...),
+# by compute capability; an arch not listed keeps the static 48 KB
+OPT_IN_SHARED = {70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024,
+                 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024,
+                 120: 99 * 1024}
+
+
+def max_shared_bytes(arch: str) -> int:
+    from autosched.targets.cuda.codegen import STATIC_SHARED_BYTES, arch_number
+
+    return OPT_IN_SHARED.get(arch_number(arch), STATIC_SHARED_BYTES)
 
 
 class CudaBackend(Backend):
@@ -80,7 +86,7 @@ class CudaBackend(Backend):
         # -arch=sm_80,sm_90: a model library holds code for each; kernels build for the first
         arch = opts.get("arch", "").split(",")[0] or detect_cuda_arch()
         return Target(self.kind, options, device="gpu", arch=arch,
-                      max_shared_memory_per_block=48 * 1024)
+                      max_shared_memory_per_block=max_shared_bytes(arch))
 
     def build(self, func: ir.PrimFunc, target: Target) -> Module:
         mod = build_module(func, target)

@@ -61,6 +61,7 @@ class KernelInfo:
     scalars: tuple[E.Var, ...]
     shared_bytes: int
     checks: bool
+    dynamic_shared: int = 0  # bytes of dynamic shared memory to launch with (0: all static)
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,33 @@ template <int N> __device__ __forceinline__ void as_cp_async_wait() {
 """
 
 
+# Shared memory a kernel may declare statically; one that needs more (opt-in per function, up to
+# the arch's limit: 227 KB on sm_90) carves its buffers out of one dynamic allocation instead
+STATIC_SHARED_BYTES = 48 * 1024
+DYNAMIC_SHARED = "as_dyn_smem"
+DYNAMIC_ALIGN = 128
+
+
+def stmt_shared_bytes(s: ir.Stmt) -> int:
+    """Shared memory ``s`` allocates (an upper bound: nested allocations summed)."""
+    total = 0
+    for st in walk(s):
+        if isinstance(st, ir.Allocate) and st.buffer.scope == "shared":
+            n = st.buffer.itemsize
+            for d in st.buffer.shape:
+                n *= int(d.value) if isinstance(d, E.Const) else 1
+            total += n
+    return total
+
+
+def arch_number(arch: str) -> int:
+    """A compute capability as a number (sm_90: 90; 0 when ``arch`` names none)."""
+    return int("".join(c for c in arch if c.isdigit()) or 0)
+
+
 def target_arch(target: Target) -> int:
     """The target's compute capability as a number (sm_90: 90; 0 when it names none)."""
-    return int("".join(c for c in target.arch if c.isdigit()) or 0)
+    return arch_number(target.arch)
 
 
 class _Names:
@@ -236,6 +261,7 @@ class _KernelWriter(ExprWriter):
         self.nonneg: set[int] = {v.uid for v in shape_vars}
         self.raw: dict[int, str] = {}  # placeholder vars printed as raw C text
         self.shared_bytes = 0
+        self.dynamic = False  # shared buffers are carved out of DYNAMIC_SHARED
         self.tmp = 0
         self.unroll_explicit = False
         self.thread_loops: list[ir.For] = []  # enclosing blockIdx/threadIdx loops
@@ -264,7 +290,11 @@ class _KernelWriter(ExprWriter):
         params = [b for b in self.fw.func.params + tuple(self.fw.workspace) if b in used]
         for b in params:
             self.fw.note_dtype(b.dtype)
+        self.dynamic = stmt_shared_bytes(body) > STATIC_SHARED_BYTES
         self._stmt(body)
+        if self.dynamic:
+            self.lines.insert(0, f"  extern __shared__ __align__({DYNAMIC_ALIGN}) unsigned char "
+                                 f"{DYNAMIC_SHARED}[];")
         sig = []
         for b in params:
             const = "" if b in written else "const "
@@ -294,7 +324,8 @@ class _KernelWriter(ExprWriter):
             + self.lines + ["}", ""]
         )
         info = KernelInfo(self.name, launch["blockIdx"], launch["threadIdx"], tuple(params),
-                          self.shape_vars, self.shared_bytes, self.checks)
+                          self.shape_vars, self.shared_bytes, self.checks,
+                          self.shared_bytes if self.dynamic else 0)
         return info, text
 
     def _check_tensorized(self, body: ir.Stmt) -> set[ir.Buffer]:
@@ -414,7 +445,13 @@ class _KernelWriter(ExprWriter):
             )
         name = self.names.get(b.uid, b.name)
         self.fw.note_dtype(b.dtype)
-        if b.scope == "shared":
+        if b.scope == "shared" and self.dynamic:  # at the next multiple of DYNAMIC_ALIGN
+            at = -(-self.shared_bytes // DYNAMIC_ALIGN) * DYNAMIC_ALIGN
+            self.shared_bytes = at + n * b.itemsize
+            ctype = c_type(b.dtype)
+            self.emit(f"{ctype}* {name} = reinterpret_cast<{ctype}*>({DYNAMIC_SHARED} + {at});"
+                      f"  // shared {n}")
+        elif b.scope == "shared":
             self.shared_bytes += n * b.itemsize
             align = 32 if b in self.wmma_buffers else 16  # wmma tiles start 32-byte aligned
             self.emit(f"__shared__ __align__({align}) {c_type(b.dtype)} {name}[{n}];")

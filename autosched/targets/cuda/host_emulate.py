@@ -53,7 +53,7 @@ from autosched.cache import DiskCache
 from autosched.errors import CompileError, RuntimeError_
 from autosched.targets.backend import WallClockModule
 from autosched.targets.cuda.cexpr import STATUS_PARAM
-from autosched.targets.cuda.codegen import CudaSource, KernelInfo
+from autosched.targets.cuda.codegen import DYNAMIC_SHARED, CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
 from autosched.targets.cuda.runtime import CudaModule, _nbytes
@@ -196,6 +196,10 @@ _POINTER = re.compile(rf"^(const )?({_TYPE})\* __restrict__ (\w+)$")
 _SCALAR = re.compile(rf"^({_TYPE}) (\w+)$")
 _SHARED = re.compile(rf"^(\s*)__shared__ __align__\((\d+)\) ({_TYPE}) (\w+)\[(\d+)\];$")
 _LOCAL = re.compile(rf"^(\s*)({_TYPE}) (\w+)\[(\d+)\];$")
+# codegen's dynamic shared memory: the one allocation, and each buffer carved out of it
+_DYNAMIC = re.compile(rf"^\s*extern __shared__ __align__\(\d+\) unsigned char {DYNAMIC_SHARED}\[\];$")
+_CARVED = re.compile(rf"^(\s*)({_TYPE})\* (\w+) = reinterpret_cast<\2\*>\({DYNAMIC_SHARED} "
+                     rf"\+ \d+\);  // shared (\d+)$")
 _STATUS = f"int* __restrict__ {STATUS_PARAM}"
 
 
@@ -216,8 +220,12 @@ def _program(source: CudaSource, checked: bool) -> _Program:
                           else f"{p.ctype} {p.name}" for p in kernel.params]
                 params += [f"int* {STATUS_PARAM}"] * kernel.status
                 line = f"static void {kernel.name}({', '.join(params)}) {{"
-        elif checked:
-            line = _checked_declaration(line)
+        elif _DYNAMIC.match(line):
+            continue  # each carved buffer becomes a shared array of its own
+        else:
+            line = _static_shared(line)
+            if checked:
+                line = _checked_declaration(line)
         lines.append(line)
     if [k.name for k in kernels] != [k.name for k in source.kernels]:
         raise CompileError(
@@ -254,6 +262,16 @@ def _parse_signature(m: re.Match[str]) -> _Kernel:
             raise CompileError(f"host emulation cannot parse parameter {text!r} of kernel "
                                f"{m.group(2)}")
     return _Kernel(m.group(2), int(m.group(1) or 0), tuple(params), status)
+
+
+def _static_shared(line: str) -> str:
+    """A buffer carved out of dynamic shared memory as the static declaration it stands for
+    (the host has no 48 KB limit)."""
+    m = _CARVED.match(line)
+    if m is None:
+        return line
+    indent, ctype, name, n = m.groups()
+    return f"{indent}__shared__ __align__(32) {ctype} {name}[{n}];"
 
 
 def _checked_declaration(line: str) -> str:

@@ -89,6 +89,7 @@ DRIVER_FUNCTIONS = (  # (field of the C driver table, symbol in libcuda.so.1, C 
     ("ModuleLoadData", "cuModuleLoadData", "(CUmodule *, const void *)"),
     ("ModuleUnload", "cuModuleUnload", "(CUmodule)"),
     ("ModuleGetFunction", "cuModuleGetFunction", "(CUfunction *, CUmodule, const char *)"),
+    ("FuncSetAttribute", "cuFuncSetAttribute", "(CUfunction, int, int)"),
     ("MemAlloc", "cuMemAlloc_v2", "(CUdeviceptr *, size_t)"),
     ("MemFree", "cuMemFree_v2", "(CUdeviceptr)"),
     ("HtoD", "cuMemcpyHtoDAsync_v2", "(CUdeviceptr, const void *, size_t, CUstream)"),
@@ -233,6 +234,7 @@ class _Plan:
         self.workspace = at
         self.functions: list[tuple[int, str]] = [
             (n, k.name) for n, m in enumerate(self.modules) for k in m.source.kernels]
+        self.function_shared = [k.dynamic_shared for m in self.modules for k in m.source.kernels]
         self.launches = [launch for call in spec.calls for launch in self._launches(call)]
         self.archs, self.code, self.spans = self._binaries()
 
@@ -441,6 +443,11 @@ static int32_t setup(struct @name@_context *c, const unsigned char *weights) {
     if ((r = cu.ModuleGetFunction(&c->functions[f], c->modules[FUNCTION_MODULE[f]],
                                   FUNCTION_NAME[f])))
       return failed("cuModuleGetFunction", r);
+  for (int f = 0; f < N_FUNCTIONS; f++)  /* over 48 KB of shared memory: opt in */
+    if (FUNCTION_SHARED[f] && (r = cu.FuncSetAttribute(c->functions[f],
+                                                      FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      (int)FUNCTION_SHARED[f])))
+      return failed("cuFuncSetAttribute (dynamic shared memory)", r);
   if ((r = cu.StreamSynchronize(c->stream))) return failed("uploading the weights", r);
   return ST_OK;
 }
@@ -545,7 +552,7 @@ static int32_t enqueue(struct @name@_context *c, CUstream stream, const CUdevice
       params[j] = &values[j];
     }
     r = cu.Launch(c->functions[k->function], k->grid[0], k->grid[1], k->grid[2], k->block[0],
-                  k->block[1], k->block[2], 0, stream, params, NULL);
+                  k->block[1], k->block[2], FUNCTION_SHARED[k->function], stream, params, NULL);
     if (r) {
       note(MODEL ": launching kernel %s (launch %d of %d) failed: %s", FUNCTION_NAME[k->function],
            l + 1, N_LAUNCHES, error_name(r));
@@ -774,6 +781,7 @@ enum {{ IN, OUT, WEIGHTS, WORK }};
 #define N_OUTPUTS {len(spec.outputs)}
 #define N_MODULES {len(plan.modules)}
 #define N_FUNCTIONS {len(plan.functions)}
+#define FUNC_MAX_DYNAMIC_SHARED_SIZE_BYTES 8  /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 #define N_LAUNCHES {len(plan.launches)}
 #define N_COPIES {len(spec.copies)}
 #define N_ARCHS {len(plan.archs)}
@@ -802,6 +810,7 @@ static const span CODE[N_ARCHS][N_MODULES] = {{
 }};
 {_array("uint32_t", "FUNCTION_MODULE", [str(m) for m, _ in plan.functions], "0")}
 {_array("char *const", "FUNCTION_NAME", [c_string(k) for _, k in plan.functions], "0")}
+{_array("uint32_t", "FUNCTION_SHARED", [f"{b}u" for b in plan.function_shared], "0")}
 {_array("launch", "LAUNCHES", launches, "{0, {0, 0, 0}, {0, 0, 0}, 0, 0}")}
 {_array("place", "ARGS", args)}
 {_array("copy", "COPIES", copies, "{{0, 0}, 0, 0}")}

@@ -105,7 +105,8 @@ class _Loaded:
         dev = drv.Context.get_device()
         attr = drv.device_attribute
         self.max_threads = dev.get_attribute(attr.MAX_THREADS_PER_BLOCK)
-        self.max_shared = dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK)
+        self.max_shared = max(dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK),
+                              dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
         self.max_regs = dev.get_attribute(attr.MAX_REGISTERS_PER_BLOCK)
         self.max_grid = tuple(dev.get_attribute(a) for a in
                               (attr.MAX_GRID_DIM_X, attr.MAX_GRID_DIM_Y, attr.MAX_GRID_DIM_Z))
@@ -115,6 +116,9 @@ class _Loaded:
             fmt = "P" * len(k.buffers) + "".join(
                 "q" if v.dtype == "int64" else "i" for v in k.scalars) + "P" * k.checks
             fn.prepare(fmt)
+            if k.dynamic_shared:  # more than the static 48 KB: the kernel opts in
+                fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 k.dynamic_shared)
             self.functions.append(fn)
 
 
@@ -150,13 +154,16 @@ class Launch(NamedTuple):
     block: tuple[int, ...]
     values: list[Any]
     name: str
+    shared: int = 0  # bytes of dynamic shared memory
 
     def __call__(self) -> None:
-        self.function.prepared_call(self.grid, self.block, *self.values)
+        self.function.prepared_call(self.grid, self.block, *self.values,
+                                    shared_size=self.shared)
 
     def enqueue(self, stream: Any) -> None:
         """Queue the launch on ``stream`` (a pycuda Stream), not waiting for it."""
-        self.function.prepared_async_call(self.grid, self.block, stream, *self.values)
+        self.function.prepared_async_call(self.grid, self.block, stream, *self.values,
+                                          shared_size=self.shared)
 
 
 class Launches(NamedTuple):
@@ -328,7 +335,7 @@ class CudaModule:
             self._check_limits(loaded, info, fn, grid, block)
             values: list[Any] = [ptrs[b] for b in info.buffers]
             values += [env[v.uid] for v in info.scalars] + [status] * info.checks
-            calls.append(Launch(fn, grid, block, values, info.name))
+            calls.append(Launch(fn, grid, block, values, info.name, info.dynamic_shared))
         return Launches(calls, copy_back, keep)
 
     def shape_env(self, args: tuple[Any, ...]) -> dict[int, int]:
@@ -358,7 +365,7 @@ class CudaModule:
                 f"threads per block can run it (register file {loaded.max_regs}); block "
                 f"{block} has {threads}"
             )
-        shared = fn.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES)
+        shared = fn.get_attribute(drv.function_attribute.SHARED_SIZE_BYTES) + info.dynamic_shared
         if shared > min(loaded.max_shared, self.target.max_shared_memory_per_block):
             raise RuntimeError_(
                 f"kernel {info.name} needs {shared} bytes of shared memory per block; the limit "

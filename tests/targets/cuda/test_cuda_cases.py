@@ -197,6 +197,10 @@ CASES = [
          source_has=("__shared__", "__syncthreads();")),
     Case("sgemm_small", sgemm(64, 96, 40), lambda a, b: a @ b,
          source_has=("float4", "__shared__", "#pragma unroll")),
+    # 64 KB of shared tiles: more than a kernel may declare statically
+    Case("sgemm_dynamic_shared", sgemm(64, 64, 128, tile=64, reg=4, bk=128), lambda a, b: a @ b,
+         source_has=("extern __shared__ __align__(128) unsigned char as_dyn_smem[];",
+                     "reinterpret_cast<float*>(as_dyn_smem + 32768);")),
 ]
 
 

@@ -219,14 +219,34 @@ def test_too_many_threads_is_a_compile_error() -> None:
         aus.build(s, [A, C], target="cuda -arch=sm_90")
 
 
-def test_too_much_shared_memory_is_a_compile_error() -> None:
+def _shared_func(floats: int) -> ir.PrimFunc:
     A = ir.Buffer("A", (E.const(4),), "float32")
-    S = ir.Buffer("S", (E.const(20000),), "float32", "shared")
+    S = ir.Buffer("S", (E.const(floats),), "float32", "shared")
     t = E.Var("t")
     body = ir.For(t, E.const(0), E.const(4), "thread", ir.Allocate(S, ir.seq(
         ir.Store(S, (t,), E.const(1.0)), ir.Store(A, (t,), ir.Load(S, (t,))))), "threadIdx.x")
-    with pytest.raises(CompileError, match="80000 bytes of shared memory"):
-        _build(ir.PrimFunc("big", (A,), body))
+    return ir.PrimFunc("big", (A,), body)
+
+
+def test_too_much_shared_memory_is_a_compile_error() -> None:
+    # sm_90 opts in to 227 KB a block; sm_75 to 64 KB; an arch the table lacks keeps 48 KB
+    with pytest.raises(CompileError, match="240000 bytes of shared memory.*allows 232448"):
+        _build(_shared_func(60000))
+    with pytest.raises(CompileError, match="80000 bytes of shared memory.*allows 65536"):
+        _build(_shared_func(20000), "cuda -arch=sm_75")
+    with pytest.raises(CompileError, match="80000 bytes of shared memory.*allows 49152"):
+        _build(_shared_func(20000), "cuda -arch=sm_52")
+
+
+def test_over_48_kb_of_shared_memory_is_dynamic() -> None:
+    """Up to 48 KB a kernel declares its shared arrays; beyond, it carves them out of one
+    dynamic allocation and says how much to launch with."""
+    small, big = _build(_shared_func(12000)), _build(_shared_func(20000))
+    assert "__shared__ __align__(16) float" in small.get_source()
+    assert small.source.kernels[0].dynamic_shared == 0
+    src = big.get_source()
+    assert "extern __shared__" in src and "reinterpret_cast<float*>(as_dyn_smem + 0);" in src
+    assert big.source.kernels[0].dynamic_shared == 80000
 
 
 def test_loop_outside_kernel_is_explained() -> None:

@@ -191,3 +191,19 @@ def test_misaligned_vector_access_is_caught(rng):
   if (threadIdx.x == 0) { *(float2*)(&C[1]) = *(const float2*)(&A[1]); }""")
     with pytest.raises(HostEmulationError, match="misaligned vector access"):
         _run(mod, rng)
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_dynamic_shared_memory_runs_as_static_arrays_on_the_host(rng, checked):
+    """A kernel over 48 KB of shared memory (carved out of one dynamic allocation on the GPU)
+    runs on the host, checked for races too, with each carved buffer a shared array."""
+    from autosched.testing.gpu_sgemm_schedule import sgemm_schedule
+
+    s, args = sgemm_schedule(64, 64, 128, tile=64, reg=4, bk=128)
+    mod = aus.build(s, args, target="cuda -arch=sm_90")
+    assert mod.source.kernels[0].dynamic_shared == 65536
+    a, b = _uniform(rng, (64, 128)), _uniform(rng, (128, 64))
+    c = np.full((64, 64), np.nan, "float32")
+    run = run_on_host(mod, a, b, c, checked=checked)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert run.warnings == ()
