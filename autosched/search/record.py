@@ -573,6 +573,8 @@ class RecordLog:
             with gzip.open(self.path, "rb") as f:
                 data = f.read(MAX_GZ_BYTES + 1)
         except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            if self.path.suffix != ".gz":  # a text log whose first line is corrupt
+                return self.path.read_bytes()  # (starting with gzip's magic by chance)
             raise OSError(errno.EINVAL, f"the gzipped tuning log cannot be read ({exc})",
                           str(self.path)) from None
         if len(data) > MAX_GZ_BYTES:

@@ -158,15 +158,17 @@ class _FakeFn:
         self.drv, self.mod, self.task = drv, host_module, task
         self.seconds = 1e-6  # what a run adds to the driver's clock
 
-    def prepared_async_call(self, grid: tuple, block: tuple, stream: object, *ptrs: int
-                            ) -> None:
+    def prepared_async_call(self, grid: tuple, block: tuple, stream: object, *ptrs: int,
+                            shared_size: int = 0) -> None:
         recording = self.drv.graphs.recording.get(getattr(stream, "handle", None))
         if recording is None:
-            self.prepared_call(grid, block, *ptrs)
+            self.prepared_call(grid, block, *ptrs, shared_size=shared_size)
         else:  # the values now: a graph keeps them
             recording.append((self, grid, block, list(ptrs)))
 
-    def prepared_call(self, grid: tuple, block: tuple, *ptrs: int) -> None:
+    def prepared_call(self, grid: tuple, block: tuple, *ptrs: int, shared_size: int = 0
+                      ) -> None:
+        assert shared_size == 0, "these kernels declare their shared memory statically"
         self.drv.direct_launches += 1
         self.run(grid, block, *ptrs)
 

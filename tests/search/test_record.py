@@ -413,3 +413,20 @@ def test_rewrite_is_atomic_and_writes_gzip(tmp_path: Path) -> None:
         log.rewrite(recs[1:])  # replaces, never appends
         assert RecordLog(log.path).load() == recs[1:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.gz"]
+
+
+def test_a_text_log_whose_first_line_starts_like_gzip_still_loads(tmp_path: Path) -> None:
+    """A corrupt first line that happens to begin with gzip's magic bytes is one bad line of a
+    text log (skipped with a warning), not an unreadable gzip file; a .gz name still is."""
+    task = _matmul_task()
+    good = RecordLog(tmp_path / "good.jsonl")
+    good.append([_record(task, 1e-3, ir="ok")])
+    log = RecordLog(tmp_path / "mixed.jsonl")
+    log.path.write_bytes(b"\x1f\x8b not a record\n" + good.path.read_bytes())
+    with pytest.warns(UserWarning, match="line 1: skipping"):
+        (rec,) = log.load()
+    assert rec.ir_hash == "ok"
+    named = RecordLog(tmp_path / "mixed.jsonl.gz")
+    named.path.write_bytes(log.path.read_bytes())
+    with pytest.raises(OSError, match="cannot be read"):
+        named.load()

@@ -84,9 +84,10 @@ class CudaBackend(Backend):
         if opts.get("emulate", EMULATE[0]) not in EMULATE:
             raise CompileError(f"cuda -emulate={opts['emulate']}: expected one of {EMULATE}")
         # -arch=sm_80,sm_90: a model library holds code for each; kernels build for the first
-        arch = opts.get("arch", "").split(",")[0] or detect_cuda_arch()
-        return Target(self.kind, options, device="gpu", arch=arch,
-                      max_shared_memory_per_block=max_shared_bytes(arch))
+        archs = [a for a in opts.get("arch", "").split(",") if a] or [detect_cuda_arch()]
+        # a library's kernels run on every arch it names: the smallest limit holds for all
+        return Target(self.kind, options, device="gpu", arch=archs[0],
+                      max_shared_memory_per_block=min(map(max_shared_bytes, archs)))
 
     def build(self, func: ir.PrimFunc, target: Target) -> Module:
         mod = build_module(func, target)

@@ -236,6 +236,8 @@ def test_too_much_shared_memory_is_a_compile_error() -> None:
         _build(_shared_func(20000), "cuda -arch=sm_75")
     with pytest.raises(CompileError, match="80000 bytes of shared memory.*allows 49152"):
         _build(_shared_func(20000), "cuda -arch=sm_52")
+    with pytest.raises(CompileError, match="80000 bytes of shared memory.*allows 65536"):
+        _build(_shared_func(20000), "cuda -arch=sm_90,sm_75")  # a library for both
 
 
 def test_over_48_kb_of_shared_memory_is_dynamic() -> None:
