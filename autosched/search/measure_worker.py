@@ -365,7 +365,7 @@ class Server:
 
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None)
         libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: no orphan spinning in a hung kernel
@@ -385,7 +385,7 @@ def _preload(kind: str) -> None:
 
 def main(argv: list[str]) -> None:
     fd, kind = int(argv[1]), argv[2] if len(argv) > 2 else "llvm"
-    _die_with_parent()
+    die_with_parent()
     faulthandler.enable(file=sys.stderr, all_threads=True)
     conn = Connection(fd)
     _preload(kind)

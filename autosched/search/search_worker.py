@@ -11,10 +11,10 @@ import sys
 
 def main(argv: list[str]) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"  # XGBoost predicts on one thread: workers share cores
-    from autosched.search.measure_worker import _die_with_parent
+    from autosched.search.measure_worker import die_with_parent
     from autosched.search.tune import model_candidates
 
-    _die_with_parent()
+    die_with_parent()
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed meanwhile must not corrupt the answer
     tasks, seed = pickle.load(sys.stdin.buffer)

@@ -580,10 +580,10 @@ def _times_said(r: Result) -> str:
     """The times ``r`` has, as ", ms: ours 1.200, tuned 0.900, ..." ("" when none)."""
     parts = [f"{label} {v:.3f}" for label, v in (
         ("ours", r.ours_ms), ("tuned", r.tuned_ms), ("model-chosen", r.model_ms),
-        ("onnxruntime", r.ort_ms)) if v == v]
+        ("onnxruntime", r.ort_ms)) if np.isfinite(v)]
     if r.trials:
         parts.append(f"{r.trials} trials, tuned in {r.tune_s:.0f} s")
-    if r.model_s == r.model_s:
+    if np.isfinite(r.model_s):
         parts.append(f"chosen in {r.model_s:.0f} s")
     return ", ms: " + ", ".join(parts) if parts else ""
 
