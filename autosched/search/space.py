@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,12 +73,16 @@ class SearchSpace:
 
     def default_schedule(self) -> Schedule:
         """The schedule of the default candidate; if that is illegal here (too many threads,
-        too much shared memory), the first legal one of a fixed-seed sample; else the plain
-        default."""
+        too much shared memory) or holds more shared memory than a block gets without opting
+        in, the first such legal one of a fixed-seed sample; else the plain default."""
+        target = self.task.target
+        modest = replace(target, max_shared_memory_per_block=min(
+            target.max_shared_memory_per_block, target.default_shared_memory_per_block))
         low = self.lower(self.default_candidate())
         rng = np.random.default_rng(0)
         for _ in range(64):
-            if low is not None and low.schedule is not None:
+            if (low is not None and low.schedule is not None and low.func is not None
+                    and target.backend.unfit(low.func, modest) is None):
                 return low.schedule
             low = self.lower(self.sample(rng))
         return self.task.schedule()

@@ -34,6 +34,9 @@ class Target:
     arch: str = ""
     max_threads_per_block: int = 1024
     max_shared_memory_per_block: int = 48 * 1024
+    # what a block gets without opting in: untuned defaults stay within it (a block holding the
+    # opt-in maximum leaves room for one block per SM, which a search may pick, a default not)
+    default_shared_memory_per_block: int = 48 * 1024
     warp_size: int = 32
     extra: tuple[tuple[str, str], ...] = field(default=())
 
