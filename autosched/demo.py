@@ -139,7 +139,7 @@ def model_demo(trials: int, log: str | None, target: str) -> None:
           f"after fusion: {', '.join(t.name for t in tasks)}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no tuning record": expected before tuning
-        before = aus.compile(graph, target=target)
+        before = aus.compile(graph, target=target, schedule="default")
 
     tmp = None
     if log is None:

@@ -42,10 +42,15 @@ MEASURE_LOCK = Setting("AUTOSCHED_MEASURE_LOCK", "1",
 ADAPTIVE_THREADS = Setting("AUTOSCHED_ADAPTIVE_THREADS", "1",
                            "`0`: CPU models keep their thread count instead of trying one "
                            "thread when that runs faster")
+SCHEDULE = Setting("AUTOSCHED_SCHEDULE", "auto",
+                   "what a compile gives a task no log record covers, when it names none: "
+                   "`auto` (the cost model's pick on GPUs, the untuned default on CPUs), "
+                   "`default` or `model`")
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
-ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, MODEL_CACHE)
+ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
+       MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

@@ -10,6 +10,8 @@ fresh random generator per test. Each layer's folder has its own conftest.py.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -30,6 +32,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the suite compiles hundreds of GPU graphs without a log: under "auto" each task would
+    # run a cost-model search first; the tests of "auto" and "model" name them themselves
+    os.environ["AUTOSCHED_SCHEDULE"] = "default"
     backends.configure(config.getoption("targets"))
     options.configure(config.getoption("fuzz_cases"), config.getoption("fuzz_seed"))
 

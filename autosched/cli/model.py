@@ -33,6 +33,7 @@ from autosched.cli.args import (
     trial_budget,
 )
 from autosched.cli.logs import add_plot_option, check_plot_option, write_curves
+from autosched.graph.compiler import SCHEDULES
 
 
 def _graph(args: argparse.Namespace) -> Any:
@@ -262,9 +263,11 @@ def add_subcommands(sub: Any) -> None:
         if name in ("tune", "compile", "run", "bench"):
             add_precision_option(p)
         if name in ("compile", "run", "bench"):
-            p.add_argument("--schedule", choices=("default", "model"), default="default",
-                           help="for tasks without a record: the untuned default schedule, or "
-                                "the one the pretrained cost model ranks best (nothing timed)")
+            p.add_argument("--schedule", choices=SCHEDULES, default=None,
+                           help="for tasks without a record: the untuned default schedule, "
+                                "the one the pretrained cost model ranks best (nothing timed), "
+                                "or auto: the model's on GPUs, the default on CPUs (default: "
+                                "$AUTOSCHED_SCHEDULE, else auto)")
         if name == "compile":
             p.add_argument("-o", "--output", required=True, help="build dir to write")
             p.add_argument("--name", default=None,

@@ -23,6 +23,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -275,6 +277,18 @@ def save_pretrained(model: XGBModel, directory: str | os.PathLike, info: dict[st
     path = out / MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path
+
+
+@functools.cache
+def pretrained_digest() -> str:
+    """SHA-256 of the shipped model's files (what names the picks it made; "" when absent)."""
+    h = hashlib.sha256()
+    for name in (MANIFEST, MODEL_FILE):
+        try:
+            h.update((PRETRAINED_DIR / name).read_bytes())
+        except OSError:
+            return ""
+    return h.hexdigest()
 
 
 def load_pretrained(directory: str | Path | None = None, nthread: int = 1) -> XGBModel | None:

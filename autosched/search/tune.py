@@ -503,6 +503,7 @@ def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: 
         sch = model_schedule(task)          # zero measurements
         f = task.build(sch)
     """
+    from autosched.errors import LowerError, ScheduleError
     from autosched.schedule.steps import step_from_dict
 
     space = SearchSpace(task)
@@ -510,7 +511,10 @@ def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: 
         steps = model_candidates(task, model, candidates=candidates, seed=seed)
     reference = _Reference(task, space.default_schedule(), seed) if check and steps else None
     for dicts in steps:
-        sch = task.schedule([step_from_dict(d) for d in dicts])
+        try:
+            sch = task.schedule([step_from_dict(d) for d in dicts])
+        except (ScheduleError, LowerError):  # steps of an older sketch version (a cached pick)
+            continue
         if reference is None or reference.agrees(sch):
             return sch
     return space.default_schedule()
@@ -521,10 +525,59 @@ def model_schedules(tasks: Sequence[Task], *, workers: int | None = None, seed: 
     """``model_schedule`` of each task with the pretrained model, the searches spread over
     ``workers`` processes (default: the cores, at most one per task; search_worker.py); the
     checks run here."""
-    workers = min(workers or MODEL_SEARCH_WORKERS or os.cpu_count() or 1, len(tasks))
-    found = (_searched_in_workers(tasks, workers, seed) if workers > 1
-             else [model_candidates(t, seed=seed) for t in tasks])
+    cache = _PickCache(seed)
+    found = [cache.read(t) for t in tasks]
+    todo = [t for t, f in zip(tasks, found) if f is None]
+    workers = min(workers or MODEL_SEARCH_WORKERS or os.cpu_count() or 1, len(todo))
+    searched = iter(_searched_in_workers(todo, workers, seed) if workers > 1
+                    else [model_candidates(t, seed=seed) for t in todo])
+    for i, t in enumerate(tasks):
+        if found[i] is None:
+            found[i] = picks = next(searched)
+            cache.write(t, picks)
     return [model_schedule(t, seed=seed, check=check, steps=c) for t, c in zip(tasks, found)]
+
+
+class _PickCache:
+    """The pretrained model's picks (model_candidates' steps) by task, target, model and
+    search, in the on-disk cache (``picks/``): compiling a model again without a log takes
+    no search. A file that is not a list of step lists is a miss; its steps are checked as
+    any log's when applied (model_schedule)."""
+
+    def __init__(self, seed: int) -> None:
+        from autosched.cache import DiskCache
+        from autosched.cost_model.pretrain import pretrained_digest
+        from autosched.schedule.steps import STEP_VERSION
+        from autosched.version import __version__
+
+        self.disk = DiskCache("picks")
+        self.ident = [pretrained_digest(), repr(MODEL_SEARCH), seed, STEP_VERSION, __version__]
+
+    def _name(self, task: Task) -> str:
+        import hashlib
+        import json
+
+        text = json.dumps([task.workload_key, repr(task.target), *self.ident])
+        return hashlib.sha256(text.encode()).hexdigest()[:40] + ".json"
+
+    def read(self, task: Task) -> list[list[dict[str, Any]]] | None:
+        import json
+
+        data = self.disk.read(self._name(task))
+        try:
+            picks = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+        if (isinstance(picks, list) and picks and all(
+                isinstance(p, list) and all(isinstance(d, dict) for d in p) for p in picks)):
+            return picks
+        return None
+
+    def write(self, task: Task, picks: list[list[dict[str, Any]]]) -> None:
+        import json
+
+        if picks:  # an untrained model picks nothing: search again once there is one
+            self.disk.write(self._name(task), json.dumps(picks).encode())
 
 
 def _searched_in_workers(tasks: Sequence[Task], workers: int, seed: int

@@ -25,12 +25,23 @@ from autosched.search.space import SearchSpace
 from autosched.search.task import Task
 from autosched.search.training_data import OPERATORS, operator_tasks
 from autosched.search.tune import _featurizer
+from tests.support.nvrtc import needs_nvrtc
 
 
 @pytest.fixture(scope="module")
 def gemm() -> Task:
     (task,) = [t for t in operator_tasks() if t.name == OPERATORS[0][0]]
     return task
+
+
+def matmul(n: int, target: str = "llvm") -> Task:
+    from autosched import te
+
+    A = te.placeholder((n, 24), name="A")
+    B = te.placeholder((24, n), name="B")
+    k = te.reduce_axis((0, 24), name="k")
+    return Task(te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C"),
+                target=target)
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +285,7 @@ def test_cli_compile_passes_the_schedule_option(tmp_path: Path,
     assert seen["schedule"] == "model"
     seen.clear()
     assert main(["run", str(path)]) == 2
-    assert seen["schedule"] == "default"
+    assert seen["schedule"] is None  # compile resolves it: AUTOSCHED_SCHEDULE, else auto
 
 
 def test_train_cost_model_errors_are_one_line(tmp_path: Path,
@@ -320,22 +331,17 @@ def test_finetune_table_compares_the_three_models(lowered: list, gemm: Task) -> 
     assert "no group" in pretrain.finetune_table(base, samples, ks=(32,))
 
 
-def test_model_schedules_search_in_worker_processes_as_here() -> None:
+def test_model_schedules_search_in_worker_processes_as_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The zero-measurement picks of several tasks, searched in spawned worker processes, are
     the picks searched in this one (same seed), best predicted first, and legal."""
-    from autosched import te
     from autosched.schedule.steps import step_from_dict
     from autosched.search.tune import model_candidates, model_schedules
 
-    def matmul(n: int) -> Task:
-        A = te.placeholder((n, 24), name="A")
-        B = te.placeholder((24, n), name="B")
-        k = te.reduce_axis((0, 24), name="k")
-        return Task(te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k),
-                               name="C"), target="llvm")
-
     tasks = [matmul(40), matmul(24)]
+    monkeypatch.setenv("AUTOSCHED_CACHE_DIR", str(tmp_path / "here"))  # no cached picks
     here = model_schedules(tasks, workers=1, seed=3, check=False)
+    monkeypatch.setenv("AUTOSCHED_CACHE_DIR", str(tmp_path / "there"))
     there = model_schedules(tasks, workers=2, seed=3, check=False)
     assert [s.steps for s in here] == [s.steps for s in there]
     for t, sch in zip(tasks, there):
@@ -406,3 +412,78 @@ def test_model_schedules_from_a_script_without_a_main_guard(tmp_path: Path) -> N
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["RAN", "2"]
+
+
+def test_model_picks_are_cached_by_task_and_target(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second zero-measurement compile of a task takes the cached picks instead of searching;
+    another target searches; a cache file that holds no step lists is a miss, and steps that
+    do not apply are skipped (the default schedule, no error)."""
+    from autosched.cache import DiskCache
+    from autosched.search import tune
+    from autosched.search.evolution import EvolutionConfig
+
+    monkeypatch.setenv("AUTOSCHED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tune, "MODEL_SEARCH", EvolutionConfig(
+        population=8, generations=1, eps_greedy=0.0, eps_uncertain=0.0))
+    searched: list[str] = []
+    real = tune.model_candidates
+
+    def counted(task: Task, *args: object, **kwargs: object) -> object:
+        searched.append(str(task.target))
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(tune, "model_candidates", counted)
+    task = matmul(40)
+    (first,) = tune.model_schedules([task], workers=1, check=False)
+    (again,) = tune.model_schedules([matmul(40)], workers=1, check=False)
+    assert again.steps == first.steps and len(searched) == 1
+    tune.model_schedules([matmul(40, "llvm -mcpu=znver3")], workers=1, check=False)
+    assert len(searched) == 2
+
+    name = tune._PickCache(0)._name(task)
+    DiskCache("picks").write(name, b'{"not": "a list"}')
+    (third,) = tune.model_schedules([task], workers=1, check=False)
+    assert len(searched) == 3 and third.steps == first.steps
+    DiskCache("picks").write(name, json.dumps([[{"kind": "no_such_step"}]]).encode())
+    (fourth,) = tune.model_schedules([task], workers=1, check=False)
+    assert len(searched) == 3
+    assert fourth.steps == SearchSpace(task).default_schedule().steps
+
+
+def test_auto_schedule_is_the_model_on_gpus_and_the_default_on_cpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autosched.graph.compiler import resolve_schedule
+    from autosched.targets.target import parse
+
+    monkeypatch.delenv("AUTOSCHED_SCHEDULE")
+    assert resolve_schedule(None, parse("cuda -arch=sm_90")) == "model"
+    assert resolve_schedule(None, parse("llvm")) == "default"
+    assert resolve_schedule("default", parse("cuda -arch=sm_90")) == "default"
+    monkeypatch.setenv("AUTOSCHED_SCHEDULE", "model")
+    assert resolve_schedule(None, parse("llvm")) == "model"
+    monkeypatch.setenv("AUTOSCHED_SCHEDULE", "fastest")
+    with pytest.raises(ValueError, match="fastest"):
+        resolve_schedule(None, parse("llvm"))
+
+
+@needs_nvrtc
+def test_a_gpu_compile_without_a_schedule_takes_the_model_picks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import autosched as aus
+    from autosched.search import tune
+    from autosched.testing.models import small_cnn
+
+    monkeypatch.delenv("AUTOSCHED_SCHEDULE")
+    asked: list[int] = []
+
+    def model_schedules(tasks: list[Task], **kwargs: object) -> list[object]:
+        asked.append(len(tasks))
+        return [SearchSpace(t).default_schedule() for t in tasks]
+
+    monkeypatch.setattr(tune, "model_schedules", model_schedules)
+    graph = aus.from_onnx(small_cnn(image=12))
+    kernels = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", executor=False)
+    assert asked == [len({k.task.workload_key for k in kernels.kernels})]
+    aus.compile(graph, target="llvm", executor=False)
+    assert len(asked) == 1
