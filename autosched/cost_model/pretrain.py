@@ -8,9 +8,11 @@ throughputs relative to the best of each group (``OBJECTIVE``: squared error on 
 how far a candidate is from the best of its task on its machine is learnt, never absolute
 times, which is what transfers between workloads and between related targets.
 
-The shipped model lives in ``autosched/cost_model/pretrained/``: ``model.ubj`` (XGBoost's own
-UBJSON format, loaded with XGBoost's loader; nothing is unpickled) and ``manifest.json`` (the
-feature version it was trained with, the logs and how many of their records were used).
+The shipped models live in ``autosched/cost_model/pretrained/<device>/``, one per kind of
+device (``cpu``, ``gpu``: their sketches and features have little in common, and GPU records
+made the CPU picks worse, magika's twice as slow): ``model.ubj`` (XGBoost's own UBJSON format,
+loaded with XGBoost's loader; nothing is unpickled) and ``manifest.json`` (the feature
+version it was trained with, the logs and how many of their records were used).
 ``load_pretrained`` refuses, with one warning line, a model of another feature version.
 
 Example::
@@ -40,6 +42,14 @@ from autosched.cost_model.features import FEATURE_VERSION, N_FEATURES
 from autosched.cost_model.xgb_model import AGGREGATED_WIDTH, XGBModel
 
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+DEVICES = ("cpu", "gpu")  # Target.device: one shipped model each
+
+
+def pretrained_dir(device: str) -> Path:
+    """The folder of the shipped model for targets of ``device`` (Target.device)."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: the shipped cost models are for {DEVICES}")
+    return PRETRAINED_DIR / device
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.ubj"
 MANIFEST_FORMAT = "autosched-pretrained-cost-model"
@@ -280,27 +290,29 @@ def save_pretrained(model: XGBModel, directory: str | os.PathLike, info: dict[st
 
 
 @functools.cache
-def pretrained_digest() -> str:
-    """SHA-256 of the shipped model's files (what names the picks it made; "" when absent)."""
+def pretrained_digest(device: str) -> str:
+    """SHA-256 of the shipped model's files for ``device`` (what names the picks it made; ""
+    when absent)."""
     h = hashlib.sha256()
     for name in (MANIFEST, MODEL_FILE):
         try:
-            h.update((PRETRAINED_DIR / name).read_bytes())
+            h.update((pretrained_dir(device) / name).read_bytes())
         except OSError:
             return ""
     return h.hexdigest()
 
 
-def load_pretrained(directory: str | Path | None = None, nthread: int = 1) -> XGBModel | None:
-    """The pretrained model in ``directory`` (the shipped one if None) as an XGBModel whose
-    training boosts on top of it; None, with one warning line, when it is missing, of another
-    feature version, or not a model file.
+def load_pretrained(directory: str | Path | None = None, nthread: int = 1,
+                    device: str = "cpu") -> XGBModel | None:
+    """The pretrained model in ``directory`` (if None, the one shipped for targets of
+    ``device``) as an XGBModel whose training boosts on top of it; None, with one warning
+    line, when it is missing, of another feature version, or not a model file.
 
     Example::
 
-        model = load_pretrained() or XGBModel()
+        model = load_pretrained(device=target.device) or XGBModel()
     """
-    where = Path(directory) if directory is not None else PRETRAINED_DIR
+    where = Path(directory) if directory is not None else pretrained_dir(device)
     try:
         manifest, booster = _read(where, nthread)
         objective = _objective(manifest, where / MANIFEST)

@@ -177,17 +177,26 @@ def build_model(logs: Sequence[str | os.PathLike], output: str | os.PathLike,
                 tasks_for: Callable[[Target], Iterable[Task]] = lambda target: (), *,
                 hold_out: Sequence[str | Sequence[str]] = (), hold_out_share: float = 0.0,
                 rounds: int | None = None, report: Callable[[str], None] = print,
-                evaluated: Callable[[str, Any, Any], None] | None = None) -> Path:
+                evaluated: Callable[[str, Any, Any], None] | None = None,
+                device: str | None = None) -> Path:
     """Train a model on ``logs`` and write it with its manifest into ``output``; returns the
     manifest's path. The records' tasks: the named operators, and ``tasks_for(target)`` for
     each target the logs hold (the tasks of the models they tuned). Before, for each of
     ``hold_out`` (a log, or several logs held out together) and ``hold_out_share``, print how
     a model trained without those workloads ranks them, and pass ``evaluated`` (what was held
-    out, that model, the held-out samples), e.g. to plot them."""
+    out, that model, the held-out samples), e.g. to plot them. ``device`` ("cpu", "gpu"):
+    only the records of targets of that kind (a log left with none is skipped, and so is a
+    hold-out of such logs)."""
     from autosched.cost_model import pretrain
 
     t0 = time.perf_counter()
     records = {str(path): read_log(path) for path in logs}
+    if device is not None:
+        known: dict[str, Target | None] = {}
+        records = {path: kept for path, recs in records.items() if (kept := [
+            r for r in recs if getattr(_target_of(r, known), "device", None) == device])}
+        hold_out = [h for h in hold_out if all(
+            str(p) in records for p in ([h] if isinstance(h, (str, os.PathLike)) else h))]
     tasks = {t.workload_key: t for t in operator_tasks()}
     targets = log_targets(r for recs in records.values() for r in recs)
     for target in targets:  # a workload key does not depend on the target: one catalogue

@@ -265,13 +265,14 @@ def _lowerer(measurer: Any, task: Task) -> Any:
     return None if lower is None else (lambda cands: lower(task, cands))
 
 
-def starting_model():  # noqa: ANN202
-    """The pretrained model shipped with autosched (rounds boost on top of it), or a fresh
-    XGBModel when it cannot be loaded (one warning line says why)."""
+def starting_model(device: str = "cpu"):  # noqa: ANN202
+    """The pretrained model shipped with autosched for targets of ``device`` (Target.device;
+    rounds boost on top of it), or a fresh XGBModel when it cannot be loaded (one warning
+    line says why)."""
     from autosched.cost_model.pretrain import load_pretrained
     from autosched.cost_model.xgb_model import XGBModel
 
-    return load_pretrained() or XGBModel()
+    return load_pretrained(device=device) or XGBModel()
 
 
 def _kept(model: Any) -> Any:
@@ -385,7 +386,8 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
           on_round: Callable[[int], None] | None, strict_target: bool) -> dict[str, float]:
     tuners = [TaskTuner(t, record_log, rng, opts, _lowerer(measurer, t), strict_target)
               for t in task_list]
-    model = starting_model() if model is None else _kept(model)
+    device = task_list[0].target.device if task_list else "cpu"
+    model = starting_model(device) if model is None else _kept(model)
     _train(model, tuners)
     from autosched.search.task_scheduler import TaskScheduler
 
@@ -477,7 +479,7 @@ def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed
     one unless given) ranks best for ``task``, best first: the sketches evolved under the
     model; nothing is built or run. Empty when the model is untrained."""
     space = SearchSpace(task)
-    model = starting_model() if model is None else model
+    model = starting_model(task.target.device) if model is None else model
     if not getattr(model, "trained", True):
         return []
     search = EvolutionarySearch(space, _featurizer(task.target), np.random.default_rng(seed),
@@ -551,13 +553,15 @@ class _PickCache:
         from autosched.version import __version__
 
         self.disk = DiskCache("picks")
-        self.ident = [pretrained_digest(), repr(MODEL_SEARCH), seed, STEP_VERSION, __version__]
+        self.digest = pretrained_digest
+        self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__]
 
     def _name(self, task: Task) -> str:
         import hashlib
         import json
 
-        text = json.dumps([task.workload_key, repr(task.target), *self.ident])
+        text = json.dumps([task.workload_key, repr(task.target), self.digest(task.target.device),
+                           *self.ident])
         return hashlib.sha256(text.encode()).hexdigest()[:40] + ".json"
 
     def read(self, task: Task) -> list[list[dict[str, Any]]] | None:
