@@ -253,16 +253,26 @@ def ort_peer(threads: int | None) -> str:
             f"intra-op threads {count})")
 
 
-def set_torch(tf32: bool) -> str:
-    """Set torch's TF32 use for matmuls and cuDNN convolutions alike, and let cuDNN pick its
-    fastest algorithms (benchmark mode); say what was set."""
+_TORCH_DEFAULT_TF32: list[tuple[bool, bool]] = []  # (matmul, cuDNN) as torch came
+
+
+def set_torch(tf32: bool | None) -> str:
+    """Set torch's TF32 use for matmuls and cuDNN convolutions alike (None: as torch had them
+    before the first call, its defaults), and let cuDNN pick its fastest algorithms
+    (benchmark mode); say what was set."""
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
+    if not _TORCH_DEFAULT_TF32:
+        _TORCH_DEFAULT_TF32.append((torch.backends.cuda.matmul.allow_tf32,
+                                    torch.backends.cudnn.allow_tf32))
+    matmul, conv = _TORCH_DEFAULT_TF32[0] if tf32 is None else (tf32, tf32)
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = conv
     torch.backends.cudnn.benchmark = True
-    return (f"torch {torch.__version__}, TF32 {'on' if tf32 else 'off'} (matmul and cuDNN), "
-            "cudnn.benchmark on")
+    said = (f"TF32 {'on' if tf32 else 'off'} (matmul and cuDNN)" if tf32 is not None else
+            f"torch's default TF32 (matmul {'on' if matmul else 'off'}, cuDNN "
+            f"{'on' if conv else 'off'})")
+    return f"torch {torch.__version__}, {said}, cudnn.benchmark on"
 
 
 def torch_variants(module: Any) -> dict[str, Any]:

@@ -5,15 +5,23 @@ with TF32 on and with TF32 off (torchvision's ResNet-18 / MobileNetV2 and
 nn.TransformerEncoderLayer, random weights, same shapes).
 
     python benchmarks/e2e_gpu.py --models resnet18 mobilenet_v2 --log models-cuda.jsonl
+    python benchmarks/e2e_gpu.py --batch 1 8 32 --precision fp32 tf32 fp16 --log LOG
+
+Each precision is timed against torch where it is like for like: fp32 (strict float32) against
+torch with TF32 on and off (``--tf32``), tf32 (our tensor-core TF32 multiplies) against torch
+with its default TF32 settings, fp16 (half storage, float32 accumulation) against
+``model.half()``; each is checked against onnxruntime's float32 outputs within the
+precision's tolerance (te.dtype.PRECISIONS).
 
 autosched replays each run's launches as one CUDA graph (as reduce-overhead does); the row
 "autosched, no graph" launches each kernel instead (``model.time(graphs=False)``).
 
 For each model and TF32 setting, autosched (both ways) and the three torch variants are timed in
 ``--rounds`` alternating rounds (each the median of ``--repeat`` CUDA-event timings after a
-warm-up; benchmarks/baseline.py); the median round and the best round are printed. autosched
-computes in plain float32 (no tensor cores), so "TF32 off" is the like-for-like comparison and
-"TF32 on" is torch's fastest. Results go to --out as JSON.
+warm-up; benchmarks/baseline.py); the median round and the best round are printed. In fp32
+autosched computes in plain float32 (no tensor cores), so "TF32 off" is the like-for-like
+comparison and "TF32 on" is torch's fastest. Results go to --out as JSON (a model at batch 1
+in fp32 under its name, others as NAME_bBATCH_PRECISION).
 """
 
 from __future__ import annotations
@@ -44,24 +52,27 @@ import numpy as np  # noqa: E402
 
 from autosched.graph.compiler import compile  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
+from autosched.te import dtype  # noqa: E402
 from autosched.testing import models  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 
-BUILD = {"resnet18": lambda: models.resnet18(image=224),
-         "mobilenet_v2": lambda: models.mobilenet_v2(image=224),
-         "bert_layer": lambda: models.bert_layer(seq=128)}
+BUILD = {"resnet18": lambda batch: models.resnet18(image=224, batch=batch),
+         "mobilenet_v2": lambda batch: models.mobilenet_v2(image=224, batch=batch),
+         "bert_layer": lambda batch: models.bert_layer(seq=128, batch=batch)}
 
 
-def torch_module(name: str) -> tuple[Any, Any]:
-    """The torch model with the same shapes as BUILD[name], and a random input, on the GPU."""
+def torch_module(name: str, batch: int = 1, half: bool = False) -> tuple[Any, Any]:
+    """The torch model with the same shapes as BUILD[name], and a random input, on the GPU
+    (``half``: both in float16)."""
     if name == "resnet18":
-        mod, x = torchvision.models.resnet18(), torch.randn(1, 3, 224, 224)
+        mod, x = torchvision.models.resnet18(), torch.randn(batch, 3, 224, 224)
     elif name == "mobilenet_v2":
-        mod, x = torchvision.models.mobilenet_v2(), torch.randn(1, 3, 224, 224)
+        mod, x = torchvision.models.mobilenet_v2(), torch.randn(batch, 3, 224, 224)
     else:
         mod = torch.nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
-        x = torch.randn(1, 128, 768)
-    return mod.cuda().eval(), x.cuda()
+        x = torch.randn(batch, 128, 768)
+    mod, x = mod.cuda().eval(), x.cuda()
+    return (mod.half(), x.half()) if half else (mod, x)
 
 
 def warm_up(fn: Callable[[Any], Any], x: Any) -> float:
@@ -92,29 +103,50 @@ def torch_timers(mod: Any, x: Any, repeat: int, compiled: bool, row: dict) -> di
     return timers
 
 
-def run_model(name: str, args: argparse.Namespace) -> dict:
-    proto = BUILD[name]()
+def matches(got: np.ndarray, ref: np.ndarray, precision: str) -> bool:
+    """Within the precision's tolerance of onnxruntime's float32 output (atol relative to the
+    largest reference magnitude, as the tests check)."""
+    p = dtype.precision(precision)
+    scale = float(np.abs(ref).max()) or 1.0
+    return bool(np.allclose(got, ref, rtol=p.rtol, atol=p.atol * scale))
+
+
+def torch_settings(precision: str, tf32: list[str]) -> list[bool | None]:
+    """The TF32 settings torch runs with next to ``precision``: ours in strict float32 against
+    torch with TF32 on and off as asked, in tf32 against torch's defaults, in fp16 against a
+    half model (TF32 does not apply; left at the defaults)."""
+    return [t == "on" for t in tf32] if precision == "fp32" else [None]
+
+
+def run_model(name: str, args: argparse.Namespace, batch: int = 1,
+              precision: str = "fp32") -> dict:
+    proto = BUILD[name](batch)
     graph = from_onnx(proto)
     feeds = random_inputs(graph)
     t0 = time.perf_counter()
-    model = compile(graph, target="cuda", log=args.log)
-    row: dict[str, Any] = {"build_s": time.perf_counter() - t0, "kernels": len(model.kernels)}
+    model = compile(graph, target="cuda", log=args.log, precision=precision)
+    row: dict[str, Any] = {"batch": batch, "precision": precision,
+                           "build_s": time.perf_counter() - t0, "kernels": len(model.kernels)}
     (y,) = model.run(feeds)
     (ref,) = models.ort_run(proto, feeds)
-    row["matches_ort"] = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+    row["matches_ort"] = matches(y, ref, precision)
     row["graph"] = model.graph_failure or "replayed"
     others = {}
     if args.zero:  # issue 21's zero-measurement row: untuned, and chosen by the cost model
         t0 = time.perf_counter()
-        others["autosched, model-chosen"] = compile(graph, target="cuda", schedule="model")
+        others["autosched, model-chosen"] = compile(graph, target="cuda", schedule="model",
+                                                    precision=precision)
         row["model_choose_s"] = time.perf_counter() - t0
-        others["autosched, untuned"] = compile(graph, target="cuda", schedule="default")
+        others["autosched, untuned"] = compile(graph, target="cuda", schedule="default",
+                                               precision=precision)
         for label, other in others.items():
             (y2,) = other.run(feeds)
-            row[f"{label} matches_ort"] = bool(np.allclose(y2, ref, rtol=1e-4, atol=1e-4))
-    mod, x = torch_module(name)
-    for tf32 in args.tf32:
-        said = baseline.set_torch(tf32 == "on")
+            row[f"{label} matches_ort"] = matches(y2, ref, precision)
+    mod, x = torch_module(name, batch, half=precision == "fp16")
+    for tf32 in torch_settings(precision, args.tf32):
+        said = baseline.set_torch(tf32)
+        if precision == "fp16":
+            said += ", model.half()"
         got: dict[str, Any] = {"torch": said}
         timers = {"autosched": lambda: model.time(feeds, repeat=args.repeat),
                   "autosched, no graph": lambda: model.time(feeds, repeat=args.repeat,
@@ -124,9 +156,9 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         timers.update(torch_timers(mod, x, args.repeat, not args.no_compile, got))
         rounds = baseline.alternate(timers, args.rounds)
         got.update({n: r.as_dict() for n, r in rounds.items()})
-        row[f"tf32_{tf32}"] = got
-        print(f"{name}, {said}, ms, median of {args.rounds} alternating rounds (best round): "
-              f"{baseline.rounds_line(rounds)}", flush=True)
+        row[{True: "tf32_on", False: "tf32_off", None: "torch_default"}[tf32]] = got
+        print(f"{name}, batch {batch}, ours {precision}, {said}, ms, median of {args.rounds} "
+              f"alternating rounds (best round): {baseline.rounds_line(rounds)}", flush=True)
     return row
 
 
@@ -134,7 +166,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log", default=None, help="tuning log (default schedules without one)")
     ap.add_argument("--models", nargs="+", default=list(BUILD), choices=list(BUILD))
-    ap.add_argument("--tf32", nargs="+", default=["on", "off"], choices=["on", "off"])
+    ap.add_argument("--tf32", nargs="+", default=["on", "off"], choices=["on", "off"],
+                    help="torch's TF32 settings next to our fp32")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("--precision", nargs="+", default=["fp32"],
+                    choices=["fp32", "tf32", "fp16"], help="ours (compile's precision)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--repeat", type=int, default=50, help="timed runs per round")
     ap.add_argument("--no-compile", action="store_true", help="torch eager only")
@@ -148,9 +184,12 @@ def main() -> int:
     print(baseline.header(), flush=True)
     results = {"machine": baseline.header()}
     for name in args.models:
-        results[name] = run_model(name, args)
-        print(name, json.dumps(results[name]), flush=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        for batch in args.batch:
+            for precision in args.precision:
+                key = name if (batch, precision) == (1, "fp32") else f"{name}_b{batch}_{precision}"
+                results[key] = run_model(name, args, batch, precision)
+                print(key, json.dumps(results[key]), flush=True)
+                args.out.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 
