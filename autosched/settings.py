@@ -46,11 +46,14 @@ SCHEDULE = Setting("AUTOSCHED_SCHEDULE", "auto",
                    "what a compile gives a task no log record covers, when it names none: "
                    "`auto` (the cost model's pick on GPUs, the untuned default on CPUs), "
                    "`default` or `model`")
+PICK_CACHE = Setting("AUTOSCHED_PICK_CACHE", "1",
+                     "`0`: zero-measurement picks are searched again, not read from the cache "
+                     "(benchmarks that time the search)")
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
 ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
-       MODEL_CACHE)
+       PICK_CACHE, MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

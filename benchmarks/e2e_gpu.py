@@ -179,6 +179,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path,
                     default=Path(os.environ.get("OUT", "/tmp")) / "e2e_gpu.json")
     args = ap.parse_args()
+    os.environ["AUTOSCHED_PICK_CACHE"] = "0"  # the zero-measurement search is timed: no cached picks
     if not torch.cuda.is_available():
         raise SystemExit("e2e_gpu.py: no CUDA device visible to torch")
     print(baseline.header(), flush=True)

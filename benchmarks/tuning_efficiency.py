@@ -134,6 +134,7 @@ def main() -> int:
     ap.add_argument("--logs", default=None, help="keep the tuning logs in this directory")
     ap.add_argument("--out", default="benchmarks/results/tuning_efficiency.json")
     args = ap.parse_args()
+    os.environ["AUTOSCHED_PICK_CACHE"] = "0"  # the zero-measurement search is timed: no cached picks
     print(baseline.header())
     print(f"# {baseline.ort_peer(None)}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'model':14s} {'mode':11s} {'trials':>6s} {'tune s':>9s} {'ms':>10s} "

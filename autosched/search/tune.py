@@ -567,6 +567,10 @@ class _PickCache:
     def read(self, task: Task) -> list[list[dict[str, Any]]] | None:
         import json
 
+        from autosched import settings
+
+        if not settings.flag(settings.PICK_CACHE):
+            return None
         data = self.disk.read(self._name(task))
         try:
             picks = json.loads(data) if data is not None else None

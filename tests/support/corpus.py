@@ -539,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time each model with schedules the cost model chooses, unmeasured")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    os.environ["AUTOSCHED_PICK_CACHE"] = "0"  # the zero-measurement search is timed: no cached picks
     entries = load_manifest()
     tuning = Tuning(args.trials, Path(args.logs)) if args.trials > 0 else None
     if args.child:
