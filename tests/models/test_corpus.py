@@ -147,8 +147,8 @@ def test_first_mismatch_names_the_first_node_that_differs(monkeypatch: pytest.Mo
 
     real = aus.compile
 
-    def off_by_one_in_b(graph: object, target: str) -> object:  # a kernel bug in node "s"
-        model = real(graph, target=target)
+    def off_by_one_in_b(graph: object, target: str, **kwargs: object) -> object:  # a bug in "s"
+        model = real(graph, target=target, **kwargs)
         run, k = model.run, graph.outputs.index("b")
 
         def bad_run(f: dict) -> list:
