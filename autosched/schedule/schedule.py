@@ -522,10 +522,11 @@ class Schedule:
                     f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
                     f"({st.name} is in scope {st.scope})")
         else:
-            into = "shared" if intrin.kind == "store" else intrin.scope
-            if st.is_reduction or st.scope != into:
-                raise ScheduleError(f"{where}: needs a copy (no reduction) into scope {into} "
-                                    f"({st.name} is in scope {st.scope})")
+            # a store goes to shared memory (an epilogue reads it) or to the output itself
+            into = ("shared", "global") if intrin.kind == "store" else (intrin.scope,)
+            if st.is_reduction or st.scope not in into:
+                raise ScheduleError(f"{where}: needs a copy (no reduction) into scope "
+                                    f"{' or '.join(into)} ({st.name} is in scope {st.scope})")
         st.tensorized[iv.var.uid] = intrin.name
 
     def _apply_compute_at(self, step: S.ComputeAt) -> None:

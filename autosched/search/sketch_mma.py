@@ -15,13 +15,16 @@ float32 placeholders in a tf32 task, gets, besides the SIMT tile rule:
   where the tile overhangs the tensor, so shapes that 16 does not divide are padded, not guarded
 * the accumulators stored (tensorized as store_matrix_sync) into a shared staging tile, which
   every thread of the block reads element by element for the output (and an elementwise
-  epilogue fused into it: bias, activation), guarded at the tensor's edges
+  epilogue fused into it: bias, activation), guarded at the tensor's edges; or (the direct
+  knob, a matmul without epilogue whose output the block tile divides) stored by each warp
+  straight into the output, which frees the staging tile's shared memory (64 KB at 128 x 128)
 
-Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, whether the rows of
-the shared tiles are padded by 16 bytes (storage_align), which moves the rows a fragment load
-or store reads onto other banks, and the pipeline's stages (Stage.pipeline): 1 copies each
-chunk in its own iteration of the K loop, 2 or 3 keep that many tiles per operand and copy
-chunk k + stages - 1 (cp.async on sm_80 and newer) while the mmas of chunk k run.
+Knobs: warps per block (M, N), fragments per warp (M, N), K chunk, direct store, whether the
+rows of the shared tiles are padded by 16 bytes (storage_align), which moves the rows a
+fragment load or store reads onto other banks, and the pipeline's stages (Stage.pipeline):
+1 copies each chunk in its own iteration of the K loop, 2 or 3 keep that many tiles per
+operand and copy chunk k + stages - 1 (cp.async on sm_80 and newer) while the mmas of chunk k
+run.
 
 Each thread copies up to 16 bytes of a tile row at a time (copy_lanes: 8 halves, fewer when
 the tensor's rows are not a multiple of 8), one vector load and store or one cp.async.
@@ -140,18 +143,27 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         # the default tile at 4096^3 fp16 on an H100: 1.023 ms with 1 stage, 0.980 with 2,
         # 1.010 with 3 (benchmarks/gpu_hgemm_stages.py)
         ChoiceKnob(f"{pre}stages", (1, 2, 3), default_index=1),
+        # 1: the warps store their accumulators straight into the output (no staging tile:
+        # 64 KB less shared memory for a 128 x 128 tile); only without an epilogue and where
+        # the tile divides the output, as a fragment is stored whole
+        ChoiceKnob(f"{pre}direct", (0, 1), default_index=0),
     ]
+    *_, out_i, out_j = sch0.stage(name).compute_op.axis
 
     def check(p: Params) -> str | None:
-        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
+        wm, wn, fm, fn, kc, pad, stages, direct = (p[k.name] for k in knobs)
         threads = WARP * wm * wn
         if threads > target.max_threads_per_block:
             return f"{threads} threads per block exceed the limit {target.max_threads_per_block}"
         bm, bn, bk = wm * fm * TILE, wn * fn * TILE, kc * TENSOR_INTRINS[intrin].k
+        if direct and (fused_into is not None or _static_extent(out_i) % bm
+                       or _static_extent(out_j) % bn):
+            return (f"a direct store needs no epilogue and a {bm} x {bn} tile that divides "
+                    "the output")
         tiles = [((bm, bk) if operands[0].k_last else (bk, bm), itemsize),
                  ((bn, bk) if operands[1].k_last else (bk, bn), itemsize), ((bm, bn), 4)]
         shared = sum(rows * (cols + pad * PAD_BYTES // size) * size * copies
-                     for ((rows, cols), size), copies in zip(tiles, (stages, stages, 1)))
+                     for ((rows, cols), size), copies in zip(tiles, (stages, stages, 1 - direct)))
         if shared > target.max_shared_memory_per_block:
             return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
         return None
@@ -160,16 +172,18 @@ def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) 
         why = check(p)
         if why:
             raise ScheduleError(f"tensor-core tile of {name}: {why}")
-        wm, wn, fm, fn, kc, pad, stages = (p[k.name] for k in knobs)
-        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad), stages)
+        wm, wn, fm, fn, kc, pad, stages, direct = (p[k.name] for k in knobs)
+        schedule_mma(sch, name, fused_into, (wm, wn), (fm, fn), kc, intrin, bool(pad), stages,
+                     bool(direct))
 
     return Rule(name, tuple(knobs), apply, "mma", check)
 
 
 def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[int, int],
                  frags: tuple[int, int], k_chunk: int, intrin: str, pad: bool = False,
-                 stages: int = 1) -> None:
-    """The steps of the tensor-core tile (see the module docstring) on ``sch``."""
+                 stages: int = 1, direct: bool = False) -> None:
+    """The steps of the tensor-core tile (see the module docstring) on ``sch``; ``direct``:
+    the warps store their fragments into the output itself (no epilogue, whole tiles)."""
     operands = mma_operands(sch, name)
     if operands is None:
         raise ScheduleError(f"{name} is not a float32 sum of products of half tensors")
@@ -177,46 +191,44 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         consumer = sch.stage(name)
         acc = sch[sch.cache_write(consumer.op.output(), ACCUMULATOR_SCOPE)]
     else:
+        if direct:
+            raise ScheduleError(f"{name}: a direct store leaves no place for the epilogue "
+                                f"{fused_into}")
         consumer, acc = sch.stage(fused_into), sch.stage(name)
         acc.set_scope(ACCUMULATOR_SCOPE)
-    staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
+    rows, cols = (w * f * TILE for w, f in zip(warps, frags))
+    if direct:
+        warp = _store_tiles(consumer, rows, cols, frags, block=True)
+        anchor = consumer
+    else:
+        staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
+        anchor = staging
     readers = [acc if op.reader.name == name else op.reader for op in operands]
     caches = [sch[sch.cache_read(op.tensor, "shared", [r])] for op, r in zip(operands, readers)]
     # the operand fragments of one k step, loaded once for every mma of their row or column
     frags_ab = [sch[sch.cache_read(c.op.output(), scope, [r])]
                 for c, r, scope in zip(caches, readers, ("wmma.matrix_a", "wmma.matrix_b"))]
-    rows, cols = (w * f * TILE for w, f in zip(warps, frags))
-
-    # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
-    # elements of the tile, read from the staging tile
-    *batch, ax_i, ax_j = consumer.compute_op.axis
-    bi, ii = consumer.split(ax_i, factor=rows)
-    bj, jj = consumer.split(ax_j, factor=cols)
-    consumer.reorder(*batch, bi, bj, ii, jj)
-    block = consumer.fuse(*batch, bi, bj)
-    consumer.bind(block, _thread("blockIdx.x"))
-    # float32 outputs read and written 16 bytes a thread (_try_vector's float4)
-    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
-    if out_lanes > 1:
-        jj, lane = consumer.split(jj, factor=out_lanes)
-        consumer.vectorize(lane)
-    _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
-
-    # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
-    staging.compute_at(consumer, block)
-    *sbatch, si, sj = staging.compute_op.axis
-    wi, ri = staging.split(si, factor=frags[0] * TILE)
-    wj, rj = staging.split(sj, factor=frags[1] * TILE)
-    fi, ti = staging.split(ri, factor=TILE)
-    fj, tj = staging.split(rj, factor=TILE)
-    staging.reorder(*sbatch, wi, wj, fi, fj, ti, tj)
-    warp = staging.fuse(wi, wj)
-    staging.bind(warp, _thread("threadIdx.y"))
-    _unroll(staging, [fi, fj])
-    staging.tensorize(ti, STORE)
+    if not direct:
+        # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
+        # elements of the tile, read from the staging tile
+        *batch, ax_i, ax_j = consumer.compute_op.axis
+        bi, ii = consumer.split(ax_i, factor=rows)
+        bj, jj = consumer.split(ax_j, factor=cols)
+        consumer.reorder(*batch, bi, bj, ii, jj)
+        block = consumer.fuse(*batch, bi, bj)
+        consumer.bind(block, _thread("blockIdx.x"))
+        # float32 outputs read and written 16 bytes a thread (_try_vector's float4)
+        out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
+        if out_lanes > 1:
+            jj, lane = consumer.split(jj, factor=out_lanes)
+            consumer.vectorize(lane)
+        _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
+        # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
+        staging.compute_at(consumer, block)
+        warp = _store_tiles(staging, rows, cols, frags, block=False)
 
     # the accumulators of one warp, over K in chunks of k_chunk fragments
-    acc.compute_at(staging, warp)
+    acc.compute_at(anchor, warp)
     *abatch, ai, aj = acc.compute_op.axis
     (ak,) = acc.compute_op.reduce_axis
     fi, ti = acc.split(ai, factor=TILE)
@@ -233,7 +245,7 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         if stages > 1:
             cache.pipeline(stages)
     if pad:
-        for st in [*caches, staging]:
+        for st in [*caches, *([] if direct else [staging])]:
             _pad_rows(st)
     for frag, op, kind in zip(frags_ab, operands, ("load_a", "load_b")):
         frag.compute_at(acc, kc)
@@ -245,6 +257,32 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.reorder(*fbatch, fr, fk, first, second)
         _unroll(frag, [fr, fk])
         frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def _store_tiles(st: Stage, rows: int, cols: int, frags: tuple[int, int],
+                 block: bool) -> E.IterVar:
+    """Tile ``st`` (the staging tile, or with ``block`` the output itself over blocks of
+    ``rows`` x ``cols``) by warp (threadIdx.y) and fragment, each fragment's 16 x 16 nest
+    tensorized as a store of the warp's accumulator; returns the warp loop."""
+    *batch, si, sj = st.compute_op.axis
+    outer: list[E.IterVar] = []
+    if block:
+        bi, si = st.split(si, factor=rows)
+        bj, sj = st.split(sj, factor=cols)
+        outer = [*batch, bi, bj]
+        batch = []
+    wi, ri = st.split(si, factor=frags[0] * TILE)
+    wj, rj = st.split(sj, factor=frags[1] * TILE)
+    fi, ti = st.split(ri, factor=TILE)
+    fj, tj = st.split(rj, factor=TILE)
+    st.reorder(*outer, *batch, wi, wj, fi, fj, ti, tj)
+    if block:
+        st.bind(st.fuse(*outer) if len(outer) > 1 else outer[0], _thread("blockIdx.x"))
+    warp = st.fuse(wi, wj)
+    st.bind(warp, _thread("threadIdx.y"))
+    _unroll(st, [fi, fj])
+    st.tensorize(ti, STORE)
+    return warp
 
 
 def copy_lanes(tensor: Tensor) -> int:

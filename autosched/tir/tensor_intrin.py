@@ -14,7 +14,8 @@ Kinds:
              (loaded once per k step, an operand fragment serves every mma of its row or
              column of accumulators)
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
-             buffer, into shared memory (where an epilogue reads it element by element)
+             buffer, into shared memory (where an epilogue reads it element by element) or
+             into a global output whose tiles are whole (no guard)
 
 The accumulator is float32 for every intrinsic. The operands of a tensorized nest are read
 whole (16 x 16 tiles); a shared-memory stage read by one is therefore zero-filled where its

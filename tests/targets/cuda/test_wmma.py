@@ -506,3 +506,41 @@ def test_pipelined_fused_epilogue_on_gpu_matches_numpy(stages, rng) -> None:
     (xa, xb, xbias, got), _ = _run_candidate([a, b, bias, out], rng, target="cuda",
                                              stages=stages)
     _check(got, np.maximum(_reference(xa, xb) + xbias, 0.0), "float16")
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize(("shape", "batch", "knobs"), [
+    ((64, 64, 48), 0, {}),
+    ((128, 64, 32), 0, {"warps_m": 4, "frags_n": 1, "stages": 1}),
+    ((32, 64, 64), 2, {"frags_m": 1, "stages": 3}),
+])
+def test_direct_store_into_the_output_on_host_matches_numpy(shape, batch, knobs, rng) -> None:
+    """Fragments stored straight into the output (no staging tile): no shared buffer for the
+    accumulators in the kernel, and the same result."""
+    args = _matmul(*shape, batch=batch)
+    (a, b, c), task = _run_candidate(args, rng, direct=1, **knobs)
+    _check(c, _reference(a, b), "float16")
+    space = SearchSpace(task)
+    staged = task.lower(space.schedule(_tc_candidate(space, **knobs)))
+    direct = task.lower(space.schedule(_tc_candidate(space, direct=1, **knobs)))
+    from autosched.targets.cuda import shared_bytes
+
+    assert shared_bytes(direct) < shared_bytes(staged)
+
+
+def test_direct_store_is_refused_where_it_cannot_store_whole_fragments() -> None:
+    for args in (_matmul(72, 40, 56), ):   # 72 rows: a 64-row tile overhangs
+        task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+        space = SearchSpace(task)
+        assert space.lower(_tc_candidate(space, direct=1)) is None
+        assert space.lower(_tc_candidate(space)) is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "batch", "knobs"), [
+    ((256, 128, 64), 0, {}), ((128, 128, 96), 3, {"warps_m": 4, "frags_m": 2, "stages": 3})])
+def test_direct_store_on_gpu_matches_numpy(shape, batch, knobs, rng) -> None:
+    (a, b, c), _ = _run_candidate(_matmul(*shape, batch=batch), rng, target="cuda", direct=1,
+                                  **knobs)
+    _check(c, _reference(a, b), "float16")
