@@ -36,6 +36,12 @@ from autosched.search.task import Task  # noqa: E402
 from autosched.te import ops  # noqa: E402
 
 PRECISION = {"float16": "fp16", "bfloat16": "bf16"}
+# fixed tensor-core tiles timed beside the defaults (knob values by suffix): the staged store
+# against the direct one, at the default tile and at 128 x 128 (four warps of 64 x 64)
+VARIANTS = {"default, direct store": {"direct": 1},
+            "128x128": {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4},
+            "128x128, direct store": {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
+                                      "direct": 1}}
 
 
 def uses_tensor_cores(sketch) -> bool:
@@ -99,10 +105,16 @@ def main() -> None:
         space = SearchSpace(task)
         found = {}
         for idx in range(len(space.sketches)):
-            cand = Candidate(idx, tuple((k.name, k.default()) for k in space.sketches[idx].knobs))
-            low = space.lower(cand)
-            if low is not None and low.schedule is not None:
-                found[f"{_label(space, idx)} default"] = low.schedule
+            knobs = space.sketches[idx].knobs
+            variants = {"default": {}}
+            if uses_tensor_cores(space.sketches[idx]):
+                variants.update(VARIANTS)
+            for label, values in variants.items():
+                cand = Candidate(idx, tuple(
+                    (k.name, values.get(k.name.rsplit(".", 1)[1], k.default())) for k in knobs))
+                low = space.lower(cand)
+                if low is not None and low.schedule is not None:
+                    found[f"{_label(space, idx)} {label}"] = low.schedule
         log = args.log or str(Path(tmp.name) / f"hgemm{n}.jsonl")
         t0 = time.time()
         aus.tune(task, trials=args.trials, log=log)

@@ -514,6 +514,7 @@ def test_pipelined_fused_epilogue_on_gpu_matches_numpy(stages, rng) -> None:
     ((64, 64, 48), 0, {}),
     ((128, 64, 32), 0, {"warps_m": 4, "frags_n": 1, "stages": 1}),
     ((32, 64, 64), 2, {"frags_m": 1, "stages": 3}),
+    ((128, 128, 64), 0, {"frags_m": 4, "frags_n": 4}),   # gpu_hgemm's 128 x 128 tile
 ])
 def test_direct_store_into_the_output_on_host_matches_numpy(shape, batch, knobs, rng) -> None:
     """Fragments stored straight into the output (no staging tile): no shared buffer for the
