@@ -526,7 +526,8 @@ def model_schedules(tasks: Sequence[Task], *, workers: int | None = None, seed: 
                     check: bool = True) -> list[Any]:
     """``model_schedule`` of each task with the pretrained model, the searches spread over
     ``workers`` processes (default: the cores, at most one per task; search_worker.py); the
-    checks run here."""
+    checks run here. Picks are read from and written to the on-disk cache (_PickCache;
+    ``AUTOSCHED_PICK_CACHE=0`` searches again)."""
     cache = _PickCache(seed)
     found = [cache.read(t) for t in tasks]
     todo = [t for t, f in zip(tasks, found) if f is None]
