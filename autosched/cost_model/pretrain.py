@@ -43,13 +43,6 @@ from autosched.cost_model.xgb_model import AGGREGATED_WIDTH, XGBModel
 
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 DEVICES = ("cpu", "gpu")  # Target.device: one shipped model each
-
-
-def pretrained_dir(device: str) -> Path:
-    """The folder of the shipped model for targets of ``device`` (Target.device)."""
-    if device not in DEVICES:
-        raise ValueError(f"device {device!r}: the shipped cost models are for {DEVICES}")
-    return PRETRAINED_DIR / device
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.ubj"
 MANIFEST_FORMAT = "autosched-pretrained-cost-model"
@@ -287,6 +280,13 @@ def save_pretrained(model: XGBModel, directory: str | os.PathLike, info: dict[st
     path = out / MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path
+
+
+def pretrained_dir(device: str) -> Path:
+    """The folder of the shipped model for targets of ``device`` (Target.device)."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: the shipped cost models are for {DEVICES}")
+    return PRETRAINED_DIR / device
 
 
 @functools.cache

@@ -244,8 +244,8 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         _copy_tile(cache, copy_lanes(op.tensor), warps[0] * warps[1])
         if stages > 1:
             cache.pipeline(stages)
-    if pad:
-        for st in [*caches, *([] if direct else [staging])]:
+    if pad:  # the operand tiles, and the staging tile where there is one
+        for st in caches if direct else [*caches, staging]:
             _pad_rows(st)
     for frag, op, kind in zip(frags_ab, operands, ("load_a", "load_b")):
         frag.compute_at(acc, kc)
@@ -264,20 +264,18 @@ def _store_tiles(st: Stage, rows: int, cols: int, frags: tuple[int, int],
     """Tile ``st`` (the staging tile, or with ``block`` the output itself over blocks of
     ``rows`` x ``cols``) by warp (threadIdx.y) and fragment, each fragment's 16 x 16 nest
     tensorized as a store of the warp's accumulator; returns the warp loop."""
-    *batch, si, sj = st.compute_op.axis
-    outer: list[E.IterVar] = []
-    if block:
+    *lead, si, sj = st.compute_op.axis
+    if block:  # the block loops lead: batch, row tiles, column tiles
         bi, si = st.split(si, factor=rows)
         bj, sj = st.split(sj, factor=cols)
-        outer = [*batch, bi, bj]
-        batch = []
+        lead = [*lead, bi, bj]
     wi, ri = st.split(si, factor=frags[0] * TILE)
     wj, rj = st.split(sj, factor=frags[1] * TILE)
     fi, ti = st.split(ri, factor=TILE)
     fj, tj = st.split(rj, factor=TILE)
-    st.reorder(*outer, *batch, wi, wj, fi, fj, ti, tj)
+    st.reorder(*lead, wi, wj, fi, fj, ti, tj)
     if block:
-        st.bind(st.fuse(*outer) if len(outer) > 1 else outer[0], _thread("blockIdx.x"))
+        st.bind(st.fuse(*lead), _thread("blockIdx.x"))
     warp = st.fuse(wi, wj)
     st.bind(warp, _thread("threadIdx.y"))
     _unroll(st, [fi, fj])

@@ -9,6 +9,8 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import time
@@ -549,25 +551,20 @@ class _PickCache:
 
     def __init__(self, seed: int) -> None:
         from autosched.cache import DiskCache
-        from autosched.cost_model.pretrain import pretrained_digest
         from autosched.schedule.steps import STEP_VERSION
         from autosched.version import __version__
 
         self.disk = DiskCache("picks")
-        self.digest = pretrained_digest
         self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__]
 
     def _name(self, task: Task) -> str:
-        import hashlib
-        import json
+        from autosched.cost_model.pretrain import pretrained_digest
 
-        text = json.dumps([task.workload_key, repr(task.target), self.digest(task.target.device),
-                           *self.ident])
+        text = json.dumps([task.workload_key, repr(task.target),
+                           pretrained_digest(task.target.device), *self.ident])
         return hashlib.sha256(text.encode()).hexdigest()[:40] + ".json"
 
     def read(self, task: Task) -> list[list[dict[str, Any]]] | None:
-        import json
-
         from autosched import settings
 
         if not settings.flag(settings.PICK_CACHE):
@@ -583,8 +580,6 @@ class _PickCache:
         return None
 
     def write(self, task: Task, picks: list[list[dict[str, Any]]]) -> None:
-        import json
-
         if picks:  # an untrained model picks nothing: search again once there is one
             self.disk.write(self._name(task), json.dumps(picks).encode())
 
