@@ -174,9 +174,11 @@ def prepare(graph: Graph, target: Target | None = None,
             precision: str = DEFAULT_PRECISION) -> Graph:
     """The graph after the passes (constant folding, batch-norm folding, dead nodes; for a CPU
     target, stride-1 3x3 convolutions split into Winograd steps, the other conv weights
-    packed output channels last and Gemm / MatMul weights as column panels); last, the
-    storage of ``precision`` (graph/precision.py)."""
+    packed output channels last and Gemm / MatMul weights as column panels; for a GPU target
+    in tf32 / fp16 / bf16, convolutions as matmuls of im2col patches); last, the storage of
+    ``precision`` (graph/precision.py)."""
     from autosched.graph.passes import (
+        gemm_convs,
         optimize,
         pack_conv_weights,
         pack_gemm_weights,
@@ -187,6 +189,8 @@ def prepare(graph: Graph, target: Target | None = None,
     if target is not None and target.device != "gpu":
         lanes = max(target.vector_bits // 32, 1)
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
+    elif target is not None and precision != DEFAULT_PRECISION:
+        g = gemm_convs(g)  # tensor cores multiply matmuls: convolutions become ones
     return apply_precision(g, precision)
 
 

@@ -39,6 +39,7 @@ ELEMENTWISE = {
 INJECTIVE = {
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Expand", "Tile", "Pad",
     "Concat", "Gather", "Split", "DepthToSpace", "SpaceToDepth", "Resize", "GatherND", "OneHot",
+    "Im2Col",
 }
 
 # Nodes per group: a chain of 800 elementwise nodes made one 800-stage kernel whose lowering

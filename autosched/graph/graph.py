@@ -26,7 +26,8 @@ R_LAYOUT = "autosched.r_layout"
 B_PANELS = "autosched.b_panels"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.
-INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "RuntimeFill", "RuntimeRange"})
+INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "Im2Col", "RuntimeFill",
+                               "RuntimeRange"})
 
 
 @dataclass(frozen=True)

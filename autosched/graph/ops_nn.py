@@ -164,6 +164,15 @@ def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
     return [ops.winograd_input(data, bt, int(node.attrs["m"]), pads)]
 
 
+@register("Im2Col")
+def _im2col(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """passes.gemm_convs' patches (attributes kernel_shape, strides, dilations, pads)."""
+    pads = [int(v) for v in node.attrs["pads"]]
+    return [ops.im2col(tensor_input(ctx, node, ins, 0), tuple(node.attrs["kernel_shape"]),
+                       stride=tuple(node.attrs["strides"]), padding=tuple(pads),
+                       dilation=tuple(node.attrs["dilations"]))]
+
+
 @register("WinogradOutput")
 def _winograd_output(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """passes.winograd_convs' last step: inputs the product, A^T and the optional bias;

@@ -1,6 +1,7 @@
 """Graph passes run before fusion: constant folding, batch-norm folding into convolutions,
 Identity / Dropout removal and dead-node elimination; for CPU targets, stride-1 3x3
-convolutions split into Winograd steps and the other conv weights packed output channels last.
+convolutions split into Winograd steps and the other conv weights packed output channels last;
+for GPU targets with tensor-core precisions, convolutions as matmuls of im2col patches.
 
 Each pass returns a new Graph (the input is left as it was).
 
@@ -14,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 
@@ -386,3 +388,140 @@ def winograd_convs(graph: Graph) -> Graph:
         ]
     g.nodes = nodes
     return eliminate_dead(g)
+
+
+# Elementwise ops that gemm_convs computes on the matmul's (N, O, OH * OW) values before
+# reshaping them back to (N, O, OH, OW), so they fuse into the matmul's kernel
+SINKABLE = frozenset({
+    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
+    "Softplus", "Clip", "Add", "Sub", "Mul", "Div", "Max", "Min",
+})
+
+
+def gemm_conv_shape(g: Graph, n: Node) -> tuple[int, int, int] | None:
+    """(O, C * KH * KW, OH * OW), the matmul an ungrouped 2-d Conv with a constant kernel is,
+    or None for the convolutions gemm_convs leaves direct (grouped, packed, 1-d / 3-d, a
+    runtime kernel or bias, fewer than 8 output channels or products per output)."""
+    w = g.constants.get(n.inputs[1]) if n.op_type == "Conv" and len(n.inputs) > 1 else None
+    out = g.values.get(n.outputs[0]) if n.outputs else None
+    bias = n.inputs[2] if len(n.inputs) > 2 else ""
+    if (w is None or w.ndim != 4 or out is None or len(out.shape) != 4
+            or int(n.attrs.get("group", 1)) != 1 or KERNEL_LAYOUT in n.attrs
+            or (bias and bias not in g.constants)):
+        return None
+    o, k = w.shape[0], int(np.prod(w.shape[1:]))
+    return (o, k, out.shape[2] * out.shape[3]) if min(o, k) >= 8 else None
+
+
+def gemm_convs(graph: Graph) -> Graph:
+    """Each Conv that gemm_conv_shape takes becomes a matmul, the form tensor cores multiply:
+    Im2Col (the patches as columns, te.ops.im2col; a 1x1 stride-1 unpadded kernel reads its
+    input as the columns, reshaped), MatMul of the kernel as an (O, C * KH * KW) matrix with
+    them, (N, O, OH * OW), plus the bias, then Reshape to (N, O, OH, OW) under the Conv's
+    output name. The elementwise nodes that follow it alone (activation, residual add; their
+    other inputs reshaped alike, scalars and per-channel constants kept) move before the
+    Reshape, so they still fuse into the matmul's kernel. For GPU targets in precisions with
+    tensor-core multiplies (compiler.prepare); run after fold_batch_norm."""
+    from autosched.graph.ops_nn import _pads
+
+    g = _copy(graph)
+    readers = _readers(g)
+    outputs = set(g.outputs)
+    taken = set(g.values) | set(g.constants) | {n.name for n in g.nodes}
+    moved: dict[int, list[Node]] = {}  # position in g.nodes -> the nodes that replace it
+    gone: set[int] = set()
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+
+    def new_value(base: str, shape: tuple[int, ...], dtype: str = "float32",
+                  array: np.ndarray | None = None) -> str:
+        name = _fresh(base, taken)
+        taken.add(name)
+        if array is not None:
+            g.constants[name] = array
+        g.values[name] = ValueInfo(name, shape, dtype)
+        return name
+
+    for n in g.nodes:
+        dims = gemm_conv_shape(g, n)
+        if dims is None:
+            continue
+        o, k, p = dims
+        x, out = n.inputs[0], n.outputs[0]
+        w = g.constants[n.inputs[1]]
+        nb, c, h, wd = g.values[x].shape
+        shape4 = g.values[out].shape
+        kh, kw = (int(d) for d in w.shape[2:])
+        strides = [int(v) for v in n.attrs.get("strides", [1, 1])]
+        dil = [int(v) for v in n.attrs.get("dilations", [1, 1])]
+        begins, ends = _pads(n, [h, wd], [kh, kw], strides, dil)
+        cols = new_value(f"{out}.columns", (nb, k, p), g.values[x].dtype)
+        if (kh, kw) == (1, 1) and strides == [1, 1] and not any(begins + ends):
+            shape = new_value(f"{out}.columns_shape", (3,), "int64",
+                              np.array([nb, k, p], np.int64))
+            nodes = [Node(f"{n.name}.columns", "Reshape", [x, shape], [cols])]
+        else:
+            nodes = [Node(f"{n.name}.im2col", "Im2Col", [x], [cols],
+                          {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
+                           "pads": [*begins, *ends]})]
+        mat = new_value(f"{n.inputs[1]}.matrix", (o, k), str(w.dtype), w.reshape(o, k))
+        cur = new_value(f"{out}.gemm", (nb, o, p))
+        nodes.append(Node(f"{n.name}.gemm", "MatMul", [mat, cols], [cur]))
+        if len(n.inputs) > 2 and n.inputs[2]:
+            b = g.constants[n.inputs[2]]
+            col = new_value(f"{n.inputs[2]}.column", (o, 1), str(b.dtype), b.reshape(o, 1))
+            biased = new_value(f"{out}.gemm_bias", (nb, o, p))
+            nodes.append(Node(f"{n.name}.gemm_bias", "Add", [cur, col], [biased]))
+            cur = biased
+        value, last = out, index[id(n)]
+        views: list[Node] = []  # first in the bundle: a view read inside a kernel would pull
+        # the reader into the view's (injective) group instead of the matmul's
+        while value not in outputs and len(readers.get(value, [])) == 1:
+            r = readers[value][0]
+            if index[id(r)] in gone:  # moved already, by the convolution of another input
+                break
+            ins = _sunk_inputs(g, r, value, cur, shape4, new_value, views)
+            if ins is None:
+                break
+            sunk = new_value(f"{r.outputs[0]}.gemm", (nb, o, p))
+            nodes.append(Node(f"{r.name}.gemm", r.op_type, ins, [sunk], dict(r.attrs)))
+            gone.add(index[id(r)])
+            value, cur, last = r.outputs[0], sunk, index[id(r)]
+        shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
+        nodes.append(Node(f"{n.name}.gemm_reshape", "Reshape", [cur, shape], [value]))
+        gone.add(index[id(n)])
+        moved[last] = views + nodes
+    g.nodes = [m for i, node in enumerate(g.nodes)
+               for m in moved.get(i, [] if i in gone else [node])]
+    return eliminate_dead(g)
+
+
+def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...],
+                 new_value: Any, views: list[Node]) -> list[str] | None:
+    """The inputs of the elementwise node ``r`` computed on (N, O, OH * OW) values: ``value``
+    (the 4-d one) read as ``cur``, other inputs of its shape reshaped (Reshape nodes appended
+    to ``views``), scalars as they are, constants per channel as (O, 1) columns; None when
+    ``r`` cannot move (another op, another shape, another broadcast)."""
+    if (r.op_type not in SINKABLE or len(r.outputs) != 1
+            or g.values.get(r.outputs[0]) is None or g.values[r.outputs[0]].shape != shape4):
+        return None
+    nb, o, oh, ow = shape4
+    ins: list[str] = []
+    for i in r.inputs:
+        info = g.values.get(i) if i else None
+        arr = g.constants.get(i) if i else None
+        if i == value:
+            ins.append(cur)
+        elif not i or (arr is not None and arr.size == 1):
+            ins.append(i)
+        elif info is not None and info.shape == shape4:
+            flat = new_value(f"{i}.gemm_view", (nb, o, oh * ow), info.dtype)
+            shape = new_value(f"{i}.gemm_view_shape", (3,), "int64",
+                              np.array([nb, o, oh * ow], np.int64))
+            views.append(Node(f"{r.name}.gemm_view", "Reshape", [i, shape], [flat]))
+            ins.append(flat)
+        elif arr is not None and arr.ndim <= 4 and arr.size == o and (
+                (1,) * (4 - arr.ndim) + arr.shape)[1:] == (o, 1, 1):
+            ins.append(new_value(f"{i}.column", (o, 1), str(arr.dtype), arr.reshape(o, 1)))
+        else:
+            return None
+    return ins

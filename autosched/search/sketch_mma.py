@@ -201,7 +201,10 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         warp = _store_tiles(consumer, rows, cols, frags, block=True)
         anchor = consumer
     else:
-        staging = sch[sch.cache_read(acc.op.output(), "shared", [consumer])]
+        # the epilogue reads the accumulators directly or through inlined stages (a bias
+        # added by its own node): those are the staging tile's readers
+        epilogue = [st for st in sch.stages if acc in sch.reads_of(st)]
+        staging = sch[sch.cache_read(acc.op.output(), "shared", epilogue)]
         anchor = staging
     readers = [acc if op.reader.name == name else op.reader for op in operands]
     caches = [sch[sch.cache_read(op.tensor, "shared", [r])] for op, r in zip(operands, readers)]

@@ -46,6 +46,7 @@ from autosched.te.ops.conv import (
     conv2d_nhwc,
     conv2d_transpose_nchw,
     depthwise_conv2d_nchw,
+    im2col,
 )
 from autosched.te.ops.elemwise import (
     abs,
@@ -122,7 +123,7 @@ neg = negative
 __all__ = [
     "abs", "add", "argmax", "argmin", "avg_pool2d", "batch_matmul", "batch_norm_inference",
     "binary_op", "broadcast_shape", "broadcast_to", "cast", "ceil", "clip", "concat",
-    "concatenate", "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "cos", "dense",
+    "concatenate", "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "im2col", "cos", "dense",
     "depthwise_conv2d_nchw", "divide", "elu", "equal", "erf", "exp", "exp2", "expand_dims",
     "expm1", "flatten", "floor", "floor_divide", "floor_mod", "gather", "gelu",
     "global_avg_pool2d", "global_max_pool2d", "greater", "greater_equal", "hard_sigmoid",

@@ -1,5 +1,5 @@
 """2-d convolutions: conv2d_nchw (kernel OIHW), conv2d_nhwc (kernel HWIO), depthwise, grouped,
-and conv2d_transpose_nchw.
+conv2d_transpose_nchw, and im2col (the patches as matmul columns).
 
 Shared arguments: ``stride`` and ``dilation`` are an int or (h, w); ``padding`` is an int,
 (pad_h, pad_w) or (top, left, bottom, right) as ONNX orders ``pads``; ``groups`` splits the
@@ -152,6 +152,33 @@ def conv2d_nchw(
                   tag=tag, attrs=attrs)
     return compute((n, o, oh, ow), lambda b, f, y, x: acc[b, y, x, f], name="conv2d_nchw",
                    tag="injective", attrs={**attrs, "kernel_layout": kernel_layout})
+
+
+def im2col(data: Tensor, kernel_size: Any, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1) -> Tensor:
+    """The patches a convolution multiplies, one column per output pixel: data (N, C, H, W)
+    becomes (N, C * KH * KW, OH * OW) with
+    ``col[n, (c * KH + ky) * KW + kx, y * OW + x] = pad(data)[n, c, y*sh + ky*dh, x*sw + kx*dw]``
+    (zero in the padding). A convolution with an (O, C, KH, KW) kernel is then the matmul
+    ``kernel.reshape(O, -1) @ col``, (N, O, OH * OW): the form tensor cores multiply
+    (graph.passes.gemm_convs). Compute ``im2col``, tag ``injective``."""
+    op = "im2col"
+    args.tensor(data, op, "data")
+    args.ndim_is(data, 4, op, "data (N, C, H, W)")
+    n, c, h, w = args.static_shape(data, op)
+    kh, kw = args.int_tuple(kernel_size, 2, op, "kernel_size")
+    strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
+    padded = data if not any(pads) else pad(
+        data, (0, 0, pads[0], pads[1]), (0, 0, pads[2], pads[3]), name="pad_temp")
+
+    def body(b: Expr, k: Expr, p: Expr) -> Expr:
+        y, x = I.floordiv(p, ow), I.floormod(p, ow)
+        ky, kx = I.floormod(I.floordiv(k, kw), kh), I.floormod(k, kw)
+        return padded[b, I.floordiv(k, kh * kw), _scaled(y, strides[0]) + _scaled(ky, dil[0]),
+                      _scaled(x, strides[1]) + _scaled(kx, dil[1])]
+
+    return compute((n, c * kh * kw, oh * ow), body, name="im2col", tag="injective",
+                   attrs=_attrs(strides, pads, dil, 1))
 
 
 def conv2d_nhwc(

@@ -1,0 +1,139 @@
+"""Convolutions as matmuls of im2col patches (graph.passes.gemm_convs, te.ops.im2col): the
+rewrite keeps every model's outputs (checked on the CPU against onnxruntime), moves the
+activation and residual add before the reshape so they fuse into the matmul's kernel, runs
+only for GPU targets in tensor-core precisions, and the convolutions then run on tensor cores
+(the CUDA C on the host)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched import te
+from autosched.graph.compiler import extract_tasks, prepare
+from autosched.graph.executor import random_inputs
+from autosched.graph.passes import gemm_convs, optimize
+from autosched.targets.cuda.host_emulate import unavailable
+from autosched.targets.target import parse
+from autosched.te import ops
+from autosched.testing import models
+from tests.precision.conftest import assert_close
+from tests.support.nvrtc import needs_nvrtc
+
+needs_host = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+
+def _geometry_model(seed: int) -> Any:
+    """Convolutions of every geometry gemm_convs meets: stride 2 with asymmetric pads,
+    dilation 2, SAME_UPPER with stride 2, 1x1 (read as columns), no bias, a grouped one (left direct), an
+    output read twice (nothing moves past it), PRelu per channel, Clip, a residual Add."""
+    b = models.Builder(seed)
+    x = "x"
+    a = b.op("Conv", [x, b.weight((16, 3, 3, 3), 27), b.const(b.rng.normal(0, .1, 16)
+             .astype(np.float32), "b")], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 2, 1])
+    a = b.op("PRelu", [a, b.const(b.rng.uniform(0, .3, (16, 1, 1)).astype(np.float32))])
+    d = b.op("Conv", [a, b.weight((16, 16, 3, 3), 144)], kernel_shape=[3, 3], dilations=[2, 2],
+             pads=[2, 1, 2, 3])
+    d = b.op("Clip", [d, b.const(np.array(-1, np.float32)), b.const(np.array(2, np.float32))])
+    one = b.op("Conv", [d, b.weight((24, 16, 1, 1), 16)], kernel_shape=[1, 1])
+    g = b.op("Conv", [one, b.weight((24, 3, 3, 3), 27)], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+             group=8)
+    res = b.op("Add", [g, one])  # `one` has two readers: the grouped conv and this add
+    y = b.op("Relu", [b.op("Add", [b.op("Conv", [res, b.weight((24, 24, 3, 3), 216)],
+                                          kernel_shape=[3, 3], pads=[1, 1, 1, 1]), res])])
+    y = b.op("Conv", [y, b.weight((16, 24, 3, 3), 216)], kernel_shape=[3, 3], strides=[2, 2],
+             auto_pad="SAME_UPPER")
+    return b.model((x, (2, 3, 19, 23)), y, "geometry")
+
+
+MODELS = {
+    "geometry": lambda: _geometry_model(0),
+    "resnet18_small": lambda: models.resnet18(image=32, classes=10),
+    "mobilenet_v2_small": lambda: models.mobilenet_v2(image=32, classes=10, width=0.5),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_rewritten_model_matches_onnxruntime(name: str, rng: np.random.Generator) -> None:
+    from importers.onnx import from_onnx
+
+    proto = MODELS[name]()
+    graph = optimize(from_onnx(proto))
+    g = gemm_convs(graph)
+    before, after = graph.op_counts(), g.op_counts()
+    grouped = sum(int(n.attrs.get("group", 1)) > 1 for n in graph.nodes if n.op_type == "Conv")
+    assert after.get("Conv", 0) == grouped  # every ungrouped convolution became a matmul
+    assert after["MatMul"] - before.get("MatMul", 0) == before["Conv"] - grouped
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    got = aus.compile(g, target="llvm", schedule="default").run(feeds)
+    assert_close(got, models.ort_run(proto, feeds), "fp32", f"{name} with gemm convolutions")
+
+
+def test_activations_and_residual_adds_fuse_into_the_matmul() -> None:
+    """ResNet-18's conv + bias + residual add + relu stay one kernel as a matmul: no kernel
+    applies an activation or an add by itself; the patches are their own kernels."""
+    from importers.onnx import from_onnx
+
+    graph = from_onnx(models.resnet18(image=64))
+    names = [t.name for t in extract_tasks(graph, "cuda -arch=sm_90", "fp16")[0]]
+    assert {"matmul_add", "matmul_add_relu", "matmul_add_add_relu"} <= set(names)
+    assert all(n.startswith(("matmul_add", "im2col", "reshape_im2col", "maxpool", "global",
+                             "gemm")) for n in names), names
+
+
+def test_only_gpu_targets_in_tensor_core_precisions_rewrite() -> None:
+    from importers.onnx import from_onnx
+
+    graph = from_onnx(models.small_cnn())
+    patches = {}
+    for target, precision in (("llvm", "fp16"), ("cuda", "fp32"), ("cuda", "tf32"),
+                              ("cuda", "fp16"), ("cuda", "bf16")):
+        counts = prepare(graph, parse(target), precision).op_counts()
+        patches[target, precision] = counts.get("Im2Col", 0)
+    assert patches == {("llvm", "fp16"): 0, ("cuda", "fp32"): 0, ("cuda", "tf32"): 3,
+                       ("cuda", "fp16"): 3, ("cuda", "bf16"): 3}
+
+
+def test_im2col_matches_numpy(rng: np.random.Generator) -> None:
+    x = te.placeholder((2, 3, 9, 11), name="x")
+    col = ops.im2col(x, (3, 2), stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2))
+    xa = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    got = np.empty(tuple(int(d) for d in col.shape), np.float32)
+    aus.build(te.create_schedule(col.op), [x, col], target="llvm")(xa, got)
+    pad = np.pad(xa, ((0, 0), (0, 0), (1, 2), (0, 1)))
+    oh, ow = (pad.shape[2] - 3) // 2 + 1, pad.shape[3] - 2
+    want = np.stack([pad[:, :, ky:ky + 2 * oh:2, 2 * kx:2 * kx + ow]
+                     for ky in range(3) for kx in range(2)], axis=2)  # (N, C, KH*KW, OH, OW)
+    np.testing.assert_array_equal(got, want.reshape(2, 3 * 6, oh * ow))
+
+
+def _wide_block(seed: int) -> Any:
+    """A residual block wide enough that the tensor-core tile is the untuned default (128
+    output channels, 16 x 16 pixels: 128 x 256 matmuls)."""
+    b = models.Builder(seed)
+    y = b.conv_bn("x", 32, 128, 3)
+    y = b.bn(b.conv(y, 128, 128, 3, bias=True), 128)
+    y = b.op("Relu", [b.op("Add", [y, b.conv_bn("x", 32, 128, 1, act=None)])])
+    return b.model(("x", (1, 32, 16, 16)), y, "wide_block")
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_convolutions_run_on_tensor_cores_on_host(precision: str,
+                                                  rng: np.random.Generator) -> None:
+    from importers.onnx import from_onnx
+
+    proto = _wide_block(int(rng.integers(1 << 30)))
+    graph = from_onnx(proto)
+    model = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", precision=precision,
+                        schedule="default")
+    sources = [k.module.get_source() for k in model.kernels
+               if k.task.name.startswith("matmul")]
+    assert len(sources) == 3 and all("wmma::mma_sync" in s for s in sources)
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    assert_close(model.run(feeds), models.ort_run(proto, feeds), precision,
+                 f"a residual block in {precision} on tensor cores")
