@@ -5,7 +5,9 @@
              (cache_write "local", or the tiled stage itself when an elementwise output is fused)
              computed at the thread loop, looping R R S R S over a register tile; every tensor it
              reads is cached in shared memory at the outer reduction loop and fetched
-             cooperatively by all threads of the block (optionally with vector loads)
+             cooperatively by all threads of the block (optionally with vector loads; with
+             stages=2, double-buffered: the next step's tiles copied, by cp.async where the
+             copy is a vector one, while this step's are multiplied)
 * reduce     data axes fused and spread over blocks and threads; the reduction runs per thread
 * injective  all axes fused, split into blocks and threads, the inner part vectorized
 * mma        (a second sketch) a matmul of half tensors on tensor cores: sketch_mma.py
@@ -89,6 +91,8 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
         ChoiceKnob(f"{pre}fetch_vector", (1, 2, 4)),
         ChoiceKnob(f"{pre}unroll", (0, 16, 64, 512), default_index=2),
     ]
+    if red:  # 2: the tiles of the next reduction step fetched (cp.async) during this one's
+        knobs.append(ChoiceKnob(f"{pre}stages", (1, 2)))
 
     def apply(sch: Schedule, p: Params) -> None:
         consumer, producer = tile_pair(sch, name, fused_into)
@@ -131,9 +135,12 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
         if unroll:
             producer.pragma(r0[0] if r0 else x3[0], "auto_unroll_max_step", unroll)
             producer.pragma(r0[0] if r0 else x3[0], "unroll_explicit", True)
+        stages = p.get(f"{pre}stages", 1)
         for cache in caches:
             cache.compute_at(producer, r0[-1] if r0 else x3[0])
             _bind_threads(cache, threads, p[f"{pre}fetch_vector"])
+            if stages > 1:
+                cache.pipeline(stages)
 
     return Rule(name, tuple(knobs), apply, "gpu_tile")
 

@@ -26,6 +26,6 @@ def lowered(params: dict, n: int) -> tuple[Task, Lowered]:
     task = aus.Task(lambda: tensors, target="cuda -arch=sm_90", name="sgemm")
     space = SearchSpace(task)
     knobs = space.sketches[0].knobs
-    low = space.lower(Candidate(0, tuple((k.name, params[k.name]) for k in knobs)))
+    low = space.lower(Candidate(0, tuple((k.name, params.get(k.name, k.default())) for k in knobs)))
     assert low is not None
     return task, low

@@ -100,6 +100,42 @@ def test_sampled_conv2d_candidates_cuda_c_is_right(rng):
                                    err_msg=str(low.candidate.as_dict()))
 
 
+def _pipelined(task: aus.Task, **knobs: int):
+    """The task's default SIMT candidate with the shared tiles double-buffered (stages=2) and
+    ``knobs`` (by suffix) changed."""
+    space = SearchSpace(task)
+    default = space.default_candidate()
+    params = {k: knobs.get(k.rsplit(".", 1)[1], v) for k, v in default.params}
+    params.update({k: 2 for k in params if k.endswith(".stages")})
+    low = space.lower(replace(default, params=tuple(params.items())))
+    assert low is not None and '"pipeline"' in low.schedule.to_json()
+    return low
+
+
+@pytest.mark.parametrize("n", [64, 100])  # 100: tiles that do not divide the matrix
+@pytest.mark.parametrize("vector", [1, 4])  # float or float4 copies
+def test_double_buffered_simt_gemm_cuda_c_is_right(n, vector, rng):
+    task = aus.Task(lambda: make("gemm", [n, n, n]), target=TARGET, name="sgemm")
+    low = _pipelined(task, fetch_vector=vector)
+    mod = task.build(low.schedule)
+    assert "as_cp_async(" in mod.get_source()  # 4- or 16-byte copies, issued ahead
+    a, b = _uniform(rng, (n, n)), _uniform(rng, (n, n))
+    c = np.full((n, n), np.nan, "float32")
+    run_on_host(mod, a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_double_buffered_simt_conv2d_cuda_c_is_right(rng):
+    shape = [1, 16, 14, 14, 24, 3, 3, 1, 1]  # N C H W O KH KW stride pad
+    task = aus.Task(lambda: make("conv2d", shape), target=TARGET, name="conv")
+    low = _pipelined(task)
+    x, w = _uniform(rng, (1, 16, 14, 14)), _uniform(rng, (24, 16, 3, 3))
+    want = _conv_numpy(x, w, pad=1)
+    out = np.full(want.shape, np.nan, "float32")
+    run_on_host(task.build(low.schedule), x, w, out)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 # -- hand-written kernels that must be caught ------------------------------------------------
 
 def _copy_module(n: int = 64) -> CudaModule:
