@@ -49,11 +49,15 @@ SCHEDULE = Setting("AUTOSCHED_SCHEDULE", "auto",
 PICK_CACHE = Setting("AUTOSCHED_PICK_CACHE", "1",
                      "`0`: zero-measurement picks are searched again, not read from the cache "
                      "(benchmarks that time the search)")
+CONV_GEMM = Setting("AUTOSCHED_CONV_GEMM", "explicit",
+                    "how GPU convolutions in tf32 / fp16 / bf16 read their im2col patches: "
+                    "`explicit` (a kernel of their own writes them) or `implicit` (the "
+                    "matmul's tile copy gathers them from the input)", changes_code=True)
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
 ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
-       PICK_CACHE, MODEL_CACHE)
+       PICK_CACHE, CONV_GEMM, MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

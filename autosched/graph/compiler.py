@@ -69,6 +69,11 @@ class Kernel:
         return len(self.task.args) - len(self.task.outputs)
 
 
+# Ops that only move elements: under a half precision they read and write the stored dtype
+# (im2col patches stay half, the form a tensor-core matmul's half operand reads)
+MOVES_DATA = frozenset({"Im2Col"})
+
+
 def group_task(graph: Graph, group: Group, target: Target,
                precision: str = DEFAULT_PRECISION) -> GroupTask:
     """The TE computation of a group, as a Task whose args are the group's runtime inputs
@@ -101,9 +106,16 @@ def group_task(graph: Graph, group: Group, target: Target,
         name_of[ph.op.uid] = name
     widen = _Widen(storage_dtype(precision) != "float32")
     for node in group.nodes:
-        ins = [widen(i, values.get(i)) if i else None for i in node.inputs]
+        # half values moved as they are, not widened (bfloat16 only as storage: widened)
+        keep = node.op_type in MOVES_DATA and storage_dtype(precision) not in dt.STORAGE_TYPES
+        ins = [(values.get(i) if keep else widen(i, values.get(i))) if i else None
+               for i in node.inputs]
         outs = convert(node, ins, ctx)
         for o, t in zip(node.outputs, outs):
+            if node.op_type in MOVES_DATA and widen.active and isinstance(t, Tensor) \
+                    and t.dtype != graph.values[o].dtype:  # stored half, read in the kernel
+                t = compute(t.shape, lambda *i, s=t, d=graph.values[o].dtype: cast(d, s[i]),
+                            name=f"{t.name}_{graph.values[o].dtype}")
             if o:
                 values[o] = t
     derived: dict[str, np.ndarray] = {}
@@ -190,8 +202,18 @@ def prepare(graph: Graph, target: Target | None = None,
         lanes = max(target.vector_bits // 32, 1)
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
     elif target is not None and precision != DEFAULT_PRECISION:
-        g = gemm_convs(g)  # tensor cores multiply matmuls: convolutions become ones
+        g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls
     return apply_precision(g, precision)
+
+
+def _implicit_patches() -> bool:
+    """AUTOSCHED_CONV_GEMM: whether GPU convolutions gather their patches inside the matmul."""
+    from autosched import settings
+
+    how = settings.CONV_GEMM.value()
+    if how not in ("explicit", "implicit"):
+        raise ValueError(f"{settings.CONV_GEMM.name}={how!r}: expected explicit or implicit")
+    return how == "implicit"
 
 
 def plan(graph: Graph) -> list[Group]:

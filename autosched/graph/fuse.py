@@ -9,7 +9,8 @@ A value read several times still extends when its readers converge in one elemen
 Injective nodes (reshapes, transposes, slices, pads, concats, gathers) join a group made only of
 injective and elementwise nodes, so chains of layout changes become one copy kernel; they never
 join a group holding a reduction (its output would be re-read out of order, defeating the
-reduction's schedule).
+reduction's schedule), but for the im2col patches that passes.gemm_convs marks IMPLICIT: they
+join the matmul that reads them, which then gathers them as it copies its tiles.
 A group holds at most MAX_GROUP_NODES nodes: inlined, a group is one expression as deep as its
 chain, and lowering, simplification and code generation walk expressions recursively.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autosched.graph.graph import Graph, Node
+from autosched.graph.graph import IMPLICIT, Graph, Node
 
 # Outputs are elementwise in an input of the same shape (other inputs broadcast into it).
 ELEMENTWISE = {
@@ -107,6 +108,21 @@ def _converging(graph: Graph, value: str, readers_of: dict[str, list[Node]],
             frontier.add(outs[0])
 
 
+def _prologue(node: Node, groups: list[Group],
+              readers: dict[str, int], outputs: set[str]) -> Group | None:
+    """The group ``node`` (an anchor) joins as its consumer: the last group made, when it is
+    an Im2Col marked IMPLICIT (passes.gemm_convs) whose patches only ``node`` reads."""
+    last = groups[-1] if groups else None
+    if last is None or len(last.nodes) != 1:
+        return None
+    (im2col,) = last.nodes
+    patches = im2col.outputs[0] if im2col.outputs else ""
+    if (not im2col.attrs.get(IMPLICIT) or patches not in node.inputs
+            or readers.get(patches, 0) != 1 or patches in outputs):
+        return None
+    return last
+
+
 def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
     """Groups in execution order. ``runtime`` are the values computed at run time (not
     constants); constant-only nodes never reach here (passes.fold_constants folded them)."""
@@ -132,7 +148,9 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
             continue
         target = None
         outs = [o for o in node.outputs if o]
-        if len(outs) == 1 and (node.op_type in ELEMENTWISE or node.op_type in INJECTIVE):
+        # implicit patches start a group of their own, which their matmul joins next
+        if len(outs) == 1 and (node.op_type in ELEMENTWISE or node.op_type in INJECTIVE) \
+                and not node.attrs.get(IMPLICIT):
             shape = graph.values[outs[0]].shape
             for i in node.inputs:
                 g = owner.get(i)
@@ -148,6 +166,8 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
                 if g is not None and g.injective:
                     target = g
                     break
+        if target is None and node.op_type not in ELEMENTWISE and node.op_type not in INJECTIVE:
+            target = _prologue(node, groups, readers, outputs)
         if target is None:
             target = Group([])
             index[id(target)] = len(groups)

@@ -25,6 +25,10 @@ R_LAYOUT = "autosched.r_layout"
 # stored B as column panels, (ceil(n / P), K, P), zero past column n (te.ops.panel_matmul).
 B_PANELS = "autosched.b_panels"
 
+# An Im2Col attribute (passes.gemm_convs): 1 when the patches are gathered inside the matmul
+# that reads them (fuse.py puts both in one kernel) instead of written by a kernel of their own.
+IMPLICIT = "autosched.implicit"
+
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.
 INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "Im2Col", "RuntimeFill",
                                "RuntimeRange"})

@@ -21,7 +21,15 @@ import numpy as np
 
 from autosched.graph.evaluate import run_node
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
-from autosched.graph.graph import B_PANELS, KERNEL_LAYOUT, R_LAYOUT, Graph, Node, ValueInfo
+from autosched.graph.graph import (
+    B_PANELS,
+    IMPLICIT,
+    KERNEL_LAYOUT,
+    R_LAYOUT,
+    Graph,
+    Node,
+    ValueInfo,
+)
 
 
 def _copy(g: Graph) -> Graph:
@@ -413,15 +421,17 @@ def gemm_conv_shape(g: Graph, n: Node) -> tuple[int, int, int] | None:
     return (o, k, out.shape[2] * out.shape[3]) if min(o, k) >= 8 else None
 
 
-def gemm_convs(graph: Graph) -> Graph:
+def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
     """Each Conv that gemm_conv_shape takes becomes a matmul, the form tensor cores multiply:
     Im2Col (the patches as columns, te.ops.im2col; a 1x1 stride-1 unpadded kernel reads its
     input as the columns, reshaped), MatMul of the kernel as an (O, C * KH * KW) matrix with
     them, (N, O, OH * OW), plus the bias, then Reshape to (N, O, OH, OW) under the Conv's
     output name. The elementwise nodes that follow it alone (activation, residual add; their
     other inputs reshaped alike, scalars and per-channel constants kept) move before the
-    Reshape, so they still fuse into the matmul's kernel. For GPU targets in precisions with
-    tensor-core multiplies (compiler.prepare); run after fold_batch_norm."""
+    Reshape, so they still fuse into the matmul's kernel. With ``implicit``, the Im2Col nodes
+    carry the IMPLICIT attribute: fusion puts each into its matmul's kernel, whose operand
+    copy then gathers the patches from the input (no patch buffer). For GPU targets in
+    precisions with tensor-core multiplies (compiler.prepare); run after fold_batch_norm."""
     from autosched.graph.ops_nn import _pads
 
     g = _copy(graph)
@@ -462,7 +472,7 @@ def gemm_convs(graph: Graph) -> Graph:
         else:
             nodes = [Node(f"{n.name}.im2col", "Im2Col", [x], [cols],
                           {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
-                           "pads": [*begins, *ends]})]
+                           "pads": [*begins, *ends], IMPLICIT: int(implicit)})]
         mat = new_value(f"{n.inputs[1]}.matrix", (o, k), str(w.dtype), w.reshape(o, k))
         cur = new_value(f"{out}.gemm", (nb, o, p))
         nodes.append(Node(f"{n.name}.gemm", "MatMul", [mat, cols], [cur]))

@@ -104,25 +104,36 @@ def mma_operands(sch: Schedule, name: str) -> list[Operand] | None:
 def _operand_read(sch: Schedule, st: Stage, factor: E.Expr
                ) -> tuple[E.TensorRead, Tensor, Stage] | None:
     """(the read, the tensor, its reader) of ``f32(T[...])`` or ``f32(S[...])`` where
-    ``S = f32(T[...])`` is a computed cast stage, for a placeholder ``T`` of a dtype some
-    tensor intrinsic multiplies."""
+    ``S = f32(T[...])`` is a computed cast stage, for a tensor ``T`` of a dtype some tensor
+    intrinsic multiplies: a placeholder, or a computed stage without reduction whose
+    elements the tile copy computes (the im2col patches of an implicit-GEMM convolution,
+    passes.gemm_convs). A cast stage is looked through first, so that half tensors cast up
+    are multiplied as half."""
     if isinstance(factor, E.Cast):
         factor = factor.value
     if not isinstance(factor, E.TensorRead):
         return None
     producer = sch.stage_of_uid(factor.tensor.op.uid)
+    direct = (factor, factor.tensor, st) if factor.tensor.dtype in MMA_FOR_DTYPE else None
     if isinstance(producer.op, PlaceholderOp):
-        return (factor, factor.tensor, st) if factor.tensor.dtype in MMA_FOR_DTYPE else None
+        return direct
     inner = producer.compute_op
     value = inner.body
-    if (inner.reduce_axis or not isinstance(value, E.Cast) or value.type != "float32"
-            or not isinstance(value.value, E.TensorRead)
-            or not isinstance(value.value.tensor.op, PlaceholderOp)
-            or value.value.tensor.dtype not in MMA_FOR_DTYPE
-            or any(not isinstance(ix, E.Var) or ix.uid != a.var.uid
-                   for ix, a in zip(value.value.indices, inner.axis))):
-        return None
-    return factor, value.value.tensor, producer
+    if (not inner.reduce_axis and isinstance(value, E.Cast) and value.type == "float32"
+            and isinstance(value.value, E.TensorRead)
+            and value.value.tensor.dtype in MMA_FOR_DTYPE
+            and all(isinstance(ix, E.Var) and ix.uid == a.var.uid
+                    for ix, a in zip(value.value.indices, inner.axis))
+            and _copyable(sch.stage_of_uid(value.value.tensor.op.uid))):
+        return factor, value.value.tensor, producer
+    return direct if _copyable(producer) else None
+
+
+def _copyable(st: Stage) -> bool:
+    """Whether a tile copy can read ``st``'s elements: a placeholder, or a computed stage
+    without reduction (the copy computes them where it reads them)."""
+    return isinstance(st.op, PlaceholderOp) or (isinstance(st.op, ComputeOp)
+                                                and not st.op.reduce_axis)
 
 
 def mma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) -> Rule:
@@ -290,7 +301,10 @@ def copy_lanes(tensor: Tensor) -> int:
     """Elements per thread and copy of an operand tile: 16 bytes' worth when the tensor's
     rows (its last dimension) are a multiple of that, so every copy is 16-byte aligned; else
     the most (8 or 4 bytes, one element) that divides them. Tile rows are multiples of 16
-    elements, which every choice divides."""
+    elements, which every choice divides. A computed operand (gathered patches) is copied
+    one element at a time: its elements are not consecutive in memory."""
+    if not isinstance(tensor.op, PlaceholderOp):
+        return 1
     row = tensor.shape[-1]
     lanes = VECTOR_BYTES // dt.nbytes(tensor.dtype)
     while lanes > 1 and (not isinstance(row, int) or row % lanes):

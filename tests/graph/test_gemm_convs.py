@@ -84,6 +84,19 @@ def test_activations_and_residual_adds_fuse_into_the_matmul() -> None:
                              "gemm")) for n in names), names
 
 
+def test_implicit_patches_join_their_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importers.onnx import from_onnx
+
+    graph = from_onnx(models.resnet18(image=64))
+    monkeypatch.setenv("AUTOSCHED_CONV_GEMM", "implicit")
+    names = [t.name for t in extract_tasks(graph, "cuda -arch=sm_90", "fp16")[0]]
+    assert {"im2col_matmul_add_relu", "im2col_matmul_add_add_relu"} <= set(names)
+    assert not [n for n in names if n.startswith(("im2col", "reshape")) and "matmul" not in n]
+    monkeypatch.setenv("AUTOSCHED_CONV_GEMM", "sideways")
+    with pytest.raises(ValueError, match="AUTOSCHED_CONV_GEMM='sideways'"):
+        extract_tasks(graph, "cuda -arch=sm_90", "fp16")
+
+
 def test_only_gpu_targets_in_tensor_core_precisions_rewrite() -> None:
     from importers.onnx import from_onnx
 
@@ -122,18 +135,24 @@ def _wide_block(seed: int) -> Any:
 
 @needs_nvrtc
 @needs_host
+@pytest.mark.parametrize("patches", ["explicit", "implicit"])
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
-def test_convolutions_run_on_tensor_cores_on_host(precision: str,
-                                                  rng: np.random.Generator) -> None:
+def test_convolutions_run_on_tensor_cores_on_host(precision: str, patches: str,
+                                                  rng: np.random.Generator,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explicit: an Im2Col kernel writes the patches; implicit: the matmul's tile copy gathers
+    them from the input (AUTOSCHED_CONV_GEMM), one kernel per convolution."""
     from importers.onnx import from_onnx
 
+    monkeypatch.setenv("AUTOSCHED_CONV_GEMM", patches)
     proto = _wide_block(int(rng.integers(1 << 30)))
     graph = from_onnx(proto)
     model = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", precision=precision,
                         schedule="default")
-    sources = [k.module.get_source() for k in model.kernels
-               if k.task.name.startswith("matmul")]
+    names = [k.task.name for k in model.kernels]
+    sources = [k.module.get_source() for k in model.kernels if "matmul" in k.task.name]
     assert len(sources) == 3 and all("wmma::mma_sync" in s for s in sources)
+    assert ("im2col" in names) == (patches == "explicit"), names
     feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
     assert_close(model.run(feeds), models.ort_run(proto, feeds), precision,
                  f"a residual block in {precision} on tensor cores")
