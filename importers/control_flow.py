@@ -1,7 +1,8 @@
 """ONNX If and Loop, expanded into plain nodes while importing.
 
 autosched compiles static graphs, so control flow must resolve at import time: an If whose
-condition folds to a constant becomes the nodes of the branch it takes, and a Loop whose trip
+condition folds to a constant becomes the nodes of the branch it takes (else see below),
+and a Loop whose trip
 count and condition fold to constants is unrolled, one iteration at a time (the body's
 condition output is only known once the iteration's nodes have been converted, so each step
 emits one iteration plus a continuation Loop node that the importer meets next).
@@ -10,9 +11,12 @@ Values defined inside a branch or body get a fresh suffix per expansion, so unro
 iterations and repeated branches never clash; names a subgraph reads from enclosing scopes
 are mapped through ``Subgraph.outer`` (the renames of the scopes around it).
 
+An If whose condition is known only at run time computes both branches and selects each
+output by the condition (IfSelect): branches have no side effects, and a static graph needs
+their outputs to agree in shape and dtype, which the selection checks.
+
 The importer calls ``expand(node, env)`` before converting each node: it returns the nodes
-to convert instead, or None when the node is not control flow that folds (an If with a
-runtime condition then fails in its converter, naming the node).
+to convert instead, or None when the node is not control flow it expands.
 
 Example::
 
@@ -135,7 +139,9 @@ def _identities(node: Node, sources: list[str], targets: list[str]) -> list[Node
 
 def _expand_if(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
     cond = _const(env, node, 0)
-    if cond is None or cond is _NOT_CONST:
+    if cond is _NOT_CONST:
+        return _select_branches(node)
+    if cond is None:
         return None
     if cond.size != 1:
         raise ModelImportError(f"node {node.name!r} (If): the condition must hold one value, "
@@ -146,6 +152,21 @@ def _expand_if(node: Node, env: Mapping[str, Any]) -> list[Node] | None:
         raise ModelImportError(f"node {node.name!r} (If): the branch taken has {len(outs)} "
                                f"outputs, the node {len(node.outputs)}")
     return nodes + _identities(node, outs, node.outputs)
+
+
+def _select_branches(node: Node) -> list[Node]:
+    """An If whose condition is known only at run time: both branches computed (branches
+    have no side effects) and each output chosen by the condition (IfSelect, graph/
+    ops_control.py, which requires the two branches' outputs to agree in shape and dtype, as
+    a static graph needs)."""
+    then_nodes, then_outs = inline(_subgraph(node.attrs["then_branch"]), {}, "if")
+    else_nodes, else_outs = inline(_subgraph(node.attrs["else_branch"]), {}, "if")
+    if not len(then_outs) == len(else_outs) == len(node.outputs):
+        raise ModelImportError(f"node {node.name!r} (If): the branches have {len(then_outs)} "
+                               f"and {len(else_outs)} outputs, the node {len(node.outputs)}")
+    return then_nodes + else_nodes + [
+        Node(f"{node.name}/select{k}", "IfSelect", [node.inputs[0], t, e], [o])
+        for k, (t, e, o) in enumerate(zip(then_outs, else_outs, node.outputs)) if o]
 
 
 def _expand_loop(node: Node, env: Mapping[str, Any]) -> list[Node] | None:

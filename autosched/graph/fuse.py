@@ -33,7 +33,7 @@ ELEMENTWISE = {
     "Softplus", "Softsign", "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor",
     "Ceil", "Round", "Sign", "Sin", "Cos", "Where", "Equal", "Less", "Greater", "LessOrEqual",
     "GreaterOrEqual", "Not", "And", "Or", "Xor", "Cast", "CastLike", "Identity", "Dropout",
-    "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "Trilu",
+    "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "Trilu", "IfSelect",
 }
 
 # Each output element reads a fixed set of input elements, no reduction.

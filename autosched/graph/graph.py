@@ -30,8 +30,8 @@ B_PANELS = "autosched.b_panels"
 IMPLICIT = "autosched.implicit"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.
-INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "Im2Col", "RuntimeFill",
-                               "RuntimeRange"})
+INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "Im2Col", "IfSelect",
+                               "RuntimeFill", "RuntimeRange"})
 
 
 @dataclass(frozen=True)

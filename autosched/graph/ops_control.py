@@ -2,9 +2,10 @@
 NonMaxSuppression.
 
 If and Loop never reach a converter when their controls fold to constants: the importer
-expands them into plain nodes first (importers/control_flow.py). What reaches these
-converters is control flow that depends on run-time data, which a static graph cannot
-express; the error says so, naming the node.
+expands them into plain nodes first (importers/control_flow.py); an If with a run-time
+condition becomes both branches and an IfSelect per output. A Loop that reaches its converter
+depends on run-time data, which a static graph cannot express; the error says so, naming
+the node.
 
 NonMaxSuppression's output length depends on the scores, so it is computed at import time
 from constant boxes and scores (a detector whose boxes are computed at run time is refused
@@ -15,13 +16,38 @@ from __future__ import annotations
 import numpy as np
 
 from autosched.graph.graph import Node
-from autosched.graph.ops import ConvertContext, Value, fail, optional, register, required
+from autosched.graph.ops import (
+    ConvertContext,
+    Value,
+    fail,
+    optional,
+    register,
+    required,
+    shape_of,
+)
+from autosched.te import ops
 
 
-@register("If", const_inputs=(0,))
+@register("If")
 def _if(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    raise fail(node, "the condition is known only at run time; only an If whose condition "
-                     "folds to a constant at import is supported (its branch is inlined)")
+    raise fail(node, "If reaches no converter: the importer inlines the branch its constant "
+                     "condition takes, or both branches and an IfSelect per output")
+
+
+@register("IfSelect")
+def _if_select(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    """One output of an If with a run-time condition (importers/control_flow.py): the then
+    branch's value where the condition holds, else the else branch's."""
+    cond, then, other = (required(node, ins, k) for k in range(3))
+    a, b = ctx.const(then), ctx.const(other)
+    if shape_of(a) != shape_of(b) or a.dtype != b.dtype:
+        raise fail(node, f"the branches give {a.dtype}{list(shape_of(a))} and "
+                         f"{b.dtype}{list(shape_of(b))}: with the condition known only at run "
+                         "time, both must agree in shape and dtype")
+    c = ctx.const(cond)
+    if int(np.prod(shape_of(c))) != 1 or c.dtype != "bool":
+        raise fail(node, f"the condition must be one bool, got {c.dtype}{list(shape_of(c))}")
+    return [ops.where(ops.reshape(c, ()), a, b)]
 
 
 @register("Loop", const_inputs=(0, 1))

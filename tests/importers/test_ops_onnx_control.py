@@ -1,4 +1,5 @@
-"""If with a constant condition, Loop with a static trip count (unrolled at import) and
+"""If with a constant condition (its branch inlined) or a run-time one (both branches, the
+output selected), Loop with a static trip count (unrolled at import) and
 NonMaxSuppression on constant boxes, against onnxruntime on fresh random inputs (llvm,
 through the graph compiler)."""
 
@@ -53,12 +54,28 @@ def test_if_with_constant_condition(sign: float) -> None:
 
 
 @hooked
-def test_if_with_runtime_condition_is_refused_by_name() -> None:
-    x = rand((4, 5))
-    m = model(_if_model_nodes(rand((5, 5))), {"x": x, "c": rand((3,))},
-              {"zero": np.array(0.0, "float32")}, ("y",))
-    with pytest.raises(ModelImportError, match="If.*input 0.*constant"):
-        run_autosched(m, {"x": x, "c": rand((3,))})
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_with_runtime_condition_computes_both_branches_and_selects(sign: float) -> None:
+    """The condition is an input (a verifier head that runs when a score passes a
+    threshold, as in openwakeword's classifiers): both branches run, the output is chosen."""
+    c = np.abs(rand((3,))) * sign
+    got = compare(_if_model_nodes(rand((5, 5))), {"x": rand((4, 5)), "c": c},
+                  {"zero": np.array(0.0, "float32")}, atol=1e-5)
+    assert got[0].shape == (4, 5)
+
+
+@hooked
+def test_if_with_runtime_condition_and_branches_of_other_shapes_is_refused_by_name() -> None:
+    then = _graph("then", [helper.make_node("ReduceSum", ["x"], ["t_out"], keepdims=0)], [],
+                  [_vi("t_out")])
+    other = _graph("else", [helper.make_node("Relu", ["x"], ["e_out"])], [], [_vi("e_out")])
+    nodes = [helper.make_node("ReduceSum", ["c"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    inputs = {"x": rand((4, 5)), "c": rand((3,))}
+    m = model(nodes, inputs, {"zero": np.array(0.0, "float32")}, ("y",))
+    with pytest.raises(ModelImportError, match=r"IfSelect.*float32\[\] and float32\[4, 5\]"):
+        run_autosched(m, inputs)
 
 
 def _loop_body() -> object:
