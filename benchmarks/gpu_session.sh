@@ -6,6 +6,11 @@ set -u
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
 export AUTOSCHED_CACHE_DIR=/tmp/aus-cache
+# picks and cubins made ahead for the same target (a carried .gpu-cache.tgz of a cache folder:
+# `compile(..., target="cuda", schedule="model")` on any machine with NVRTC fills one)
+if [ -e .gpu-cache.tgz ]; then
+    mkdir -p -m 700 "$AUTOSCHED_CACHE_DIR" && tar xzf .gpu-cache.tgz -C "$AUTOSCHED_CACHE_DIR"
+fi
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 step() {  # name limit command...
