@@ -16,6 +16,7 @@ from autosched import te
 from autosched.graph.compiler import extract_tasks, prepare
 from autosched.graph.executor import random_inputs
 from autosched.graph.passes import gemm_convs, optimize
+from autosched.search.measure_worker import compare
 from autosched.targets.cuda.host_emulate import unavailable
 from autosched.targets.target import parse
 from autosched.te import ops
@@ -156,3 +157,64 @@ def test_convolutions_run_on_tensor_cores_on_host(precision: str, patches: str,
     feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
     assert_close(model.run(feeds), models.ort_run(proto, feeds), precision,
                  f"a residual block in {precision} on tensor cores")
+
+
+def _conv_task(patches: str, precision: str, monkeypatch: pytest.MonkeyPatch, seed: int) -> Any:
+    """The matmul task of one padded 3x3 convolution + bias + relu (24 -> 40 channels over
+    10 x 12 pixels: 40 x 120 x 216, tiles overhang every dimension), for sm_90, and the same
+    group's task for the CPU as the reference."""
+    from autosched.graph.compiler import group_task, kernel_groups
+    from importers.onnx import from_onnx
+
+    monkeypatch.setenv("AUTOSCHED_CONV_GEMM", patches)
+    b = models.Builder(seed)
+    y = b.op("Relu", [b.conv("x", 24, 40, 3, bias=True)])
+    graph = from_onnx(b.model(("x", (1, 24, 10, 12)), y, "conv"))
+    gpu, cpu = parse("cuda -arch=sm_90 -emulate=host"), parse("llvm")
+    g = prepare(graph, gpu, precision)
+    (grp,) = [grp for _, grp in kernel_groups(g)[0] if any(n.op_type == "MatMul"
+                                                             for n in grp.nodes)]
+    return g, group_task(g, grp, gpu, precision), group_task(g, grp, cpu, precision)
+
+
+@needs_nvrtc
+@needs_host
+@pytest.mark.parametrize("patches", ["explicit", "implicit"])
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_sampled_tensor_core_conv_candidates_on_host(precision: str, patches: str,
+                                                     rng: np.random.Generator,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensor-core candidates of a convolution's matmul (warps, fragments, k chunk, padding,
+    pipeline stages drawn at random) against the same group compiled for the CPU."""
+    from autosched.search.space import SearchSpace
+    from autosched.te import dtype as dt
+
+    g, gpu, cpu = _conv_task(patches, precision, monkeypatch, int(rng.integers(1 << 30)))
+    space = SearchSpace(gpu.task)
+    mma = next(k for k, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
+    arrays = []
+    for name, t in zip(gpu.args, gpu.task.args):
+        shape = tuple(int(d) for d in t.shape)
+        value = g.constants.get(name, gpu.constants.get(name))
+        arrays.append(np.asarray(value, dtype=dt.to_numpy(t.dtype)) if value is not None
+                      else rng.uniform(-1, 1, shape).astype(dt.to_numpy(t.dtype)))
+    want = [a.copy() for a in arrays]
+    cpu.task.build(cpu.task.schedule())(*want)
+    seen = 0
+    for _ in range(200):
+        c = space.sample(rng)
+        if c.sketch != mma:
+            continue
+        low = space.lower(c)
+        if low is None:
+            continue
+        got = [a.copy() for a in arrays]
+        got[-1][...] = np.nan
+        gpu.task.build(low.schedule)(*got)  # the CUDA C, run on the host
+        problem = compare("out", got[-1].astype(np.float32), want[-1].astype(np.float32),
+                          precision)
+        assert problem is None, f"{low.candidate.as_dict()}: {problem}"
+        seen += 1
+        if seen == 3:
+            break
+    assert seen == 3
