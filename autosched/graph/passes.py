@@ -442,7 +442,7 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
     gone: set[int] = set()
     index = {id(n): i for i, n in enumerate(g.nodes)}
 
-    def new_value(base: str, shape: tuple[int, ...], dtype: str = "float32",
+    def new_value(base: str, shape: tuple[int, ...], dtype: str,
                   array: np.ndarray | None = None) -> str:
         name = _fresh(base, taken)
         taken.add(name)
@@ -474,12 +474,13 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
                           {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
                            "pads": [*begins, *ends], IMPLICIT: int(implicit)})]
         mat = new_value(f"{n.inputs[1]}.matrix", (o, k), str(w.dtype), w.reshape(o, k))
-        cur = new_value(f"{out}.gemm", (nb, o, p))
+        dtype = g.values[out].dtype
+        cur = new_value(f"{out}.gemm", (nb, o, p), dtype)
         nodes.append(Node(f"{n.name}.gemm", "MatMul", [mat, cols], [cur]))
         if len(n.inputs) > 2 and n.inputs[2]:
             b = g.constants[n.inputs[2]]
             col = new_value(f"{n.inputs[2]}.column", (o, 1), str(b.dtype), b.reshape(o, 1))
-            biased = new_value(f"{out}.gemm_bias", (nb, o, p))
+            biased = new_value(f"{out}.gemm_bias", (nb, o, p), dtype)
             nodes.append(Node(f"{n.name}.gemm_bias", "Add", [cur, col], [biased]))
             cur = biased
         value, last = out, index[id(n)]
@@ -492,7 +493,7 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
             ins = _sunk_inputs(g, r, value, cur, shape4, new_value, views)
             if ins is None:
                 break
-            sunk = new_value(f"{r.outputs[0]}.gemm", (nb, o, p))
+            sunk = new_value(f"{r.outputs[0]}.gemm", (nb, o, p), g.values[r.outputs[0]].dtype)
             nodes.append(Node(f"{r.name}.gemm", r.op_type, ins, [sunk], dict(r.attrs)))
             gone.add(index[id(r)])
             value, cur, last = r.outputs[0], sunk, index[id(r)]
