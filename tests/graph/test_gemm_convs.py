@@ -184,14 +184,16 @@ def _conv_task(patches: str, precision: str, monkeypatch: pytest.MonkeyPatch, se
 def test_sampled_tensor_core_conv_candidates_on_host(precision: str, patches: str,
                                                      rng: np.random.Generator,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tensor-core candidates of a convolution's matmul (warps, fragments, k chunk, padding,
-    pipeline stages drawn at random) against the same group compiled for the CPU."""
+    """Candidates of a convolution's matmul, 3 of the tensor-core sketch (warps, fragments, k
+    chunk, padding, pipeline stages drawn at random) and 2 of the SIMT one, against the same
+    group compiled for the CPU."""
     from autosched.search.space import SearchSpace
     from autosched.te import dtype as dt
 
     g, gpu, cpu = _conv_task(patches, precision, monkeypatch, int(rng.integers(1 << 30)))
     space = SearchSpace(gpu.task)
     mma = next(k for k, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
+    wanted = {k: 3 if k == mma else 2 for k in range(len(space.sketches))}
     arrays = []
     for name, t in zip(gpu.args, gpu.task.args):
         shape = tuple(int(d) for d in t.shape)
@@ -200,10 +202,9 @@ def test_sampled_tensor_core_conv_candidates_on_host(precision: str, patches: st
                       else rng.uniform(-1, 1, shape).astype(dt.to_numpy(t.dtype)))
     want = [a.copy() for a in arrays]
     cpu.task.build(cpu.task.schedule())(*want)
-    seen = 0
-    for _ in range(200):
+    for _ in range(300):
         c = space.sample(rng)
-        if c.sketch != mma:
+        if not wanted[c.sketch]:
             continue
         low = space.lower(c)
         if low is None:
@@ -214,7 +215,7 @@ def test_sampled_tensor_core_conv_candidates_on_host(precision: str, patches: st
         problem = compare("out", got[-1].astype(np.float32), want[-1].astype(np.float32),
                           precision)
         assert problem is None, f"{low.candidate.as_dict()}: {problem}"
-        seen += 1
-        if seen == 3:
+        wanted[c.sketch] -= 1
+        if not any(wanted.values()):
             break
-    assert seen == 3
+    assert not any(wanted.values()), wanted
