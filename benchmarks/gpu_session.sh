@@ -80,11 +80,13 @@ for s in "$@"; do
                 --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json" ;;
         e2e20:*)  # e2e20:<model>: issue 20's rows of one model: batch 1 / 8 / 32 in fp32, tf32
             # and fp16 against torch (eager, compile, reduce-overhead); $LOG if set, else the
-            # cost model's picks (compile's auto)
+            # cost model's picks (compile's auto); $TAG names the run (say, implicit, with
+            # AUTOSCHED_CONV_GEMM=implicit)
             name=${s#e2e20:}
-            step "e2e20-$name" "${E2E_S:-590}" python3 benchmarks/e2e_gpu.py --models "$name" \
-                --batch ${BATCHES:-1 8 32} --precision ${PRECISIONS:-fp32 tf32 fp16} \
-                --rounds 3 ${LOG:+--log "$LOG"} --out "$OUT/e2e20_$name.json" ;;
+            step "e2e20-$name${TAG:+-$TAG}" "${E2E_S:-590}" python3 benchmarks/e2e_gpu.py \
+                --models "$name" --batch ${BATCHES:-1 8 32} \
+                --precision ${PRECISIONS:-fp32 tf32 fp16} --rounds 3 ${LOG:+--log "$LOG"} \
+                --out "$OUT/e2e20_$name${TAG:+_$TAG}.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
