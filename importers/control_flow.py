@@ -1,11 +1,10 @@
 """ONNX If and Loop, expanded into plain nodes while importing.
 
 autosched compiles static graphs, so control flow must resolve at import time: an If whose
-condition folds to a constant becomes the nodes of the branch it takes (else see below),
-and a Loop whose trip
-count and condition fold to constants is unrolled, one iteration at a time (the body's
-condition output is only known once the iteration's nodes have been converted, so each step
-emits one iteration plus a continuation Loop node that the importer meets next).
+condition folds to a constant becomes the nodes of the branch it takes (else see below), and a
+Loop whose trip count and condition fold to constants is unrolled, one iteration at a time
+(the body's condition output is only known once the iteration's nodes have been converted, so
+each step emits one iteration plus a continuation Loop node that the importer meets next).
 
 Values defined inside a branch or body get a fresh suffix per expansion, so unrolled
 iterations and repeated branches never clash; names a subgraph reads from enclosing scopes

@@ -105,14 +105,15 @@ def group_task(graph: Graph, group: Group, target: Target,
         values[name] = ph
         name_of[ph.op.uid] = name
     widen = _Widen(storage_dtype(precision) != "float32")
+    # MOVES_DATA ops take half values as they are (bfloat16, only a storage type, is widened)
+    moves_half = storage_dtype(precision) not in dt.STORAGE_TYPES
     for node in group.nodes:
-        # half values moved as they are, not widened (bfloat16 only as storage: widened)
-        keep = node.op_type in MOVES_DATA and storage_dtype(precision) not in dt.STORAGE_TYPES
-        ins = [(values.get(i) if keep else widen(i, values.get(i))) if i else None
-               for i in node.inputs]
+        moves = node.op_type in MOVES_DATA
+        ins = [(values.get(i) if moves and moves_half else widen(i, values.get(i))) if i
+               else None for i in node.inputs]
         outs = convert(node, ins, ctx)
         for o, t in zip(node.outputs, outs):
-            if node.op_type in MOVES_DATA and widen.active and isinstance(t, Tensor) \
+            if moves and widen.active and o and isinstance(t, Tensor) \
                     and t.dtype != graph.values[o].dtype:  # stored half, read in the kernel
                 t = compute(t.shape, lambda *i, s=t, d=graph.values[o].dtype: cast(d, s[i]),
                             name=f"{t.name}_{graph.values[o].dtype}")
