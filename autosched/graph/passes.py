@@ -334,21 +334,41 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
 
 # Output rows / columns from which a convolution takes F(4x4, 3x3), and F(2x2, 3x3).
 WINOGRAD_TILES = ((14, 4), (7, 2))
+# Measured on an AVX-512 CPU (2 cores, 64 trials per convolution, direct / Winograd tuned):
+# 16 channels lose (16 -> 16 at 56 x 56: 0.71x; 16 -> 32 at 32 x 32: 0.53x), 32 win while the
+# transformed tiles stay in the caches (32 -> 32 at 56 x 56, 0.9 MB of tiles: 1.32x; at 112 x
+# 112, 3.6 MB: 1.13x) and lose beyond (at 450 x 60, 7.8 MB: 0.48x), 64 win out of the caches
+# too (64 -> 64 at 112 x 112, 7.2 MB: 1.11x; at 56 x 56: 2.05x). The transforms move
+# alpha^2 / m^2 of each input and output through memory once more; their cost per channel is
+# repaid by the multiplies saved per pair of channels, C K / (C + K) of them per channel.
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_CACHED_BYTES = 4 << 20   # the larger side's transformed tiles: in the caches
+WINOGRAD_UNCACHED_PAIRS = 32      # C K / (C + K) from which tiles out of the caches pay
 
 
 def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
     """The Winograd tile size m for a Conv node (None: keep it direct). Stride-1, dilation-1,
-    ungrouped float32 3x3 convolutions with at least 16 input and output channels: F(4x4,
+    ungrouped float32 3x3 convolutions with at least 32 input and output channels: F(4x4,
     3x3) (a quarter of the multiplies) from 14 x 14 outputs, F(2x2, 3x3) (4 / 9 of them) at
-    7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use."""
+    7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use;
+    with fewer than 64 channels a side, only while the transformed tiles fit the caches
+    (WINOGRAD_CACHED_BYTES; see the measurements above)."""
     ones = [1, 1]
     if (w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or w.dtype != np.float32
             or int(node.attrs.get("group", 1)) != 1
             or [int(v) for v in node.attrs.get("strides", ones)] != ones
             or [int(v) for v in node.attrs.get("dilations", ones)] != ones
-            or min(w.shape[:2]) < 16 or len(out_shape) != 4):
+            or min(w.shape[:2]) < WINOGRAD_MIN_CHANNELS or len(out_shape) != 4):
         return None
-    return next((m for size, m in WINOGRAD_TILES if min(out_shape[2:]) >= size), None)
+    m = next((m for size, m in WINOGRAD_TILES if min(out_shape[2:]) >= size), None)
+    if m is None:
+        return None
+    k, c = (int(d) for d in w.shape[:2])
+    tiles = int(out_shape[0]) * -(-int(out_shape[2]) // m) * -(-int(out_shape[3]) // m)
+    tile_bytes = (m + 2) ** 2 * max(c, k) * tiles * w.dtype.itemsize
+    if tile_bytes > WINOGRAD_CACHED_BYTES and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k):
+        return None
+    return m
 
 
 def winograd_convs(graph: Graph) -> Graph:

@@ -79,10 +79,10 @@ def test_bad_arguments_name_the_value() -> None:
 
 def _model(seed: int) -> object:
     b = Builder(seed)
-    y = b.op("Relu", [b.conv("x", 16, 16, 3, bias=True)])          # Winograd
-    z = b.op("Relu", [b.op("Add", [b.conv(y, 16, 16, 3, bias=True), y])])  # Winograd + residual
-    s = b.conv(z, 16, 32, 3, stride=2, bias=True)                   # strided: direct
-    return b.model(("x", (1, 16, 28, 28)), b.op("Relu", [s]), "winograd_net")
+    y = b.op("Relu", [b.conv("x", 32, 32, 3, bias=True)])          # Winograd
+    z = b.op("Relu", [b.op("Add", [b.conv(y, 32, 32, 3, bias=True), y])])  # Winograd + residual
+    s = b.conv(z, 32, 16, 3, stride=2, bias=True)                   # strided: direct
+    return b.model(("x", (1, 32, 28, 28)), b.op("Relu", [s]), "winograd_net")
 
 
 def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
@@ -93,6 +93,24 @@ def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
     counts = cpu.op_counts()
     assert counts["WinogradInput"] == counts["WinogradOutput"] == 2 and counts["Conv"] == 1
     assert "WinogradInput" not in gpu.op_counts()   # GPU convolutions stay direct
-    x = {"x": rng.uniform(-1, 1, (1, 16, 28, 28)).astype(np.float32)}
+    x = {"x": rng.uniform(-1, 1, (1, 32, 28, 28)).astype(np.float32)}
     (y,) = aus.compile(g, "llvm").run(x)
     np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cin, cout, out_hw, m", [
+    (16, 16, (56, 56), None),     # too few channels to repay the transforms
+    (16, 32, (32, 32), None),
+    (32, 32, (56, 56), 4),        # 0.9 MB of transformed tiles: in the caches
+    (32, 32, (450, 60), None),    # 7.8 MB with 32 channels a side: direct
+    (64, 64, (450, 60), 4),       # 64 a side repay tiles out of the caches
+    (32, 64, (12, 12), 2),
+    (64, 64, (6, 40), None),      # under F(2x2)'s 7 rows
+])
+def test_winograd_tile_weighs_channels_against_tile_bytes(cin, cout, out_hw, m) -> None:
+    from autosched.graph.graph import Node
+    from autosched.graph.passes import winograd_tile
+
+    node = Node("c", "Conv", ["x", "w"], ["y"], {"pads": [1, 1, 1, 1]})
+    w = np.ones((cout, cin, 3, 3), np.float32)
+    assert winograd_tile(node, w, (1, cout, *out_hw)) == m
