@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.e2e_gpu import BUILD  # noqa: E402  (imports torch first)
 
+# isort: split
 from autosched import compile  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
