@@ -664,6 +664,10 @@ class Sketch:
     def describe(self) -> str:
         return ", ".join(f"{r.kind}({r.stage})" for r in self.rules)
 
+    @property
+    def tensor_cores(self) -> bool:
+        return any(r.kind == "mma" for r in self.rules)
+
     def apply(self, sch: Schedule, params: Params) -> Schedule:
         for rule in self.rules:
             rule.apply(sch, params)

@@ -471,6 +471,7 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
 # and no random or uncertain picks (nothing is measured). Six generations of 64: on ResNet-18's
 # GPU convs two generations left the pick's predicted score below those of most candidates a
 # tuning job had measured (the search, not the model, was short); tasks search in parallel.
+PICK_ORDER = "tensor cores first"  # how model_candidates orders sketches (part of a pick's key)
 MODEL_SEARCH = EvolutionConfig(population=64, generations=6, eps_greedy=0.0, eps_uncertain=0.0)
 MODEL_SEARCH_WORKERS: int | None = None  # processes model_schedules searches in (None: cores)
 
@@ -490,7 +491,23 @@ def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed
     if batch:  # best predicted first (next_batch gives each sketch a share before the rest)
         scores = np.asarray(model.predict([low.features for low in batch]))
         batch = [batch[i] for i in np.argsort(-scores, kind="stable")]
+    if space.sketches[0].tensor_cores:
+        batch = _tensor_cores_first(space, batch)
     return [[st.to_dict() for st in search.schedule_of(low).steps] for low in batch]
+
+
+def _tensor_cores_first(space: SearchSpace, batch: list[Lowered]) -> list[Lowered]:
+    """Where the rules put the tensor-core sketch first (its tiles fill the matmul), its
+    candidates lead, in the model's order, then its own default, then the rest: the shipped
+    GPU model was trained on float32 (SIMT) records and cannot weigh a tensor-core tile
+    against a SIMT one (on an H200 its picks of ResNet-18's fp16 matmuls were all SIMT and
+    the model ran no faster than in fp32)."""
+    default = space.lower(space.sketch_defaults()[0])
+    mma = [low for low in batch if low.candidate.sketch == 0]
+    rest = [low for low in batch if low.candidate.sketch != 0]
+    extra = [default] if default is not None and all(
+        low.ir_hash != default.ir_hash for low in mma) else []
+    return mma + extra + rest
 
 
 def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0,
@@ -555,7 +572,7 @@ class _PickCache:
         from autosched.version import __version__
 
         self.disk = DiskCache("picks")
-        self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__]
+        self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__, PICK_ORDER]
 
     def _name(self, task: Task) -> str:
         from autosched.cost_model.pretrain import pretrained_digest

@@ -545,3 +545,35 @@ def test_direct_store_on_gpu_matches_numpy(shape, batch, knobs, rng) -> None:
     (a, b, c), _ = _run_candidate(_matmul(*shape, batch=batch), rng, target="cuda", direct=1,
                                   **knobs)
     _check(c, _reference(a, b), "float16")
+
+
+def test_zero_measurement_picks_put_tensor_cores_first(monkeypatch) -> None:
+    """Where the rules put the tensor-core sketch first, model_candidates' first pick uses
+    tensor cores even when the model ranks SIMT candidates higher; SIMT picks stay as
+    fallbacks after them."""
+    from autosched.schedule.steps import step_from_dict
+    from autosched.search import evolution
+    from autosched.search.tune import model_candidates
+
+    args = _matmul(256, 128, 64, widen=True)
+    task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+    real = evolution.EvolutionarySearch.next_batch
+
+    def simt_on_top(self, n, model, measured, seeds=()):  # noqa: ANN001, ANN202
+        batch = real(self, n, model, measured, seeds)
+        return sorted(batch, key=lambda low: low.candidate.sketch == 0)
+
+    class Model:
+        trained = True
+
+        def predict(self, feats):  # noqa: ANN001, ANN202  SIMT (sketch 1) scores 1, mma 0
+            return np.array([1.0 if i < len(feats) // 2 else 0.0 for i in range(len(feats))])
+
+    monkeypatch.setattr(evolution.EvolutionarySearch, "next_batch", simt_on_top)
+    picks = model_candidates(task, Model(), candidates=6, seed=1)
+    kinds = []
+    for steps in picks:
+        sch = task.schedule([step_from_dict(d) for d in steps])
+        kinds.append("nvcuda::wmma::mma_sync" in aus.build(sch, args, target=TARGET).get_source())
+    assert kinds[0] and not all(kinds), kinds
+    assert kinds == sorted(kinds, reverse=True), kinds   # every tensor-core pick before SIMT
