@@ -548,20 +548,21 @@ def test_direct_store_on_gpu_matches_numpy(shape, batch, knobs, rng) -> None:
 
 
 def test_zero_measurement_picks_put_tensor_cores_first(monkeypatch) -> None:
-    """Where the rules put the tensor-core sketch first, model_candidates' first pick uses
-    tensor cores even when the model ranks SIMT candidates higher; SIMT picks stay as
-    fallbacks after them."""
+    """Where a task can run on tensor cores, model_candidates' first pick uses them even
+    when the model ranks SIMT candidates higher, whichever sketch the untuned default takes
+    (64 rows: SIMT); SIMT picks stay as fallbacks after them."""
     from autosched.schedule.steps import step_from_dict
     from autosched.search import evolution
     from autosched.search.tune import model_candidates
 
-    args = _matmul(256, 128, 64, widen=True)
+    args = _matmul(64, 128, 64, widen=True)
     task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+    assert SearchSpace(task).sketches[1].tensor_cores   # the default stays SIMT here
     real = evolution.EvolutionarySearch.next_batch
 
     def simt_on_top(self, n, model, measured, seeds=()):  # noqa: ANN001, ANN202
         batch = real(self, n, model, measured, seeds)
-        return sorted(batch, key=lambda low: low.candidate.sketch == 0)
+        return sorted(batch, key=lambda low: low.candidate.sketch == 1)
 
     class Model:
         trained = True
