@@ -1,5 +1,5 @@
 """Where a model's GPU time goes: each kernel of one compile timed in place (the whole model
-runs, ``CompiledModel.kernel_times``), sorted, with its launch sizes, whether its CUDA C uses
+runs, ``kernel_seconds``), sorted, with its launch sizes, whether its CUDA C uses
 tensor cores (wmma / mma), and its share of the total; one table per configuration.
 
     python benchmarks/gpu_kernels.py --models resnet18 --batch 32 --precision fp16 fp32 \
@@ -40,7 +40,8 @@ def launch(module: object) -> str:
 def table(name: str, batch: int, precision: str, log: str | None, top: int) -> None:
     graph = from_onnx(BUILD[name](batch))
     model = compile(graph, target="cuda", log=log, precision=precision)
-    times = model.kernel_times(random_inputs(graph), repeat=20)
+    seconds = model.kernel_seconds(random_inputs(graph), repeat=20)
+    times = [(k.task.name, float(t)) for k, t in zip(model.kernels, seconds)]
     total = sum(t for _, t in times)
     rows = sorted(zip(times, model.kernels), key=lambda r: -r[0][1])
     print(f"\n{name}, batch {batch}, {precision}: {len(times)} kernels, {total * 1e3:.3f} ms in "
