@@ -319,7 +319,12 @@ def load_pretrained(directory: str | Path | None = None, nthread: int = 1,
     except (OSError, ValueError) as exc:
         warnings.warn(f"no pretrained cost model: {exc}", stacklevel=2)
         return None
-    return XGBModel(objective, nthread=nthread, base=booster, finetune_rounds=FINETUNE_ROUNDS)
+    model = XGBModel(objective, nthread=nthread, base=booster, finetune_rounds=FINETUNE_ROUNDS)
+    logs = manifest.get("logs")
+    model.tensor_core_records = sum(
+        n for log in (logs if isinstance(logs, list) else []) if isinstance(log, dict)
+        for n in [log.get("tensor_cores", 0)] if isinstance(n, int) and n > 0)
+    return model
 
 
 def _objective(manifest: dict[str, Any], path: Path) -> str:

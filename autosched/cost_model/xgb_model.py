@@ -130,6 +130,9 @@ class XGBModel:
         self._x = np.zeros((0, AGGREGATED_WIDTH), dtype=np.float32)
         self._t: list[float] = []
         self._groups: list[str] = []
+        # how many tensor-core candidates its base was trained on (the shipped manifest's
+        # count): none, and it cannot rank tensor-core tiles (tune._tensor_cores_first)
+        self.tensor_core_records = 0
 
     @property
     def trained(self) -> bool:

@@ -114,6 +114,7 @@ class LogStats:
     unknown_workload: int = 0
     not_replayed: int = 0
     failed: int = 0
+    tensor_cores: int = 0  # used records of tensor-core schedules (a tensorize step)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -146,11 +147,13 @@ def samples_from_records(records: Sequence[MeasureRecord], tasks: Mapping[str, T
             stats.unknown_workload += 1
             continue
         try:
-            func = task.lower(task.schedule(rec.schedule_steps()))
+            steps = rec.schedule_steps()
+            func = task.lower(task.schedule(steps))
         except (ScheduleError, LowerError):
             stats.not_replayed += 1
             continue
         stats.failed += int(not rec.ok)
+        stats.tensor_cores += any(st.kind == "tensorize" for st in steps)
         key = rec.target_key
         name = f"{task.name} {rec.workload_key[:8]} on {_short(rec.target)}"
         samples.add(extract_features(func, target), rec.cost, f"{rec.workload_key}@{key}", name)

@@ -471,7 +471,7 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
 # and no random or uncertain picks (nothing is measured). Six generations of 64: on ResNet-18's
 # GPU convs two generations left the pick's predicted score below those of most candidates a
 # tuning job had measured (the search, not the model, was short); tasks search in parallel.
-PICK_ORDER = "tensor cores first, wherever offered"  # how model_candidates orders sketches (part of a pick's key)
+PICK_ORDER = "tensor cores first, their default first for a model blind to them"  # how model_candidates orders sketches (part of a pick's key)
 MODEL_SEARCH = EvolutionConfig(population=64, generations=6, eps_greedy=0.0, eps_uncertain=0.0)
 MODEL_SEARCH_WORKERS: int | None = None  # processes model_schedules searches in (None: cores)
 
@@ -493,24 +493,29 @@ def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed
         batch = [batch[i] for i in np.argsort(-scores, kind="stable")]
     mma = next((i for i, sk in enumerate(space.sketches) if sk.tensor_cores), None)
     if mma is not None:
-        batch = _tensor_cores_first(space, batch, mma)
+        batch = _tensor_cores_first(space, batch, mma, model)
     return [[st.to_dict() for st in search.schedule_of(low).steps] for low in batch]
 
 
-def _tensor_cores_first(space: SearchSpace, batch: list[Lowered], mma: int) -> list[Lowered]:
-    """Where a task can run on tensor cores (sketch ``mma``), those candidates lead, in the
-    model's order, then that sketch's default, then the rest: the shipped GPU model was
-    trained on float32 (SIMT) records and cannot weigh a tensor-core tile against a SIMT one
-    (on an H200 its picks of ResNet-18's fp16 matmuls were all SIMT, and the model ran no
-    faster than in fp32). The untuned default keeps SIMT where tensor-core tiles would
-    overhang (sketch order); a pick is a guess either way, and tensor cores multiply half
-    values 8-16 times faster."""
+def _tensor_cores_first(space: SearchSpace, batch: list[Lowered], mma: int,
+                        model: Any) -> list[Lowered]:
+    """Where a task can run on tensor cores (sketch ``mma``), those candidates lead, then the
+    rest. A model trained on no tensor-core records (the shipped GPU model: float32 logs
+    only) can weigh neither a tensor-core tile against a SIMT one (on an H200 its picks of
+    ResNet-18's fp16 matmuls were all SIMT, the model no faster than in fp32) nor tensor-core
+    tiles among themselves (on an H100 its first tensor-core picks ran ResNet-18's batch-32
+    matmuls in blocks of one warp, about 25 TFLOP/s): the sketch's default tile (4 warps,
+    128 x 128) leads those, then the model's order. The untuned default keeps SIMT where a
+    tensor-core tile would overhang (sketch order); tensor cores multiply half values 8-16
+    times faster, so a pick takes them."""
     default = space.lower(space.sketch_defaults()[mma])
     first = [low for low in batch if low.candidate.sketch == mma]
     rest = [low for low in batch if low.candidate.sketch != mma]
-    extra = [default] if default is not None and all(
-        low.ir_hash != default.ir_hash for low in first) else []
-    return first + extra + rest
+    if default is not None:
+        first = [low for low in first if low.ir_hash != default.ir_hash]
+        blind = getattr(model, "tensor_core_records", 0) == 0
+        first = [default, *first] if blind else [*first, default]
+    return first + rest
 
 
 def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0,

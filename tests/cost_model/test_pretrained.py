@@ -116,6 +116,11 @@ def test_training_on_a_tiny_log(tmp_path: Path, gemm: Task, lowered: list,
     assert manifest["logs"][0]["used"] == 24
     model = pretrain.load_pretrained(out)
     assert model is not None and model.num_trees == 12
+    assert manifest["logs"][0]["tensor_cores"] == 0 and model.tensor_core_records == 0
+    manifest["logs"] += [{"path": "half.jsonl", "tensor_cores": 7}, {"tensor_cores": "x"}]
+    (out / pretrain.MANIFEST).write_text(json.dumps(manifest))
+    assert pretrain.load_pretrained(out).tensor_core_records == 7  # type: ignore[union-attr]
+    (out / pretrain.MANIFEST).write_text(json.dumps({**manifest, "logs": manifest["logs"][:1]}))
     # it learnt the made-up timing: the fastest candidates rank first
     feats = [low.features for low in lowered]
     costs = _costs(lowered, rng)

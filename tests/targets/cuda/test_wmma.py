@@ -547,17 +547,22 @@ def test_direct_store_on_gpu_matches_numpy(shape, batch, knobs, rng) -> None:
     _check(c, _reference(a, b), "float16")
 
 
-def test_zero_measurement_picks_put_tensor_cores_first(monkeypatch) -> None:
+@pytest.mark.parametrize("seen", [0, 40])
+def test_zero_measurement_picks_put_tensor_cores_first(seen, monkeypatch) -> None:
     """Where a task can run on tensor cores, model_candidates' first pick uses them even
     when the model ranks SIMT candidates higher, whichever sketch the untuned default takes
-    (64 rows: SIMT); SIMT picks stay as fallbacks after them."""
+    (64 rows: SIMT); SIMT picks stay as fallbacks after them. A model trained on no
+    tensor-core records gets the sketch's default tile first; one that saw some, its own
+    order (the default last of the tensor-core picks)."""
     from autosched.schedule.steps import step_from_dict
     from autosched.search import evolution
     from autosched.search.tune import model_candidates
 
     args = _matmul(64, 128, 64, widen=True)
     task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
-    assert SearchSpace(task).sketches[1].tensor_cores   # the default stays SIMT here
+    space = SearchSpace(task)
+    assert space.sketches[1].tensor_cores   # the default stays SIMT here
+    default = space.lower(space.sketch_defaults()[1])
     real = evolution.EvolutionarySearch.next_batch
 
     def simt_on_top(self, n, model, measured, seeds=()):  # noqa: ANN001, ANN202
@@ -566,6 +571,7 @@ def test_zero_measurement_picks_put_tensor_cores_first(monkeypatch) -> None:
 
     class Model:
         trained = True
+        tensor_core_records = seen
 
         def predict(self, feats):  # noqa: ANN001, ANN202  SIMT (sketch 1) scores 1, mma 0
             return np.array([1.0 if i < len(feats) // 2 else 0.0 for i in range(len(feats))])
@@ -578,3 +584,6 @@ def test_zero_measurement_picks_put_tensor_cores_first(monkeypatch) -> None:
         kinds.append("nvcuda::wmma::mma_sync" in aus.build(sch, args, target=TARGET).get_source())
     assert kinds[0] and not all(kinds), kinds
     assert kinds == sorted(kinds, reverse=True), kinds   # every tensor-core pick before SIMT
+    default_steps = [st.to_dict() for st in default.schedule.steps]
+    where = picks.index(default_steps)
+    assert where == (0 if not seen else kinds.count(True) - 1), (where, kinds)
