@@ -587,3 +587,25 @@ def test_zero_measurement_picks_put_tensor_cores_first(seen, monkeypatch) -> Non
     default_steps = [st.to_dict() for st in default.schedule.steps]
     where = picks.index(default_steps)
     assert where == (0 if not seen else kinds.count(True) - 1), (where, kinds)
+
+
+def test_training_data_counts_tensor_core_records() -> None:
+    """A log's stats count the records whose steps tensorize (what the shipped manifest says
+    and what tells the picks whether the model has seen tensor-core tiles)."""
+    import time
+
+    from autosched.search.record import MeasureRecord, target_fingerprint
+    from autosched.search.training_data import samples_from_records
+
+    args = _matmul(128, 128, 64, widen=True)
+    task = Task(args[-1:], args=args, target=TARGET, precision="fp16")
+    space = SearchSpace(task)
+    simt = next(i for i, sk in enumerate(space.sketches) if not sk.tensor_cores)
+    lows = [space.lower(_tc_candidate(space)), space.lower(space.sketch_defaults()[simt])]
+    fp = target_fingerprint(task.target)
+    records = [MeasureRecord(task.workload_key, task.name, fp,
+                             [st.to_dict() for st in low.schedule.steps], [1e-4, 1.1e-4],
+                             timestamp=time.time()) for low in lows]
+    _, stats = samples_from_records(records, {task.workload_key: task}, "half.jsonl")
+    assert (stats.used, stats.tensor_cores) == (2, 1)
+    assert stats.as_dict()["tensor_cores"] == 1
