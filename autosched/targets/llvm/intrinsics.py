@@ -2,8 +2,8 @@
 
 Vector operands use the vector form of an LLVM intrinsic (LLVM lowers it, scalarising where the
 CPU has no instruction); libm functions have no vector form, so each lane is called in turn.
-float32 erf is computed inline in every lane count (``_erf``), so that GELU epilogues vectorize
-and a vectorized schedule and a scalar one give the same bits.
+float32 erf is computed inline in every lane count (``_erf``; float16 through it), so that
+GELU epilogues vectorize and a vectorized schedule and a scalar one give the same bits.
 float16 goes through the float32 libm function (numpy computes float16 math the same way).
 float32 exp on vectors (softmax) is computed inline (``vector_exp``): LLVM would scalarise it
 into one libm call per lane. float32 sigmoid and tanh are onnxruntime's rational functions,
@@ -231,6 +231,9 @@ def emit_call(gen: ExprGen, name: str, args: list[ir.Value], dtype: str) -> ir.V
         return _exp(gen, x, dtype)
     if name == "erf" and dtype == "float32":
         return _erf(gen, x)
+    if name == "erf" and dtype == "float16":  # through float32, as numpy computes it
+        wide = b.fpext(x, T.of("float32", T.lanes_of(x)))
+        return b.fptrunc(_erf(gen, wide), x.type)
     if name in LLVM_UNARY:
         return llvm_intrinsic(gen, LLVM_UNARY[name], [x], dtype)
     if name in LIBM_UNARY:
