@@ -1,0 +1,73 @@
+"""Make the picks and cubins of GPU configurations ahead, on any machine with NVRTC (no GPU),
+so that a device session does not spend its minutes searching and compiling: each model,
+batch and precision compiled for target ``cuda`` with the cost model's picks (compile's
+schedule "model") and with the untuned defaults (what a pick's check on the GPU runs
+against), into one cache folder, then packed as ``.gpu-cache.tgz`` for the device's carry
+(benchmarks/gpu_session.sh unpacks it).
+
+    python benchmarks/gpu_cache.py --models resnet18 --batch 8 32 --precision fp16 \
+        [--implicit both] [--cache DIR] [--out .gpu-cache.tgz]
+
+Picks are keyed by workload, target, the shipped model and the search's settings: remake
+the archive after a change to any of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autosched import settings  # noqa: E402
+from autosched.graph.compiler import compile  # noqa: E402
+from autosched.testing import models  # noqa: E402
+from importers.onnx import from_onnx  # noqa: E402
+
+BUILD = {"resnet18": lambda b: models.resnet18(image=224, batch=b),
+         "mobilenet_v2": lambda b: models.mobilenet_v2(image=224, batch=b),
+         "bert_layer": lambda b: models.bert_layer(seq=128, batch=b)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(BUILD))
+    ap.add_argument("--batch", nargs="+", type=int, default=[1])
+    ap.add_argument("--precision", nargs="+", default=["fp16"])
+    ap.add_argument("--implicit", choices=("no", "yes", "both"), default="no",
+                    help="implicit-GEMM convolutions (AUTOSCHED_CONV_GEMM=implicit) too")
+    ap.add_argument("--cache", default=os.environ.get(settings.CACHE_DIR.name),
+                    help="the cache folder (default: AUTOSCHED_CACHE_DIR)")
+    ap.add_argument("--out", default=".gpu-cache.tgz")
+    args = ap.parse_args()
+    if not args.cache:
+        raise SystemExit(f"gpu_cache.py: give --cache or set {settings.CACHE_DIR.name}")
+    os.environ[settings.CACHE_DIR.name] = args.cache
+    modes = {"no": ["explicit"], "yes": ["implicit"], "both": ["explicit", "implicit"]}
+    for mode in modes[args.implicit]:
+        os.environ[settings.CONV_GEMM.name] = mode
+        for name in args.models:
+            for batch in args.batch:
+                graph = from_onnx(BUILD[name](batch))
+                for precision in args.precision:
+                    t0 = time.perf_counter()
+                    picked = compile(graph, "cuda", schedule="model", precision=precision,
+                                     executor=False)
+                    compile(graph, "cuda", schedule="default", precision=precision,
+                            executor=False)
+                    mma = sum("mma_sync" in k.module.get_source() for k in picked.kernels)
+                    print(f"{name} batch {batch} {precision} {mode}: {len(picked.kernels)} "
+                          f"kernels, {mma} on tensor cores, {time.perf_counter() - t0:.0f} s",
+                          flush=True)
+    with tarfile.open(args.out, "w:gz") as tar:
+        for entry in sorted(Path(args.cache).iterdir()):
+            tar.add(entry, arcname=entry.name)
+    print(f"{args.out}: {Path(args.out).stat().st_size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
