@@ -206,8 +206,13 @@ PACK_1X1_BELOW_COLUMNS = 14
 
 def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -> bool:
     """Channels-last sums pay where a row is a poor vector: strided convolutions (the row
-    reads are gathers), few input channels (the stem), and 1x1 kernels over short rows
+    reads are gathers), 1x1 kernels over few input channels, and 1x1 kernels over short rows
     (under PACK_1X1_BELOW_COLUMNS columns: a row of 7 fills under half an AVX-512 vector).
+    A stride-1 kernel larger than 1x1 over few input channels (a spectrogram's first conv)
+    keeps OIHW over long rows: channels-last, its few sums per output went through a
+    transposed store (untuned on znver4, OIHW against channels-last, conv + ReLU: 1 -> 32
+    channels at 900 x 120 0.35 against 0.69 ms; 3 -> 16 at 224 x 224 0.21 against 0.34;
+    8 -> 32 at 112 x 112 0.27 against 0.32).
     A 1x1 convolution over longer rows keeps OIHW: its sums and stores run along the
     contiguous row, where channels-last sums are stored transposed, one lane at a time (a
     MobileNetV2 expansion, 24 -> 144 channels at 56 x 56, took 0.54 ms channels-last
@@ -216,7 +221,7 @@ def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -
     1-d convolution over a (C, L, 1) map has rows of one column: magika's 5 x 1 conv, 256 ->
     512 channels over 508 rows, took 16.4 ms OIHW)."""
     strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
-    if max(strides) > 1 or w.shape[1] < 16:
+    if max(strides) > 1 or (w.shape[1] < 16 and tuple(w.shape[2:]) == (1, 1)):
         return True
     columns = out_shape[3] if out_shape is not None and len(out_shape) == 4 else None
     if not isinstance(columns, int):  # rows of unknown length: 1x1 kernels pack, larger not
