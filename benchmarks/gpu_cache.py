@@ -25,17 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autosched import settings  # noqa: E402
 from autosched.graph.compiler import compile  # noqa: E402
-from autosched.testing import models  # noqa: E402
+from autosched.testing.models import MODELS  # noqa: E402
+from benchmarks.gpu_kernels import uses_tensor_cores  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
-
-BUILD = {"resnet18": lambda b: models.resnet18(image=224, batch=b),
-         "mobilenet_v2": lambda b: models.mobilenet_v2(image=224, batch=b),
-         "bert_layer": lambda b: models.bert_layer(seq=128, batch=b)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(BUILD))
+    ap.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(MODELS))
     ap.add_argument("--batch", nargs="+", type=int, default=[1])
     ap.add_argument("--precision", nargs="+", default=["fp16"])
     ap.add_argument("--implicit", choices=("no", "yes", "both"), default="no",
@@ -52,14 +49,14 @@ def main() -> None:
         os.environ[settings.CONV_GEMM.name] = mode
         for name in args.models:
             for batch in args.batch:
-                graph = from_onnx(BUILD[name](batch))
+                graph = from_onnx(MODELS[name](batch=batch))
                 for precision in args.precision:
                     t0 = time.perf_counter()
                     picked = compile(graph, "cuda", schedule="model", precision=precision,
                                      executor=False)
                     compile(graph, "cuda", schedule="default", precision=precision,
                             executor=False)
-                    mma = sum("mma_sync" in k.module.get_source() for k in picked.kernels)
+                    mma = sum(uses_tensor_cores(k.module.get_source()) for k in picked.kernels)
                     print(f"{name} batch {batch} {precision} {mode}: {len(picked.kernels)} "
                           f"kernels, {mma} on tensor cores, {time.perf_counter() - t0:.0f} s",
                           flush=True)

@@ -16,15 +16,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.e2e_gpu import BUILD  # noqa: E402  (imports torch first)
-
-# isort: split
 from autosched import compile  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
+from autosched.testing.models import MODELS  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 
 
 def uses_tensor_cores(source: str) -> bool:
+    """Whether a kernel's CUDA C multiplies on tensor cores (wmma or inline mma)."""
     return "mma_sync" in source or "mma.sync" in source
 
 
@@ -38,7 +37,7 @@ def launch(module: object) -> str:
 
 
 def table(name: str, batch: int, precision: str, log: str | None, top: int) -> None:
-    graph = from_onnx(BUILD[name](batch))
+    graph = from_onnx(MODELS[name](batch=batch))
     model = compile(graph, target="cuda", log=log, precision=precision)
     seconds = model.kernel_seconds(random_inputs(graph), repeat=20)
     times = [(k.task.name, float(t)) for k, t in zip(model.kernels, seconds)]
@@ -56,7 +55,7 @@ def table(name: str, batch: int, precision: str, log: str | None, top: int) -> N
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(BUILD))
+    ap.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(MODELS))
     ap.add_argument("--batch", nargs="+", type=int, default=[32])
     ap.add_argument("--precision", nargs="+", default=["fp16"])
     ap.add_argument("--log", help="a tuning log (default: the cost model's picks)")

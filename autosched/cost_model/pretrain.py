@@ -321,9 +321,9 @@ def load_pretrained(directory: str | Path | None = None, nthread: int = 1,
         return None
     model = XGBModel(objective, nthread=nthread, base=booster, finetune_rounds=FINETUNE_ROUNDS)
     logs = manifest.get("logs")
-    model.tensor_core_records = sum(
-        n for log in (logs if isinstance(logs, list) else []) if isinstance(log, dict)
-        for n in [log.get("tensor_cores", 0)] if isinstance(n, int) and n > 0)
+    counts = [log.get("tensor_cores") for log in logs if isinstance(log, dict)] \
+        if isinstance(logs, list) else []
+    model.tensor_core_records = sum(n for n in counts if isinstance(n, int) and n > 0)
     return model
 
 

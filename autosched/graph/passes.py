@@ -368,8 +368,10 @@ def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int 
     m = next((m for size, m in WINOGRAD_TILES if min(out_shape[2:]) >= size), None)
     if m is None:
         return None
+    from autosched.te.ops.winograd import _tiles
+
     k, c = (int(d) for d in w.shape[:2])
-    tiles = int(out_shape[0]) * -(-int(out_shape[2]) // m) * -(-int(out_shape[3]) // m)
+    tiles = int(out_shape[0]) * _tiles(int(out_shape[2]), m) * _tiles(int(out_shape[3]), m)
     tile_bytes = (m + 2) ** 2 * max(c, k) * tiles * w.dtype.itemsize
     if tile_bytes > WINOGRAD_CACHED_BYTES and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k):
         return None

@@ -192,7 +192,7 @@ def test_sampled_tensor_core_conv_candidates_on_host(precision: str, patches: st
 
     g, gpu, cpu = _conv_task(patches, precision, monkeypatch, int(rng.integers(1 << 30)))
     space = SearchSpace(gpu.task)
-    mma = next(k for k, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
+    mma = next(k for k, sk in enumerate(space.sketches) if sk.tensor_cores)
     wanted = {k: 3 if k == mma else 2 for k in range(len(space.sketches))}
     arrays = []
     for name, t in zip(gpu.args, gpu.task.args):

@@ -113,7 +113,7 @@ def vector_exp(gen: ExprGen, x: ir.Value) -> ir.Value:
 # erf(x) for |x| <= 0.875 is x p(x^2); above it, 1 - exp(-x^2 + q(|x|)), q approximating
 # log(erfc(x)) + x^2 on [0.875, 3.925] (erf rounds to 1 in float32 beyond). p and q are least
 # squares fits in float64 (p weighted by 1 / p, Chebyshev nodes), rounded to float32: within
-# 2.4 ulp of erf in float32 on [-6, 6] (test: tests/targets/test_llvm_erf.py).
+# 2.4 ulp of erf in float32 on [-6, 6] (tests/targets/llvm/test_llvm_codegen.py).
 _ERF_SPLIT, _ERF_TOP = 0.875, 3.925
 _ERF_P = (-6.199346971698105e-4, 5.031426437199116e-3, -2.6790950447320938e-2,
           1.1282441020011902e-1, -3.761254847049713e-1, 1.1283791065216064)
@@ -170,15 +170,9 @@ def _rational(gen: ExprGen, x: ir.Value, name: str) -> ir.Value:
         v = b.select(b.fcmp_ordered("<", v, c(lo)), c(lo), v)
         return b.select(b.fcmp_ordered(">", v, c(hi)), c(hi), v)
 
-    def poly(coefs: tuple[float, ...], v2: ir.Value) -> ir.Value:
-        acc = c(coefs[0])
-        for k in coefs[1:]:
-            acc = llvm_intrinsic(gen, "llvm.fma", [acc, v2, c(k)], "float32")
-        return acc
-
     v = clamp(x, -r.bound, r.bound)
     v2 = b.fmul(v, v)
-    y = b.fdiv(b.fmul(poly(r.p, v2), v), poly(r.q, v2))
+    y = b.fdiv(b.fmul(_horner(gen, r.p, v2), v), _horner(gen, r.q, v2))
     if r.offset:
         y = b.fadd(y, c(r.offset))
     return y if r.clamp is None else clamp(y, *r.clamp)

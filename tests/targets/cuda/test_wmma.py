@@ -46,7 +46,7 @@ def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
 
 def _tc_candidate(space: SearchSpace, **knobs: int) -> Candidate:
     """The tensor-core sketch's candidate with its defaults, ``knobs`` (by suffix) changed."""
-    index = next(n for n, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
+    index = next(n for n, sk in enumerate(space.sketches) if sk.tensor_cores)
     params = {}
     for k in space.sketches[index].knobs:
         suffix = k.name.rsplit(".", 1)[1]
