@@ -3,7 +3,7 @@ runs, ``kernel_seconds``), sorted, with its launch sizes, whether its CUDA C use
 tensor cores (wmma / mma), and its share of the total; one table per configuration.
 
     python benchmarks/gpu_kernels.py --models resnet18 --batch 32 --precision fp16 fp32 \
-        [--log LOG] [--top 12]
+        [--log LOG | --schedule default] [--top 12]
 
 Run on a GPU machine; ``AUTOSCHED_CONV_GEMM=implicit`` times implicit-GEMM convolutions.
 """
@@ -36,9 +36,10 @@ def launch(module: object) -> str:
         return "?"
 
 
-def table(name: str, batch: int, precision: str, log: str | None, top: int) -> None:
+def table(name: str, batch: int, precision: str, log: str | None, top: int,
+          schedule: str | None = None) -> None:
     graph = from_onnx(MODELS[name](batch=batch))
-    model = compile(graph, target="cuda", log=log, precision=precision)
+    model = compile(graph, target="cuda", log=log, precision=precision, schedule=schedule)
     seconds = model.kernel_seconds(random_inputs(graph), repeat=20)
     times = [(k.task.name, float(t)) for k, t in zip(model.kernels, seconds)]
     total = sum(t for _, t in times)
@@ -60,11 +61,14 @@ def main() -> None:
     ap.add_argument("--precision", nargs="+", default=["fp16"])
     ap.add_argument("--log", help="a tuning log (default: the cost model's picks)")
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--schedule", choices=("default", "model"),
+                    help="without a log: the untuned defaults or the cost model's picks "
+                         "(default: compile's choice)")
     args = ap.parse_args()
     for name in args.models:
         for batch in args.batch:
             for precision in args.precision:
-                table(name, batch, precision, args.log, args.top)
+                table(name, batch, precision, args.log, args.top, args.schedule)
 
 
 if __name__ == "__main__":

@@ -87,10 +87,12 @@ for s in "$@"; do
                 --models "$name" --batch ${BATCHES:-1 8 32} \
                 --precision ${PRECISIONS:-fp32 tf32 fp16} --rounds 3 ${LOG:+--log "$LOG"} \
                 --out "$OUT/e2e20_$name${TAG:+_$TAG}.json" ;;
-        kernels:*)  # kernels:<model>: where its time goes, per kernel ($BATCHES, $PRECISIONS)
+        kernels:*)  # kernels:<model>: where its time goes, per kernel ($BATCHES, $PRECISIONS,
+            # $LOG or $SCHEDULE)
             name=${s#kernels:}
             step "kernels-$name${TAG:+-$TAG}" "${KERNELS_S:-200}" python3 benchmarks/gpu_kernels.py \
-                --models "$name" --batch ${BATCHES:-32} --precision ${PRECISIONS:-fp16} ;;
+                --models "$name" --batch ${BATCHES:-32} --precision ${PRECISIONS:-fp16} \
+                ${LOG:+--log "$LOG"} ${SCHEDULE:+--schedule "$SCHEDULE"} ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;

@@ -301,12 +301,13 @@ def copy_lanes(tensor: Tensor) -> int:
     """Elements per thread and copy of an operand tile: 16 bytes' worth when the tensor's
     rows (its last dimension) are a multiple of that, so every copy is 16-byte aligned; else
     the most (8 or 4 bytes, one element) that divides them. Tile rows are multiples of 16
-    elements, which every choice divides. A computed operand (gathered patches) is copied
-    one element at a time: its elements are not consecutive in memory."""
-    if not isinstance(tensor.op, PlaceholderOp):
-        return 1
-    row = tensor.shape[-1]
+    elements, which every choice divides. A computed operand (gathered patches) computes
+    16 bytes' worth of a tile row a thread, each element alone (they are not consecutive in
+    memory) but with the index arithmetic they share done once, and stores them as one."""
     lanes = VECTOR_BYTES // dt.nbytes(tensor.dtype)
+    if not isinstance(tensor.op, PlaceholderOp):
+        return lanes
+    row = tensor.shape[-1]
     while lanes > 1 and (not isinstance(row, int) or row % lanes):
         lanes //= 2
     return lanes

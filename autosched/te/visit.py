@@ -76,14 +76,30 @@ def _rebuilt(e: E.Expr, new: list[E.Expr]) -> E.Expr:
 
 
 def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
-    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it).
-    Iterative (a stack of pending nodes and one of results), for expressions deeper than
-    Python's recursion limit."""
+    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it)."""
+    return _rewrite(e, None, fn)
+
+
+def rewrite_outer(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
+    """Rewrite top-down: ``fn`` on each node before its children; a node it replaces (not
+    None) is taken whole, its children unvisited, else its children are rewritten alike."""
+    return _rewrite(e, fn, None)
+
+
+def _rewrite(e: E.Expr, before: Callable[[E.Expr], E.Expr | None] | None,
+             after: Callable[[E.Expr], E.Expr | None] | None) -> E.Expr:
+    """``before`` on a node as it is reached (a replacement ends the walk there), ``after`` on
+    it rebuilt from its rewritten children. Iterative (a stack of pending nodes and one of
+    results), for expressions deeper than Python's recursion limit."""
     results: list[E.Expr] = []
     stack: list[tuple[E.Expr, int]] = [(e, -1)]   # (node, -1) to expand, (node, n) to build
     while stack:
         node, n = stack.pop()
         if n < 0:
+            out = before(node) if before is not None else None
+            if out is not None:
+                results.append(out)
+                continue
             operands = list(_operands(node))
             stack.append((node, len(operands)))
             stack.extend((c, -1) for c in reversed(operands))
@@ -91,7 +107,7 @@ def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
         new = results[len(results) - n:] if n else []
         del results[len(results) - n:]
         built = _rebuilt(node, new) if n else node
-        out = fn(built)
+        out = after(built) if after is not None else None
         results.append(built if out is None else out)
     return results[0]
 

@@ -34,9 +34,10 @@ from autosched.targets.cuda.dtypes import HALF_HEADERS, VECTOR_TYPES, c_type
 from autosched.targets.cuda.intrinsics import prelude_math
 from autosched.targets.names import c_identifier
 from autosched.targets.target import Target
+from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
-from autosched.te.visit import children, free_vars, rewrite, substitute
+from autosched.te.visit import children, free_vars, rewrite, rewrite_outer, substitute
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import FRAGMENT_TILES
@@ -520,7 +521,8 @@ class _KernelWriter(ExprWriter):
             self.depth -= 1
             self.emit("}")
             return
-        if s.kind == "vectorized" and (self._try_vector_copy(s) or self._try_vector(s)):
+        if s.kind == "vectorized" and (self._try_vector_copy(s) or self._try_vector(s)
+                                       or self._try_packed(s)):
             return
         ext = const_int(s.extent)
         unroll = s.kind in ("unrolled", "vectorized") or s.thread_tag.startswith("vthread")
@@ -596,7 +598,8 @@ class _KernelWriter(ExprWriter):
             ltype = VECTOR_TYPES[ld.buffer.dtype][lanes // 4]
             self.emit(f"const {ltype} {t} = *(const {ltype}*)(&{self._lane0(ld, s)});")
             vector_loads[id(ld)] = E.Var(t, ld.dtype)
-        value = rewrite(st.value, lambda n: vector_loads.get(id(n)))
+        value = self._lane_bases(rewrite(st.value, lambda n: vector_loads.get(id(n))),
+                                 s.var, lanes)
         out = f"as_vs{self.tmp}"
         self.tmp += 1
         if store_vec:
@@ -621,6 +624,62 @@ class _KernelWriter(ExprWriter):
         self.depth -= 1
         self.emit("}")
         return True
+
+    def _try_packed(self, s: ir.For) -> bool:
+        """Emit a vectorized loop whose body is one store of a type that _try_vector's float2 /
+        float4 do not carry (halves, bytes) to consecutive aligned elements: each lane's value
+        computed alone, the index arithmetic the lanes share computed once (_lane_bases), then
+        stored together as one 4-, 8- or 16-byte access (eight halves of a gathered im2col
+        patch row move as one uint4)."""
+        lanes = const_int(s.extent)
+        st = s.body
+        if lanes is None or lanes < 2 or not isinstance(st, ir.Store):
+            return False
+        vtype = COPY_TYPES.get(lanes * st.buffer.itemsize)
+        if vtype is None or not self._aligned_lanes(st.buffer, st.indices, s, lanes):
+            return False
+        self.emit("{")
+        self.depth += 1
+        value = self._lane_bases(st.value, s.var, lanes)
+        out = f"as_vs{self.tmp}"
+        self.tmp += 1
+        self.emit(f"__align__(16) {c_type(st.buffer.dtype)} {out}[{lanes}];")
+        for lane in range(lanes):
+            lane_value = substitute(value, {s.var: E.const(lane, s.var.dtype)})
+            self.emit(f"{out}[{lane}] = {self.store_value(st, lane_value)};")
+        dst = self._lane0(ir.Load(st.buffer, st.indices), s)
+        self.emit(f"*({vtype}*)(&{dst}) = *(const {vtype}*){out};")
+        self.depth -= 1
+        self.emit("}")
+        return True
+
+    def _lane_bases(self, e: E.Expr, v: E.Var, lanes: int) -> E.Expr:
+        """``e`` with each outermost integer part that is ``base + c * v`` for the lanes ``v``
+        in ``[0, lanes)`` (U.lane_split) written so, ``base`` computed once into a ``const``
+        before the lanes: the lanes then share their divisions by the tensor's extents."""
+        names: dict[str, E.Var] = {}
+
+        def part(n: E.Expr) -> E.Expr | None:
+            if not uses_var(n, v):
+                return n
+            if isinstance(n, E.Var) or not dt.is_int(n.dtype):
+                return None
+            split = U.lane_split(n, v, lanes)
+            if split is None:
+                return None
+            base, c = split
+            if not isinstance(base, (E.Const, E.Var)):
+                text = self._expr(base)
+                if text not in names:
+                    names[text] = E.Var(f"as_lb{self.tmp}", base.dtype)
+                    self.tmp += 1
+                    self.raw[names[text].uid] = names[text].name
+                    self.emit(f"const {c_type(base.dtype)} {names[text].name} = {text};")
+                base = names[text]
+            step = E.binary(Op.MUL, E.cast(n.dtype, v), E.const(c, n.dtype))
+            return E.binary(Op.ADD, base, step) if c else base
+
+        return rewrite_outer(e, part)
 
     def _try_vector_copy(self, s: ir.For) -> bool:
         """Emit a vectorized loop that copies one dtype, ``dst[..] = src[..]`` or ``dst[..] =

@@ -243,3 +243,40 @@ def test_dynamic_shared_memory_runs_as_static_arrays_on_the_host(rng, checked):
     run = run_on_host(mod, a, b, c, checked=checked)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     assert run.warnings == ()
+
+
+@pytest.mark.parametrize("dtype, lanes", [("float16", 8), ("float32", 4)])
+def test_vectorized_gather_shares_its_index_arithmetic(dtype, lanes, rng):
+    """The patches of a padded convolution with a horizontal stride (im2col, as the explicit
+    GPU convolutions write them), ``lanes`` elements a thread: each lane gathers alone, the
+    divisions by the tensor's extents that the lanes share are computed once, and the lanes
+    are stored as one 16-byte access (halves: a uint4 of eight)."""
+    from autosched.te import ops
+
+    x = te.placeholder((2, 5, 12, 16), dtype=dtype, name="x")
+    col = ops.im2col(x, (3, 3), stride=(1, 2), padding=(1, 1, 1, 1))  # 12 x 8 output pixels
+    s = te.create_schedule(col.op)
+    for t in col.op.input_tensors:  # the zero padding, read where the patches are
+        s[t].compute_inline()
+    st = s[col]
+    flat = st.fuse(*col.op.axis)  # 2 x 45 x 96
+    rest, lane = st.split(flat, factor=lanes)
+    st.vectorize(lane)
+    block, thread = st.split(rest, factor=8640 // lanes // 27)
+    st.bind(block, te.thread_axis("blockIdx.x"))
+    st.bind(thread, te.thread_axis("threadIdx.x"))
+    mod = aus.build(s, [x, col], target=TARGET)
+    src = mod.get_source()
+    lane_lines = [ln for ln in src.splitlines() if "as_vs" in ln and "=" in ln
+                  and "*(" not in ln and "[" + str(lanes) + "]" not in ln]
+    assert len(lane_lines) == lanes, src
+    assert not any("/" in ln or "%" in ln for ln in lane_lines), "\n".join(lane_lines)
+    assert ("*(uint4*)" if dtype == "float16" else "*(float4*)") in src
+    xa = rng.uniform(-1, 1, (2, 5, 12, 16)).astype(dtype)
+    got = np.full(tuple(int(d) for d in col.shape), np.nan, dtype)
+    run = run_on_host(mod, xa, got)
+    pad = np.pad(xa, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.stack([pad[:, :, ky:ky + 12, kx:kx + 15:2] for ky in range(3) for kx in range(3)],
+                    axis=2)  # (N, C, KH * KW, OH, OW)
+    np.testing.assert_array_equal(got, want.reshape(got.shape))
+    assert run.warnings == ()
