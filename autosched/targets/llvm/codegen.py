@@ -384,17 +384,21 @@ class FuncGen(ExprGen):
         return node
 
     def _vector_for(self, s: lir.For, extent: int) -> None:
-        """Vectors of the CPU's width: a power-of-two multiple of it (up to MAX_LANES) stays one
-        LLVM vector, which LLVM splits evenly; other extents are cut into full-width pieces and
-        a remainder in powers of two, because LLVM legalises other widths badly: it widens
-        <48 x float> (3 AVX-512 vectors) to 64 lanes element by element, and a 1x1 conv whose
-        register tile was 48 channels ran 20x slower than with 32."""
+        """Vectors of the CPU's width: a power of two up to it, or a power-of-two multiple of
+        it (up to MAX_LANES), stays one LLVM vector, which LLVM splits evenly; other extents
+        are cut into full-width pieces and a remainder in powers of two. LLVM handles other
+        widths badly: it widens <48 x float> (3 AVX-512 vectors) to 64 lanes element by element
+        (a 1x1 conv whose register tile was 48 channels ran 20x slower than with 32), and its
+        SLP vectorizer (LLVM 22, 512-bit registers) miscompiled a Winograd input transform
+        whose 15-lane loops gathered in a parallel body: lanes 7-14 of a third of its tiles
+        wrong, for some transform matrices and not others (a tuning run's WRONG_ANSWER on
+        dnsmos_sig_bak_ovr)."""
         body = inline_lets_on(s.body, s.var)
         lo = self._loop_value(s.min, s.var)
         native = self._native_lanes(body)
         pieces = extent // native
-        if extent <= native or (extent % native == 0 and extent <= MAX_LANES
-                                and pieces & (pieces - 1) == 0):
+        if (extent <= native and extent & (extent - 1) == 0) or (
+                extent % native == 0 and extent <= MAX_LANES and pieces & (pieces - 1) == 0):
             return self._vector_piece(body, s.var, lo, 0, extent)
         full, rest = divmod(extent, native)
         if full <= MAX_UNROLL_PIECES:

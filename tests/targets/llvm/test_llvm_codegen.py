@@ -516,6 +516,27 @@ def test_lane_dependent_guard_becomes_masked_loads_and_stores(rng):
     assert np.isnan(big[n:]).all()
 
 
+@pytest.mark.parametrize("extent", [3, 7, 12, 15])
+def test_vectorized_loops_narrower_than_the_width_are_powers_of_two(extent, rng):
+    """A 15-lane gather loop was one <15 x float>, which LLVM 22's SLP vectorizer miscompiled
+    in a Winograd input transform on AVX-512 (some lanes wrong, depending on the transform
+    matrix's values): loops narrower than the CPU's lanes are cut into powers of two too."""
+    n = 64
+    A, C = buf("A", (n * 4,)), buf("C", (4, n))
+    i, j = E.Var("i"), E.Var("j")
+    body = loop(i, 4, loop(j, extent, ir.Store(C, (i, j), ir.Load(A, ((j * 41 + i) % 97 * 2,))
+                                               * 3.0), "vectorized"))
+    mod = build(body, [A, C])
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", mod.get_llvm_ir(optimized=False))}
+    assert all(w & (w - 1) == 0 for w in widths), widths
+    a = rand(rng, (n * 4,), "float32")
+    out = garbage((4, n), "float32")
+    mod(a, out)
+    want = np.array([[a[(jj * 41 + ii) % 97 * 2] * 3 for jj in range(extent)] for ii in range(4)])
+    np.testing.assert_allclose(out[:, :extent], want, rtol=1e-6)
+    assert np.isnan(out[:, extent:]).all()
+
+
 @pytest.mark.parametrize("pieces", [3, 5, 6])
 def test_vectorized_loops_of_odd_multiples_of_the_width_are_cut_into_native_vectors(pieces, rng):
     """A vectorized loop of 3 x the CPU's lanes (48 floats on AVX-512) was one <48 x float>,
