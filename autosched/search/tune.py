@@ -399,7 +399,7 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
     try:
         while measured < budget:
             tuner = sched.next_task()
-            n = min(opts.batch_size, budget - measured)
+            n = min(sched.round_size(tuner, opts.batch_size), budget - measured)
             t0 = time.perf_counter()
             recs = tuner.round(n, model, measurer)
             if not recs:

@@ -220,6 +220,22 @@ def test_warm_up_goes_to_the_largest_tasks_first():
     assert heavy.next_task().task is small
 
 
+def test_warm_up_rounds_are_sized_by_the_task_s_share():
+    """A task far below the average estimated size warms up with WARM_MIN candidates, one far
+    above it with the whole batch, so a budget of a round per task is not all warm-up; after
+    the warm-up every round is the batch."""
+    from autosched.search.task_scheduler import WARM_MIN
+
+    tasks = [_task("gemm", [n, n, n], "llvm") for n in (8, 16, 128, 128)]
+    tuners = [type("Tuner", (), {"task": t})() for t in tasks]
+    sched = TaskScheduler(tuners)
+    sizes = [sched.round_size(t, 16) for t in tuners]
+    assert sizes[0] == sizes[1] == WARM_MIN and sizes[2] == sizes[3] == 16, sizes
+    sched.update(tuners[0])
+    assert sched.round_size(tuners[0], 16) == 16
+    assert sched.round_size(tuners[1], 3) == 3  # never more than the batch
+
+
 def test_resumed_job_warms_up_the_tasks_not_tuned_yet(tmp_path):
     # a model tuned in several calls (a resumed job) must not give every call's first trials
     # to the first tasks again: tasks with records have had their warm-up
