@@ -202,6 +202,13 @@ def optimize(graph: Graph) -> Graph:
 
 # Output columns from which a stride-1 1x1 convolution keeps OIHW (its rows the vector).
 PACK_1X1_BELOW_COLUMNS = 14
+# Input channels and output pixels from which a stride-1 kernel larger than 1x1 sums
+# channels-last over any rows: tuned 60-80 trials each on znver4, channels-last against
+# OIHW, conv + ReLU: 64 -> 32 at 900 x 161 26.6 against 54.1 ms, at 900 x 160 38.1 / 45.5;
+# 32 -> 32 at 900 x 161 12.5 / 24.3; at 112 x 112 (12,544 pixels) 64 -> 32 ties (2.28 /
+# 2.31) and 16 -> 32 keeps OIHW ahead (0.53 / 0.63).
+PACK_LARGE_CHANNELS = 32
+PACK_LARGE_PIXELS = 1 << 16
 
 
 def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -> bool:
@@ -219,9 +226,16 @@ def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -
     against 0.21 ms). Measured with the untuned defaults of benchmarks/cpu_conv_layout.py;
     stride-1 convolutions with larger kernels keep OIHW unless their rows are as short (a
     1-d convolution over a (C, L, 1) map has rows of one column: magika's 5 x 1 conv, 256 ->
-    512 channels over 508 rows, took 16.4 ms OIHW)."""
+    512 channels over 508 rows, took 16.4 ms OIHW), or unless they sum at least
+    PACK_LARGE_CHANNELS input channels over PACK_LARGE_PIXELS output pixels (a spectrogram's
+    inner convolutions: see the measurements above PACK_LARGE_CHANNELS)."""
     strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
     if max(strides) > 1 or (w.shape[1] < 16 and tuple(w.shape[2:]) == (1, 1)):
+        return True
+    if (out_shape is not None and len(out_shape) == 4 and tuple(w.shape[2:]) != (1, 1)
+            and w.shape[1] >= PACK_LARGE_CHANNELS
+            and all(isinstance(d, int) for d in out_shape[2:])
+            and out_shape[2] * out_shape[3] >= PACK_LARGE_PIXELS):
         return True
     columns = out_shape[3] if out_shape is not None and len(out_shape) == 4 else None
     if not isinstance(columns, int):  # rows of unknown length: 1x1 kernels pack, larger not
@@ -346,9 +360,13 @@ WINOGRAD_TILES = ((14, 4), (7, 2))
 # too (64 -> 64 at 112 x 112, 7.2 MB: 1.11x; at 56 x 56: 2.05x). The transforms move
 # alpha^2 / m^2 of each input and output through memory once more; their cost per channel is
 # repaid by the multiplies saved per pair of channels, C K / (C + K) of them per channel.
+# Far beyond the caches no channel count repays them: 64 -> 64 at 900 x 161 (85 MB of tiles,
+# a spectrogram of dnsmos_sig_bak_ovr) took 143 ms with Winograd against 72 direct and
+# channels-last (60 trials each).
 WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_CACHED_BYTES = 4 << 20   # the larger side's transformed tiles: in the caches
 WINOGRAD_UNCACHED_PAIRS = 32      # C K / (C + K) from which tiles out of the caches pay
+WINOGRAD_MAX_BYTES = 32 << 20     # tiles beyond this never pay
 
 
 def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
@@ -357,7 +375,8 @@ def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int 
     3x3) (a quarter of the multiplies) from 14 x 14 outputs, F(2x2, 3x3) (4 / 9 of them) at
     7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use;
     with fewer than 64 channels a side, only while the transformed tiles fit the caches
-    (WINOGRAD_CACHED_BYTES; see the measurements above)."""
+    (WINOGRAD_CACHED_BYTES), and never beyond WINOGRAD_MAX_BYTES of them (see the
+    measurements above)."""
     ones = [1, 1]
     if (w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or w.dtype != np.float32
             or int(node.attrs.get("group", 1)) != 1
@@ -373,7 +392,8 @@ def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int 
     k, c = (int(d) for d in w.shape[:2])
     tiles = int(out_shape[0]) * _tiles(int(out_shape[2]), m) * _tiles(int(out_shape[3]), m)
     tile_bytes = (m + 2) ** 2 * max(c, k) * tiles * w.dtype.itemsize
-    if tile_bytes > WINOGRAD_CACHED_BYTES and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k):
+    if tile_bytes > WINOGRAD_MAX_BYTES or (tile_bytes > WINOGRAD_CACHED_BYTES
+                                           and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k)):
         return None
     return m
 

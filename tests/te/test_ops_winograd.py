@@ -104,6 +104,8 @@ def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
     (32, 32, (56, 56), 4),        # 0.9 MB of transformed tiles: in the caches
     (32, 32, (450, 60), None),    # 7.8 MB with 32 channels a side: direct
     (64, 64, (450, 60), 4),       # 64 a side repay tiles out of the caches
+    (64, 64, (900, 161), None),   # but not 85 MB of them
+    (128, 64, (900, 161), None),
     (32, 64, (12, 12), 2),
     (64, 64, (6, 40), None),      # under F(2x2)'s 7 rows
 ])
