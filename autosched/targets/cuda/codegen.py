@@ -37,7 +37,14 @@ from autosched.targets.target import Target
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
-from autosched.te.visit import children, free_vars, rewrite, rewrite_outer, substitute
+from autosched.te.visit import (
+    children,
+    free_vars,
+    post_order,
+    rewrite,
+    rewrite_outer,
+    substitute,
+)
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import FRAGMENT_TILES
@@ -656,7 +663,8 @@ class _KernelWriter(ExprWriter):
     def _lane_bases(self, e: E.Expr, v: E.Var, lanes: int) -> E.Expr:
         """``e`` with each outermost integer part that is ``base + c * v`` for the lanes ``v``
         in ``[0, lanes)`` (U.lane_split) written so, ``base`` computed once into a ``const``
-        before the lanes: the lanes then share their divisions by the tensor's extents."""
+        before the lanes: the lanes then share their divisions by the tensor's extents. A base
+        that reads memory (a gather's index) stays in each lane, under the lane's guards."""
         names: dict[str, E.Var] = {}
 
         def part(n: E.Expr) -> E.Expr | None:
@@ -668,6 +676,8 @@ class _KernelWriter(ExprWriter):
             if split is None:
                 return None
             base, c = split
+            if any(isinstance(x, (ir.Load, E.Call)) for x in post_order(base)):
+                return None  # computed before the lanes, a read would leave its guard
             if not isinstance(base, (E.Const, E.Var)):
                 text = self._expr(base)
                 if text not in names:

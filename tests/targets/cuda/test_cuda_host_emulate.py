@@ -280,3 +280,28 @@ def test_vectorized_gather_shares_its_index_arithmetic(dtype, lanes, rng):
                     axis=2)  # (N, C, KH * KW, OH, OW)
     np.testing.assert_array_equal(got, want.reshape(got.shape))
     assert run.warnings == ()
+
+
+def test_vectorized_gather_reads_its_index_only_under_its_guard(rng):
+    """A lane's index read from memory (a gather through an index tensor) is not computed
+    once before the lanes, where it would leave its guard: rows past the index tensor's end
+    read nothing (the host emulator checks every access)."""
+    n, rows = 5, 8
+    idx = te.placeholder((n,), dtype="int32", name="idx")
+    table = te.placeholder((6 * 8,), dtype="float16", name="table")
+    out = te.compute((rows, 8), lambda i, j: te.if_then_else(
+        i < n, table[idx[i] * 8 + j] * te.const(2, "float16"), te.const(0, "float16")),
+        name="out")
+    s = te.create_schedule(out.op)
+    i, j = out.op.axis
+    s[out].vectorize(j)
+    s[out].bind(i, te.thread_axis("threadIdx.x"))
+    mod = aus.build(s, [idx, table, out], target=TARGET)
+    assert "*(uint4*)" in mod.get_source()
+    ia = rng.integers(0, 6, n).astype("int32")
+    ta = rng.uniform(-1, 1, 6 * 8).astype("float16")
+    got = np.full((rows, 8), np.nan, "float16")
+    run_on_host(mod, ia, ta, got, checked=True)
+    want = np.zeros((rows, 8), "float16")
+    want[:n] = ta.reshape(6, 8)[ia] * 2
+    np.testing.assert_array_equal(got, want)
