@@ -230,16 +230,15 @@ def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -
     PACK_LARGE_CHANNELS input channels over PACK_LARGE_PIXELS output pixels (a spectrogram's
     inner convolutions: see the measurements above PACK_LARGE_CHANNELS)."""
     strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
-    if max(strides) > 1 or (w.shape[1] < 16 and tuple(w.shape[2:]) == (1, 1)):
+    one_by_one = tuple(w.shape[2:]) == (1, 1)
+    if max(strides) > 1 or (w.shape[1] < 16 and one_by_one):
         return True
-    if (out_shape is not None and len(out_shape) == 4 and tuple(w.shape[2:]) != (1, 1)
-            and w.shape[1] >= PACK_LARGE_CHANNELS
-            and all(isinstance(d, int) for d in out_shape[2:])
-            and out_shape[2] * out_shape[3] >= PACK_LARGE_PIXELS):
-        return True
-    columns = out_shape[3] if out_shape is not None and len(out_shape) == 4 else None
+    rows, columns = out_shape[2:] if out_shape is not None and len(out_shape) == 4 else (None, None)
     if not isinstance(columns, int):  # rows of unknown length: 1x1 kernels pack, larger not
-        return tuple(w.shape[2:]) == (1, 1)
+        return one_by_one
+    if (not one_by_one and w.shape[1] >= PACK_LARGE_CHANNELS and isinstance(rows, int)
+            and rows * columns >= PACK_LARGE_PIXELS):
+        return True
     return columns < PACK_1X1_BELOW_COLUMNS
 
 

@@ -19,13 +19,12 @@ from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
 from autosched.search.sketch import Params, Rule, _static_extent, tile_pair
-from autosched.te import dtype as dt
+from autosched.search.sketch_mma import vector_lanes
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, Tensor
 from autosched.te.tensor import thread_axis as _thread
 
 THREADS = (32, 64, 128, 256, 512)
-VECTOR_BYTES = 16  # the widest access a thread makes (float4, uint4)
 # the untuned tile aims at 2 blocks per SM of an H100 / H200 (132 SMs): fewer leaves SMs idle
 MIN_BLOCKS = 264
 # (outputs per thread, threads per block) tried in order by the untuned tile: the first that
@@ -186,8 +185,7 @@ def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:
     # lanes share their index arithmetic and store as one access. ResNet-18's fp16 im2col of
     # 64 channels at 56 x 56, batch 32, on an H100: 0.547 ms one half a thread, 0.053 eight
     # (a knob, the cost model's picks kept one)
-    widest = max(1, VECTOR_BYTES // dt.nbytes(op.output(0).dtype))
-    lanes = max(v for v in (1, 2, 4, 8, 16) if v <= widest and last % v == 0)
+    lanes = vector_lanes(op.output(0).dtype, last)
     knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
                          ChoiceKnob(f"{pre}vector", (lanes,))]
 

@@ -304,11 +304,17 @@ def copy_lanes(tensor: Tensor) -> int:
     elements, which every choice divides. A computed operand (gathered patches) computes
     16 bytes' worth of a tile row a thread, each element alone (they are not consecutive in
     memory) but with the index arithmetic they share done once, and stores them as one."""
-    lanes = VECTOR_BYTES // dt.nbytes(tensor.dtype)
     if not isinstance(tensor.op, PlaceholderOp):
-        return lanes
-    row = tensor.shape[-1]
-    while lanes > 1 and (not isinstance(row, int) or row % lanes):
+        return vector_lanes(tensor.dtype)
+    return vector_lanes(tensor.dtype, tensor.shape[-1])
+
+
+def vector_lanes(dtype: str, extent: object = None) -> int:
+    """The most elements of ``dtype`` that VECTOR_BYTES hold and that divide ``extent`` (a
+    power of two, at least 1; any count when ``extent`` is None, none but 1 when it is not a
+    static int)."""
+    lanes = max(1, VECTOR_BYTES // dt.nbytes(dtype))
+    while extent is not None and lanes > 1 and (not isinstance(extent, int) or extent % lanes):
         lanes //= 2
     return lanes
 

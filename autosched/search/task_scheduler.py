@@ -65,6 +65,7 @@ class TaskScheduler:
         # int8 model's heavy matmuls)
         self.size = [w * _estimated_us(t.task) for w, t in zip(self.weights, self.tuners)]
         self.warm_order = sorted(range(len(self.tuners)), key=lambda i: -self.size[i])
+        self.total_size = sum(self.size)
 
     def round_size(self, tuner: Any, batch: int) -> int:
         """How many candidates ``tuner``'s next round measures: ``batch``, but a warm-up round
@@ -73,10 +74,9 @@ class TaskScheduler:
         were all warm-up, 16 each for a 0.01 ms slice and for the 144 ms Winograd transform
         (dnsmos_sig_bak_ovr); the gradient now has the trials the small tasks leave."""
         i = self.tuners.index(tuner)
-        total = sum(self.size)
-        if self.rounds[i] or total <= 0:
+        if self.rounds[i] or self.total_size <= 0:
             return batch
-        share = self.size[i] * len(self.size) / total
+        share = self.size[i] * len(self.size) / self.total_size
         return max(min(batch, math.ceil(batch * share)), min(WARM_MIN, batch))
 
     def next_task(self) -> Any:
