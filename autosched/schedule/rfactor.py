@@ -28,10 +28,11 @@ def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tupl
     if not 0 <= factor_axis <= len(op.axis):
         raise ScheduleError(f"rfactor of {st.name}: factor_axis {factor_axis} not in [0, {len(op.axis)}]")
     for rel in st.relations:
-        if isinstance(rel, FuseRel) or rel.parent.kind != "reduce":
+        if any(a.kind != "reduce" for a in (rel.axes if isinstance(rel, FuseRel) else
+                                            (rel.parent,))):
             raise ScheduleError(
-                f"rfactor of {st.name}: only splits of reduction axes may come before rfactor"
-            )
+                f"rfactor of {st.name}: only splits and fusions of reduction axes may come "
+                "before rfactor")
     body = op.body
     # new loop variables: the factored axis becomes data, the other reduce leaves stay reductions
     data_axes = [E.IterVar(E.Var(a.name), a.dom, "data") for a in op.axis]
@@ -41,11 +42,21 @@ def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tupl
     leaf_value: dict[int, E.Expr] = {axis.var.uid: rf_axis.var}
     leaf_value.update({iv.var.uid: n.var for iv, n in zip(leaves, new_red)})
     guards: list[E.Expr] = []
+    fused = {rel.fused.var.uid for rel in st.relations if isinstance(rel, FuseRel)}
     for rel in reversed(st.relations):
-        assert isinstance(rel, SplitRel)
+        if isinstance(rel, FuseRel):  # the fused index taken apart, innermost axis first
+            value = leaf_value[rel.fused.var.uid]
+            for a in reversed(rel.axes[1:]):
+                leaf_value[a.var.uid] = value % a.dom.extent
+                value = value // a.dom.extent
+            leaf_value[rel.axes[0].var.uid] = value
+            continue
         inner_ext = rel.inner.dom.extent
         value = leaf_value[rel.outer.var.uid] * inner_ext + leaf_value[rel.inner.var.uid]
         leaf_value[rel.parent.var.uid] = value
+        if rel.parent.var.uid in fused and (rel.nparts is not None
+                                            or not _divides(rel.parent.dom.extent, rel.factor)):
+            guards.append(value < rel.parent.dom.extent)  # a fused axis's overhang
     mapping: dict[E.Var, E.Expr] = {a.var: d.var for a, d in zip(op.axis, data_axes)}
     for r in op.reduce_axis:
         value = leaf_value.get(r.var.uid, r.var)

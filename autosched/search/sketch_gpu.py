@@ -8,12 +8,15 @@
              cooperatively by all threads of the block (optionally with vector loads; with
              stages=2, double-buffered: the next step's tiles copied, by cp.async where the
              copy is a vector one, while this step's are multiplied)
-* reduce     data axes fused and spread over blocks and threads; the reduction runs per thread
+* reduce     data axes fused and spread over blocks and threads; the reduction runs per thread,
+             or (few outputs) one block per output, its threads' partials in shared memory
 * injective  all axes fused, split into blocks and threads, the inner part vectorized
 * mma        (a second sketch) a matmul of half tensors on tensor cores: sketch_mma.py
 """
 
 from __future__ import annotations
+
+import math
 
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
@@ -30,6 +33,13 @@ MIN_BLOCKS = 264
 # (outputs per thread, threads per block) tried in order by the untuned tile: the first that
 # still gives MIN_BLOCKS blocks wins
 DEFAULT_SHAPES = ((16, 128), (4, 128), (4, 64), (1, 64), (1, 32))
+# threads of a cross-thread reduction (gpu_reduce_rule's cross knob); untuned, it is taken by
+# reductions of fewer outputs than CROSS_MAX_OUTPUTS (a thread each: fewer than 32 blocks of
+# 256) over at least CROSS_MIN_WORK elements in all, with the most threads that leave each at
+# least 4 elements
+CROSS_THREADS = (32, 64, 128, 256)
+CROSS_MAX_OUTPUTS = 8192
+CROSS_MIN_WORK = 1 << 16
 
 
 def _spread(extents: list[int], goal: int, cap: int) -> list[int]:
@@ -165,16 +175,52 @@ def _bind_threads(st: Stage, threads: int, vector: int) -> None:
 
 
 def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
+    """Data axes fused and spread over blocks and threads, each thread summing its outputs
+    alone; or (the ``cross`` knob, T threads) one block per output whose T threads each sum
+    every T-th element of the reduction (rfactor into shared memory, consecutive threads on
+    consecutive elements) and one thread summing their T partials: where the outputs are
+    too few to fill the GPU a thread each. ppocr_v6_rec_small's squeeze-excite mean over
+    12 x 80 of 96 channels ran in one block of 96 threads, each adding 960 numbers in a row
+    (float32 rounding 7x that of onnxruntime's, which the model's later layers grew past
+    the corpus tolerance)."""
     pre = f"{name}."
-    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3)]
+    op = sch0.stage(name).compute_op
+    outputs = math.prod(_static_extent(a) for a in op.axis)
+    extent = math.prod(_static_extent(r) for r in op.reduce_axis)
+    cross = tuple(t for t in CROSS_THREADS if t <= extent // 2) if op.axis else ()
+    few = outputs * extent >= CROSS_MIN_WORK and outputs < CROSS_MAX_OUTPUTS
+    fits = [i for i, t in enumerate(cross, 1) if t <= extent // 4]
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
+                         ChoiceKnob(f"{pre}cross", (0,) + cross,
+                                    default_index=fits[-1] if few and fits else 0)]
 
     def apply(sch: Schedule, p: Params) -> None:
         st = sch.stage(name)
         axes = list(st.compute_op.axis)
-        if axes:
+        if axes and p[f"{pre}cross"]:
+            _cross_thread(sch, name, p[f"{pre}cross"])
+        elif axes:
             _bind_flat(sch, name, axes, p[f"{pre}threads"])
 
     return Rule(name, tuple(knobs), apply, "gpu_reduce")
+
+
+def _cross_thread(sch: Schedule, name: str, threads: int) -> None:
+    """One block per output of the reduction ``name``: ``threads`` partials in shared
+    memory, each over every ``threads``-th element, then summed by thread 0."""
+    st = sch.stage(name)
+    red = list(st.compute_op.reduce_axis)
+    k = st.fuse(*red) if len(red) > 1 else red[0]
+    _, ki = st.split(k, factor=threads)
+    rf = sch[sch.rfactor(st.op.output(), ki)]
+    rf.set_scope("shared")
+    st = sch.stage(name)
+    axes = list(st.compute_op.axis)
+    block, one = st.split(st.fuse(*axes) if len(axes) > 1 else axes[0], factor=1)
+    st.bind(block, _thread("blockIdx.x"))
+    st.bind(one, _thread("threadIdx.x"))  # the final sum: thread 0 (a guard)
+    rf.compute_at(st, block)
+    rf.bind(rf.compute_op.axis[0], _thread("threadIdx.x"))
 
 
 def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:

@@ -471,7 +471,8 @@ def _progress(total: int, verbose: bool):  # noqa: ANN202
 # and no random or uncertain picks (nothing is measured). Six generations of 64: on ResNet-18's
 # GPU convs two generations left the pick's predicted score below those of most candidates a
 # tuning job had measured (the search, not the model, was short); tasks search in parallel.
-PICK_ORDER = "tensor cores first, their default first for a model blind to them"  # how model_candidates orders sketches (part of a pick's key)
+PICK_ORDER = ("tensor cores first, their default first for a model blind to them; a "
+              "cross-thread reduction's default first for a model blind to them")  # how model_candidates orders sketches (part of a pick's key)
 MODEL_SEARCH = EvolutionConfig(population=64, generations=6, eps_greedy=0.0, eps_uncertain=0.0)
 MODEL_SEARCH_WORKERS: int | None = None  # processes model_schedules searches in (None: cores)
 
@@ -494,6 +495,7 @@ def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed
     mma = next((i for i, sk in enumerate(space.sketches) if sk.tensor_cores), None)
     if mma is not None:
         batch = _tensor_cores_first(space, batch, mma, model)
+    batch = _cross_thread_default_first(space, batch, model)
     return [[st.to_dict() for st in search.schedule_of(low).steps] for low in batch]
 
 
@@ -516,6 +518,23 @@ def _tensor_cores_first(space: SearchSpace, batch: list[Lowered], mma: int,
         blind = getattr(model, "tensor_core_records", 0) == 0
         first = [default, *first] if blind else [*first, default]
     return first + rest
+
+
+def _cross_thread_default_first(space: SearchSpace, batch: list[Lowered], model: Any
+                                ) -> list[Lowered]:
+    """Where the untuned default reduces across the threads of a block (sketch_gpu's
+    ``cross`` knob: few outputs over long reductions), it leads for a model trained on no
+    such records (the shipped GPU model): blind to the form, it ranked per-thread sums
+    first for each of ppocr_v6_rec_small's 6 such reductions, one block of 96 threads
+    adding 960 numbers each in a row."""
+    default = space.default_candidate()
+    if getattr(model, "cross_thread_records", 0) or not any(
+            k.endswith(".cross") and v for k, v in default.params):
+        return batch
+    low = space.lower(default)
+    if low is None:
+        return batch
+    return [low, *[b for b in batch if b.ir_hash != low.ir_hash]]
 
 
 def model_schedule(task: Task, model: Any = None, *, candidates: int = 8, seed: int = 0,

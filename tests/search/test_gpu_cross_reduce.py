@@ -1,0 +1,95 @@
+"""The GPU reduce rule's cross-thread form (search/sketch_gpu.py, gpu_reduce_rule's ``cross``
+knob): a reduction of few outputs over many elements runs one block per output, its threads'
+partials in shared memory. Untuned, such a reduction takes it; every form matches numpy on
+the host emulator (which also reports any data race between the threads), on the GPU too."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import autosched as aus
+from autosched import te
+from autosched.search.space import Candidate, SearchSpace
+from autosched.targets.cuda.host_emulate import unavailable
+from autosched.te.ops import reduction
+from tests.support.nvrtc import NVRTC_SKIP
+
+HOST_SKIP = NVRTC_SKIP or unavailable()
+TARGETS = [
+    pytest.param("cuda -emulate=host", marks=pytest.mark.skipif(HOST_SKIP is not None,
+                                                                reason=str(HOST_SKIP))),
+    pytest.param("cuda", marks=pytest.mark.gpu)]
+
+# (input shape, reduced axes, numpy reduction, ours)
+CASES = {
+    # ppocr_v6_rec_small's squeeze-excite mean: 96 outputs of 12 x 80
+    "mean_se": ((1, 96, 12, 80), (2, 3), np.mean, reduction.mean),
+    "sum_rows": ((40, 3000), (1,), np.sum, reduction.sum),  # 3000: no thread count divides it
+    "max_rows": ((7, 1001), (1,), np.max, reduction.max),
+    "sum_middle": ((3, 517, 64), (1,), np.sum, reduction.sum),  # strided reduce axis
+}
+
+
+def _task(case: str, target: str) -> tuple[aus.Task, tuple[int, ...], tuple[int, ...]]:
+    shape, axes, _, ours = CASES[case]
+    x = te.placeholder(shape, name="x")
+    out = ours(x, axis=axes, keepdims=True)
+    return aus.Task(out, target=target), shape, tuple(1 if i in axes else d
+                                                      for i, d in enumerate(shape))
+
+
+def _cross(space: SearchSpace, c: Candidate) -> int:
+    return next(v for k, v in c.params if k.endswith(".cross"))
+
+
+@pytest.mark.parametrize("case", ["mean_se", "sum_rows"])
+def test_few_long_reductions_go_cross_thread_untuned(case):
+    task, shape, out = _task(case, "cuda -arch=sm_90")
+    space = SearchSpace(task)
+    assert _cross(space, space.default_candidate()) >= 64
+    kernels = task.build(space.default_schedule()).source.kernels
+    # the reduction's kernel: a block per output (before: one block of 96 threads for
+    # mean_se, each adding 960 numbers in a row)
+    blocks = [math.prod(g.value for g in k.grid) for k in kernels]  # type: ignore[attr-defined]
+    assert max(blocks) >= math.prod(out), blocks
+
+
+def test_zero_measurement_pick_keeps_the_cross_thread_default():
+    # the shipped cost model has seen no cross-thread reduction: its picks summed per thread
+    from autosched.search.tune import model_candidates
+
+    task, _, _ = _task("mean_se", "cuda -arch=sm_90")
+    first = model_candidates(task)[0]
+    assert any(d["kind"] == "rfactor" for d in first), first
+
+
+def test_many_outputs_stay_a_thread_each():
+    x = te.placeholder((65536, 64), name="x")  # 256 blocks of 256 threads a thread each
+    space = SearchSpace(aus.Task(reduction.sum(x, axis=(1,)), target="cuda -arch=sm_90"))
+    assert _cross(space, space.default_candidate()) == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cross_thread_reductions_match_numpy(case, target, rng):
+    task, shape, out_shape = _task(case, target)
+    _, axes, ref, _ = CASES[case]
+    space = SearchSpace(task)
+    sketch = space.default_candidate().sketch
+    knob = next(k for k in space.sketches[sketch].knobs if k.name.endswith(".cross"))
+    x = rng.uniform(-1, 1, shape).astype("float32")
+    want = ref(x.astype(np.float64), axis=axes, keepdims=True)
+    for threads in knob.options:
+        params = tuple((k.name, threads if k is knob else k.default())
+                       for k in space.sketches[sketch].knobs)
+        low = space.lower(Candidate(sketch, params))
+        assert low is not None, threads
+        mod = task.build(low.schedule)
+        got = np.full(out_shape, np.nan, "float32")
+        mod(x, got)  # on the host emulator: a data race between threads raises
+        # a thread adding 3000 numbers in a row rounds up to about 5e-5 off
+        atol = 2e-5 if threads else 2e-4
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol, err_msg=f"cross {threads}")
