@@ -200,8 +200,12 @@ def optimize(graph: Graph) -> Graph:
     return eliminate_dead(fold_batch_norm(remove_identities(fold_constants(graph))))
 
 
-# Output columns from which a stride-1 1x1 convolution keeps OIHW (its rows the vector).
-PACK_1X1_BELOW_COLUMNS = 14
+# Output columns from which a stride-1 1x1 convolution keeps OIHW (its rows the vector): a
+# row shorter than an AVX-512 vector of floats sums channels-last. Tuned 40 trials each on
+# znver4 (benchmarks/cpu_conv_layout.py), OIHW against channels-last, conv + ReLU at 14 x 14:
+# 256 -> 256 0.205 / 0.119 ms, 128 -> 256 0.100 / 0.064, 64 -> 384 0.089 / 0.053, 384 -> 64
+# 0.077 / 0.046; at 28 x 28 about even (128 -> 128 0.130 / 0.125, 64 -> 128 0.066 / 0.073)
+PACK_1X1_BELOW_COLUMNS = 16
 # Input channels and output pixels from which a stride-1 kernel larger than 1x1 sums
 # channels-last over any rows: tuned 60-80 trials each on znver4, channels-last against
 # OIHW, conv + ReLU: 64 -> 32 at 900 x 161 26.6 against 54.1 ms, at 900 x 160 38.1 / 45.5;
@@ -214,7 +218,7 @@ PACK_LARGE_PIXELS = 1 << 16
 def packing_pays(node: Node, w: np.ndarray, out_shape: tuple[int, ...] | None) -> bool:
     """Channels-last sums pay where a row is a poor vector: strided convolutions (the row
     reads are gathers), 1x1 kernels over few input channels, and 1x1 kernels over short rows
-    (under PACK_1X1_BELOW_COLUMNS columns: a row of 7 fills under half an AVX-512 vector).
+    (under PACK_1X1_BELOW_COLUMNS columns: a row of 14 fills under one AVX-512 vector).
     A stride-1 kernel larger than 1x1 over few input channels (a spectrogram's first conv)
     keeps OIHW over long rows: channels-last, its few sums per output went through a
     transposed store (untuned on znver4, OIHW against channels-last, conv + ReLU: 1 -> 32

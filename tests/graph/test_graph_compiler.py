@@ -75,7 +75,8 @@ def test_cpu_conv_weights_are_packed_channels_last(rng: np.random.Generator) -> 
     np.testing.assert_allclose(y, ort_run(m, x)[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("columns,packed", [(7, True), (13, True), (14, False), (30, False)])
+@pytest.mark.parametrize("columns,packed", [(7, True), (14, True), (15, True), (16, False),
+                                            (30, False)])
 def test_cpu_1x1_convs_over_long_rows_keep_oihw(columns: int, packed: bool,
                                                 rng: np.random.Generator) -> None:
     """A stride-1 1x1 conv sums along its rows (OIHW) from PACK_1X1_BELOW_COLUMNS output

@@ -19,7 +19,7 @@ process (a crash or a hang in one does not end the table): import with the manif
 ``aus.compile`` with default schedules, run on fresh random inputs, compare every output with
 onnxruntime at rtol 1e-3, atol 1e-4 (and the logits under a final Sigmoid or Softmax, which
 would hide errors where the activation saturates), then time both (medians of runs lasting
-0.5 s, in three alternating rounds; each side's best round). The table prints the load average
+0.5 s, in three alternating rounds, ``--rounds``; each side's best round). The table prints the load average
 (times on a busy machine say little). The table names
 the stage each failing model stopped at and the first line of its error. Target ``cuda-host``
 compiles the CUDA kernels with NVRTC as for a GPU and runs their CUDA C on the CPU through
@@ -355,15 +355,15 @@ class Tuning:
 
 
 def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None = None,
-          threads: int | None = None, tuning: Tuning | None = None, zero: bool = False
-          ) -> Result:
+          threads: int | None = None, tuning: Tuning | None = None, zero: bool = False,
+          rounds: int = 3) -> Result:
     """Run one corpus model through every stage, recording where it stops and why; ``zero``:
     also compile it with schedules the cost model chooses without measuring anything."""
     r = Result(e.name, e.wheel.package)
     try:
         proto = prepared_model(e)
         r.ops, r.stage = op_types(proto), "import"
-        _stages(e, proto, target, timing, seed, threads, r, tuning, zero)
+        _stages(e, proto, target, timing, seed, threads, r, tuning, zero, rounds)
     except CorpusUnavailable:
         raise
     except Exception as exc:  # a report of every failure, not a crash of the corpus run
@@ -374,7 +374,7 @@ def check(e: Entry, target: str = "llvm", timing: bool = True, seed: int | None 
 
 def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
             threads: int | None, r: Result, tuning: Tuning | None = None,
-            zero: bool = False) -> None:
+            zero: bool = False, rounds: int = 3) -> None:
     import autosched as aus
     from autosched.testing import models
     from importers.onnx import from_onnx
@@ -410,7 +410,7 @@ def _stages(e: Entry, proto: Any, target: str, timing: bool, seed: int | None,
         extra = {k: m for k, m in (("tuned_ms", tuned), ("model_ms", chosen)) if m is not None}
         sides = [model.time, *(m.time for m in extra.values()),
                  lambda f: _ort_seconds(sess, f)]
-        best = _times(sides, feeds)
+        best = _times(sides, feeds, rounds)
         r.ours_ms, r.ort_ms = best[0], best[-1]
         for field, ms in zip(extra, best[1:]):
             setattr(r, field, ms)
@@ -461,10 +461,11 @@ def _ort_seconds(sess: Any, feeds: dict[str, np.ndarray], repeat: int = 10, min_
 
 
 def check_in_child(e: Entry, target: str, timing: bool, timeout: float,
-                   tuning: Tuning | None = None, zero: bool = False) -> Result:
+                   tuning: Tuning | None = None, zero: bool = False, rounds: int = 3) -> Result:
     """``check`` in a fresh interpreter: a segfault or a hang becomes that model's error."""
     cmd = [sys.executable, "-m", "tests.support.corpus", "--child", e.name,
-           "--target", target] + ([] if timing else ["--no-time"]) + (["--zero"] if zero else [])
+           "--target", target, "--rounds", str(rounds)] + ([] if timing else ["--no-time"]) + (
+               ["--zero"] if zero else [])
     if tuning is not None:
         cmd += ["--trials", str(tuning.trials), "--logs", os.fspath(tuning.logs.resolve())]
     try:
@@ -537,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --trials: the folder of the models' logs (NAME.TARGET.jsonl)")
     ap.add_argument("--zero", action="store_true",
                     help="also time each model with schedules the cost model chooses, unmeasured")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating timing rounds (each side's best round counts)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     os.environ["AUTOSCHED_PICK_CACHE"] = "0"  # the zero-measurement search is timed: no cached picks
@@ -544,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     tuning = Tuning(args.trials, Path(args.logs)) if args.trials > 0 else None
     if args.child:
         r = check(entries[args.child], args.target, not args.no_time, tuning=tuning,
-                  zero=args.zero)
+                  zero=args.zero, rounds=args.rounds)
         print("RESULT " + json.dumps(asdict(r)), flush=True)
         return 0
     if args.locate:
@@ -564,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for e in chosen:
         results.append(check_in_child(e, args.target, not args.no_time, args.timeout, tuning,
-                                      args.zero))
+                                      args.zero, args.rounds))
         r = results[-1]
         print(f"  {r.name}: {'ok' if r.ok else r.stage + ': ' + r.error}{_times_said(r)}",
               flush=True)  # a run cut short still says what it measured
