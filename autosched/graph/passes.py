@@ -357,16 +357,18 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
 # Output rows / columns from which a convolution takes F(4x4, 3x3), and F(2x2, 3x3).
 WINOGRAD_TILES = ((14, 4), (7, 2))
 # Measured on an AVX-512 CPU (2 cores, 64 trials per convolution, direct / Winograd tuned):
-# 16 channels lose (16 -> 16 at 56 x 56: 0.71x; 16 -> 32 at 32 x 32: 0.53x), 32 win while the
-# transformed tiles stay in the caches (32 -> 32 at 56 x 56, 0.9 MB of tiles: 1.32x; at 112 x
-# 112, 3.6 MB: 1.13x) and lose beyond (at 450 x 60, 7.8 MB: 0.48x), 64 win out of the caches
-# too (64 -> 64 at 112 x 112, 7.2 MB: 1.11x; at 56 x 56: 2.05x). The transforms move
+# 16 channels lose (16 -> 16 at 56 x 56: 0.71x; 16 -> 32 at 32 x 32: 0.53x), and since the
+# direct convolutions' defaults and rules improved, so do 32 (znver4, conv + ReLU, 60 trials
+# each, Winograd / direct ms: 32 -> 32 at 56 x 56 0.470 / 0.319, at 120 x 120 2.237 / 1.560,
+# at 225 x 30 1.350 / 1.000, at 40 x 40 0.143 / 0.137; 32 -> 64 at 80 x 80 1.429 / 1.061),
+# while 48 and 64 win (48 -> 48 at 56 x 56 0.425 / 0.644; 64 -> 64 0.875 / 1.051). 64 win out
+# of the caches too (64 -> 64 at 112 x 112, 7.2 MB of tiles: 1.11x). The transforms move
 # alpha^2 / m^2 of each input and output through memory once more; their cost per channel is
 # repaid by the multiplies saved per pair of channels, C K / (C + K) of them per channel.
 # Far beyond the caches no channel count repays them: 64 -> 64 at 900 x 161 (85 MB of tiles,
 # a spectrogram of dnsmos_sig_bak_ovr) took 143 ms with Winograd against 72 direct and
 # channels-last (60 trials each).
-WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_CHANNELS = 48
 WINOGRAD_CACHED_BYTES = 4 << 20   # the larger side's transformed tiles: in the caches
 WINOGRAD_UNCACHED_PAIRS = 32      # C K / (C + K) from which tiles out of the caches pay
 WINOGRAD_MAX_BYTES = 32 << 20     # tiles beyond this never pay
@@ -374,7 +376,7 @@ WINOGRAD_MAX_BYTES = 32 << 20     # tiles beyond this never pay
 
 def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
     """The Winograd tile size m for a Conv node (None: keep it direct). Stride-1, dilation-1,
-    ungrouped float32 3x3 convolutions with at least 32 input and output channels: F(4x4,
+    ungrouped float32 3x3 convolutions with at least 48 input and output channels: F(4x4,
     3x3) (a quarter of the multiplies) from 14 x 14 outputs, F(2x2, 3x3) (4 / 9 of them) at
     7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use;
     with fewer than 64 channels a side, only while the transformed tiles fit the caches

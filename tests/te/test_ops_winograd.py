@@ -79,10 +79,10 @@ def test_bad_arguments_name_the_value() -> None:
 
 def _model(seed: int) -> object:
     b = Builder(seed)
-    y = b.op("Relu", [b.conv("x", 32, 32, 3, bias=True)])          # Winograd
-    z = b.op("Relu", [b.op("Add", [b.conv(y, 32, 32, 3, bias=True), y])])  # Winograd + residual
-    s = b.conv(z, 32, 16, 3, stride=2, bias=True)                   # strided: direct
-    return b.model(("x", (1, 32, 28, 28)), b.op("Relu", [s]), "winograd_net")
+    y = b.op("Relu", [b.conv("x", 48, 48, 3, bias=True)])          # Winograd
+    z = b.op("Relu", [b.op("Add", [b.conv(y, 48, 48, 3, bias=True), y])])  # Winograd + residual
+    s = b.conv(z, 48, 16, 3, stride=2, bias=True)                   # strided: direct
+    return b.model(("x", (1, 48, 28, 28)), b.op("Relu", [s]), "winograd_net")
 
 
 def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
@@ -93,7 +93,7 @@ def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
     counts = cpu.op_counts()
     assert counts["WinogradInput"] == counts["WinogradOutput"] == 2 and counts["Conv"] == 1
     assert "WinogradInput" not in gpu.op_counts()   # GPU convolutions stay direct
-    x = {"x": rng.uniform(-1, 1, (1, 32, 28, 28)).astype(np.float32)}
+    x = {"x": rng.uniform(-1, 1, (1, 48, 28, 28)).astype(np.float32)}
     (y,) = aus.compile(g, "llvm").run(x)
     np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
 
@@ -101,12 +101,14 @@ def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
 @pytest.mark.parametrize("cin, cout, out_hw, m", [
     (16, 16, (56, 56), None),     # too few channels to repay the transforms
     (16, 32, (32, 32), None),
-    (32, 32, (56, 56), 4),        # 0.9 MB of transformed tiles: in the caches
-    (32, 32, (450, 60), None),    # 7.8 MB with 32 channels a side: direct
+    (32, 32, (56, 56), None),     # 32 a side: direct (0.68x with Winograd, tuned)
+    (32, 64, (80, 80), None),
+    (48, 48, (56, 56), 4),        # 1.4 MB of transformed tiles: in the caches
+    (48, 48, (450, 60), None),    # 11.7 MB with 48 channels a side: direct
     (64, 64, (450, 60), 4),       # 64 a side repay tiles out of the caches
     (64, 64, (900, 161), None),   # but not 85 MB of them
     (128, 64, (900, 161), None),
-    (32, 64, (12, 12), 2),
+    (48, 64, (12, 12), 2),
     (64, 64, (6, 40), None),      # under F(2x2)'s 7 rows
 ])
 def test_winograd_tile_weighs_channels_against_tile_bytes(cin, cout, out_hw, m) -> None:
