@@ -134,7 +134,7 @@ def test_aarch64_library_with_a_weights_file_under_qemu(tmp_path: Path, c_runner
 def test_the_library_shrinks_by_the_weights_and_exports_only_the_api(
         cnn: dict[str, Path]) -> None:
     weights = (cnn["file"] / "cnn.weights").stat().st_size - WEIGHTS_HEADER_BYTES
-    assert weights > 100_000
+    assert weights > 4 * (16 << 10)  # well above the tolerance below (97 KB of weights)
     shrunk = (cnn["embedded"] / "cnn.so").stat().st_size - (cnn["file"] / "cnn.so").stat().st_size
     assert abs(shrunk - weights) < 16 << 10, (shrunk, weights)  # the glue's code, page padding
     assert _exported(cnn["file"] / "cnn.so") == sorted(f"cnn_{f}" for f in API)
