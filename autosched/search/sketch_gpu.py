@@ -77,10 +77,15 @@ def default_tiles(extents: list[int], max_threads: int) -> tuple[list[int], list
     return thr, reg
 
 
+def _fused(st: Stage, axes: list[E.IterVar]) -> E.IterVar:
+    """``axes`` fused into one loop (the axis itself when there is one)."""
+    return st.fuse(*axes) if len(axes) > 1 else axes[0]
+
+
 def _bind_flat(sch: Schedule, name: str, axes: list, threads: int, vector: int = 1) -> None:
     """Fuse ``axes``, split into blocks x threads (x vector lanes), bind."""
     st = sch.stage(name)
-    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    f = _fused(st, axes)
     if vector > 1:
         f, v = st.split(f, factor=vector)
         st.vectorize(v)
@@ -123,8 +128,7 @@ def gpu_tile_rule(name: str, fused_into: str | None, sch0: Schedule, max_threads
             thr.append(th)
             inner.append(inn)
         consumer.reorder(*blocks, *thr, *inner)
-        bf = consumer.fuse(*blocks) if len(blocks) > 1 else blocks[0]
-        tf = consumer.fuse(*thr) if len(thr) > 1 else thr[0]
+        bf, tf = _fused(consumer, blocks), _fused(consumer, thr)
         consumer.bind(bf, _thread("blockIdx.x"))
         consumer.bind(tf, _thread("threadIdx.x"))
         producer.compute_at(consumer, tf)
@@ -165,7 +169,7 @@ def _direct_inputs(op: ComputeOp) -> list[Tensor]:
 def _bind_threads(st: Stage, threads: int, vector: int) -> None:
     """Cooperative fetching: all threads of the block copy the tile, ``vector`` elements each."""
     axes = list(st.compute_op.axis)
-    f = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    f = _fused(st, axes)
     last = _static_extent(st.compute_op.axis[-1])
     if vector > 1 and last % vector == 0:
         f, v = st.split(f, factor=vector)
@@ -209,14 +213,11 @@ def _cross_thread(sch: Schedule, name: str, threads: int) -> None:
     """One block per output of the reduction ``name``: ``threads`` partials in shared
     memory, each over every ``threads``-th element, then summed by thread 0."""
     st = sch.stage(name)
-    red = list(st.compute_op.reduce_axis)
-    k = st.fuse(*red) if len(red) > 1 else red[0]
-    _, ki = st.split(k, factor=threads)
+    _, ki = st.split(_fused(st, list(st.compute_op.reduce_axis)), factor=threads)
     rf = sch[sch.rfactor(st.op.output(), ki)]
     rf.set_scope("shared")
     st = sch.stage(name)
-    axes = list(st.compute_op.axis)
-    block, one = st.split(st.fuse(*axes) if len(axes) > 1 else axes[0], factor=1)
+    block, one = st.split(_fused(st, list(st.compute_op.axis)), factor=1)
     st.bind(block, _thread("blockIdx.x"))
     st.bind(one, _thread("threadIdx.x"))  # the final sum: thread 0 (a guard)
     rf.compute_at(st, block)

@@ -495,7 +495,7 @@ def model_candidates(task: Task, model: Any = None, *, candidates: int = 8, seed
     mma = next((i for i, sk in enumerate(space.sketches) if sk.tensor_cores), None)
     if mma is not None:
         batch = _tensor_cores_first(space, batch, mma, model)
-    batch = _cross_thread_default_first(space, batch, model)
+    batch = _cross_thread_default_first(space, batch)
     return [[st.to_dict() for st in search.schedule_of(low).steps] for low in batch]
 
 
@@ -520,16 +520,15 @@ def _tensor_cores_first(space: SearchSpace, batch: list[Lowered], mma: int,
     return first + rest
 
 
-def _cross_thread_default_first(space: SearchSpace, batch: list[Lowered], model: Any
-                                ) -> list[Lowered]:
+def _cross_thread_default_first(space: SearchSpace, batch: list[Lowered]) -> list[Lowered]:
     """Where the untuned default reduces across the threads of a block (sketch_gpu's
-    ``cross`` knob: few outputs over long reductions), it leads for a model trained on no
-    such records (the shipped GPU model): blind to the form, it ranked per-thread sums
-    first for each of ppocr_v6_rec_small's 6 such reductions, one block of 96 threads
-    adding 960 numbers each in a row."""
+    ``cross`` knob: few outputs over long reductions), it leads: no cost model has been
+    trained on such records (pretrain counts tensor-core records, not these), and the
+    shipped GPU model, blind to the form, ranked per-thread sums first for each of
+    ppocr_v6_rec_small's 6 such reductions, one block of 96 threads adding 960 numbers each
+    in a row."""
     default = space.default_candidate()
-    if getattr(model, "cross_thread_records", 0) or not any(
-            k.endswith(".cross") and v for k, v in default.params):
+    if not any(k.endswith(".cross") and v for k, v in default.params):
         return batch
     low = space.lower(default)
     if low is None:
