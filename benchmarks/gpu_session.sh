@@ -19,6 +19,13 @@ step() {  # name limit command...
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "== $name rc=$? $((SECONDS - t0)) s"; tail -n 25 "$OUT/$name.log"
 }
+unpack_logs() {  # the logs carried gzipped in .gpu-logs-gz, into .gpu-logs (kept if there)
+    mkdir -p .gpu-logs
+    for f in .gpu-logs-gz/*.gz; do
+        [ -e "$f" ] && [ ! -e ".gpu-logs/$(basename "${f%.gz}")" ] \
+            && zcat "$f" > ".gpu-logs/$(basename "${f%.gz}")"
+    done
+}
 for s in "$@"; do
     case $s in
         diagnose) step diagnose 300 python3 benchmarks/gpu_diagnose.py ;;
@@ -62,20 +69,16 @@ for s in "$@"; do
                 --out "$OUT/e2e_zero.json" ;;
         ctune:*)  # ctune:<name>,<name>: tune corpus models on cuda to 300 trials, $JOBS at a time
             # (their timed loops take turns on the GPU through the device lock), logs in
-            # .gpu-logs (what an earlier call brought back), then $OUT/logs.tgz
-            names=${s#ctune:}; mkdir -p .gpu-logs
+            # .gpu-logs (what an earlier call brought back, or carried gzipped in .gpu-logs-gz:
+            # a log there is topped up), then $OUT/logs.tgz
+            names=${s#ctune:}; unpack_logs
             printf '%s\n' ${names//,/ } | step ctune "${CTUNE_S:-560}" xargs -P "${JOBS:-4}" -I{} \
                 python3 -m tests.support.corpus {} --target cuda --trials 300 --logs .gpu-logs \
                 --no-time --timeout 900
             tar czf "$OUT/logs.tgz" .gpu-logs ;;
         ctime:*)  # ctime:<name>,<name>: each model untuned, with its .gpu-logs log (and with
-            # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time;
-            # logs carried gzipped in .gpu-logs-gz are unpacked first
-            names=${s#ctime:}; mkdir -p .gpu-logs
-            for f in .gpu-logs-gz/*.gz; do
-                [ -e "$f" ] && [ ! -e ".gpu-logs/$(basename "${f%.gz}")" ] \
-                    && zcat "$f" > ".gpu-logs/$(basename "${f%.gz}")"
-            done
+            # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time
+            names=${s#ctime:}; unpack_logs
             step ctime "${CTIME_S:-560}" python3 -m tests.support.corpus ${names//,/ } --target cuda \
                 --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json" ;;
         e2e20:*)  # e2e20:<model>: issue 20's rows of one model: batch 1 / 8 / 32 in fp32, tf32
