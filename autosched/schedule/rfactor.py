@@ -28,8 +28,7 @@ def rfactor_ops(st: Stage, axis: E.IterVar, factor_axis: int, name: str) -> tupl
     if not 0 <= factor_axis <= len(op.axis):
         raise ScheduleError(f"rfactor of {st.name}: factor_axis {factor_axis} not in [0, {len(op.axis)}]")
     for rel in st.relations:
-        if any(a.kind != "reduce" for a in (rel.axes if isinstance(rel, FuseRel) else
-                                            (rel.parent,))):
+        if (rel.fused if isinstance(rel, FuseRel) else rel.parent).kind != "reduce":
             raise ScheduleError(
                 f"rfactor of {st.name}: only splits and fusions of reduction axes may come "
                 "before rfactor")

@@ -160,7 +160,10 @@ class Stage:
         return xo, yo, xi, yi
 
     def fuse(self, *axes: E.IterVar) -> E.IterVar:
-        """Fuse adjacent axes (outermost first) into one."""
+        """Fuse adjacent axes (outermost first) into one. With no axes (as TVM's ``fuse()``),
+        a new outermost loop of one iteration: a loop to bind or attach at in a stage that
+        has no data axis, such as a reduction to a scalar (bound to ``blockIdx.x``, its
+        reduce axes can then be spread over the block's threads)."""
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
             axes = tuple(axes[0])
         ivs = [self._axis(a, "fuse") for a in axes]
@@ -396,6 +399,11 @@ class Schedule:
 
     def _apply_fuse(self, step: S.Fuse) -> E.IterVar:
         st = self._compute_stage(step.stage, "fuse")
+        if not step.axes:
+            one = st._new_axis(S.SINGLETON, E.const(1), "data")
+            st.leaf.insert(0, one)
+            st.relations.append(FuseRel((), one))
+            return one
         if len(step.axes) < 2:
             raise ScheduleError(f"fuse on {st.name} needs at least two axes, got {list(step.axes)}")
         ivs = [st.leaf_named(a) for a in step.axes]

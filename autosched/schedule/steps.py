@@ -64,13 +64,17 @@ class Split(Step):
         return f"{n(self.stage, o)}, {n(self.stage, i)} = {self.s}.split({n(self.stage, self.axis)}, {arg})"
 
 
+# the axis a fuse of no axes makes: a new outermost loop of one iteration (Stage.fuse)
+SINGLETON = "singleton"
+
+
 @dataclass(frozen=True)
 class Fuse(Step):
     kind: ClassVar[str] = "fuse"
     axes: tuple[str, ...]
 
     def output(self) -> str:
-        return ".".join(self.axes) + ".fused"
+        return ".".join(self.axes) + ".fused" if self.axes else SINGLETON
 
     def python(self, n: Namer) -> str:
         axes = ", ".join(n(self.stage, a) for a in self.axes)

@@ -35,11 +35,14 @@ MIN_BLOCKS = 264
 DEFAULT_SHAPES = ((16, 128), (4, 128), (4, 64), (1, 64), (1, 32))
 # threads of a cross-thread reduction (gpu_reduce_rule's cross knob); untuned, it is taken by
 # reductions of fewer outputs than CROSS_MAX_OUTPUTS (a thread each: fewer than 32 blocks of
-# 256) over at least CROSS_MIN_WORK elements in all, with the most threads that leave each at
-# least 4 elements
+# 256) over at least CROSS_MIN_WORK elements in all or CROSS_MIN_CHAIN each (a thread's sum in
+# a row: its loads wait on each other), with the most threads that leave each at least 4
+# elements. ddddocr_ocr_int8's DynamicQuantizeLinear min and max (to a scalar, over 61,440 to
+# 122,880 elements) ran in one thread: 1.0-3.2 ms each on an H100
 CROSS_THREADS = (32, 64, 128, 256)
 CROSS_MAX_OUTPUTS = 8192
 CROSS_MIN_WORK = 1 << 16
+CROSS_MIN_CHAIN = 1024
 
 
 def _spread(extents: list[int], goal: int, cap: int) -> list[int]:
@@ -78,8 +81,9 @@ def default_tiles(extents: list[int], max_threads: int) -> tuple[list[int], list
 
 
 def _fused(st: Stage, axes: list[E.IterVar]) -> E.IterVar:
-    """``axes`` fused into one loop (the axis itself when there is one)."""
-    return st.fuse(*axes) if len(axes) > 1 else axes[0]
+    """``axes`` fused into one loop (the axis itself when there is one; a new loop of one
+    iteration when there is none)."""
+    return axes[0] if len(axes) == 1 else st.fuse(*axes)
 
 
 def _bind_flat(sch: Schedule, name: str, axes: list, threads: int, vector: int = 1) -> None:
@@ -191,17 +195,17 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
     op = sch0.stage(name).compute_op
     outputs = math.prod(_static_extent(a) for a in op.axis)
     extent = math.prod(_static_extent(r) for r in op.reduce_axis)
-    cross = tuple(t for t in CROSS_THREADS if t <= extent // 2) if op.axis else ()
-    few = outputs * extent >= CROSS_MIN_WORK and outputs < CROSS_MAX_OUTPUTS
+    cross = tuple(t for t in CROSS_THREADS if t <= extent // 2)
+    few = outputs < CROSS_MAX_OUTPUTS and (outputs * extent >= CROSS_MIN_WORK
+                                           or extent >= CROSS_MIN_CHAIN)
     fits = [i for i, t in enumerate(cross, 1) if t <= extent // 4]
     knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
                          ChoiceKnob(f"{pre}cross", (0,) + cross,
                                     default_index=fits[-1] if few and fits else 0)]
 
     def apply(sch: Schedule, p: Params) -> None:
-        st = sch.stage(name)
-        axes = list(st.compute_op.axis)
-        if axes and p[f"{pre}cross"]:
+        axes = list(sch.stage(name).compute_op.axis)
+        if p[f"{pre}cross"]:  # a scalar's too: one block
             _cross_thread(sch, name, p[f"{pre}cross"])
         elif axes:
             _bind_flat(sch, name, axes, p[f"{pre}threads"])

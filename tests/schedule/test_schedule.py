@@ -259,6 +259,43 @@ def test_bind_gpu_schedule_on_reference(rng):
     check_replay(s, [C], [A, B, C])
 
 
+def test_fuse_of_no_axes_binds_a_scalar_reduction(rng):
+    """fuse() with no axes (TVM's meaning): a new outermost loop of one iteration, which a
+    reduction to a scalar binds to a block whose threads share the reduction."""
+    X = te.placeholder((3, 700), name="X")
+    i, k = te.reduce_axis((0, 3), name="i"), te.reduce_axis((0, 700), name="k")
+    Y = te.compute((), lambda: te.max(X[i, k], axis=[i, k]), name="Y")
+    s = te.create_schedule(Y.op)
+    f = s[Y].fuse(*s[Y].op.reduce_axis)
+    _, fi = s[Y].split(f, factor=64)
+    YF = s.rfactor(Y, fi)
+    s[YF].set_scope("shared")
+    one = s[Y].fuse()
+    assert one.dom.extent.value == 1 and s[Y].leaf[0] is one
+    with pytest.raises(ScheduleError, match="already has an axis named singleton"):
+        s[Y].fuse()
+    b, t = s[Y].split(one, factor=1)
+    s[Y].bind(b, te.thread_axis("blockIdx.x"))
+    s[Y].bind(t, te.thread_axis("threadIdx.x"))
+    s[YF].compute_at(s[Y], b)
+    s[YF].bind(s[YF].op.axis[0], te.thread_axis("threadIdx.x"))
+    x = random_array(rng, (3, 700))
+    (y,) = run(s, [X, Y], [x], "ref")
+    assert y == x.max()
+    check_replay(s, [Y], [X, Y])
+
+
+def test_rfactor_after_fuse_of_no_axes():
+    X = te.placeholder((30,), name="X")
+    k = te.reduce_axis((0, 30), name="k")
+    Y = te.compute((), lambda: te.sum(X[k], axis=k), name="Y")
+    s = te.create_schedule(Y.op)
+    s[Y].fuse()
+    _, ki = s[Y].split(k, factor=5)
+    with pytest.raises(ScheduleError, match="only splits and fusions of reduction axes"):
+        s.rfactor(Y, ki)
+
+
 @pytest.mark.parametrize("target", CPU_TARGETS)
 def test_size_one_dims(target, rng):
     A, B, C = matmul(1, 1, 7)

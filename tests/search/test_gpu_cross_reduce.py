@@ -30,31 +30,39 @@ CASES = {
     "sum_rows": ((40, 3000), (1,), np.sum, reduction.sum),  # 3000: no thread count divides it
     "max_rows": ((7, 1001), (1,), np.max, reduction.max),
     "sum_middle": ((3, 517, 64), (1,), np.sum, reduction.sum),  # strided reduce axis
+    # to a scalar (a 0-d output: DynamicQuantizeLinear's range), one block
+    "max_all": ((24, 32, 80), (0, 1, 2), np.max, reduction.max),
+    "sum_few_long": ((2, 1500), (1,), np.sum, reduction.sum),  # 3,000 in all, 1,500 each
 }
+SCALAR = {"max_all"}  # reduced without keepdims
 
 
 def _task(case: str, target: str) -> tuple[aus.Task, tuple[int, ...], tuple[int, ...]]:
     shape, axes, _, ours = CASES[case]
     x = te.placeholder(shape, name="x")
-    out = ours(x, axis=axes, keepdims=True)
-    return aus.Task(out, target=target), shape, tuple(1 if i in axes else d
-                                                      for i, d in enumerate(shape))
+    keep = case not in SCALAR
+    out = ours(x, axis=axes, keepdims=keep)
+    return aus.Task(out, target=target), shape, tuple(
+        1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
 
 
 def _cross(space: SearchSpace, c: Candidate) -> int:
     return next(v for k, v in c.params if k.endswith(".cross"))
 
 
-@pytest.mark.parametrize("case", ["mean_se", "sum_rows"])
+@pytest.mark.parametrize("case", ["mean_se", "sum_rows", "max_all", "sum_few_long"])
 def test_few_long_reductions_go_cross_thread_untuned(case):
     task, shape, out = _task(case, "cuda -arch=sm_90")
     space = SearchSpace(task)
     assert _cross(space, space.default_candidate()) >= 64
     kernels = task.build(space.default_schedule()).source.kernels
     # the reduction's kernel: a block per output (before: one block of 96 threads for
-    # mean_se, each adding 960 numbers in a row)
+    # mean_se, each adding 960 numbers in a row; one thread for max_all's 61,440 and for
+    # sum_few_long's 2 x 1,500)
     blocks = [math.prod(g.value for g in k.grid) for k in kernels]  # type: ignore[attr-defined]
+    threads = [math.prod(b.value for b in k.block) for k in kernels]  # type: ignore[attr-defined]
     assert max(blocks) >= math.prod(out), blocks
+    assert min(threads) >= 64, threads
 
 
 def test_zero_measurement_pick_keeps_the_cross_thread_default():
