@@ -44,6 +44,9 @@ _log = logging.getLogger(__name__)
 UNTUNED = "untuned"
 ROUND_S = 0.02  # seconds of model runs per variant and round (repeat=None)
 MAX_REPEAT = 50
+# a tuned candidate is kept only where it beats the untuned default in the model by this much
+# (the median of its per-round ratios): a tie within the noise keeps the default
+KEEP_MARGIN = 0.01
 
 
 @dataclass
@@ -159,7 +162,7 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
                     cands[key][v].samples.append(
                         float(sum(t for k, t in zip(kernels, times)
                                   if k.task.workload_key == key)))
-    mix = {key: int(np.argmin([c.seconds for c in cands[key]])) for key in keys}
+    mix = {key: fastest([c.samples for c in cands[key]]) for key in keys}
     pick = _end_to_end(seconds_per_kernel, keys, cands, mix, rounds)
     return _append(log, kernels, cands, pick, tgt)
 
@@ -188,20 +191,36 @@ def _candidates(kernel: Any, tgt: Target, records: Any, top: int) -> list[_Candi
     return out
 
 
+def fastest(samples: Sequence[Sequence[float]], margin: float = KEEP_MARGIN) -> int:
+    """The index of the fastest of candidates timed in the same alternating rounds (one
+    sample each per round; index 0 the untuned default): by the median over rounds of each
+    one's time over the default's in that round, so that a busy spell that lands on part of
+    the rounds cannot move one candidate's median into the spell and another's out of it.
+    A candidate is kept only where that median ratio is below 1 - ``margin``; else 0."""
+    base = np.asarray(samples[0], dtype=float)
+    ratios = [float(np.median(np.asarray(s, dtype=float) / base)) for s in samples]
+    best = int(np.argmin(ratios))
+    return best if ratios[best] < 1.0 - margin else 0
+
+
 def _end_to_end(seconds_per_kernel: Any, keys: list[str], cands: dict[str, list[_Candidate]],
                 mix: dict[str, int], rounds: int) -> dict[str, int]:
-    """The fastest end to end, in alternating rounds, of the mix, all untuned and all best
-    alone: a task's time in the model also depends on its neighbours' schedules."""
-    options = {"mix": mix, "untuned": dict.fromkeys(keys, 0),
+    """The fastest end to end, in alternating rounds, of all untuned, the mix and all best
+    alone (``fastest``): a task's time in the model also depends on its neighbours'
+    schedules."""
+    options = {"untuned": dict.fromkeys(keys, 0), "mix": mix,
                "best alone": {key: min(1, len(cands[key]) - 1) for key in keys}}
-    unique = {tuple(sorted(p.items())): name for name, p in options.items()}
+    unique: dict[tuple, str] = {}
+    for name, p in options.items():
+        unique.setdefault(tuple(sorted(p.items())), name)
     if len(unique) == 1:
         return mix
     totals: dict[str, list[float]] = {name: [] for name in unique.values()}
     for _ in range(rounds):
         for name in totals:
             totals[name].append(float(np.sum(seconds_per_kernel(options[name]))))
-    best = min(totals, key=lambda name: float(np.median(totals[name])))
+    names = list(totals)  # "untuned" first
+    best = names[fastest([totals[name] for name in names])]
     _log.info("in the model, end to end: %s", ", ".join(
         f"{name} {np.median(t) * 1e3:.4g} ms" for name, t in totals.items()))
     return options[best]

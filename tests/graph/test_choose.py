@@ -144,6 +144,24 @@ def test_end_to_end_check_overrules_a_mix_that_is_slower(
     assert sorted(c.chosen for c in choices) == ["untuned", "untuned"]
 
 
+def test_a_busy_spell_over_half_the_rounds_does_not_pick_a_slower_candidate() -> None:
+    """Nine alternating rounds; a busy spell (2x) from the default's turn in round 5 on, so
+    the default has five slow rounds and the candidate, 4% slower in every round, four: the
+    medians (2.0 against 1.04) would keep the candidate; the per-round ratios do not."""
+    default = [1.0] * 4 + [2.0] * 5
+    candidate = [1.04] * 5 + [2.08] * 4
+    assert np.median(candidate) < np.median(default)
+    assert choose_mod.fastest([default, candidate]) == 0
+    faster = [0.9] * 4 + [1.0] + [1.8] * 4  # 10% faster in each round but the spell's first
+    assert choose_mod.fastest([default, candidate, faster]) == 2
+
+
+def test_a_tie_within_the_margin_keeps_the_untuned_default() -> None:
+    rounds = np.linspace(1.0, 1.2, 9)  # drifting
+    assert choose_mod.fastest([rounds, rounds * (1 - choose_mod.KEEP_MARGIN / 2)]) == 0
+    assert choose_mod.fastest([rounds, rounds * (1 - 2 * choose_mod.KEEP_MARGIN)]) == 1
+
+
 def test_the_latest_choice_wins_and_log_tools_keep_it(
         tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
