@@ -8,6 +8,7 @@ import pytest
 from autosched import te
 from autosched.errors import TEError
 from autosched.te import ops
+from autosched.te.ops import pool
 from tests.support.helpers import check, run_te
 
 
@@ -63,6 +64,10 @@ CASES = [  # (shape, pool, stride, padding, dilation, ceil_mode)
     ((1, 3, 9, 8), (3, 2), 1, (2, 1), (2, 3), False),
     ((2, 1, 5, 6), 2, (3, 2), (1, 1, 0, 0), 1, True),
     ((1, 2, 4, 4), 4, 1, 0, 1, False),
+    # max: rows first (SEPARABLE_TAPS), as YOLO's SPP windows; padded, strided, dilated, ceil
+    ((1, 3, 13, 13), 13, 1, 6, 1, False),
+    ((2, 2, 9, 9), 5, 1, 2, 1, False),
+    ((1, 2, 11, 12), (4, 5), (2, 3), (1, 2, 2, 1), (2, 1), True),
 ]
 
 
@@ -73,6 +78,9 @@ def test_max_pool2d(shape, k, s, p, d, ceil: bool, target: str) -> None:  # noqa
     out = ops.max_pool2d(x, k, s, p, d, ceil_mode=ceil)
     want = pool_ref(a, "max", k, s, p, d, ceil, False)
     assert tuple(out.shape) == want.shape and out.op.tag == "pool_max"
+    taps = np.prod(np.broadcast_to(k, 2))
+    rows = [t.op.name for t in out.op.input_tensors]
+    assert ("pool_max_rows" in rows) == (taps >= pool.SEPARABLE_TAPS), rows
     (got,) = run_te(out, {x: a}, target)
     check(got, want)
 
