@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.te import dtype as dt
-from autosched.te.expr import Expr, Node, Var, binary, const, next_uid
+from autosched.te.expr import Binary, Expr, Node, Var, binary, const, next_uid
 from autosched.te.opcodes import Op
 from autosched.tir.evaluate import const_int
 
@@ -183,3 +183,27 @@ def flat_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
     for dim, idx in zip(buf.shape[1:], indices[1:]):
         off = binary(Op.ADD, binary(Op.MUL, off, dim), idx)
     return off
+
+
+_DIVMOD = frozenset((Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD))
+
+
+def _divisions(e: Expr) -> int:
+    from autosched.te.visit import post_order
+
+    return sum(isinstance(x, Binary) and x.op in _DIVMOD for x in post_order(e))
+
+
+def merged_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr | None:
+    """``flat_offset`` simplified, when its indices divide or take remainders and the
+    simplified offset has fewer of them (else None): a flat index split into a tensor's axes
+    (a reshape fused into the kernel) and put back together row-major is the flat index
+    again, as in ``x[i // 2560, i // 80 % 32, i % 80]`` of a (1, 24, 32, 80) x, offset ``i``."""
+    off = flat_offset(buf, indices)
+    before = _divisions(off)
+    if not before:
+        return None
+    from autosched.tir.arith import simplify
+
+    merged = simplify(off)
+    return merged if _divisions(merged) < before else None

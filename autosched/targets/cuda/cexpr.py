@@ -94,7 +94,8 @@ class ExprWriter:
     def _access(self, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> str:
         name = self.names.get(buf.uid, buf.name)
         try:
-            off = ir.flat_offset(buf, indices)
+            off = ir.merged_offset(buf, indices)
+            off = ir.flat_offset(buf, indices) if off is None else off
         except ValueError as exc:
             raise CompileError(f"kernel {self.name}: {exc}") from None
         return f"{name}[{self._expr(off)}]"
