@@ -23,6 +23,8 @@ from typing import Any
 from autosched.te import dtype as dt
 from autosched.te.expr import Binary, Expr, Node, Var, binary, const, next_uid
 from autosched.te.opcodes import Op
+from autosched.te.visit import post_order
+from autosched.tir.arith import simplify
 from autosched.tir.evaluate import const_int
 
 # the wmma ones hold a warp's fragments (tir/tensor_intrin.py)
@@ -189,8 +191,6 @@ _DIVMOD = frozenset((Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD))
 
 
 def _divisions(e: Expr) -> int:
-    from autosched.te.visit import post_order
-
     return sum(isinstance(x, Binary) and x.op in _DIVMOD for x in post_order(e))
 
 
@@ -203,7 +203,5 @@ def merged_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr | None:
     before = _divisions(off)
     if not before:
         return None
-    from autosched.tir.arith import simplify
-
     merged = simplify(off)
     return merged if _divisions(merged) < before else None
