@@ -194,14 +194,15 @@ def _divisions(e: Expr) -> int:
     return sum(isinstance(x, Binary) and x.op in _DIVMOD for x in post_order(e))
 
 
-def merged_offset(buf: Buffer, indices: tuple[Expr, ...]) -> Expr | None:
-    """``flat_offset`` simplified, when its indices divide or take remainders and the
-    simplified offset has fewer of them (else None): a flat index split into a tensor's axes
-    (a reshape fused into the kernel) and put back together row-major is the flat index
-    again, as in ``x[i // 2560, i // 80 % 32, i % 80]`` of a (1, 24, 32, 80) x, offset ``i``."""
+def access_offset(buf: Buffer, indices: tuple[Expr, ...]) -> tuple[Expr, bool]:
+    """(offset, merged): ``flat_offset``, simplified (merged true) when its indices divide or
+    take remainders and the simplified offset has fewer of them: a flat index split into a
+    tensor's axes (a reshape fused into the kernel) and put back together row-major is the
+    flat index again, as in ``x[i // 2560, i // 80 % 32, i % 80]`` of a (1, 24, 32, 80) x,
+    offset ``i``."""
     off = flat_offset(buf, indices)
     before = _divisions(off)
     if not before:
-        return None
+        return off, False
     merged = simplify(off)
-    return merged if _divisions(merged) < before else None
+    return (merged, True) if _divisions(merged) < before else (off, False)

@@ -94,8 +94,7 @@ class ExprWriter:
     def _access(self, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> str:
         name = self.names.get(buf.uid, buf.name)
         try:
-            off = ir.merged_offset(buf, indices)
-            off = ir.flat_offset(buf, indices) if off is None else off
+            off, _ = ir.access_offset(buf, indices)
         except ValueError as exc:
             raise CompileError(f"kernel {self.name}: {exc}") from None
         return f"{name}[{self._expr(off)}]"

@@ -210,8 +210,8 @@ class ExprGen:
             )
         if not indices:
             return ir.Constant(T.I64, 0)
-        merged = lir.merged_offset(buf, indices)
-        if merged is not None:  # a reshape's divisions merged away
+        merged, was_merged = lir.access_offset(buf, indices)
+        if was_merged:  # a reshape's divisions merged away
             return self.index(merged)
         off = self.index(indices[0])
         for dim, idx in zip(buf.shape[1:], indices[1:]):

@@ -109,6 +109,11 @@ def _out_shape(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window) -> tupl
                  for d, s in enumerate(data.shape))
 
 
+def _guarded(v: Expr, conds: list[Expr], fill: Any) -> Expr:
+    """``v`` where every condition holds (a tap inside the input), else ``fill``."""
+    return I.if_then_else(I.all(*conds), v, fill) if conds else v
+
+
 def _pooled(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window, reducer: R.Reducer,
             fill: Any, name: str, tag: str, attrs: dict[str, Any]) -> Tensor:
     ry, rx = reduce_axis((0, wh.k), "ry"), reduce_axis((0, ww.k), "rx")
@@ -116,11 +121,24 @@ def _pooled(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window, reducer: R
     def body(*i: Expr) -> Expr:
         iy, ix = wh.row(i[ha], ry), ww.row(i[wa], rx)
         index = tuple(iy if d == ha else ix if d == wa else v for d, v in enumerate(i))
-        conds = wh.guards(iy) + ww.guards(ix)
-        v = data[index]
-        return reducer(I.if_then_else(I.all(*conds), v, fill) if conds else v, axis=[ry, rx])
+        return reducer(_guarded(data[index], wh.guards(iy) + ww.guards(ix), fill),
+                       axis=[ry, rx])
 
     return compute(_out_shape(data, ha, wa, wh, ww), body, name=name, tag=tag, attrs=attrs)
+
+
+def _max_along(src: Tensor, axis: int, win: _Window, fill: Any, r_name: str,
+               shape: tuple[args.Dim, ...], name: str, attrs: dict[str, Any] | None = None
+               ) -> Tensor:
+    """The max of each window of ``win`` along one ``axis`` of ``src``."""
+    r = reduce_axis((0, win.k), r_name)
+
+    def body(*i: Expr) -> Expr:
+        row = win.row(i[axis], r)
+        v = src[tuple(row if d == axis else x for d, x in enumerate(i))]
+        return R.max(_guarded(v, win.guards(row), fill), axis=[r])
+
+    return compute(shape, body, name=name, tag="pool_max", attrs=attrs)
 
 
 def _separable_max(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window, fill: Any,
@@ -128,25 +146,11 @@ def _separable_max(data: Tensor, ha: int, wa: int, wh: _Window, ww: _Window, fil
     """The max of each window as the max over its columns of the max over its rows: stage
     ``pool_max_rows`` (every input column, output rows) then ``pool_max``; kh + kw compares
     an output instead of kh * kw."""
-    ry, rx = reduce_axis((0, wh.k), "ry"), reduce_axis((0, ww.k), "rx")
-
-    def rows_body(*i: Expr) -> Expr:
-        iy = wh.row(i[ha], ry)
-        v = data[tuple(iy if d == ha else v for d, v in enumerate(i))]
-        conds = wh.guards(iy)
-        return R.max(I.if_then_else(I.all(*conds), v, fill) if conds else v, axis=[ry])
-
-    rows = compute(tuple(wh.out if d == ha else s for d, s in enumerate(data.shape)),
-                   rows_body, name="pool_max_rows", tag="pool_max")
-
-    def body(*i: Expr) -> Expr:
-        ix = ww.row(i[wa], rx)
-        v = rows[tuple(ix if d == wa else v for d, v in enumerate(i))]
-        conds = ww.guards(ix)
-        return R.max(I.if_then_else(I.all(*conds), v, fill) if conds else v, axis=[rx])
-
-    return compute(_out_shape(data, ha, wa, wh, ww), body, name="pool_max", tag="pool_max",
-                   attrs=attrs)
+    rows = _max_along(data, ha, wh, fill, "ry",
+                      tuple(wh.out if d == ha else s for d, s in enumerate(data.shape)),
+                      "pool_max_rows")
+    return _max_along(rows, wa, ww, fill, "rx", _out_shape(data, ha, wa, wh, ww), "pool_max",
+                      attrs)
 
 
 def _attrs(wh: _Window, ww: _Window, layout: str) -> dict[str, Any]:
