@@ -19,6 +19,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -86,42 +87,68 @@ def _ort_session(model: Any, threads: int = 0) -> Any:
 # lands on every row instead of on the one whose turn it happened to be.
 TURN_S, ROUNDS = 0.1, 15
 
-
-def _ort_timer(sess: Any, feeds: dict[str, np.ndarray]) -> Callable[[], tuple[float, float]]:
-    """(median, fastest) seconds of ``sess`` on ``feeds``: CompiledModel.time's rule."""
-    from autosched.graph.executor import round_times
-
-    def timer() -> tuple[float, float]:
-        ts = round_times([lambda: sess.run(None, feeds)], 10, TURN_S)
-        return float(np.median(ts)), float(np.min(ts))
-
-    return timer
+Turn = Callable[[], dict[str, list[float]]]
 
 
-def _model_timer(model: Any, feeds: dict[str, np.ndarray], threads: int | None = None
-                 ) -> Callable[[], tuple[float, float]]:
-    def timer() -> tuple[float, float]:
-        model.set_threads(threads)
-        try:
-            return (model.time(feeds, min_s=TURN_S / 2),
-                    model.time(feeds, min_s=TURN_S / 2, stat="min"))
-        finally:
-            model.set_threads(None)
+def _runs(calls: dict[str, Callable[[], Any]], seconds: float) -> dict[str, list[float]]:
+    """Seconds of each run of ``calls``, run one after the other in turn (a, b, a, b, ...)
+    for about ``seconds`` after one warm-up run each: a spell of a shared machine lands on
+    all of them alike, so the runs compare pair by pair."""
+    clock = time.perf_counter
+    for call in calls.values():
+        call()
+    seen: dict[str, list[float]] = {k: [] for k in calls}
+    deadline = clock() + seconds
+    while clock() < deadline or len(next(iter(seen.values()))) < 5:
+        for k, call in calls.items():
+            t0 = clock()
+            call()
+            seen[k].append(clock() - t0)
+    return seen
 
-    return timer
+
+def _ort_turn(label: str, sess: Any, feeds: dict[str, np.ndarray]) -> Turn:
+    return lambda: _runs({label: lambda: sess.run(None, feeds)}, TURN_S)
 
 
-def alternating(timers: dict[str, Callable[[], tuple[float, float]]], rounds: int = ROUNDS
-                ) -> dict[str, tuple[float, float]]:
-    """Each timer's (median, fastest) seconds, the timers taking turns for ``rounds`` rounds so
-    that a busy spell of a shared machine lands on all of them: the median of the rounds'
-    medians, and the fastest run of all."""
-    seen: dict[str, list[tuple[float, float]]] = {k: [] for k in timers}
+def _models_turn(models: dict[str, Any], feeds: dict[str, np.ndarray],
+                 threads: int | None = None) -> Turn:
+    """One turn of ``models`` (label: CompiledModel), their runs interleaved one by one."""
+    def turn() -> dict[str, list[float]]:
+        with ExitStack() as stack:
+            calls = {}
+            for label, model in models.items():
+                model.set_threads(threads)
+                stack.callback(model.set_threads, None)
+                calls[label] = stack.enter_context(model.bound_call(feeds))
+            return _runs(calls, TURN_S * len(models))
+
+    return turn
+
+
+def alternating(turns: list[Turn], rounds: int = ROUNDS) -> dict[str, list[list[float]]]:
+    """Every row's run seconds per round: the turns take their turns for ``rounds`` rounds,
+    so that a busy spell of a shared machine lands on all of them."""
+    seen: dict[str, list[list[float]]] = {}
     for _ in range(rounds):
-        for k, timer in timers.items():
-            seen[k].append(timer())
-    return {k: (float(np.median([m for m, _ in v])), min(b for _, b in v))
-            for k, v in seen.items()}
+        for turn in turns:
+            for k, runs in turn().items():
+                seen.setdefault(k, []).append(runs)
+    return seen
+
+
+def summary(rounds: list[list[float]]) -> tuple[float, float]:
+    """(median, fastest) seconds of a row: the median of its rounds' medians, and the fastest
+    run of all."""
+    return (float(np.median([np.median(r) for r in rounds])),
+            float(min(min(r) for r in rounds)))
+
+
+def paired_ratio(a: list[list[float]], b: list[list[float]]) -> float:
+    """The median over all pairs of runs of b's time over a's, for two rows whose runs were
+    interleaved (``_models_turn``)."""
+    return float(np.median(np.concatenate([np.array(y[:len(x)]) / np.array(x[:len(y)])
+                                           for x, y in zip(a, b)])))
 
 
 def model_demo(trials: int, log: str | None, target: str) -> None:
@@ -162,21 +189,27 @@ def model_demo(trials: int, log: str | None, target: str) -> None:
     ref = _ort_session(proto).run(None, feeds)
     np.testing.assert_allclose(after.run(feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(before.run(feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
-    # one thread each too: on a loaded machine those numbers move least
-    rows = {"autosched, default schedules": _model_timer(before, feeds),
-            f"autosched, tuned ({trials} trials)": _model_timer(after, feeds),
-            "onnxruntime": _ort_timer(_ort_session(proto), feeds),
-            "autosched, tuned, 1 thread": _model_timer(after, feeds, threads=1),
-            "onnxruntime, 1 thread": _ort_timer(_ort_session(proto, threads=1), feeds)}
-    times = alternating(rows)
+    # one thread each too: on a loaded machine those numbers move least. The untuned and the
+    # tuned model run interleaved, run by run: a spell of the machine lands on both alike
+    default, tuned = "autosched, default schedules", f"autosched, tuned ({trials} trials)"
+    turns = [_models_turn({default: before, tuned: after}, feeds),
+             _ort_turn("onnxruntime", _ort_session(proto), feeds),
+             _models_turn({"autosched, tuned, 1 thread": after}, feeds, threads=1),
+             _ort_turn("onnxruntime, 1 thread", _ort_session(proto, threads=1), feeds)]
+    seen = alternating(turns)
     print(f"\noutputs match onnxruntime (rtol 1e-4, atol 1e-4); tuning took {t_tune:.0f} s, "
           f"the whole demo {time.perf_counter() - t_start:.0f} s; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     # the median and the fastest run, ROUNDS rounds of short turns: on a loaded machine a busy
     # spell then slows every row, not the one that happened to run in it
     print(f"{'end-to-end latency (ms)':32}{'median':>10}{'fastest':>10}")
-    for label, (med, best) in times.items():
+    for label, rounds in seen.items():
+        med, best = summary(rounds)
         print(f"{label:32}{med * 1e3:10.3f}{best * 1e3:10.3f}")
+    ratio = paired_ratio(seen[default], seen[tuned])
+    print(f"tuned / default, run by run: {ratio:.3f} (median of "
+          f"{sum(len(r) for r in seen[tuned])} interleaved pairs): tuned "
+          f"{'faster' if ratio < 1 else 'not faster'}")
 
 
 def gemm_schedule(n: int, bn: int = 32, vec: int = 16):

@@ -386,9 +386,22 @@ class CompiledModel:
              stat: str = "median") -> float:
         """Seconds of one run (after a warm-up), inputs bound once: the median (or, with
         ``stat="min"``, the fastest) of at least ``repeat`` runs lasting ``min_s`` in all."""
+        with self.bound_call(inputs) as call:
+            return time_calls([call], repeat, min_s, stat)
+
+    @contextmanager
+    def bound_call(self, inputs: dict[str, Any]) -> Iterator[Callable[[], None]]:
+        """One whole run of the model on ``inputs`` (bound once, outputs discarded) as a
+        call, while the block runs: what ``time`` times, for timing loops of one's own (two
+        models' runs interleaved, e.g.)."""
         if self._entry is None:
             with self.bound(inputs) as calls:
-                return time_calls(calls, repeat, min_s, stat)
+                def run_all() -> None:
+                    for c in calls:
+                        c()
+
+                yield run_all
+            return
         with self._arena() as arena:
             entry = self._entry
             _, _, pointers = bound = self._native_arguments(inputs)
@@ -399,9 +412,8 @@ class CompiledModel:
                 if status:
                     raise RuntimeError_(message(status).decode())
 
-            t = time_calls([call], repeat, min_s, stat)
+            yield call
             del bound  # the arrays the pointers point to lived until here
-            return t
 
     def set_threads(self, n: int | None) -> None:
         """Run the kernels' parallel loops on ``n`` threads (None: the target's cores, as
