@@ -77,10 +77,13 @@ for s in "$@"; do
                 --no-time --timeout 900
             tar czf "$OUT/logs.tgz" .gpu-logs ;;
         ctime:*)  # ctime:<name>,<name>: each model untuned, with its .gpu-logs log (and with
-            # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time
+            # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time;
+            # a log whose choices predate the compiler's defaults is chosen again: the logs
+            # come back in $OUT/logs.tgz
             names=${s#ctime:}; unpack_logs
             step ctime "${CTIME_S:-560}" python3 -m tests.support.corpus ${names//,/ } --target cuda \
-                --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json" ;;
+                --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json"
+            tar czf "$OUT/logs.tgz" .gpu-logs ;;
         e2e20:*)  # e2e20:<model>: issue 20's rows of one model: batch 1 / 8 / 32 in fp32, tf32
             # and fp16 against torch (eager, compile, reduce-overhead); $LOG if set, else the
             # cost model's picks (compile's auto); $TAG names the run (say, implicit, with

@@ -42,6 +42,7 @@ from autosched.te.dtype import DEFAULT_PRECISION
 _log = logging.getLogger(__name__)
 
 UNTUNED = "untuned"
+UNTUNED_IR = "untuned_ir"  # a choice record's key: the IR hash of the default it was timed against
 ROUND_S = 0.02  # seconds of model runs per variant and round (repeat=None)
 MAX_REPEAT = 50
 # a tuned candidate is kept only where it beats the untuned default in the model by this much
@@ -100,14 +101,29 @@ def choose_after_tuning(graph: Graph, tasks: Sequence[Any], log: str | os.PathLi
 def chosen_since_last_trial(tasks: Sequence[Any], log: str | os.PathLike) -> bool:
     """Whether the log's latest choice for the workloads of a model's ``tasks`` is newer than
     every trial of them (a tuning run that measured nothing new, its budget spent, chooses
-    nothing again: one choosing covers every workload of the model)."""
+    nothing again: one choosing covers every workload of the model), and was made against
+    the untuned default that compiling gives now: a choice made against another default
+    (a compiler whose defaults changed since, or a log that does not say) chooses again."""
     from autosched.search.record import RecordLog
 
     records = RecordLog(log)
     trials = [r.timestamp for t in tasks for r in records.records_for(t.workload_key, t.target)]
-    choices = [r.timestamp for t in tasks
-               for r in records.choices_for(t.workload_key, t.target)]
-    return bool(choices) and max(choices) >= max(trials, default=0.0)
+    latest = {}
+    for t in tasks:
+        mine = records.choices_for(t.workload_key, t.target)
+        if mine:
+            latest[t.workload_key] = (t, max(mine, key=lambda r: r.timestamp))
+    if not latest or max(r.timestamp for _, r in latest.values()) < max(trials, default=0.0):
+        return False
+    return all(r.extra.get(UNTUNED_IR) == default_ir_hash(t) for t, r in latest.values())
+
+
+def default_ir_hash(task: Any) -> str:
+    """The IR hash of ``task``'s untuned default schedule."""
+    from autosched.search.record import ir_hash
+    from autosched.search.space import SearchSpace
+
+    return ir_hash(task.lower(SearchSpace(task).default_schedule()))
 
 
 def runs_here(tgt: Target) -> bool:
@@ -241,7 +257,8 @@ def _append(log: str | os.PathLike, kernels: list[Any], cands: dict[str, list[_C
         records.append(MeasureRecord(
             workload_key=key, task_name=names[key], target=fp, steps=c.steps,
             costs=list(c.samples), timestamp=time.time(), autosched_version=__version__,
-            ir_hash=c.ir_hash, extra={"in_model": True, "chosen": c.label}))
+            ir_hash=c.ir_hash, extra={"in_model": True, "chosen": c.label,
+                                      UNTUNED_IR: cs[0].ir_hash}))
         choices.append(Choice(names[key], key, c.label, c.seconds, cs[0].seconds))
     RecordLog(log).append(records)
     return choices

@@ -33,7 +33,7 @@ from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Tensor
-from autosched.te.visit import rewrite, substitute, tensors_read
+from autosched.te.visit import free_vars, post_order, rewrite, substitute, tensors_read
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
 from autosched.tir.evaluate import const_int
@@ -221,11 +221,19 @@ class _NestBuilder:
         store_idx = self._slot(st) + tuple(self.an.simplify(full[a.var] - m)
                                            for a, m in zip(op.axis, mins))
         pad = st.name in self.padded
-        data_guard = self._guards(st, bound, op.axis, data=True, inside=not pad)
         body = self.ctx.bodies[st.name]
+        spill = self._overhang_computed(st, body)
+        data_guard = self._guards(st, bound, op.axis, data=True, inside=not (pad or spill))
         if isinstance(body, E.Reduce):
             red = body
-            source = self.lower_expr(substitute(red.source, full))
+            source = red.source
+            if spill:  # in the axes' own terms: substituted with the rest below
+                source = _reads_zero_outside(source, {
+                    a.var.uid: [own for own, placed in zip(
+                        (a.var < a.dom.extent, a.var >= 0), _inside_tensor(bound, d, a))
+                        if self._unproven([placed])]
+                    for d, a in enumerate(op.axis)})
+            source = self.lower_expr(substitute(source, full))
             acc = ir.Load(buf, store_idx)
             comb = red.combiner
             update_value = substitute(comb.result, {comb.lhs: acc, comb.rhs: source})
@@ -241,6 +249,21 @@ class _NestBuilder:
         if inside:
             value = _zero_outside(value, _conjunction(inside))
         return self._loops(st, None, _guarded(ir.Store(buf, store_idx, value), data_guard))
+
+    def _overhang_computed(self, st: Stage, body: E.Expr) -> bool:
+        """Whether a tile's points outside the tensor are computed rather than skipped: a
+        local accumulator (a reduction computed at a loop of its reader) whose tile overhangs
+        the tensor (a split that does not divide) accumulates zeros there, its reads of
+        other tensors masked to the points inside (``_reads_zero_outside``), instead of
+        guarding every update. Its buffer holds the whole tile and its reader takes only the
+        points inside, so the overhang is scratch; the updates stay unconditional, so a
+        vectorized tail is one masked load and an accumulator that stays in registers (a
+        guarded update became a masked store that keeps it in memory: a batched matmul over
+        169 columns in tiles of 16 ran at 30 GFLOP/s)."""
+        return (isinstance(body, E.Reduce) and body.condition is None and body.init is None
+                and st.attach[0] == "at" and st.scope == "local"
+                and st.name not in self.padded and st.pipeline_stages == 1
+                and not _divides_by_data(body.source))
 
     def _guards(self, st: Stage, bound: StageBound, axes: Sequence[E.IterVar], data: bool,
                 inside: bool = True) -> list[E.Expr]:
@@ -390,6 +413,37 @@ def _zero_outside(value: E.Expr, cond: E.Expr) -> E.Expr:
         wide = E.select(cond, E.cast("float32", value), E.const(0.0, "float32"))
         return E.cast(value.dtype, wide)
     return E.select(cond, value, E.const(0, value.dtype))
+
+
+def _divides_by_data(e: E.Expr) -> bool:
+    """Whether ``e`` divides integers by something not constant (a zero read outside the
+    tensor would fault there)."""
+    return any(isinstance(n, E.Binary) and n.op.divides and not dt.is_float(n.dtype)
+               and not isinstance(n.b, E.Const) for n in post_order(e))
+
+
+def _reads_zero_outside(value: E.Expr, inside: dict[int, list[E.Expr]]) -> E.Expr:
+    """``value`` with each read that depends on an axis (by its variable's uid) read only
+    where that axis's ``inside`` conditions hold, else 0."""
+    def guard(n: E.Expr) -> E.Expr | None:
+        if isinstance(n, E.Select) and isinstance(n.true_value, E.Select) and all(
+                _is_zero(x) for x in (n.false_value, n.true_value.false_value)):
+            # a padded read, select(in image, select(inside, x[...], 0), 0): one select,
+            # which the code generators load masked (nested, it went lane by lane)
+            inner = n.true_value
+            return E.select(E.logical(Op.AND, n.cond, inner.cond), inner.true_value,
+                            n.false_value)
+        if not isinstance(n, E.TensorRead):
+            return None
+        used = {v.uid for i in n.indices for v in free_vars(i)}
+        mine = [c for uid in sorted(used) for c in inside.get(uid, [])]
+        return _zero_outside(n, _conjunction(mine)) if mine else None
+
+    return rewrite(value, guard)
+
+
+def _is_zero(e: E.Expr) -> bool:
+    return isinstance(e, E.Const) and e.value == 0
 
 
 def _conjunction(conds: list[E.Expr]) -> E.Expr:

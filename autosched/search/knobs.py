@@ -34,6 +34,7 @@ class TileKnob:
     prefer: tuple[int, ...] = ()  # the untuned default: wanted length per level, innermost last
     caps: tuple[int, ...] = ()    # largest length per level, innermost last (GPU thread counts)
     exact: bool = False  # prefer was planned against the extent: the default takes it as it is
+    exact_inner: bool = False  # the default takes the innermost length as it is (it overhangs)
 
     def _cap(self, level_from_inner: int) -> int:
         if self.caps:
@@ -48,7 +49,11 @@ class TileKnob:
             return tuple(max(1, w) for w in want)
         left = self.extent
         out = []
-        for w in reversed(want):
+        for level, w in enumerate(reversed(want)):
+            if level == 0 and self.exact_inner and w >= 1:
+                out.append(w)
+                left = -(-left // w)
+                continue
             d = max((x for x in divisors(left) if x <= max(w, 1)), default=1)  # extent 0
             out.append(d)
             left //= d

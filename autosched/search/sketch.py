@@ -218,11 +218,30 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     useful multiply-adds per vector or broadcast load, counted from which axes each read of
     the body depends on. A 3x3 convolution over 56 columns gets 4 channels x 56 columns; one
     over 7 columns, 2 channels x 7 rows x 7 columns; a matmul 4 rows x 64 columns. Over
-    column panels (panel_width) the columns divide the panel."""
+    column panels (panel_width) the columns divide the panel.
+
+    Where the best such tile's columns leave a vector of odd lanes (13 columns are three
+    vectors, of 8, 4 and 1 lanes: ``vector_pieces``), the tile is chosen again counting the
+    pieces, between those columns and whole vectors that may overhang the last axis (its last
+    tile masked): a batched matmul over 169 columns ran 4x faster in tiles of 16 than of 13,
+    a 3x3 convolution over 13 x 13 2.8x faster in 16-column tiles."""
     ext = [_static_extent(a) for a in op.axis]
-    n = len(ext)
-    if n == 0:
+    if not ext:
         return []
+    tile = _register_tile(op, ext, lanes, budget, divisors(ext[-1]),
+                          lambda n: -(-n // lanes))
+    if vector_pieces(tile[-1], lanes) == -(-tile[-1] // lanes):
+        return tile
+    whole = [lanes * j for j in (1, 2, 3, 4) if lanes * (j - 1) < ext[-1]]
+    return _register_tile(op, ext, lanes, budget, sorted({tile[-1], *whole}),
+                          lambda n: vector_pieces(n, lanes))
+
+
+def _register_tile(op: ComputeOp, ext: list[int], lanes: int, budget: int, lasts: list[int],
+                   vectors: Callable[[int], int]) -> list[int]:
+    """register_tile's search over the last axis's ``lasts``, ``vectors(n)`` registers per
+    row of n columns."""
+    n = len(ext)
     uids = [a.var.uid for a in op.axis]
     deps, strided = [], []
     for r in _reads(op):
@@ -231,7 +250,7 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
         strided.append(uids[n - 1] in used and _stride(r, uids[n - 1]) != 1)
     # only the innermost few non-trivial axes are worth a register tile
     free = [d for d in range(n - 1) if ext[d] > 1][-3:]
-    best: tuple[tuple[float, int, int], list[int]] = ((-1.0, 0, 0), [1] * n)
+    best: tuple[tuple[float, int, bool, int], list[int]] = ((-1.0, 0, False, 0), [1] * n)
 
     def visit(i: int, tile: list[int], acc: int) -> None:
         nonlocal best
@@ -243,26 +262,36 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
                     visit(i + 1, tile, acc * t)
             tile[d] = 1
             return
-        vec = -(-tile[n - 1] // lanes)
+        last = tile[n - 1]
+        vec = vectors(last)
         loads = 0
         for ds, gather in zip(deps, strided):
             m = 1
             for d in ds:  # a strided read along the vector is one scalar load per lane
-                m *= (tile[d] if gather else vec) if d == n - 1 else tile[d]
+                m *= (last if gather else vec) if d == n - 1 else tile[d]
             loads += m
-        useful = acc / vec * tile[n - 1] / lanes
-        key = (useful / max(loads, 1), acc, tile[n - 1])
+        # the columns a tile computes that are inside the tensor, on average
+        inside = ext[n - 1] / -(-ext[n - 1] // last)
+        useful = acc / vec * inside / lanes
+        key = (useful / max(loads, 1), acc, ext[n - 1] % last == 0, last)
         if key > best[0]:
             best = (key, list(tile))
 
     panel = panel_width(op)
-    for last in divisors(ext[n - 1]):
-        vec = -(-last // lanes)
+    for last in lasts:
+        vec = vectors(last)
         if last <= 4 * lanes and vec <= budget and (panel is None or panel % last == 0):
             tile = [1] * n
             tile[n - 1] = last
             visit(0, tile, vec)
     return best[1]
+
+
+def vector_pieces(length: int, lanes: int) -> int:
+    """The vector registers a vectorized loop of ``length`` elements occupies: full vectors
+    of ``lanes``, then the rest in powers of two (as the CPU code generator emits it)."""
+    full, rest = divmod(length, lanes)
+    return full + bin(rest).count("1")
 
 
 def panel_width(op: ComputeOp) -> int | None:
@@ -321,7 +350,9 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     # PARALLEL_TASKS tasks), k by 8
     reg = register_tile(op, lanes, budget=min(16, registers - 4))
     data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
-                     prefer=(4 if d == n - 1 else 8, 1, reg[d])) for d, a in enumerate(op.axis)]
+                     prefer=(4 if d == n - 1 else 8, 1, reg[d]),
+                     exact_inner=_static_extent(a) % reg[d] != 0)
+            for d, a in enumerate(op.axis)]
     data = _spread(data)
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
            for r in op.reduce_axis]

@@ -192,6 +192,33 @@ def test_the_latest_choice_wins_and_log_tools_keep_it(
     assert kept[a.workload_key].in_model and kept[a.workload_key].ir_hash == first.ir_hash
 
 
+def test_a_choice_against_another_default_is_made_again(
+        tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A choice records the IR of the untuned default it was timed against; once compiling
+    gives another default (the compiler's defaults changed) or where a log does not say,
+    the model's next tuning run chooses again instead of keeping it."""
+    _, graph, log, (a, b) = tuned
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 2e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
+    choose_mod.choose(graph, "llvm", log, rounds=3)
+    tasks = extract_tasks(graph, "llvm")[0]
+    chosen = [r for r in RecordLog(log).load() if r.in_model]
+    assert {r.extra[choose_mod.UNTUNED_IR] for r in chosen} == {
+        choose_mod.default_ir_hash(t) for t in tasks if t.workload_key in (a.workload_key,
+                                                                           b.workload_key)}
+    assert choose_mod.chosen_since_last_trial(tasks, log)
+    real = choose_mod.default_ir_hash
+    monkeypatch.setattr(choose_mod, "default_ir_hash",
+                        lambda t: "another" if t.workload_key == a.workload_key else real(t))
+    assert not choose_mod.chosen_since_last_trial(tasks, log)
+    monkeypatch.setattr(choose_mod, "default_ir_hash", real)
+    lines = [json.loads(line) for line in Path(log).read_text().splitlines()]
+    for d in lines:
+        d.get("extra", {}).pop(choose_mod.UNTUNED_IR, None)  # a log from before the key
+    Path(log).write_text("".join(json.dumps(d) + "\n" for d in lines))
+    assert not choose_mod.chosen_since_last_trial(tasks, log)
+
+
 def test_cost_model_data_leaves_choices_out(tuned: tuple[Any, Any, Path, list[Any]],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from autosched.search.training_data import samples_from_records

@@ -273,10 +273,34 @@ def test_register_tile_default_follows_reuse_and_strides() -> None:
 
     assert tile("gemm", [256, 256, 256]) == [4, 64]            # rows x a 64-wide panel
     assert tile("conv2d", [1, 64, 56, 56, 64, 3, 3, 1, 1]) == [1, 4, 1, 56]
-    assert tile("conv2d", [1, 32, 7, 7, 32, 3, 3, 1, 1]) == [1, 2, 7, 7]
+    # 7 columns would be vectors of 4, 2 and 1 lanes: one masked vector of 16 instead
+    assert tile("conv2d", [1, 32, 7, 7, 32, 3, 3, 1, 1]) == [1, 2, 7, 16]
     # a stride-2 read along the vector is a gather: the tile leans on the channels instead
     strided = tile("conv2d", [1, 16, 28, 28, 32, 3, 3, 2, 1])
     assert strided[1] >= 8
+
+
+def test_register_tile_overhangs_where_columns_leave_odd_vectors() -> None:
+    """169 columns (13 x 13 Winograd tiles) divide only into 13s, three vectors of 8, 4 and
+    1 lanes each: the default takes whole vectors that overhang the last tile instead; 196
+    columns in 49s (3 vectors and one lane) stay as they are."""
+    from autosched import te
+    from autosched.search.knobs import TileKnob
+    from autosched.search.sketch import register_tile, vector_pieces
+    from autosched.te import ops
+
+    def bmm(k: int, n: int) -> list[int]:
+        u = te.placeholder((36, k, k), name="u")
+        v = te.placeholder((36, k, n), name="v")
+        return register_tile(ops.batch_matmul(u, v).op, lanes=16)
+
+    assert [vector_pieces(n, 16) for n in (1, 7, 13, 16, 40, 48, 49)] == [1, 3, 3, 1, 3, 3, 4]
+    last = bmm(96, 169)[-1]
+    assert last % 16 == 0 and 169 % last != 0
+    assert bmm(64, 196)[-1] == 49
+    knob = TileKnob("t", 169, 3, prefer=(4, 1, 64), exact_inner=True)
+    assert knob.default() == (3, 1, 64)       # 169 in 3 tiles of 64, the last one overhanging
+    assert TileKnob("t", 169, 3, prefer=(4, 1, 64)).default() == (1, 1, 13)
 
 
 @pytest.mark.parametrize("groups,inlined", [(16, True), (1, False)])
