@@ -217,7 +217,8 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     (at most ``budget`` vectors of ``lanes``, the last axis vectorized) that does the most
     useful multiply-adds per vector or broadcast load, counted from which axes each read of
     the body depends on. A 3x3 convolution over 56 columns gets 4 channels x 56 columns; one
-    over 7 columns, 2 channels x 7 rows x 7 columns; a matmul 4 rows x 64 columns. Over
+    over 7 columns, 2 channels x 7 rows x 16 columns (one masked vector, below); a matmul 4
+    rows x 64 columns. Over
     column panels (panel_width) the columns divide the panel.
 
     Where the best such tile's columns leave a vector of odd lanes (13 columns are three
