@@ -120,10 +120,16 @@ def chosen_since_last_trial(tasks: Sequence[Any], log: str | os.PathLike) -> boo
 
 def default_ir_hash(task: Any) -> str:
     """The IR hash of ``task``'s untuned default schedule."""
+    return _untuned(task)[1]
+
+
+def _untuned(task: Any) -> tuple[Any, str]:
+    """``task``'s untuned default schedule and the hash of its IR."""
     from autosched.search.record import ir_hash
     from autosched.search.space import SearchSpace
 
-    return ir_hash(task.lower(SearchSpace(task).default_schedule()))
+    sch = SearchSpace(task).default_schedule()
+    return sch, ir_hash(task.lower(sch))
 
 
 def runs_here(tgt: Target) -> bool:
@@ -186,13 +192,9 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
 def _candidates(kernel: Any, tgt: Target, records: Any, top: int) -> list[_Candidate]:
     """The untuned default, then the ``top`` best records (a previous choice first), each
     built once (the same IR only once; the first record is the kernel's compiled module)."""
-    from autosched.search.record import ir_hash
-    from autosched.search.space import SearchSpace
-
     task = kernel.task
-    untuned = SearchSpace(task).default_schedule()
-    func = task.lower(untuned)
-    out = [_Candidate(UNTUNED, [s.to_dict() for s in untuned.steps], ir_hash(func),
+    untuned, untuned_hash = _untuned(task)
+    out = [_Candidate(UNTUNED, [s.to_dict() for s in untuned.steps], untuned_hash,
                       task.build(untuned))]
     for n, rec in enumerate(records.best(task.workload_key, tgt, k=top), 1):
         if any(rec.ir_hash and rec.ir_hash == c.ir_hash for c in out):

@@ -230,7 +230,7 @@ class _NestBuilder:
             if spill:  # in the axes' own terms: substituted with the rest below
                 source = _reads_zero_outside(source, {
                     a.var.uid: [own for own, placed in zip(
-                        (a.var < a.dom.extent, a.var >= 0), _inside_tensor(bound, d, a))
+                        _in_extent(a.var, a), _inside_tensor(bound, d, a))
                         if self._unproven([placed])]
                     for d, a in enumerate(op.axis)})
             source = self.lower_expr(substitute(source, full))
@@ -402,8 +402,12 @@ def _aligned_row(st: Stage, row: E.Expr, factor: int, offset: int) -> E.Expr:
 
 
 def _inside_tensor(bound: StageBound, d: int, a: E.IterVar) -> list[E.Expr]:
-    full = bound.region_min[d] + bound.value[a.var.uid]
-    return [full < a.dom.extent, full >= 0]
+    return _in_extent(bound.region_min[d] + bound.value[a.var.uid], a)
+
+
+def _in_extent(index: E.Expr, a: E.IterVar) -> list[E.Expr]:
+    """That ``index`` along axis ``a`` lies in the tensor: below its extent, not negative."""
+    return [index < a.dom.extent, index >= 0]
 
 
 def _zero_outside(value: E.Expr, cond: E.Expr) -> E.Expr:

@@ -218,8 +218,7 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     useful multiply-adds per vector or broadcast load, counted from which axes each read of
     the body depends on. A 3x3 convolution over 56 columns gets 4 channels x 56 columns; one
     over 7 columns, 2 channels x 7 rows x 16 columns (one masked vector, below); a matmul 4
-    rows x 64 columns. Over
-    column panels (panel_width) the columns divide the panel.
+    rows x 64 columns. Over column panels (panel_width) the columns divide the panel.
 
     Where the best such tile's columns leave a vector of odd lanes (13 columns are three
     vectors, of 8, 4 and 1 lanes: ``vector_pieces``), the tile is chosen again counting the
