@@ -4,7 +4,9 @@ loses nothing, the task scheduler spreads trials, the CLI tunes a named operator
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,6 +303,38 @@ def test_register_tile_overhangs_where_columns_leave_odd_vectors() -> None:
     knob = TileKnob("t", 169, 3, prefer=(4, 1, 64), exact_inner=True)
     assert knob.default() == (3, 1, 64)       # 169 in 3 tiles of 64, the last one overhanging
     assert TileKnob("t", 169, 3, prefer=(4, 1, 64)).default() == (1, 1, 13)
+
+
+def test_register_tile_keeps_a_vector_in_the_row_its_read_cuts(rng) -> None:
+    """A Winograd input transform reads ``rows[..., p % 140 // 14, p % 14 * 4 + rj]`` over
+    its flattened tile index p, 14 tiles a row: the untuned vector divides the row, so its
+    lanes stay in one row and load strided instead of lane by lane, and the kernel matches
+    numpy. Its output transform's ``x // 4`` over 14 columns makes rows of 2 lanes, shorter
+    than MIN_ROW: those columns are chosen as before."""
+    from autosched import te
+    from autosched.search.sketch import MIN_ROW, register_tile, row_length
+    from autosched.te import ops
+
+    at, _, bt = ops.winograd_matrices(4)
+    x, b = te.placeholder((1, 8, 40, 56), name="x"), te.placeholder(bt.shape, name="bt")
+    v = ops.winograd_input(x, b, 4, padding=1)
+    assert row_length(v.op, v.op.axis[-1].var) == 14
+    assert 14 % register_tile(v.op, lanes=16)[-1] == 0
+    task = aus.Task(v, target="llvm")
+    mod = task.build(SearchSpace(task).default_schedule())
+    lane_by_lane = r"insertelement <\d+ x float> .*, i32 [1-9]\d*$"
+    assert not re.search(lane_by_lane, mod.get_llvm_ir(optimized=False), re.M)
+    xs = random_array(rng, (1, 8, 40, 56), "float32")
+    got = np.empty((36, 8, 140), "float32")
+    args = {"x": xs, "bt": bt.astype(np.float32), "winograd_input": got}
+    mod(*(args[t.name] for t in task.args))
+    xp = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    tiles = np.lib.stride_tricks.sliding_window_view(xp, (6, 6), axis=(2, 3))[0, :, ::4, ::4]
+    want = np.einsum("ei,cyxij,nj->encyx", bt, tiles, bt).reshape(36, 8, 140)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    prod, a = te.placeholder((36, 8, 40), name="prod"), te.placeholder(at.shape, name="at")
+    y = ops.winograd_output(prod, a, 4, (1, 8, 40, 14))
+    assert math.gcd(14, row_length(y.op, y.op.axis[-1].var) or 0) < MIN_ROW
 
 
 @pytest.mark.parametrize("groups,inlined", [(16, True), (1, False)])
