@@ -76,6 +76,18 @@ def has_reuse(op: ComputeOp, of: str | None = None) -> bool:
     return False
 
 
+def reads_per_element(op: ComputeOp, of: str) -> float:
+    """How often ``op`` reads each element of stage ``of``, on average: its iterations (data
+    and reduction axes) times its reads of ``of``, over the elements of ``of``."""
+    reads = [r for r in _reads(op) if r.tensor.op.name == of]
+    if not reads:
+        return 0.0
+    size = math.prod(int(d.value) if isinstance(d, E.Const) else int(d)
+                     for d in reads[0].tensor.shape)
+    steps = math.prod(_static_extent(a) for a in (*op.axis, *op.reduce_axis))
+    return steps * len(reads) / max(size, 1)
+
+
 class DagInfo:
     """Which stages are inlined, and who reads whom once they are."""
 
@@ -180,16 +192,25 @@ def has_condition(op: ComputeOp) -> bool:
     return any(isinstance(n, E.Select) for n in post_order(op.body))
 
 
+# From this many reads of each padded element on, computing the padding first pays for its
+# pass over memory; below, masked loads are cheaper: a depthwise 3 x 3 convolution reads
+# each one 9 times, a Winograd input transform 9 (6 rows of B^T over tiles 4 rows apart:
+# 1.0-1.6x faster inlined), a dense convolution 9 times per output channel (an 11 x 11 one
+# of 3 channels, 363: 0.89x inlined).
+PAD_REUSE = 16
+
+
 def _pad_rule(name: str, sch0: Schedule, info: DagInfo) -> Rule:
     """A conditional stage read by a tiled reduction: inlined, or computed on its own first
     (parallel and vectorized like an injective stage) so the reduction reads plain memory.
-    The untuned default computes it first where its readers reuse each element across their
-    data axes (a dense convolution reads it once per output channel) and inlines it where
-    they do not (a depthwise convolution reads each element for a few taps of one channel:
-    a separate pass over the padded copy cost more than the masked loads, 0.11 -> 0.09 ms
-    for 144 channels at 56 x 56, stride 2)."""
+    The untuned default computes it first where its readers read each element PAD_REUSE
+    times or more (a dense convolution, once per output channel and tap) and inlines it
+    where they do not (a depthwise convolution reads each element for a few taps of one
+    channel: a separate pass over the padded copy cost more than the masked loads, 0.11 ->
+    0.09 ms for 144 channels at 56 x 56, stride 2)."""
     root = _injective_rule(name, sch0)
-    inline = not any(has_reuse(r.compute_op, of=name) for r in _direct_readers(sch0, info, name))
+    inline = sum(reads_per_element(r.compute_op, name)
+                 for r in _direct_readers(sch0, info, name)) < PAD_REUSE
     knobs = (ChoiceKnob(f"{name}.inline", (0, 1), default_index=int(inline)), *root.knobs)
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -221,8 +242,8 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     rows x 64 columns. Over column panels (panel_width) the columns divide the panel.
 
     Where the best such tile's columns leave a vector of odd lanes (13 columns are three
-    vectors, of 8, 4 and 1 lanes: ``vector_pieces``), the tile is chosen again counting the
-    pieces, between those columns and whole vectors that may overhang the last axis (its last
+    vectors, of 8, 4 and 1 lanes: ``vector_pieces``) or fill under half of one (the 2 that
+    divide 166 columns, from 16 on), the tile is chosen again counting the pieces, between those columns and whole vectors that may overhang the last axis (its last
     tile masked): a batched matmul over 169 columns ran 4x faster in tiles of 16 than of 13,
     a 3x3 convolution over 13 x 13 2.8x faster in 16-column tiles. Where a read cuts the
     last axis into rows (``row_length``: a Winograd transform's flattened tiles), the columns
@@ -234,7 +255,8 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
     row = math.gcd(ext[-1], row_length(op, op.axis[-1].var) or 0)
     row = row if row >= MIN_ROW else ext[-1]
     tile = _register_tile(op, ext, lanes, budget, divisors(row), lambda n: -(-n // lanes))
-    if row < ext[-1] or vector_pieces(tile[-1], lanes) == -(-tile[-1] // lanes):
+    if row < ext[-1] or (vector_pieces(tile[-1], lanes) == -(-tile[-1] // lanes)
+                         and not 2 * tile[-1] <= lanes < ext[-1]):
         return tile
     whole = [lanes * j for j in (1, 2, 3, 4) if lanes * (j - 1) < ext[-1]]
     return _register_tile(op, ext, lanes, budget, sorted({tile[-1], *whole}),

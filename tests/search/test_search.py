@@ -337,25 +337,43 @@ def test_register_tile_keeps_a_vector_in_the_row_its_read_cuts(rng) -> None:
     assert math.gcd(14, row_length(y.op, y.op.axis[-1].var) or 0) < MIN_ROW
 
 
-@pytest.mark.parametrize("groups,inlined", [(16, True), (1, False)])
-def test_padding_default_follows_its_readers_reuse(groups: int, inlined: bool, rng) -> None:
-    """A depthwise convolution reads each padded element for a few taps of one channel: its
-    untuned default inlines the padding; a dense one reads it once per output channel and
-    computes it first. Either default matches numpy."""
+@pytest.mark.parametrize("groups,kernel,stride,inlined", [
+    (16, 3, 2, True),     # depthwise 3 x 3, stride 2: each padded element read about twice
+    (16, 5, 1, False),    # depthwise 5 x 5, stride 1: 25 times (1.5-1.75x faster computed first)
+    (1, 3, 2, False),     # dense: once per output channel and tap
+])
+def test_padding_default_follows_its_readers_reuse(groups: int, kernel: int, stride: int,
+                                                   inlined: bool, rng) -> None:
+    """The untuned default inlines a padding its readers read each element of fewer than
+    PAD_REUSE times (a few taps of one channel) and computes one they read more often first.
+    Either default matches numpy."""
     from autosched import te
     from autosched.te import ops
 
-    x = te.placeholder((1, 16, 13, 11), name="x")
-    w = te.placeholder((16, 16 // groups, 3, 3), name="w")
-    y = ops.conv2d_nchw(x, w, stride=2, padding=1, groups=groups)
+    x = te.placeholder((1, 16, 28, 27), name="x")
+    w = te.placeholder((16, 16 // groups, kernel, kernel), name="w")
+    y = ops.conv2d_nchw(x, w, stride=stride, padding=kernel // 2, groups=groups)
     task = aus.Task(lambda: [x, w, y], target="llvm")
     space = SearchSpace(task)
     assert dict(space.default_candidate().params)["pad_temp.inline"] == int(inlined)
-    inputs = [random_array(rng, (1, 16, 13, 11), "float32"),
-              random_array(rng, (16, 16 // groups, 3, 3), "float32")]
-    out = np.empty((1, 16, 7, 6), "float32")
+    inputs = [random_array(rng, (1, 16, 28, 27), "float32"),
+              random_array(rng, (16, 16 // groups, kernel, kernel), "float32")]
+    out = np.empty([int(d) for d in y.shape], "float32")
     task.build(space.default_schedule())(*inputs, out)
     np.testing.assert_allclose(out, _reference(task, inputs)[0], **tolerance("float32"))
+
+
+def test_register_tile_overhangs_where_divisors_leave_vectors_under_half_full() -> None:
+    """166 columns divide into 2s and 83s: vectors of 2 lanes fill an eighth of AVX-512's
+    (a convolution over them ran 4-7x slower than in overhanging 16s); the default takes
+    whole vectors that overhang the last tile. 56 columns keep their 56."""
+    from autosched.search.sketch import register_tile
+
+    def last(width: int) -> int:
+        return register_tile(make("conv2d", [1, 16, 8, width, 16, 3, 3, 1, 1])[-1].op, 16)[-1]
+
+    assert last(166) % 16 == 0
+    assert last(56) == 56
 
 
 class _ScoreByCost:
