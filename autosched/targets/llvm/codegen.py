@@ -139,8 +139,8 @@ class FuncGen(ExprGen):
 
     def _maskable(self, body: lir.Stmt) -> bool:
         """The body of a lane-dependent ``if`` can run as masked vector code: straight-line
-        contiguous stores whose lane-dependent loads are vector loads too, contiguous or
-        strided, guarded ones under a padding select included (the tail of a tile that its
+        contiguous stores whose lane-dependent loads are vector loads too (contiguous,
+        strided or a lane pattern), guarded ones under a padding select included (the tail of a tile that its
         loop does not divide)."""
         for st in all_stmts(body):
             if isinstance(st, lir.Seq):
@@ -154,11 +154,11 @@ class FuncGen(ExprGen):
             for e in stmt_exprs(st):
                 for n in post_order(e):
                     if isinstance(n, lir.Load) and self.lanes(n) > 1 and (
-                            self.vector_stride(n) is None):
+                            self.vector_stride(n) is None and self.lane_pattern(n) is None):
                         return False
                     if isinstance(n, E.Select) and self.lanes(n.cond) > 1 and (
                             may_trap(n.true_value) or may_trap(n.false_value)) and (
-                            self.masked_select_stride(n) is None):
+                            self.masked_select_load(n) is None):
                         return False
         return True
 
@@ -427,7 +427,8 @@ class FuncGen(ExprGen):
             self.stmt(body)
             self.env.pop(var.uid, None)
             return
-        with self.vector(VectorContext(var, lanes, start)):
+        first = lo.constant + offset if isinstance(lo, ir.Constant) else None
+        with self.vector(VectorContext(var, lanes, start, first)):
             self.stmt(body)
 
     def _native_lanes(self, body: lir.Stmt) -> int:

@@ -4,8 +4,9 @@ Inside a vectorized loop over ``v`` (``self.vec``), an expression that depends o
 vector of ``lanes`` values and one that does not stays scalar; mixing the two broadcasts the
 scalar. Loads whose flattened index is ``v`` plus terms without ``v`` become one vector load;
 loads ``s`` elements apart per lane (a stride-2 convolution's row: ``x * 2 + rx``) one load of
-``s`` times the lanes and a shuffle, for ``s`` up to STRIDED_LOAD_MAX; other lane-dependent
-loads are done lane by lane (``at_lane``).
+``s`` times the lanes and a shuffle, for ``s`` up to STRIDED_LOAD_MAX; so do loads whose lanes
+sit at constant offsets from lane 0's (``lane_pattern``: ``x // 4``, ``x % 4 * 6``); other
+lane-dependent loads are done lane by lane (``at_lane``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class VectorContext:
     var: E.Var  # the vectorized loop variable
     lanes: int
     lane0: ir.Value  # its scalar value in lane 0
+    first: int | None = None  # that value when it is a constant (a tile's inner loop: 0, 16)
 
 
 def may_trap(e: E.Expr) -> bool:
@@ -297,7 +299,10 @@ class ExprGen:
                 return self.masked_load(ptr, self.mask, zero, e.buffer.itemsize)
             return self.from_memory(self.b.load(ptr, align=align), e.dtype)
         stride = self.vector_stride(e)
-        return self.per_lane(e) if stride is None else self.strided_load(e, stride)
+        if stride is not None:
+            return self.strided_load(e, stride)
+        pattern = self.lane_pattern(e)
+        return self.per_lane(e) if pattern is None else self.pattern_load(e, pattern, self.mask)
 
     def vector_stride(self, e: lir.Load) -> int | None:
         """The lane stride of a lane-dependent load that loads as vectors: 1 (contiguous) up
@@ -326,6 +331,63 @@ class ExprGen:
         v = self.masked_load(ptr, span, ir.Constant(ptr.type.pointee, None), e.buffer.itemsize)
         pick = ir.Constant(ir.VectorType(T.I32, n), [k * stride for k in range(n)])
         return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), pick)
+
+    def lane_pattern(self, e: lir.Load) -> list[int] | None:
+        """Where a lane-dependent load moves no constant stride, the offsets of its lanes
+        from lane 0's when they are constants: its offset's terms that depend on the lane
+        depend on nothing else and the lanes' values are constants (``first``), as in a
+        Winograd output transform's ``rows[.., x.o * 4 + x.i // 4]`` (0, 0, 0, 0, 1, ...) and
+        ``at[x.i % 4, r]`` (0, 6, 12, 18, 0, ...); spanning at most STRIDED_LOAD_MAX vectors.
+        None otherwise (bool, whose vectors are no bytes, included)."""
+        from autosched.tir.evaluate import eval_int
+
+        ctx = self.vec
+        if ctx is None or ctx.first is None or e.dtype == "bool":
+            return None
+        terms = _sum_terms(simplify(lir.flat_offset(e.buffer, e.indices)))
+        lane = [(t, sign) for t, sign in terms if uses_var(t, ctx.var)]
+        if not lane or any(isinstance(n, lir.Load) or (isinstance(n, E.Var)
+                                                       and n.uid != ctx.var.uid)
+                           for t, _ in lane for n in post_order(t)):
+            return None
+        try:
+            at = [sum(sign * eval_int(t, {ctx.var.uid: ctx.first + k}) for t, sign in lane)
+                  for k in range(ctx.lanes)]
+        except Exception:  # a term the integer evaluator cannot fold
+            return None
+        pattern = [a - at[0] for a in at]
+        if max(pattern) - min(pattern) >= ctx.lanes * STRIDED_LOAD_MAX:
+            return None
+        return pattern
+
+    def pattern_load(self, e: lir.Load, pattern: list[int], mask: ir.Value | None) -> ir.Value:
+        """The lanes of ``e`` at ``pattern`` (lane_pattern) from lane 0's element: the span
+        they cover loaded as one vector, only the elements some lane (of ``mask``) reads, and
+        shuffled into place; lanes off ``mask`` read zero."""
+        assert self.vec is not None
+        n, lo = self.vec.lanes, min(pattern)
+        wide = max(pattern) - lo + 1
+        readers: list[list[int]] = [[] for _ in range(wide)]
+        for k, at in enumerate(pattern):
+            readers[at - lo].append(k)
+        read = ir.Constant(ir.VectorType(T.I1, wide), [bool(r) for r in readers])
+        if mask is not None:  # an element is read when one of its lanes is on
+            on: ir.Value | None = None
+            for level in range(max(len(r) for r in readers)):
+                pick = ir.Constant(ir.VectorType(T.I32, wide),
+                                   [r[min(level, len(r) - 1)] if r else 0 for r in readers])
+                spread = self.b.shuffle_vector(mask, ir.Constant(mask.type, ir.Undefined), pick)
+                on = spread if on is None else self.b.or_(on, spread)
+            assert on is not None
+            read = self.b.and_(read, on)
+        with self.at_lane(0):
+            p = self.element_ptr(e.buffer, e.indices, inbounds=False)
+        if lo:
+            p = self.b.gep(p, [ir.Constant(T.I64, lo)], inbounds=False)
+        ptr = self.b.bitcast(p, ir.VectorType(T.memory(e.dtype), wide).as_pointer())
+        v = self.masked_load(ptr, read, ir.Constant(ptr.type.pointee, None), e.buffer.itemsize)
+        place = ir.Constant(ir.VectorType(T.I32, n), [at - lo for at in pattern])
+        return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), place)
 
     def masked_load(self, ptr: ir.Value, mask: ir.Value, passthru: ir.Value,
                     align: int) -> ir.Value:
@@ -488,32 +550,45 @@ class ExprGen:
             phi.add_incoming(value, bb)
         return phi
 
-    def masked_select_stride(self, e: E.Select) -> int | None:
-        """The lane stride of the load in ``select(c, A[i], x)`` when it can run as a masked
-        vector load (see _masked_load_select), else None."""
+    def masked_select_load(self, e: E.Select) -> lir.Load | None:
+        """The load in ``select(c, A[i], x)`` when the select can run as a masked vector load
+        of it, strided or a lane pattern (see _masked_load_select), else None."""
         load = e.true_value
         if not (isinstance(load, lir.Load) and not may_trap(e.false_value)
                 and self.lanes(load) > 1 and not any(may_trap(i) for i in load.indices)):
             return None
-        return self.vector_stride(load)
+        if self.vector_stride(load) is None and self.lane_pattern(load) is None:
+            return None
+        return load
 
     def _masked_load_select(self, e: E.Select) -> ir.Value | None:
-        """``select(c, A[i], x)`` with a lane-dependent ``c`` (padding) and ``i`` contiguous
-        or strided in the lane: a masked vector load reads only the lanes where ``c`` holds."""
+        """``select(c, A[i], x)`` with a lane-dependent ``c`` (padding) and ``i`` contiguous,
+        strided or a lane pattern: a masked vector load reads only the lanes where ``c``
+        holds."""
         assert self.vec is not None
-        load = e.true_value
-        stride = self.masked_select_stride(e)
-        if stride is None:
+        load = self.masked_select_load(e)
+        if load is None:
             return None
-        assert isinstance(load, lir.Load)
         mask = self.expr(e.cond)
         if self.mask is not None:
             mask = self.b.and_(mask, self.mask)
         passthru = self.splat(self.expr(e.false_value), self.vec.lanes)
+        stride = self.vector_stride(load)
+        if stride is None:
+            pattern = self.lane_pattern(load)
+            assert pattern is not None
+            return self.b.select(mask, self.pattern_load(load, pattern, mask), passthru)
         if stride > 1:
             return self.b.select(mask, self.strided_load(load, stride, mask), passthru)
         ptr = self.vector_ptr(load.buffer, load.indices, masked=True)
         return self.masked_load(ptr, mask, passthru, load.buffer.itemsize)
+
+
+def _sum_terms(e: E.Expr, sign: int = 1) -> list[tuple[E.Expr, int]]:
+    """The terms of a sum (``a + b - c``: a, b and c with their signs)."""
+    if isinstance(e, E.Binary) and e.op in (Op.ADD, Op.SUB):
+        return _sum_terms(e.a, sign) + _sum_terms(e.b, -sign if e.op is Op.SUB else sign)
+    return [(e, sign)]
 
 
 def _vector_suffix(vty: ir.VectorType) -> str:

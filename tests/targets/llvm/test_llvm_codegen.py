@@ -251,6 +251,44 @@ def test_reshape_indices_load_as_one_vector(rng):
     np.testing.assert_array_equal(d, a.reshape(-1)[0:16:2])
 
 
+@pytest.mark.parametrize("guard", ["none", "select", "if"])
+def test_lane_patterns_load_as_vectors(guard, rng):
+    """A Winograd output transform reads ``rows[.., x.o * 4 + x.i // 4]`` and
+    ``at[x.i % 4, r]`` over 16 lanes of x.i: each lane's element sits a constant distance
+    from lane 0's (0, 0, 0, 0, 1, ... and 0, 6, 12, 18, 0, ...), so both load as one vector
+    and a shuffle instead of lane by lane (900 x 161: 49 -> 41 ms), under a padding select
+    or a guard of the tile's overhang too (x < 41 of 48)."""
+    n, size = 41, 12 if guard == "none" else 11
+    A, B, C = buf("A", (size,)), buf("B", (4, 6)), buf("C", (48,))
+    xo, xi = E.Var("xo"), E.Var("xi")
+    x = xo * 16 + xi
+    r = 5
+    rows, at = ir.Load(A, (xo * 4 + intrin.floordiv(xi, 4),)), ir.Load(B, (intrin.floormod(xi, 4), c(r)))
+    value, inside = rows * at, x < n
+    if guard == "select":  # each read under the tile's padding select, as lowering writes it
+        value = E.Select(inside, rows, c(0.0)) * E.Select(inside, at, c(0.0))
+        store = ir.Store(C, (x,), value + 1.0)
+    elif guard == "if":
+        store = ir.IfThenElse(inside, ir.Store(C, (x,), value + 1.0), None)
+    else:
+        store = ir.Store(C, (x,), value + 1.0)
+    mod = build(loop(xo, 3, loop(xi, 16, store, "vectorized")), [A, B, C])
+    lane_by_lane = r"insertelement <\d+ x float> .*, i32 [1-9]\d*$"
+    assert not re.search(lane_by_lane, mod.get_llvm_ir(optimized=False), re.M)
+    a, b = rand(rng, (size,), "float32"), rand(rng, (4, 6), "float32")
+    out = garbage((48,), "float32")
+    mod(a, b, out)
+    xs = np.arange(48)
+    want = a[np.minimum(xs // 4, size - 1)] * b[xs % 4, r] + 1.0
+    if guard == "select":
+        want[n:] = 1.0
+    if guard == "if":
+        np.testing.assert_allclose(out[:n], want[:n], rtol=1e-6)
+        assert np.isnan(out[n:]).all()
+    else:
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
 def test_vectorized_emits_vector_types(rng):
     n = 64
     A, B, C = buf("A", (4, n)), buf("B", (n,)), buf("C", (4, n))
