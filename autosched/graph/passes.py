@@ -365,13 +365,13 @@ WINOGRAD_TILES = ((14, 4), (7, 2))
 # of the caches too (64 -> 64 at 112 x 112, 7.2 MB of tiles: 1.11x). The transforms move
 # alpha^2 / m^2 of each input and output through memory once more; their cost per channel is
 # repaid by the multiplies saved per pair of channels, C K / (C + K) of them per channel.
-# Far beyond the caches no channel count repays them: 64 -> 64 at 900 x 161 (85 MB of tiles,
-# a spectrogram of dnsmos_sig_bak_ovr) took 143 ms with Winograd against 72 direct and
-# channels-last (60 trials each).
+# Far beyond the caches too, since the transforms compute their rows inside their tiles
+# (search/sketch.py, HOSTED_MIN_BYTES): 64 -> 64 at 900 x 161 (85 MB of tiles, a spectrogram
+# of dnsmos_sig_bak_ovr), untuned, 45.3 ms with Winograd against 71.7 direct (143 against 72
+# when each transform wrote its rows out first); 128 -> 64 there 81.2 against 130.4.
 WINOGRAD_MIN_CHANNELS = 48
 WINOGRAD_CACHED_BYTES = 4 << 20   # the larger side's transformed tiles: in the caches
 WINOGRAD_UNCACHED_PAIRS = 32      # C K / (C + K) from which tiles out of the caches pay
-WINOGRAD_MAX_BYTES = 32 << 20     # tiles beyond this never pay
 
 
 def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int | None:
@@ -380,8 +380,7 @@ def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int 
     3x3) (a quarter of the multiplies) from 14 x 14 outputs, F(2x2, 3x3) (4 / 9 of them) at
     7 x 7, where F(4x4)'s 4 tiles would read weights 4 times the size of F(2x2)'s per use;
     with fewer than 64 channels a side, only while the transformed tiles fit the caches
-    (WINOGRAD_CACHED_BYTES), and never beyond WINOGRAD_MAX_BYTES of them (see the
-    measurements above)."""
+    (WINOGRAD_CACHED_BYTES; see the measurements above)."""
     ones = [1, 1]
     if (w.ndim != 4 or tuple(w.shape[2:]) != (3, 3) or w.dtype != np.float32
             or int(node.attrs.get("group", 1)) != 1
@@ -397,8 +396,7 @@ def winograd_tile(node: Node, w: np.ndarray, out_shape: tuple[int, ...]) -> int 
     k, c = (int(d) for d in w.shape[:2])
     tiles = int(out_shape[0]) * _tiles(int(out_shape[2]), m) * _tiles(int(out_shape[3]), m)
     tile_bytes = (m + 2) ** 2 * max(c, k) * tiles * w.dtype.itemsize
-    if tile_bytes > WINOGRAD_MAX_BYTES or (tile_bytes > WINOGRAD_CACHED_BYTES
-                                           and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k)):
+    if tile_bytes > WINOGRAD_CACHED_BYTES and c * k < WINOGRAD_UNCACHED_PAIRS * (c + k):
         return None
     return m
 

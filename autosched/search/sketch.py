@@ -32,6 +32,7 @@ from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
 from autosched.targets.target import Target
+from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.tensor import ComputeOp, PlaceholderOp
 from autosched.te.visit import post_order
@@ -392,8 +393,19 @@ def accumulator_registers(inner: list[int], lanes: int) -> int:
     return math.prod(inner[:-1]) * -(-inner[-1] // lanes)
 
 
+# Reductions of at most HOSTED_TAPS taps whose one reader is a tiled stage that reads them
+# off their own indices (a Winograd transform's rows, then its columns) can be computed
+# inside that reader's parallel tiles (the ``host`` knob), each tile's rows while they are in
+# the caches; untuned, where their output would not stay in the caches (HOSTED_MIN_BYTES):
+# 64 channels over 900 x 161 (57 MB of rows), input transform 34 -> 23 ms, output 39 -> 10;
+# over 56 x 56 (1.2 MB) the output transform took 0.14 ms computed first, 0.36 hosted.
+HOSTED_TAPS = 16
+HOSTED_MIN_BYTES = 4 << 20
+
+
 def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8,
-               order: tuple[int, ...] | None = None, registers: int = 16) -> Rule:
+               order: tuple[int, ...] | None = None, registers: int = 16,
+               host: str | None = None, covers: dict[int, int] | None = None) -> Rule:
     """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write;
     ``order`` is DagInfo.reader_map's for a consumer that reads it permuted. A register tile
     whose accumulators need more than the target's ``registers`` vector registers is illegal:
@@ -408,11 +420,15 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     # the last axis) of them per parallel task along each axis (fewer where that leaves under
     # PARALLEL_TASKS tasks), k by 8
     reg = register_tile(op, lanes, budget=min(16, registers - 4))
+    covers = covers or {}
     data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
                      prefer=(4 if d == n - 1 else 8, 1, reg[d]),
                      exact_inner=_static_extent(a) % reg[d] != 0)
             for d, a in enumerate(op.axis)]
-    data = _spread(data)
+    for d, c in covers.items():  # a hosted producer's reused axis whole in each tile
+        if math.prod(data[d].default()) % c and c % reg[d] == 0:
+            data[d] = replace(data[d], prefer=(c // reg[d], 1, reg[d]))
+    data = _spread(data, fixed={data[d].name for d in covers})
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
            for r in op.reduce_axis]
     knobs: list[Knob] = data + red + [
@@ -420,6 +436,9 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         parallel_knob(pre, [k.extent // math.prod(k.default()) for k in data], serial),
         ChoiceKnob(f"{pre}unroll", UNROLL_STEPS, default_index=2),
     ]
+    if host is not None:  # 1: computed in the host's outermost (parallel) loop, serially
+        knobs.append(ChoiceKnob(f"{pre}host", (0, 1),
+                                default_index=int(_stage_bytes(op) >= HOSTED_MIN_BYTES)))
 
     panel = panel_width(op)
 
@@ -437,6 +456,8 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         why = check(p)
         if why:
             raise ScheduleError(why)
+        if host is not None and p.get(f"{pre}host", 0):  # records from before: not hosted
+            return _hosted(sch, name, host, lanes)
         tiles = [p[k.name] for k in data]
         consumer, producer = tile_pair(sch, name, fused_into)
         outer, mid, inner = [], [], []
@@ -480,16 +501,33 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     return Rule(name, tuple(knobs), apply, "tile", check)
 
 
-def _spread(data: list[TileKnob], tasks: int = PARALLEL_TASKS) -> list[TileKnob]:
+def _hosted(sch: Schedule, name: str, host: str, lanes: int) -> None:
+    """The tiled rule's ``host`` form: ``name`` computed in ``host``'s outermost loop, over
+    the region one of its tiles reads, its last axis in vectors of ``lanes`` (the last
+    overhanging) with the taps inside, accumulating in registers."""
+    st = sch.stage(name)
+    *axes, last = st.compute_op.axis
+    lo, li = st.split(last, factor=min(lanes, _static_extent(last)))
+    st.reorder(*axes, lo, *st.compute_op.reduce_axis, li)
+    st.vectorize(li)
+    at = sch.stage(host)
+    st.compute_at(at, at.leaf[0])
+
+
+def _spread(data: list[TileKnob], tasks: int = PARALLEL_TASKS,
+            fixed: set[str] | None = None) -> list[TileKnob]:
     """The untuned tiles with fewer register tiles per parallel task (the axis with the most
-    first) until the outer loops make ``tasks`` tasks, where the extents allow it."""
+    first, none of ``fixed``) until the outer loops make ``tasks`` tasks, where the extents
+    allow it."""
     data = list(data)
-    while math.prod(k.extent // math.prod(k.default()) for k in data) < tasks:
-        k = max(data, key=lambda k: k.default()[0])
+    free = [k for k in data if k.name not in (fixed or set())]
+    while free and math.prod(k.extent // math.prod(k.default()) for k in data) < tasks:
+        k = max(free, key=lambda k: k.default()[0])
         per_task = k.default()[0]
         if per_task <= 1:
             break
-        data[data.index(k)] = replace(k, prefer=(per_task // 2, *k.prefer[1:]))
+        halved = replace(k, prefer=(per_task // 2, *k.prefer[1:]))
+        data[data.index(k)], free[free.index(k)] = halved, halved
     return data
 
 
@@ -779,7 +817,9 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
     else:
         lanes = max(target.vector_bits // 32, 1)
         registers = target.vector_registers
-        tile = lambda n, into, s, order: _tile_rule(n, into, s, lanes, order, registers)  # noqa: E731
+        tile = lambda n, into, s, order: _tile_rule(  # noqa: E731
+            n, into, s, lanes, order, registers, _host(s, info, n, into),
+            _covers(s, info, n))
         reduce = lambda n, reader, s: _reduce_rule(n, reader, s, lanes)  # noqa: E731
         injective = _injective_rule
     info = DagInfo(sch0)
@@ -821,6 +861,74 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
         first = all(TC.fills_tiles(sch0, name) for name in tensor_core)
         sketches = [mma, *sketches] if first else [*sketches, mma]
     return sketches
+
+
+def _host(sch: Schedule, info: DagInfo, name: str, into: str | None) -> str | None:
+    """The stage whose parallel tiles can compute the tiled reduction ``name`` (see
+    HOSTED_TAPS): its one reader's loop owner (that reader, or the stage it is fused into),
+    when ``name`` has at most HOSTED_TAPS taps, is fused into nothing and that reader is
+    tiled too; else None."""
+    op = sch.stage(name).compute_op
+    readers = info.readers[name]
+    if (into is not None or len(readers) != 1 or sch.stage(name).is_output
+            or math.prod(_static_extent(r) for r in op.reduce_axis) > HOSTED_TAPS):
+        return None
+    reader = readers[0]
+    if not has_reuse(sch.stage(reader).compute_op):
+        return None
+    owner = info.fused_reader(reader, permuted=True)
+    return owner[0] if owner is not None else reader
+
+
+def _covers(sch: Schedule, info: DagInfo, name: str) -> dict[int, int]:
+    """For a tiled stage ``name`` that hosts a producer by default (``_host``, over
+    HOSTED_MIN_BYTES), the tile length along each of its axes that covers a whole axis of the
+    producer's reuse (one that its largest read does not depend on), so that each tile
+    computes the producer's region once for all of it: {axis index: length}. A Winograd
+    input transform reads its rows at ``t // 6``: 36 (every row of B^T in one tile, each input
+    element loaded once); the output transform at ``y % 4``: 4, which its tiles already are."""
+    from autosched.tir.evaluate import eval_int
+    from autosched.tir.visit import uses_var
+
+    op = sch.stage(name).compute_op
+    out: dict[int, int] = {}
+    for prod in [p for p, readers in info.readers.items() if name in readers]:
+        found = info.fused_reader(prod, permuted=True)
+        pst = sch.stage(prod)
+        if (not isinstance(pst.op, ComputeOp) or _stage_bytes(pst.compute_op) < HOSTED_MIN_BYTES
+                or _host(sch, info, prod, found[0] if found else None) is None):
+            continue
+        pop = pst.compute_op
+        main = max(_reads(pop), key=lambda r: _tensor_size(r.tensor), default=None)
+        reuse = [d for d, a in enumerate(pop.axis) if main is not None
+                 and _static_extent(a) > 1 and not any(uses_var(i, a.var) for i in main.indices)]
+        for r in (r for r in _reads(op) if r.tensor.op.name == prod):
+            for d in reuse:
+                idx = r.indices[d]
+                axes = [j for j, a in enumerate(op.axis) if uses_var(idx, a.var)]
+                if len(axes) != 1:
+                    continue
+                var, ext = op.axis[axes[0]].var, _static_extent(op.axis[axes[0]])
+                try:
+                    vals = [eval_int(idx, {var.uid: x}) for x in range(ext)]
+                except ValueError:  # other variables, or no integer arithmetic
+                    continue
+                want = len(set(vals))
+                cover = next(c for c in divisors(ext)
+                             if all(len(set(vals[b:b + c])) == want for b in range(0, ext, c)))
+                out[axes[0]] = max(out.get(axes[0], 1), cover)
+    return out
+
+
+def _tensor_size(t: Any) -> int:
+    """Elements of a tensor of static shape (0 when some dimension is symbolic)."""
+    dims = [d.value if isinstance(d, E.Const) else d for d in t.shape]
+    return math.prod(int(d) for d in dims) if all(isinstance(d, int) for d in dims) else 0
+
+
+def _stage_bytes(op: ComputeOp) -> int:
+    """The bytes of a stage's output."""
+    return math.prod(_static_extent(a) for a in op.axis) * dt.bits(op.output(0).dtype) // 8
 
 
 def _direct_readers(sch: Schedule, info: DagInfo, name: str) -> list[Stage]:

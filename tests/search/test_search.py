@@ -337,6 +337,51 @@ def test_register_tile_keeps_a_vector_in_the_row_its_read_cuts(rng) -> None:
     assert math.gcd(14, row_length(y.op, y.op.axis[-1].var) or 0) < MIN_ROW
 
 
+@pytest.mark.parametrize("height,hosted", [(400, True), (40, False)])
+def test_transform_rows_are_computed_in_the_tiles_that_read_them(height, hosted, rng) -> None:
+    """A Winograd transform's rows stage (6 taps) whose output would leave the caches
+    (HOSTED_MIN_BYTES: 6.4 MB over 400 x 161 with 16 channels) is computed inside its reader's
+    parallel tiles by default, the input transform's tiles holding all 36 points of B^T so
+    each input element loads once (64 channels over 900 x 161: 34 -> 14 ms; the output
+    transform 39 -> 10); small ones keep computing it first. Both match numpy."""
+    from autosched import te
+    from autosched.te import ops
+
+    at, _, bt = ops.winograd_matrices(4)
+    c, w = 16, 161
+    th, tw = height // 4, -(-w // 4)
+    x, b = te.placeholder((1, c, height, w), name="x"), te.placeholder(bt.shape, name="bt")
+    v = ops.winograd_input(x, b, 4, padding=1)
+    task = aus.Task(v, target="llvm")
+    params = dict(SearchSpace(task).default_candidate().params)
+    assert params["winograd_rows.host"] == int(hosted)
+    if hosted:
+        assert math.prod(params["winograd_input.tile.t"]) == 36
+    mod = task.build(SearchSpace(task).default_schedule())
+    xs = random_array(rng, (1, c, height, w), "float32")
+    got = np.empty((36, c, th * tw), "float32")
+    feed = {"x": xs, "bt": bt.astype(np.float32), "winograd_input": got}
+    mod(*(feed[t.name] for t in task.args))
+    xp = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 3), (1, tw * 4 + 2 - w - 1)))
+    tiles = np.lib.stride_tricks.sliding_window_view(xp, (6, 6), axis=(2, 3))[0, :, ::4, ::4]
+    want = np.einsum("ei,cyxij,nj->encyx", bt, tiles, bt).reshape(36, c, th * tw)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    prod, a = te.placeholder((36, c, th * tw), name="prod"), te.placeholder(at.shape, name="at")
+    y = ops.winograd_output(prod, a, 4, (1, c, height, w))
+    task = aus.Task(y, target="llvm")
+    params = dict(SearchSpace(task).default_candidate().params)
+    assert params["winograd_out_rows.host"] == int(hosted)
+    mod = task.build(SearchSpace(task).default_schedule())
+    ps = random_array(rng, (36, c, th * tw), "float32")
+    out = np.empty((1, c, height, w), "float32")
+    feed = {"prod": ps, "at": at.astype(np.float32), "winograd_output": out}
+    mod(*(feed[t.name] for t in task.args))
+    m6 = ps.astype(np.float64).reshape(6, 6, c, th, tw)
+    full = np.einsum("ae,encyx,bn->cyaxb", at, m6, at).reshape(c, th * 4, tw * 4)
+    np.testing.assert_allclose(out[0], full[:, :height, :w], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("groups,kernel,stride,inlined", [
     (16, 3, 2, True),     # depthwise 3 x 3, stride 2: each padded element read about twice
     (16, 5, 1, False),    # depthwise 5 x 5, stride 1: 25 times (1.5-1.75x faster computed first)

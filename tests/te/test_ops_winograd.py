@@ -106,8 +106,9 @@ def test_graph_pass_splits_stride1_convs_and_matches_onnxruntime(
     (48, 48, (56, 56), 4),        # 1.4 MB of transformed tiles: in the caches
     (48, 48, (450, 60), None),    # 11.7 MB with 48 channels a side: direct
     (64, 64, (450, 60), 4),       # 64 a side repay tiles out of the caches
-    (64, 64, (900, 161), None),   # but not 85 MB of them
-    (128, 64, (900, 161), None),
+    (64, 64, (900, 161), 4),      # 85 MB of them too (transform rows computed in tiles)
+    (128, 64, (900, 161), 4),
+    (48, 48, (900, 161), None),   # 48 a side only while they fit the caches
     (48, 64, (12, 12), 2),
     (64, 64, (6, 40), None),      # under F(2x2)'s 7 rows
 ])
