@@ -79,8 +79,12 @@ for s in "$@"; do
         ctime:*)  # ctime:<name>,<name>: each model untuned, with its .gpu-logs log (and with
             # zero-measurement schedules when $ZERO is set), against onnxruntime, one at a time;
             # a log whose choices predate the compiler's defaults is chosen again: the logs
-            # come back in $OUT/logs.tgz
+            # come back in $OUT/logs.tgz. A model too large for one call travels packed
+            # (benchmarks/corpus_carry.py) and is unpacked here first.
             names=${s#ctime:}; unpack_logs
+            if [ -n "${AUTOSCHED_CORPUS_DIR:-}" ]; then
+                python3 benchmarks/corpus_carry.py --unpack "$AUTOSCHED_CORPUS_DIR"
+            fi
             step ctime "${CTIME_S:-560}" python3 -m tests.support.corpus ${names//,/ } --target cuda \
                 --trials 300 --logs .gpu-logs ${ZERO:+--zero} --json "$OUT/ctime.json"
             tar czf "$OUT/logs.tgz" .gpu-logs ;;
