@@ -83,10 +83,8 @@ def reads_per_element(op: ComputeOp, of: str) -> float:
     reads = [r for r in _reads(op) if r.tensor.op.name == of]
     if not reads:
         return 0.0
-    size = math.prod(int(d.value) if isinstance(d, E.Const) else int(d)
-                     for d in reads[0].tensor.shape)
     steps = math.prod(_static_extent(a) for a in (*op.axis, *op.reduce_axis))
-    return steps * len(reads) / max(size, 1)
+    return steps * len(reads) / max(_tensor_size(reads[0].tensor), 1)
 
 
 class DagInfo:
@@ -244,9 +242,10 @@ def register_tile(op: ComputeOp, lanes: int, budget: int = 16) -> list[int]:
 
     Where the best such tile's columns leave a vector of odd lanes (13 columns are three
     vectors, of 8, 4 and 1 lanes: ``vector_pieces``) or fill under half of one (the 2 that
-    divide 166 columns, from 16 on), the tile is chosen again counting the pieces, between those columns and whole vectors that may overhang the last axis (its last
-    tile masked): a batched matmul over 169 columns ran 4x faster in tiles of 16 than of 13,
-    a 3x3 convolution over 13 x 13 2.8x faster in 16-column tiles. Where a read cuts the
+    divide 166 columns, from 16 on), the tile is chosen again counting the pieces, between
+    those columns and whole vectors that may overhang the last axis (its last tile masked):
+    a batched matmul over 169 columns ran 4x faster in tiles of 16 than of 13, a 3x3
+    convolution over 13 x 13 2.8x faster in 16-column tiles. Where a read cuts the
     last axis into rows (``row_length``: a Winograd transform's flattened tiles), the columns
     divide the row, so that the read's lanes stay in one (its input transform at 56 x 56,
     0.47 -> 0.36 ms; at 900 x 161, 91 -> 53 ms)."""

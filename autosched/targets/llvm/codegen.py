@@ -140,8 +140,8 @@ class FuncGen(ExprGen):
     def _maskable(self, body: lir.Stmt) -> bool:
         """The body of a lane-dependent ``if`` can run as masked vector code: straight-line
         contiguous stores whose lane-dependent loads are vector loads too (contiguous,
-        strided or a lane pattern), guarded ones under a padding select included (the tail of a tile that its
-        loop does not divide)."""
+        strided or a lane pattern), guarded ones under a padding select included (the tail
+        of a tile that its loop does not divide)."""
         for st in all_stmts(body):
             if isinstance(st, lir.Seq):
                 continue
@@ -154,7 +154,7 @@ class FuncGen(ExprGen):
             for e in stmt_exprs(st):
                 for n in post_order(e):
                     if isinstance(n, lir.Load) and self.lanes(n) > 1 and (
-                            self.vector_stride(n) is None and self.lane_pattern(n) is None):
+                            self.vector_offsets(n) is None):
                         return False
                     if isinstance(n, E.Select) and self.lanes(n.cond) > 1 and (
                             may_trap(n.true_value) or may_trap(n.false_value)) and (

@@ -5,8 +5,8 @@ vector of ``lanes`` values and one that does not stays scalar; mixing the two br
 scalar. Loads whose flattened index is ``v`` plus terms without ``v`` become one vector load;
 loads ``s`` elements apart per lane (a stride-2 convolution's row: ``x * 2 + rx``) one load of
 ``s`` times the lanes and a shuffle, for ``s`` up to STRIDED_LOAD_MAX; so do loads whose lanes
-sit at constant offsets from lane 0's (``lane_pattern``: ``x // 4``, ``x % 4 * 6``); other
-lane-dependent loads are done lane by lane (``at_lane``).
+sit at other constant offsets from lane 0's (``lane_pattern``: ``x // 4``, ``x % 4 * 6``;
+``pattern_load`` serves both); other lane-dependent loads are done lane by lane (``at_lane``).
 """
 
 from __future__ import annotations
@@ -298,11 +298,8 @@ class ExprGen:
                 zero = ir.Constant(ptr.type.pointee, None)
                 return self.masked_load(ptr, self.mask, zero, e.buffer.itemsize)
             return self.from_memory(self.b.load(ptr, align=align), e.dtype)
-        stride = self.vector_stride(e)
-        if stride is not None:
-            return self.strided_load(e, stride)
-        pattern = self.lane_pattern(e)
-        return self.per_lane(e) if pattern is None else self.pattern_load(e, pattern, self.mask)
+        offsets = self.vector_offsets(e)
+        return self.per_lane(e) if offsets is None else self.pattern_load(e, offsets, self.mask)
 
     def vector_stride(self, e: lir.Load) -> int | None:
         """The lane stride of a lane-dependent load that loads as vectors: 1 (contiguous) up
@@ -310,27 +307,15 @@ class ExprGen:
         stride = None if e.dtype == "bool" else self.lane_stride(e.buffer, e.indices)
         return stride if stride is not None and 1 <= stride <= STRIDED_LOAD_MAX else None
 
-    def strided_load(self, e: lir.Load, stride: int, mask: ir.Value | None = None) -> ir.Value:
-        """The lanes of ``e``, ``stride`` elements apart: the span from lane 0 to the last
-        lane loaded as one vector (masked past the last lane, which may end the buffer, and
-        to the lanes of ``mask``, by default the loop's; the others read as zero) and every
-        ``stride``-th element shuffled out."""
+    def vector_offsets(self, e: lir.Load) -> list[int] | None:
+        """Each lane's element offset from lane 0's where a lane-dependent load runs as one
+        vector load and a shuffle: ``k * s`` for a stride ``s`` (vector_stride), else its
+        lane_pattern; None for a load done lane by lane."""
         assert self.vec is not None
-        mask = self.mask if mask is None else mask
-        n, wide = self.vec.lanes, self.vec.lanes * stride
-        with self.at_lane(0):
-            p = self.element_ptr(e.buffer, e.indices, inbounds=False)
-        ptr = self.b.bitcast(p, ir.VectorType(T.memory(e.dtype), wide).as_pointer())
-        span: ir.Value = ir.Constant(ir.VectorType(T.I1, wide),
-                                     [j <= (n - 1) * stride for j in range(wide)])
-        if mask is not None:
-            spread = self.b.shuffle_vector(mask, ir.Constant(mask.type, ir.Undefined),
-                                           ir.Constant(ir.VectorType(T.I32, wide),
-                                                       [j // stride for j in range(wide)]))
-            span = self.b.and_(span, spread)
-        v = self.masked_load(ptr, span, ir.Constant(ptr.type.pointee, None), e.buffer.itemsize)
-        pick = ir.Constant(ir.VectorType(T.I32, n), [k * stride for k in range(n)])
-        return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), pick)
+        stride = self.vector_stride(e)
+        if stride is not None:
+            return [k * stride for k in range(self.vec.lanes)]
+        return self.lane_pattern(e)
 
     def lane_pattern(self, e: lir.Load) -> list[int] | None:
         """Where a lane-dependent load moves no constant stride, the offsets of its lanes
@@ -361,21 +346,26 @@ class ExprGen:
         return pattern
 
     def pattern_load(self, e: lir.Load, pattern: list[int], mask: ir.Value | None) -> ir.Value:
-        """The lanes of ``e`` at ``pattern`` (lane_pattern) from lane 0's element: the span
-        they cover loaded as one vector, only the elements some lane (of ``mask``) reads, and
-        shuffled into place; lanes off ``mask`` read zero."""
+        """The lanes of ``e`` at ``pattern`` (vector_offsets) from lane 0's element: the span
+        they cover loaded as whole vectors (masked past the span, which may end the buffer,
+        and, under ``mask``, to the elements from one a lane on ``mask`` reads up to the next
+        read one) and shuffled into place; lanes off ``mask`` read zero."""
         assert self.vec is not None
         n, lo = self.vec.lanes, min(pattern)
-        wide = max(pattern) - lo + 1
-        readers: list[list[int]] = [[] for _ in range(wide)]
+        span = max(pattern) - lo + 1
+        wide = n * -(-span // n)
+        readers: list[list[int]] = [[] for _ in range(span)]
         for k, at in enumerate(pattern):
             readers[at - lo].append(k)
-        read = ir.Constant(ir.VectorType(T.I1, wide), [bool(r) for r in readers])
+        for j in range(1, span):  # an element between two read ones goes with the first
+            readers[j] = readers[j] or readers[j - 1]
+        read: ir.Value = ir.Constant(ir.VectorType(T.I1, wide), [j < span for j in range(wide)])
         if mask is not None:  # an element is read when one of its lanes is on
             on: ir.Value | None = None
             for level in range(max(len(r) for r in readers)):
                 pick = ir.Constant(ir.VectorType(T.I32, wide),
-                                   [r[min(level, len(r) - 1)] if r else 0 for r in readers])
+                                   [readers[j][min(level, len(readers[j]) - 1)] if j < span
+                                    else 0 for j in range(wide)])
                 spread = self.b.shuffle_vector(mask, ir.Constant(mask.type, ir.Undefined), pick)
                 on = spread if on is None else self.b.or_(on, spread)
             assert on is not None
@@ -557,9 +547,7 @@ class ExprGen:
         if not (isinstance(load, lir.Load) and not may_trap(e.false_value)
                 and self.lanes(load) > 1 and not any(may_trap(i) for i in load.indices)):
             return None
-        if self.vector_stride(load) is None and self.lane_pattern(load) is None:
-            return None
-        return load
+        return None if self.vector_offsets(load) is None else load
 
     def _masked_load_select(self, e: E.Select) -> ir.Value | None:
         """``select(c, A[i], x)`` with a lane-dependent ``c`` (padding) and ``i`` contiguous,
@@ -573,13 +561,10 @@ class ExprGen:
         if self.mask is not None:
             mask = self.b.and_(mask, self.mask)
         passthru = self.splat(self.expr(e.false_value), self.vec.lanes)
-        stride = self.vector_stride(load)
-        if stride is None:
-            pattern = self.lane_pattern(load)
-            assert pattern is not None
-            return self.b.select(mask, self.pattern_load(load, pattern, mask), passthru)
-        if stride > 1:
-            return self.b.select(mask, self.strided_load(load, stride, mask), passthru)
+        if self.vector_stride(load) != 1:
+            offsets = self.vector_offsets(load)
+            assert offsets is not None
+            return self.b.select(mask, self.pattern_load(load, offsets, mask), passthru)
         ptr = self.vector_ptr(load.buffer, load.indices, masked=True)
         return self.masked_load(ptr, mask, passthru, load.buffer.itemsize)
 
