@@ -146,23 +146,13 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     ``rounds`` alternating rounds of ``repeat`` runs each (None: as many as last about
     ``ROUND_S``, at least 3); append the winners to ``log`` (records with ``in_model``);
     return one Choice per workload that had a record."""
-    from autosched.graph.compiler import compile as compile_graph
-    from autosched.search.record import RecordLog
-
     tgt = parse(target)
     if not runs_here(tgt):
         raise ValueError(f"choosing schedules in the model runs the model here; {tgt} is not "
                          "this machine")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "no tuning record for ...": those stay untuned
-        model = compile_graph(graph, tgt, log=log, precision=precision)
+    model, cands = candidates(graph, tgt, log, precision, top)
     inputs = random_inputs(graph, seed=seed)
     kernels = model.kernels
-    records = RecordLog(log)
-    cands: dict[str, list[_Candidate]] = {}
-    for k in kernels:  # a workload that occurs several times is built once
-        if k.task.workload_key not in cands:
-            cands[k.task.workload_key] = _candidates(k, tgt, records, top)
     if all(len(c) < 2 for c in cands.values()):
         return []
     if repeat is None:
@@ -187,6 +177,27 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
     mix = {key: fastest([c.samples for c in cands[key]]) for key in keys}
     pick = _end_to_end(seconds_per_kernel, keys, cands, mix, rounds)
     return _append(log, kernels, cands, pick, tgt)
+
+
+def candidates(graph: Graph, target: str | Target, log: str | os.PathLike,
+               precision: str = DEFAULT_PRECISION, top: int = 2, executor: bool = True
+               ) -> tuple[Any, dict[str, list[_Candidate]]]:
+    """The model compiled with ``log`` and, per workload, what ``choose`` times: the untuned
+    default and the ``top`` best records, each built (so that, with ``executor`` false, a
+    machine without the device fills the compile cache for a later choosing on it)."""
+    from autosched.graph.compiler import compile as compile_graph
+    from autosched.search.record import RecordLog
+
+    tgt = parse(target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no tuning record for ...": those stay untuned
+        model = compile_graph(graph, tgt, log=log, precision=precision, executor=executor)
+    records = RecordLog(log)
+    cands: dict[str, list[_Candidate]] = {}
+    for k in model.kernels:  # a workload that occurs several times is built once
+        if k.task.workload_key not in cands:
+            cands[k.task.workload_key] = _candidates(k, tgt, records, top)
+    return model, cands
 
 
 def _candidates(kernel: Any, tgt: Target, records: Any, top: int) -> list[_Candidate]:
