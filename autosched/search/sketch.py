@@ -326,9 +326,8 @@ def row_length(op: ComputeOp, var: E.Var) -> int | None:
     the read moves a constant stride and loads as vectors; across rows it loads lane by lane
     (a 900 x 161 map's input transform: 85 ms in vectors of 16 tiles, 55 in rows of 41).
     None when every read moves a constant stride."""
-    from autosched.targets.llvm.walk import linear_coeff
     from autosched.tir.arith import simplify
-    from autosched.tir.visit import uses_var
+    from autosched.tir.visit import linear_coeff, uses_var
 
     row = 0
     for r in _reads(op):

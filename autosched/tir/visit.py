@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from autosched.te import dtype as dt
 from autosched.te import expr as E
+from autosched.te.opcodes import Op
 from autosched.te.visit import post_order, substitute
 from autosched.tir import ir
 
@@ -144,3 +146,28 @@ def used_vars(s: ir.Stmt) -> set[E.Var]:
 def uses_var(e: E.Expr, v: E.Var) -> bool:
     """Whether ``e`` reads the variable ``v``."""
     return any(isinstance(n, E.Var) and n.uid == v.uid for n in post_order(e))
+
+
+def linear_coeff(e: E.Expr, var: E.Var) -> int | None:
+    """The integer ``c`` such that ``e == c * var + (terms without var)``, or None when ``e``
+    is not affine in ``var`` with a constant coefficient."""
+    if not uses_var(e, var):
+        return 0
+    if isinstance(e, E.Var):
+        return 1
+    if isinstance(e, E.Cast) and dt.is_int(e.type) and dt.is_int(e.value.dtype):
+        # index widening (int32 -> int64); lowering keeps indices far from overflow
+        return linear_coeff(e.value, var)
+    if isinstance(e, E.Binary) and e.op in (Op.ADD, Op.SUB):
+        ca, cb = linear_coeff(e.a, var), linear_coeff(e.b, var)
+        if ca is None or cb is None:
+            return None
+        return ca + cb if e.op is Op.ADD else ca - cb
+    if isinstance(e, E.Binary) and e.op is Op.MUL:
+        if isinstance(e.a, E.Const):
+            c = linear_coeff(e.b, var)
+            return None if c is None else int(e.a.value) * c
+        if isinstance(e.b, E.Const):
+            c = linear_coeff(e.a, var)
+            return None if c is None else int(e.b.value) * c
+    return None

@@ -22,14 +22,13 @@ import numpy as np
 from autosched.errors import CompileError
 from autosched.targets.llvm import bfloat16, intrinsics
 from autosched.targets.llvm import types as T
-from autosched.targets.llvm.walk import linear_coeff
 from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
 from autosched.tir.arith import simplify
-from autosched.tir.visit import uses_var
+from autosched.tir.visit import linear_coeff, uses_var
 
 # Let LLVM fuse a*b+c into an FMA in a reduction's update, acc + a*b (numpy's BLAS and
 # onnxruntime's GEMM and convolution kernels do too), and nowhere else: onnxruntime rounds the
