@@ -623,11 +623,7 @@ def reduce_layout(op: ComputeOp) -> str:
     if not reads:
         return ""
 
-    def size(r: E.TensorRead) -> int:
-        dims = [d.value if isinstance(d, E.Const) else 0 for d in r.tensor.shape]
-        return math.prod(int(d) for d in dims)
-
-    main = max(reads, key=size)
+    main = max(reads, key=lambda r: _tensor_size(r.tensor))
     if _stride(main, op.reduce_axis[-1].var.uid) == 1:
         return "row"
     if op.axis and _static_extent(op.axis[-1]) > 1 and _stride(main, op.axis[-1].var.uid) == 1:

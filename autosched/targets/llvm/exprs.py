@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 import numpy as np
@@ -28,6 +28,7 @@ from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
 from autosched.tir.arith import simplify
+from autosched.tir.arith.linear import Key
 from autosched.tir.visit import linear_coeff, uses_var
 
 # Let LLVM fuse a*b+c into an FMA in a reduction's update, acc + a*b (numpy's BLAS and
@@ -58,6 +59,9 @@ class VectorContext:
     lanes: int
     lane0: ir.Value  # its scalar value in lane 0
     first: int | None = None  # that value when it is a constant (a tile's inner loop: 0, 16)
+    # vector_offsets of each load asked (by structure), since deciding how to vectorize a
+    # loop and emitting it ask the same loads
+    offsets: dict[Key, list[int] | None] = field(default_factory=dict)
 
 
 def may_trap(e: E.Expr) -> bool:
@@ -310,11 +314,14 @@ class ExprGen:
         """Each lane's element offset from lane 0's where a lane-dependent load runs as one
         vector load and a shuffle: ``k * s`` for a stride ``s`` (vector_stride), else its
         lane_pattern; None for a load done lane by lane."""
-        assert self.vec is not None
-        stride = self.vector_stride(e)
-        if stride is not None:
-            return [k * stride for k in range(self.vec.lanes)]
-        return self.lane_pattern(e)
+        ctx = self.vec
+        assert ctx is not None
+        key = Key(e)
+        if key not in ctx.offsets:
+            stride = self.vector_stride(e)
+            ctx.offsets[key] = (self.lane_pattern(e) if stride is None
+                                else [k * stride for k in range(ctx.lanes)])
+        return ctx.offsets[key]
 
     def lane_pattern(self, e: lir.Load) -> list[int] | None:
         """Where a lane-dependent load moves no constant stride, the offsets of its lanes
@@ -560,9 +567,9 @@ class ExprGen:
         if self.mask is not None:
             mask = self.b.and_(mask, self.mask)
         passthru = self.splat(self.expr(e.false_value), self.vec.lanes)
-        if self.vector_stride(load) != 1:
-            offsets = self.vector_offsets(load)
-            assert offsets is not None
+        offsets = self.vector_offsets(load)
+        assert offsets is not None
+        if offsets != list(range(self.vec.lanes)):
             return self.b.select(mask, self.pattern_load(load, offsets, mask), passthru)
         ptr = self.vector_ptr(load.buffer, load.indices, masked=True)
         return self.masked_load(ptr, mask, passthru, load.buffer.itemsize)
