@@ -191,17 +191,21 @@ def prepare(graph: Graph, target: Target | None = None,
     in tf32 / fp16 / bf16, convolutions as matmuls of im2col patches); last, the storage of
     ``precision`` (graph/precision.py)."""
     from autosched.graph.passes import (
+        dot4_products,
         gemm_convs,
         optimize,
         pack_conv_weights,
         pack_gemm_weights,
         winograd_convs,
     )
+    from autosched.targets.llvm.cpu_features import dot_intrin
 
     g = optimize(graph)
     if target is not None and target.device != "gpu":
         lanes = max(target.vector_bits // 32, 1)
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
+        if target.kind == "llvm" and dot_intrin(target):
+            g = dot4_products(g)
     elif target is not None and precision != DEFAULT_PRECISION:
         g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls
     return apply_precision(g, precision)

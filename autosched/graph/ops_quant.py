@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosched.graph.graph import KERNEL_LAYOUT, Node
+from autosched.graph.graph import DOT4, KERNEL_LAYOUT, Node
 from autosched.graph.ops import (
     ConvertContext,
     Value,
@@ -144,12 +144,26 @@ def _padded_columns(n: int) -> int:
     return up if (up - n) * 10 < n else n
 
 
+def packs_dot4(b: np.ndarray, a_shape: tuple[int, ...]) -> bool:
+    """Whether a constant B of an integer matmul with A of ``a_shape`` can be stored packed
+    for int8 dot products (passes.dot4_products): 8-bit, 2-d, K a multiple of 4, its stored
+    columns whole vectors of DOT4_LANES."""
+    return (b.ndim == 2 and b.dtype in (np.uint8, np.int8) and len(a_shape) >= 1
+            and a_shape[-1] == b.shape[0] and b.shape[0] % 4 == 0
+            and _padded_columns(b.shape[1]) % DOT4_LANES == 0)
+
+
+DOT4_LANES = 16  # the int32 lanes of one vpdpbusd (tensor_intrin.DOT_16X4)
+
+
 def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | None,
-                    b_zero: Value | None) -> Tensor:
+                    b_zero: Value | None, dot4: bool = False) -> Tensor:
     """sum_k (a - a_zero)(b - b_zero) as int32 (numpy matmul's broadcasting); A's zero point
     runs along its rows (axis -2), B's along its columns (axis -1). A constant 2-d B with
     constant zero points gets quant.folded_matmul: zero points out of the inner loop, the
-    columns padded to whole vectors."""
+    columns padded to whole vectors. With ``dot4`` (passes.dot4_products) B is stored as int8
+    (a uint8 B and its zero point less 128: the same differences) packed for
+    quant.matmul_dot4."""
     folds = isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.itemsize == 1 and (
         b_zero is None or isinstance(b_zero, np.ndarray)) and shape_of(a)[-1] == b.shape[0]
     if not folds:
@@ -158,11 +172,17 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
     k, n = b.shape
     zb = np.zeros(n, "int64") if b_zero is None else np.broadcast_to(
         np.asarray(b_zero, "int64").reshape(-1), (n,))
+    dot4 = dot4 and packs_dot4(b, shape_of(a))
+    if dot4 and b.dtype == np.uint8:
+        b, zb = (b.astype("int16") - 128).astype("int8"), zb - 128
+        b_zero = zb.astype("int16")
     from autosched.graph.passes import zero_padded_columns  # passes imports the converters
 
     padded = zero_padded_columns(b, _padded_columns(n))
     term = np.zeros(padded.shape[1], "int32")
     term[:n] = k * zb - b.sum(axis=0, dtype="int64")
+    if dot4:
+        padded = np.asarray(padded.reshape(k // 4, 4, -1).transpose(0, 2, 1), order="C")
     return quant.folded_matmul(
         ctx.const(a), ctx.const(padded), n, _tensor(ctx, a_zero),
         None if not zb.any() else ctx.const(np.asarray(b_zero)),
@@ -172,13 +192,56 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
 @register("MatMulInteger")
 def _matmul_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     return [_integer_matmul(ctx, required(node, ins, 0), required(node, ins, 1),
-                            optional(ins, 2), optional(ins, 3))]
+                            optional(ins, 2), optional(ins, 3), bool(node.attrs.get(DOT4)))]
 
 
 @register("ConvInteger")
 def _conv_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
+    w = required(node, ins, 1)
+    if node.attrs.get(DOT4) and isinstance(w, np.ndarray):
+        return [_dot4_conv(node, required(node, ins, 0), w, optional(ins, 2), optional(ins, 3),
+                           ctx)]
     x = _operand(ctx, required(node, ins, 0), optional(ins, 2), 1)
-    return [_int_conv(node, x, required(node, ins, 1), optional(ins, 3), ctx)]
+    return [_int_conv(node, x, w, optional(ins, 3), ctx)]
+
+
+def packs_conv_dot4(node: Node, w: np.ndarray, x_shape: tuple[int, ...]) -> bool:
+    """Whether a ConvInteger of a uint8 x of ``x_shape`` by constant ``w`` can run as int8 dot
+    products (passes.dot4_products): 2-d, one group, stride and dilation 1, pads not
+    negative, an 8-bit weight."""
+    ones = [1, 1]
+    return (w.ndim == 4 and len(x_shape) == 4 and w.dtype in (np.uint8, np.int8)
+            and int(node.attrs.get("group", 1)) == 1 and x_shape[1] == w.shape[1]
+            and list(node.attrs.get("strides", ones)) == ones
+            and list(node.attrs.get("dilations", ones)) == ones
+            and min(node.attrs.get("pads", [0])) >= 0)
+
+
+def _dot4_conv(node: Node, x: Value, w: np.ndarray, x_zero: Value | None,
+               w_zero: Value | None, ctx: ConvertContext) -> Tensor:
+    """ConvInteger as quant.conv2d_dot4: the weight as uint8 (an int8 one and its zero point
+    plus 128: the same differences), its channels in groups of 4 padded with the zero point."""
+    from autosched.graph.ops_nn import _pads
+
+    o, c, kh, kw = w.shape
+    zw = np.zeros(o, "int64") if w_zero is None else np.broadcast_to(
+        np.asarray(w_zero, "int64").reshape(-1), (o,))
+    wu = w.astype("int64")
+    if w.dtype == np.int8:
+        wu, zw = wu + 128, zw + 128
+    c4 = -(-c // 4)
+    full = np.empty((o, c4 * 4, kh, kw), "int64")
+    full[:, :c] = wu
+    full[:, c:] = zw[:, None, None, None]
+    packed = np.asarray(full.reshape(o, c4, 4, kh, kw).transpose(0, 1, 3, 4, 2), "uint8",
+                        order="C")
+    taps = (wu - zw[:, None, None, None]).reshape(o, -1).sum(axis=1).astype("int32")
+    h, wd = shape_of(x)[2:]
+    begins, ends = _pads(node, [h, wd], [kh, kw], [1, 1], [1, 1])
+    return quant.conv2d_dot4(
+        ctx.const(x), _tensor(ctx, x_zero), ctx.const(packed),
+        ctx.const(zw.astype("int32")) if zw.any() else None, ctx.const(taps),
+        (begins[0], begins[1], ends[0], ends[1]))
 
 
 def _multiplier(ctx: ConvertContext, a_scale: Value, b_scale: Value, y_scale: Value) -> Tensor:
@@ -206,7 +269,8 @@ def _scales(node: Node, ins: list[Value | None], ctx: ConvertContext) -> Tensor:
 
 @register("QLinearMatMul")
 def _qlinear_matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    acc = _integer_matmul(ctx, required(node, ins, 0), required(node, ins, 3), ins[2], ins[5])
+    acc = _integer_matmul(ctx, required(node, ins, 0), required(node, ins, 3), ins[2], ins[5],
+                          bool(node.attrs.get(DOT4)))
     mult = _scales(node, ins, ctx)
     zp = required(node, ins, 7)
     return [quant.requantize(acc, mult, ctx.const(zp), acc.ndim - 1, str(zp.dtype))]
@@ -214,8 +278,12 @@ def _qlinear_matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
 
 @register("QLinearConv")
 def _qlinear_conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    x = _operand(ctx, required(node, ins, 0), ins[2], 1)
-    acc = _int_conv(node, x, required(node, ins, 3), required(node, ins, 5), ctx)
+    w = required(node, ins, 3)
+    if node.attrs.get(DOT4) and isinstance(w, np.ndarray):
+        acc = _dot4_conv(node, required(node, ins, 0), w, ins[2], required(node, ins, 5), ctx)
+    else:
+        acc = _int_conv(node, _operand(ctx, required(node, ins, 0), ins[2], 1), w,
+                        required(node, ins, 5), ctx)
     mult = _scales(node, ins, ctx)
     zp = required(node, ins, 7)
     bias = _tensor(ctx, optional(ins, 8))

@@ -23,6 +23,7 @@ from autosched.graph.evaluate import run_node
 from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
 from autosched.graph.graph import (
     B_PANELS,
+    DOT4,
     IMPLICIT,
     KERNEL_LAYOUT,
     R_LAYOUT,
@@ -300,6 +301,39 @@ def as_panels(b: np.ndarray, p: int) -> np.ndarray:
     count = -(-n // p)
     padded = zero_padded_columns(b, count * p)
     return np.asarray(padded.reshape(k, count, p).transpose(1, 0, 2), order="C")
+
+
+# the ops dot4_products packs: positions of the weight and of its zero point
+DOT4_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3), "QLinearMatMul": (3, 5),
+               "QLinearConv": (3, 5)}
+
+
+def dot4_products(graph: Graph) -> Graph:
+    """Each MatMulInteger / QLinearMatMul of a uint8 A by a constant 8-bit B (K a multiple of
+    4, its columns stored in whole 512-bit vectors of int32) and each ConvInteger /
+    QLinearConv of a uint8 x by a constant 8-bit weight (stride 1, one group), with a
+    constant or no weight zero point, carries DOT4:
+    its converter stores the weight packed for int8 dot products (x86's AVX-512 VNNI: 64
+    products a vpdpbusd where int32 vectors hold 16; quant.matmul_dot4, quant.conv2d_dot4).
+    For CPU targets with those (compiler.prepare)."""
+    from autosched.graph.ops_quant import packs_conv_dot4, packs_dot4  # the converters' rules
+
+    g = _copy(graph)
+    for n in g.nodes:
+        at = DOT4_INPUTS.get(n.op_type)
+        if at is None or len(n.inputs) <= at[1]:
+            continue
+        a, b = n.inputs[0], n.inputs[at[0]]
+        b_zero = n.inputs[at[1]] if len(n.inputs) > at[1] and n.inputs[at[1]] else None
+        if not (a in g.values and g.values[a].dtype == "uint8" and b in g.constants
+                and (b_zero is None or b_zero in g.constants)):
+            continue
+        shape = tuple(int(d) for d in g.values[a].shape)
+        rule = packs_dot4 if "MatMul" in n.op_type else (
+            lambda w, s, n=n: packs_conv_dot4(n, w, s))
+        if rule(g.constants[b], shape):
+            n.attrs = {**n.attrs, DOT4: 1}
+    return g
 
 
 def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:

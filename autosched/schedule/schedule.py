@@ -19,7 +19,7 @@ from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import substitute, tensors_read
 from autosched.tir.ir import SCOPES
-from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS
+from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS, dot_mismatch
 
 PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
 MAX_PIPELINE_STAGES = 4
@@ -508,7 +508,8 @@ class Schedule:
                                 f"{', '.join(TENSOR_INTRINS)}")
         nest = st.leaf[st.leaf.index(iv):]
         got = [_const_extent(a) for a in nest]
-        kinds = ["data", "data", "reduce"][:len(intrin.extents)]
+        kinds = (["data", "reduce"] if intrin.kind == "dot"
+                 else ["data", "data", "reduce"][:len(intrin.extents)])
         if got != list(intrin.extents) or [a.kind for a in nest] != kinds:
             raise ScheduleError(
                 f"{where}: the nest must be {len(kinds)} innermost loops "
@@ -529,6 +530,11 @@ class Schedule:
                     f"{where}: needs a float32 sum of a product without condition or init "
                     f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
                     f"({st.name} is in scope {st.scope})")
+        elif intrin.kind == "dot":
+            why = dot_mismatch(op.body)
+            if why:
+                raise ScheduleError(f"{where}: needs an int32 sum of int32(uint8) * int32(int8) "
+                                    f"without condition or init; {why}")
         else:
             # a store goes to shared memory (an epilogue reads it) or to the output itself
             into = ("shared", "global") if intrin.kind == "store" else (intrin.scope,)

@@ -31,11 +31,13 @@ from typing import Any
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
+from autosched.targets.llvm.cpu_features import dot_intrin
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
 from autosched.te import expr as E
-from autosched.te.tensor import ComputeOp, PlaceholderOp
+from autosched.te.tensor import MATERIALIZE, ComputeOp, PlaceholderOp
 from autosched.te.visit import post_order
+from autosched.tir.tensor_intrin import TENSOR_INTRINS, dot_mismatch
 
 Params = dict[str, Any]
 
@@ -95,7 +97,8 @@ class DagInfo:
         self.outputs = {st.name for st in sch.stages if st.is_output}
         self.compute = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
         self.inlined = {st.name for st in self.compute
-                        if not st.compute_op.reduce_axis and st.name not in self.outputs}
+                        if not st.compute_op.reduce_axis and st.name not in self.outputs
+                        and not dict(st.compute_op.attrs).get(MATERIALIZE)}
         self.readers: dict[str, list[str]] = {st.name: [] for st in sch.stages}
         for st in self.compute:
             if st.name in self.inlined:
@@ -403,12 +406,16 @@ HOSTED_MIN_BYTES = 4 << 20
 
 def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8,
                order: tuple[int, ...] | None = None, registers: int = 16,
-               host: str | None = None, covers: dict[int, int] | None = None) -> Rule:
+               host: str | None = None, covers: dict[int, int] | None = None,
+               dot: str | None = None) -> Rule:
     """Multi-level tiling of reduction ``name`` (SSRSRS), its consumer fused or a cache_write;
     ``order`` is DagInfo.reader_map's for a consumer that reads it permuted. A register tile
     whose accumulators need more than the target's ``registers`` vector registers is illegal:
     it spills on every multiply-add (on AVX2's 16 registers a 7 x 2-vector tile ran at a third
-    of the speed of the same loop nest with 2 x 4)."""
+    of the speed of the same loop nest with 2 x 4). With ``dot`` (an int8 dot product's
+    tensor intrinsic, where ``dot_form`` holds) the last reduce axis (its 4 taps) goes inside
+    the register tile, whose innermost column loop of the intrinsic's lanes is tensorized
+    instead of vectorized."""
     op = sch0.stage(name).compute_op
     pre = f"{name}."
     n = len(op.axis)
@@ -418,6 +425,9 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
     # the last axis) of them per parallel task along each axis (fewer where that leaves under
     # PARALLEL_TASKS tasks), k by 8
     reg = register_tile(op, lanes, budget=min(16, registers - 4))
+    dot_lanes = TENSOR_INTRINS[dot].n if dot else 0
+    if dot:
+        reg[-1] = dot_lanes
     covers = covers or {}
     data = [TileKnob(f"{pre}tile.{a.name}", _static_extent(a), 3,
                      prefer=(4 if d == n - 1 else 8, 1, reg[d]),
@@ -427,8 +437,9 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
         if math.prod(data[d].default()) % c and c % reg[d] == 0:
             data[d] = replace(data[d], prefer=(c // reg[d], 1, reg[d]))
     data = _spread(data, fixed={data[d].name for d in covers})
+    taps = op.reduce_axis[-1:] if dot else []  # inside the tensorized nest, whole
     red = [TileKnob(f"{pre}rtile.{r.name}", _static_extent(r), 1, max_innermost=64, prefer=(8,))
-           for r in op.reduce_axis]
+           for r in op.reduce_axis if all(r is not t for t in taps)]
     knobs: list[Knob] = data + red + [
         ChoiceKnob(f"{pre}at", (0, 1), default_index=1),
         parallel_knob(pre, [k.extent // math.prod(k.default()) for k in data], serial),
@@ -448,6 +459,8 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
                     f"target has {registers}")
         if panel is not None and panel % inner[-1]:
             return f"{name}: register tile {inner} crosses the {panel}-column panels"
+        if dot and inner[-1] != dot_lanes:
+            return f"{name}: register tile {inner} is not {dot_lanes} columns wide ({dot})"
         return None
 
     def apply(sch: Schedule, p: Params) -> None:
@@ -488,8 +501,10 @@ def _tile_rule(name: str, fused_into: str | None, sch0: Schedule, lanes: int = 8
             a, b = producer.split(ax, factor=g)
             r0.append(a)
             r1.append(b)
-        producer.reorder(*d1, *r0, *d2, *r1, *d3)
-        if tiles[-1][2] > 1:
+        producer.reorder(*d1, *r0, *d2, *r1, *d3, *taps)
+        if dot:
+            producer.tensorize(d3[-1], dot)
+        elif tiles[-1][2] > 1:
             producer.vectorize(d3[-1])
         unroll = p[f"{pre}unroll"]
         if unroll:
@@ -811,9 +826,10 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
     else:
         lanes = max(target.vector_bits // 32, 1)
         registers = target.vector_registers
+        dot = dot_intrin(target) if target.kind == "llvm" else None
         tile = lambda n, into, s, order: _tile_rule(  # noqa: E731
             n, into, s, lanes, order, registers, _host(s, info, n, into),
-            _covers(s, info, n))
+            _covers(s, info, n), dot if dot and dot_form(s.stage(n).compute_op, dot) else None)
         reduce = lambda n, reader, s: _reduce_rule(n, reader, s, lanes)  # noqa: E731
         injective = _injective_rule
     info = DagInfo(sch0)
@@ -912,6 +928,26 @@ def _covers(sch: Schedule, info: DagInfo, name: str) -> dict[int, int]:
                              if all(len(set(vals[b:b + c])) == want for b in range(0, ext, c)))
                 out[axes[0]] = max(out.get(axes[0], 1), cover)
     return out
+
+
+def dot_form(op: ComputeOp, dot: str) -> bool:
+    """Whether ``op`` is a sum the int8 dot-product intrinsic ``dot`` computes (te.ops.quant.
+    matmul_dot4's): its last reduce axis the taps, its last data axis whole groups of lanes,
+    the uint8 operand the same for every lane and contiguous in the taps, the int8 one the
+    taps of a lane adjacent and the lanes the taps apart."""
+    intrin = TENSOR_INTRINS[dot]
+    if dot_mismatch(op.body) or not op.axis or not op.reduce_axis:
+        return False
+    lane, tap = op.axis[-1], op.reduce_axis[-1]
+    if _static_extent(tap) != intrin.k or _static_extent(lane) % intrin.n:
+        return False
+    prod = op.body.source  # type: ignore[attr-defined]
+    reads = {x.value.dtype: x.value for x in (prod.a, prod.b)}
+    a, b = reads["uint8"], reads["int8"]
+    if not (isinstance(a, E.TensorRead) and isinstance(b, E.TensorRead)):
+        return False
+    return ((_stride(a, lane.var.uid), _stride(a, tap.var.uid)) == (0, 1)
+            and (_stride(b, lane.var.uid), _stride(b, tap.var.uid)) == (intrin.k, 1))
 
 
 def _tensor_size(t: Any) -> int:

@@ -205,6 +205,11 @@ def _arg_names(fcompute: Callable[..., Any], ndim: int, name: str) -> list[str]:
     return [p.name for p in params]
 
 
+# A compute attribute (``attrs={MATERIALIZE: 1}``): the stage is computed on its own, never
+# inlined into its readers by the sketches (a layout that a tensorized nest reads as memory).
+MATERIALIZE = "materialize"
+
+
 def compute(
     shape: Sequence[ExprLike] | ExprLike,
     fcompute: Callable[..., ExprLike],

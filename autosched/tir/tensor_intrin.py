@@ -1,6 +1,6 @@
 """Tensor intrinsics: loop nests that a schedule's ``tensorize`` step hands to one hardware
-instruction (CUDA's warp-level ``nvcuda::wmma``), described once for the schedule's pattern
-check and for the code generators.
+instruction (CUDA's warp-level ``nvcuda::wmma``, x86's int8 dot products), described once for
+the schedule's pattern check and for the code generators.
 
 Kinds:
 
@@ -16,6 +16,11 @@ Kinds:
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
              buffer, into shared memory (where an epilogue reads it element by element) or
              into a global output whose tiles are whole (no guard)
+* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI): the innermost (j, q) nest
+             of ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n`` lanes of j and
+             ``k`` = 4 taps of q, A uint8 and the same for every j (4 bytes, broadcast), B
+             int8 with the taps of a lane adjacent (``n * k`` bytes), C int32 contiguous in j
+             (te.ops.quant.matmul_dot4 builds such sums; the sketch tiles them so)
 
 The accumulator is float32 for every intrinsic. The operands of a tensorized nest are read
 whole (16 x 16 tiles); a shared-memory stage read by one is therefore zero-filled where its
@@ -32,24 +37,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autosched.te import expr as E
+from autosched.te.opcodes import Op
+
 
 @dataclass(frozen=True)
 class TensorIntrin:
-    """One intrinsic: its kind, tile shape, operand dtype and the oldest GPU arch with it."""
+    """One intrinsic: its kind, tile shape, operand dtype and the oldest GPU arch with it (a
+    CPU's: the LLVM feature it needs)."""
 
     name: str
-    kind: str  # "mma", "load_a", "load_b" or "store"
+    kind: str  # "mma", "load_a", "load_b", "store" or "dot"
     m: int
     n: int
     k: int  # 0 for a store
-    in_dtype: str  # operand dtype of an mma or load; "" for a store
+    in_dtype: str  # operand dtype of an mma or load (a dot: of its broadcast operand); "" for a store
     min_arch: int
+    feature: str = ""
 
     @property
     def extents(self) -> tuple[int, ...]:
         """The extents of the loops it replaces, outermost first."""
         return {"mma": (self.m, self.n, self.k), "load_a": (self.m, self.k),
-                "load_b": (self.k, self.n), "store": (self.m, self.n)}[self.kind]
+                "load_b": (self.k, self.n), "store": (self.m, self.n),
+                "dot": (self.n, self.k)}[self.kind]
 
     @property
     def scope(self) -> str:
@@ -71,6 +82,10 @@ _MMAS = (
 )
 
 
+# x86's vpdpbusd on 512-bit vectors: 16 int32 lanes, each += 4 products of uint8 and int8
+DOT_16X4 = "vnni_dot_16x4_u8s8"
+
+
 def load_intrin(mma: str, kind: str) -> str:
     """The intrinsic that loads the ``kind`` ("load_a" or "load_b") operands of ``mma``."""
     return mma.replace("wmma_", f"wmma_{kind}_")
@@ -83,8 +98,23 @@ TENSOR_INTRINS: dict[str, TensorIntrin] = {
         *(TensorIntrin(load_intrin(t.name, kind), kind, t.m, t.n, t.k, t.in_dtype, t.min_arch)
           for t in _MMAS for kind in ("load_a", "load_b")),
         TensorIntrin("wmma_store_16x16", "store", 16, 16, 0, "", 70),
+        TensorIntrin(DOT_16X4, "dot", 1, 16, 4, "uint8", 0, "avx512vnni"),
     )
 }
 
 # the mma intrinsic that multiplies operands stored as each dtype
 MMA_FOR_DTYPE = {t.in_dtype: t.name for t in _MMAS}
+
+
+def dot_mismatch(body: E.Expr) -> str:
+    """Why ``body`` is no int8 dot product's sum (tensor intrinsic kind "dot"), or ""."""
+    if not (isinstance(body, E.Reduce) and body.combiner.name == "sum"
+            and body.dtype == "int32" and body.condition is None and body.init is None):
+        return f"the body is {body}"
+    prod = body.source
+    casts = [x for x in (prod.a, prod.b) if isinstance(x, E.Cast) and x.dtype == "int32"] if (
+        isinstance(prod, E.Binary) and prod.op is Op.MUL) else []
+    if len(casts) != 2:
+        return f"the summand is {prod}"
+    got = sorted(x.value.dtype for x in casts)
+    return "" if got == ["int8", "uint8"] else f"the operands are {' and '.join(got)}"

@@ -15,14 +15,20 @@ from onnx import helper  # noqa: E402
 
 import autosched as aus  # noqa: E402
 from autosched import te  # noqa: E402
+from autosched.errors import ScheduleError  # noqa: E402
 from autosched.graph import ops_quant  # noqa: E402
 from autosched.search.space import SearchSpace  # noqa: E402
+from autosched.targets.llvm import cpu_features  # noqa: E402
+from autosched.targets.llvm import dot as dot4  # noqa: E402
+from autosched.targets.llvm.cpu_features import dot_intrin  # noqa: E402
+from autosched.targets.target import parse  # noqa: E402
 from autosched.te.dag import topo_ops  # noqa: E402
 from autosched.te.ops import quant  # noqa: E402
 from autosched.te.tensor import PlaceholderOp  # noqa: E402
 from autosched.tir import ir as tir  # noqa: E402
 from autosched.tir.arith import simplify  # noqa: E402
 from autosched.tir.evaluate import eval_int  # noqa: E402
+from autosched.tir.tensor_intrin import DOT_16X4  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 from tests.support.onnx_node import RNG, model, run_ort  # noqa: E402
 
@@ -96,16 +102,19 @@ def test_matmul_integer_constant_b(b_dtype: str, n: int) -> None:
 def test_matmul_integer_folds_zero_points_and_pads() -> None:
     """The product's reduction reads A and the constant B only (the zero points are added
     once per output, outside it), and B is stored with its columns padded to a multiple of
-    COLUMN_PAD (150 -> 160)."""
+    COLUMN_PAD (150 -> 160): as a (K, N') matrix, or on a CPU with int8 dot products packed
+    (K / 4, N', 4)."""
     a, b = _q((6, 40), "uint8"), _q((40, 150), "uint8")
     consts = {"b": b, "az": _zero_point((), "uint8"), "bz": _zero_point((), "uint8")}
     node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
     _, _, compiled = _both([node], {"a": a}, consts)
     (kernel,) = compiled.kernels
-    (matmul,) = [op for op in kernel.task.dag.ops if op.name == "T_matmul"]
+    dot = dot_intrin(parse("llvm")) is not None
+    (matmul,) = [op for op in kernel.task.dag.ops
+                 if op.name == ("T_dot4" if dot else "T_matmul")]
     inputs = topo_ops([matmul.output()])
     shapes = sorted(_dims(op) for op in inputs if isinstance(op, PlaceholderOp))
-    assert shapes == [(6, 40), (40, 160)], shapes
+    assert shapes == [(6, 40), (10, 160, 4) if dot else (40, 160)], shapes
     assert ops_quant.COLUMN_PAD == 16
 
 
@@ -134,11 +143,110 @@ def test_qlinear_matmul_constant_b_ragged() -> None:
     np.testing.assert_array_equal(got, want)
 
 
+# -- int8 dot products (x86 AVX-512 VNNI) ------------------------------------------------------
+VNNI_CPU = "llvm -mcpu=znver4"  # a CPU whose table entry has AVX-512 VNNI (built, not run)
+HOST_DOT = dot_intrin(parse("llvm")) is not None
+
+
+def _packed(b: np.ndarray) -> np.ndarray:
+    k, n = b.shape
+    return np.ascontiguousarray(b.reshape(k // 4, 4, n).transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_matmul_dot4_matches_numpy(extreme: bool) -> None:
+    """quant.matmul_dot4 with its untuned schedule on this CPU (the vpdpbusd nest where the
+    CPU has it, plain loops elsewhere) to the bit, a batch dim and 3 groups of 16 columns;
+    ``extreme``: every product 255 * -128, each lane's 4 of them summed without saturating."""
+    m, k, n = 5, 64, 48
+    a = te.placeholder((2, m, k), dtype="uint8", name="a")
+    packed = te.placeholder((k // 4, n, 4), dtype="int8", name="packed")
+    y = quant.matmul_dot4(a, packed)
+    task = aus.Task(y, args=[a, packed, y], target="llvm")
+    f = aus.build(SearchSpace(task).default_schedule(), task.args, target="llvm")
+    av, bv = _q((2, m, k), "uint8"), _q((k, n), "int8")
+    if extreme:
+        av, bv = np.full_like(av, 255), np.full_like(bv, -128)
+    out = np.empty((2, m, n), "int32")
+    f(av, _packed(bv), out)
+    np.testing.assert_array_equal(out, av.astype("int64") @ bv.astype("int64"))
+
+
+def test_dot4_rejects_other_sums() -> None:
+    """tensorize with the dot intrinsic names what is wrong with a float product."""
+    a = te.placeholder((4, 8), name="a")
+    b = te.placeholder((2, 16, 4), name="b")
+    ko, q = te.reduce_axis((0, 2), name="ko"), te.reduce_axis((0, 4), name="q")
+    c = te.compute((4, 16), lambda i, j: te.sum(a[i, ko * 4 + q] * b[ko, j, q], axis=[ko, q]),
+                   name="c")
+    s = te.create_schedule(c)
+    i, j = c.op.axis
+    s[c].reorder(i, ko, j, q)
+    with pytest.raises(ScheduleError, match="int32 sum of int32"):
+        s[c].tensorize(j, DOT_16X4)
+
+
+@pytest.mark.parametrize("target, uses", [(VNNI_CPU, True),
+                                          (VNNI_CPU + " -mattr=-avx512vnni", False)])
+def test_matmul_integer_dot4_code(target: str, uses: bool) -> None:
+    """A MatMulInteger of a constant uint8 B compiles, for a CPU with AVX-512 VNNI, to a B
+    packed for dot products (shifted to int8) whose untuned schedule runs vpdpbusd; without
+    VNNI to neither (the code is only built here: the host needs no VNNI)."""
+    a, b = _q((20, 64), "uint8"), _q((64, 96), "uint8")
+    consts = {"b": b, "az": _zero_point((), "uint8"), "bz": _zero_point((), "uint8")}
+    m = model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a},
+              consts, ("y",))
+    compiled = aus.compile(from_onnx(m), target=target, schedule="default", executor=False)
+    (kernel,) = compiled.kernels
+    assert (dot4.VPDPBUSD in kernel.module.get_source()) is uses
+    assert any(op.name == "T_dot4" for op in kernel.task.dag.ops) is uses
+    assert any(v.dtype == np.int8 and v.shape == (16, 96, 4)
+               for v in compiled.constants.values()) is uses
+
+
+@pytest.mark.parametrize("b_dtype", ["uint8", "int8"])
+def test_matmul_integer_dot4_matches_ort(b_dtype: str) -> None:
+    """MatMulInteger with per-column B zero points, a batch dim, K and N whole for the dot
+    products (on a CPU with VNNI the packed, tensorized path) against onnxruntime and numpy."""
+    a, b = _q((3, 9, 128), "uint8"), _q((128, 80), b_dtype)
+    consts = {"b": b, "az": _zero_point((), "uint8"), "bz": _zero_point((80,), b_dtype)}
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    got, want, compiled = _both([node], {"a": a}, consts)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, _reference(a, b, consts["az"], consts["bz"]))
+    assert any(dot4.VPDPBUSD in k.module.get_source() for k in compiled.kernels) is HOST_DOT
+
+
+def test_dot_nest_out_of_layout_runs_plain() -> None:
+    """A nest tensorized with the dot intrinsic whose int8 operand is not laid out for it
+    (its lanes adjacent, the taps apart) builds as plain loops, correct, no vpdpbusd."""
+    a = te.placeholder((4, 32), dtype="uint8", name="a")
+    b = te.placeholder((8, 4, 16), dtype="int8", name="b")  # (K / 4, 4, N): taps apart
+    ko, q = te.reduce_axis((0, 8), name="ko"), te.reduce_axis((0, 4), name="q")
+    c = te.compute((4, 16), lambda i, j: te.sum(
+        te.cast("int32", a[i, ko * 4 + q]) * te.cast("int32", b[ko, q, j]), axis=[ko, q]),
+        name="c")
+    s = te.create_schedule(c)
+    i, j = c.op.axis
+    s[c].reorder(i, ko, j, q)
+    s[c].tensorize(j, DOT_16X4)
+    built = aus.build(s, [a, b, c], target=VNNI_CPU if not HOST_DOT else "llvm")
+    assert dot4.VPDPBUSD not in built.get_source()
+    if HOST_DOT:
+        av, bv = _q((4, 32), "uint8"), _q((8, 4, 16), "int8")
+        out = np.empty((4, 16), "int32")
+        built(av, bv, out)
+        flat = bv.transpose(0, 1, 2).reshape(32, 16)
+        np.testing.assert_array_equal(out, av.astype("int64") @ flat.astype("int64"))
+
+
 # -- ConvInteger ----------------------------------------------------------------------------
 def _conv_reference(x: np.ndarray, w: np.ndarray, xz: np.ndarray, wz: np.ndarray, pad: int,
-                    stride: int) -> np.ndarray:
-    """ConvInteger in int64 numpy: (x - xz) zero-padded, by (w - wz) per output channel."""
-    xs = np.pad(x.astype("int64") - xz.astype("int64"), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+                    stride: int, pads: list[int] | None = None) -> np.ndarray:
+    """ConvInteger in int64 numpy: (x - xz) zero-padded (``pads`` as ONNX's: top, left,
+    bottom, right; else ``pad`` all round), by (w - wz) per output channel."""
+    t, left, b, r = pads or [pad] * 4
+    xs = np.pad(x.astype("int64") - xz.astype("int64"), [(0, 0), (0, 0), (t, b), (left, r)])
     ws = w.astype("int64") - wz.astype("int64").reshape(-1, 1, 1, 1)
     o, _, kh, kw = ws.shape
     oh, ow = (xs.shape[2] - kh) // stride + 1, (xs.shape[3] - kw) // stride + 1
@@ -169,12 +277,53 @@ def test_conv_integer_constant_weight(kernel: int, stride: int, per_channel: boo
         np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
 
 
+@pytest.mark.parametrize(("c", "kernel", "pads", "w_dtype", "per_channel"), [
+    (6, 3, [1, 1, 1, 1], "uint8", False),    # channels padded to 8 with the zero point
+    (16, 1, [0, 0, 0, 0], "int8", True),     # an int8 weight, stored plus 128
+    (8, 3, [0, 2, 1, 0], "uint8", True),     # pads on two sides only
+])
+def test_conv_integer_dot4_matches(c: int, kernel: int, pads: list[int], w_dtype: str,
+                                   per_channel: bool) -> None:
+    """ConvInteger at stride 1 (on a CPU with VNNI as quant.conv2d_dot4, its padding x's zero
+    point and output rows of 13 computed 16 wide) against numpy and onnxruntime."""
+    x, w = _q((2, c, 7, 13), "uint8"), _q((20, c, kernel, kernel), w_dtype)
+    consts = {"w": w, "xz": _zero_point((), "uint8"),
+              "wz": _zero_point((20,) if per_channel else (), w_dtype)}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=pads)
+    m = model([node], {"x": x}, consts, ("y",))
+    compiled = aus.compile(from_onnx(m, {"x": x.shape}), target="llvm")
+    (got,) = compiled.run({"x": x})
+    np.testing.assert_array_equal(
+        got, _conv_reference(x, w, consts["xz"], consts["wz"], 0, 1, pads))
+    if not per_channel:
+        np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
+    assert any(dot4.VPDPBUSD in k.module.get_source() for k in compiled.kernels) is HOST_DOT
+
+
+@pytest.mark.parametrize(("stride", "uses"), [(1, True), (2, False)])
+def test_conv_integer_dot4_code(stride: int, uses: bool) -> None:
+    """For a CPU with AVX-512 VNNI a stride-1 ConvInteger's untuned code runs vpdpbusd over
+    an input stored in groups of 4 channels; a strided one keeps the exact float
+    convolution (built here, not run)."""
+    x, w = _q((1, 24, 16, 40), "uint8"), _q((32, 24, 3, 3), "uint8")
+    consts = {"w": w, "xz": _zero_point((), "uint8"), "wz": _zero_point((), "uint8")}
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4,
+                            strides=[stride] * 2)
+    m = model([node], {"x": x}, consts, ("y",))
+    compiled = aus.compile(from_onnx(m), target=VNNI_CPU, schedule="default", executor=False)
+    (kernel,) = compiled.kernels
+    assert (dot4.VPDPBUSD in kernel.module.get_source()) is uses
+    assert any(op.name == "T_dot4_input" for op in kernel.task.dag.ops) is uses
+
+
 @pytest.mark.parametrize("fits", [True, False])
 def test_conv_integer_sums_near_float_limit(fits: bool, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     """Weights whose tap sums times 255 sit just under 2**24 (float path) or past it (int16
     path), with inputs that make the sums large and odd: past 2**24 a float sum rounds, as
-    the float path forced onto the second case shows."""
+    the float path forced onto the second case shows. (Those paths are the ones of CPUs
+    without int8 dot products: taken here on any.)"""
+    monkeypatch.setattr(cpu_features, "dot_intrin", lambda target: None)
     c, big = 256, 27 if fits else 121             # 2304 taps x 27 x 255 < 2**24 < x 121
     w = (128 + big - 2 * RNG.integers(0, 2, (4, c, 3, 3))).astype("uint8")
     x = np.where(RNG.random((1, c, 5, 6)) < 0.9, 255, 1).astype("uint8")   # x - 128 = +-127

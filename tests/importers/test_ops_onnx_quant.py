@@ -95,9 +95,10 @@ def test_conv_integer() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-def test_qlinear_matmul(dtype: str) -> None:
-    a, b = _q((5, 11), dtype), _q((11, 6), dtype)
-    consts = {"as": _scale(), "az": _q((), dtype), "b": b, "bs": _scale(6), "bz": _q((6,), dtype),
+@pytest.mark.parametrize("k, n", [(11, 6), (12, 32)])  # the second: int8 dot products on VNNI
+def test_qlinear_matmul(dtype: str, k: int, n: int) -> None:
+    a, b = _q((5, k), dtype), _q((k, n), dtype)
+    consts = {"as": _scale(), "az": _q((), dtype), "b": b, "bs": _scale(n), "bz": _q((n,), dtype),
               "ys": _scale() * 20, "yz": _q((), dtype)}
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
                             ["y"])
@@ -105,12 +106,13 @@ def test_qlinear_matmul(dtype: str) -> None:
     _close_quantized(y, y_ref)
 
 
-def test_qlinear_conv() -> None:
-    x, w = _q((1, 4, 9, 7), "uint8"), _q((6, 2, 3, 3), "int8")
+@pytest.mark.parametrize("group", [2, 1])  # one group: int8 dot products on VNNI CPUs
+def test_qlinear_conv(group: int) -> None:
+    x, w = _q((1, 4, 9, 7), "uint8"), _q((6, 4 // group, 3, 3), "int8")
     consts = {"xs": _scale(), "xz": _q((), "uint8"), "w": w, "ws": _scale(6),
               "wz": np.zeros(6, "int8"), "ys": _scale() * 30, "yz": _q((), "uint8"),
               "bias": RNG.integers(-500, 500, 6).astype("int32")}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz",
-                                            "bias"], ["y"], pads=[1, 1, 1, 1], group=2)
+                                            "bias"], ["y"], pads=[1, 1, 1, 1], group=group)
     (y,), (y_ref,) = _both([node], {"x": x}, consts)
     _close_quantized(y, y_ref)

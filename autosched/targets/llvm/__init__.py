@@ -36,7 +36,8 @@ def build_module(func: PrimFunc, target: Target) -> CPUModule:
     """Compile ``func`` for ``target``: a callable HostModule for this machine, else a CPUModule
     that can only be saved (save_object / export_library) and printed."""
     tm = target_machine(target)
-    module, sig = build_ir(func, target.triple, str(tm.target_data), target.vector_bits)
+    module, sig = build_ir(func, target.triple, str(tm.target_data), target.vector_bits,
+                           key_features(target.triple, target.cpu, target.features) or ())
     ir_text = str(module)
     compiled = compile_ir(ir_text, target)
     uses_threads = sig.num_threads_symbol in module.globals

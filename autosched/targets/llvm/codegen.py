@@ -32,6 +32,7 @@ from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.visit import post_order
 from autosched.tir import ir as lir
+from autosched.tir.tensor_intrin import TENSOR_INTRINS
 from autosched.tir.visit import loads, stmt_exprs, sub_stmts
 from autosched.tir.visit import walk as all_stmts
 
@@ -57,6 +58,7 @@ class ModuleState:
     module: ir.Module
     sig: Signature
     vector_bits: int = 128
+    features: tuple[str, ...] = ()  # the target's key features (cpu_features.key_features)
     num_threads: ir.GlobalVariable | None = None
     threads_ran: ir.GlobalVariable | None = None
     outlined: int = 0
@@ -305,6 +307,9 @@ class FuncGen(ExprGen):
 
     def _For_kind(self, s: lir.For, extent: int | None) -> None:
         kind = s.kind
+        tensorized = dict(s.annotations).get("tensorize")
+        if tensorized is not None:
+            return self._tensorized(s, str(tensorized))
         if kind == "serial" and extent is not None and self.auto_unroll[0] > 0:
             # TVM's auto_unroll_max_step: unroll loops whose whole nest runs at most that often
             if extent * _trip_count(s.body) <= self.auto_unroll[0]:
@@ -326,6 +331,15 @@ class FuncGen(ExprGen):
             return
         hint = {"unrolled": "llvm.loop.unroll.full", "vectorized": "llvm.loop.vectorize.enable"}
         self._serial_for(s, hint.get(kind))
+
+    def _tensorized(self, s: lir.For, name: str) -> None:
+        from autosched.targets.llvm.dot import emit_dot
+
+        intrin = TENSOR_INTRINS.get(name)
+        if intrin is None or intrin.kind != "dot":
+            raise CompileError(f"{self.fn.name}: loop {s.var.name} is tensorized with {name}, "
+                               "which has no CPU form")
+        emit_dot(self, s, intrin)
 
     def _loop_value(self, e: E.Expr, var: E.Var) -> ir.Value:
         v = self.expr(e)
@@ -512,15 +526,17 @@ def _type_suffix(dtype: str) -> str:
 
 
 def build_ir(func: lir.PrimFunc, triple: str = "", data_layout: str = "",
-             vector_bits: int = 128) -> tuple[ir.Module, Signature]:
-    """The LLVM module for ``func`` and the signature of its exported function."""
+             vector_bits: int = 128, features: tuple[str, ...] = ()
+             ) -> tuple[ir.Module, Signature]:
+    """The LLVM module for ``func`` and the signature of its exported function; ``features``
+    the target's key features (cpu_features.key_features: what tensorized nests may use)."""
     sig = signature(func)
     module = ir.Module(name=func.name)
     if triple:
         module.triple = triple
     if data_layout:
         module.data_layout = data_layout
-    state = ModuleState(module, sig, vector_bits)
+    state = ModuleState(module, sig, vector_bits, features=features)
     arg_types = [T.memory(b.dtype).as_pointer() for b in sig.params] + [T.I64] * len(sig.sym_vars)
     fn = ir.Function(module, ir.FunctionType(T.I32, arg_types), sig.symbol)
     fn.attributes.add("nounwind")

@@ -17,6 +17,7 @@ import llvmlite.ir as ir
 
 from autosched.targets.llvm import types as T
 from autosched.targets.target import Target
+from autosched.tir.tensor_intrin import DOT_16X4, TENSOR_INTRINS
 
 # LLVM feature -> (cpuid leaf, subleaf, register 0..3 = eax, ebx, ecx, edx, bit)
 CPUID = {
@@ -249,3 +250,10 @@ def _closure(features: set[str]) -> set[str]:
             out.add(f)
             todo.extend(IMPLIES.get(f, ()))
     return out
+
+
+def dot_intrin(target: Target) -> str | None:
+    """The int8 dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that code for
+    CPU ``target`` may use, or None."""
+    feats = key_features(target.triple, target.cpu, target.features) or ()
+    return DOT_16X4 if TENSOR_INTRINS[DOT_16X4].feature in feats else None

@@ -33,7 +33,7 @@ from autosched.te.ops.reduction import max as reduce_max
 from autosched.te.ops.reduction import min as reduce_min
 from autosched.te.ops.tags import BROADCAST
 from autosched.te.ops.transform import reshape
-from autosched.te.tensor import Tensor, compute, reduce_axis
+from autosched.te.tensor import MATERIALIZE, Tensor, compute, reduce_axis
 
 
 def param(p: Tensor, index: Sequence[Expr], axis: int, block: int = 0) -> Expr:
@@ -155,11 +155,84 @@ def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return quantize(x, scale, zp, 0, 0, "uint8"), scale, zp
 
 
+def matmul_dot4(a: Tensor, packed: Tensor) -> Tensor:
+    """sum_k int32(a[..., m, k]) * int32(b[k, n]) for a of shape (..., M, K), K a multiple of
+    4, and b given packed as (K / 4, N, 4) (``packed[k // 4, n, k % 4] == b[k, n]``): the
+    reduction over k as k // 4 and k % 4, whose (n, k % 4) nest is x86's int8 dot product
+    (tensor intrinsic kind "dot": a uint8, b int8) and plain code elsewhere."""
+    k_ext = args.static_shape(a, "matmul_dot4")[-1]
+    groups, n, four = args.static_shape(packed, "matmul_dot4")
+    if four != 4 or k_ext != 4 * groups:
+        raise TEError(f"matmul_dot4: {packed.name} {tuple(packed.shape)} is no (K / 4, N, 4) "
+                      f"packing of a K of {k_ext}")
+    ko = reduce_axis((0, groups), name="ko")
+    q = reduce_axis((0, 4), name="q")
+    return compute((*a.shape[:-1], n), lambda *i: R.sum(
+        cast("int32", a[(*i[:-1], ko * 4 + q)]) * cast("int32", packed[ko, i[-1], q]),
+        axis=[ko, q]), name="T_dot4")
+
+
+def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor | None,
+                taps: Tensor, pads: Sequence[int], lanes: int = 16) -> Tensor:
+    """ConvInteger, stride 1, one group: sum over (c, kh, kw) of (x - x_zero) * (w - w_zero)
+    as int32 for uint8 NCHW ``x`` (one zero point), as int8 dot products (matmul_dot4's
+    form, its lanes 16 output columns of a row):
+
+        sum (x - zx)(w - zw) = sum x' w - zw sum x' + (128 - zx) sum (w - zw),  x' = x - 128
+
+    ``weight``: (O, C4, KH, KW, 4) uint8, the channels in groups of 4 (an int8 weight plus
+    128, its zero point too; channels past C hold the zero point: they add nothing);
+    ``w_zero``: (O,) int32 or None; ``taps``: (O,) int32, sum (w - zw) per output channel.
+    x' is stored padded (``pads``: top, left, bottom, right; padding holds zx - 128, so that
+    x - zx is 0 there), its channels in groups of 4 adjacent, rows past the output's width
+    rounded up to ``lanes`` (those columns are computed and never stored)."""
+    n_, c, h, w = args.static_shape(x, "conv2d_dot4")
+    o, c4, kh, kw, four = args.static_shape(weight, "conv2d_dot4")
+    if four != 4 or c4 * 4 < c or -(-c // 4) != c4:
+        raise TEError(f"conv2d_dot4: weight {weight.name} {tuple(weight.shape)} is no "
+                      f"(O, C / 4, KH, KW, 4) packing of {c} channels")
+    pt, pl, pb, pr = pads
+    oh, ow = h + pt + pb - kh + 1, w + pl + pr - kw + 1
+    wide = -(-ow // lanes) * lanes
+    zx: Expr = cast("int32", x_zero[(0,) * x_zero.ndim]) if x_zero is not None else cast(
+        "int32", 0)
+
+    def shifted(b: Expr, g: Expr, i: Expr, j: Expr, q: Expr) -> Expr:
+        ch, ih, iw = g * 4 + q, i - pt, j - pl
+        inside = I.all(ch < c, ih >= 0, ih < h, iw >= 0, iw < w)
+        pad = I.if_then_else(ch < c, zx - 128, cast("int32", 0))
+        return cast("int8", I.if_then_else(inside, cast("int32", x[b, ch, ih, iw]) - 128, pad))
+
+    xp = compute((n_, c4, oh + kh - 1, wide + kw - 1, 4), shifted, name="T_dot4_input",
+                 attrs={MATERIALIZE: 1})
+    rc = reduce_axis((0, c4), name="rc")
+    ry, rx = reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
+    q = reduce_axis((0, 4), name="q")
+    prod = compute((n_, o, oh, wide), lambda b, f, i, j: R.sum(
+        cast("int32", weight[f, rc, ry, rx, q]) * cast("int32", xp[b, rc, i + ry, j + rx, q]),
+        axis=[rc, ry, rx, q]), name="T_dot4")
+    sums = None
+    if w_zero is not None:
+        sc, sy, sx = (reduce_axis((0, e), name=nm) for e, nm in ((c4, "sc"), (kh, "sy"),
+                                                                  (kw, "sx")))
+        sq = reduce_axis((0, 4), name="sq")
+        sums = compute((n_, oh, wide), lambda b, i, j: R.sum(
+            cast("int32", xp[b, sc, i + sy, j + sx, sq]), axis=[sc, sy, sx, sq]),
+            name="T_dot4_sums")
+
+    def body(b: Expr, f: Expr, i: Expr, j: Expr) -> Expr:
+        v: Expr = prod[b, f, i, j] + (128 - zx) * taps[f]
+        return v if sums is None or w_zero is None else v - w_zero[f] * sums[b, i, j]
+
+    return compute((n_, o, oh, ow), body, name="T_int_conv", tag=BROADCAST)
+
+
 def folded_matmul(a: Tensor, b: Tensor, columns: int, a_zero: Tensor | None,
                   b_zero: Tensor | None, column_term: Tensor | None) -> Tensor:
     """sum_k (a - a_zero)(b - b_zero) as int32, for a (..., M, K) and a 2-d b (K, N') whose
     first ``columns`` columns are the operand (the rest pad the rows of b to whole vectors;
-    they are computed and never stored). The zero points come out of the sum:
+    they are computed and never stored), or b packed for matmul_dot4 (3-d). The zero points
+    come out of the sum:
 
         sum_k (a - za)(b - zb) = sum_k a b - zb sum_k a + za (K zb - sum_k b)
 
@@ -173,7 +246,8 @@ def folded_matmul(a: Tensor, b: Tensor, columns: int, a_zero: Tensor | None,
                           f"{t.dtype}")
     from autosched.te.ops.matmul import matmul
 
-    prod = matmul(shift(a, None, 0), shift(b, None, 0))
+    prod = (matmul_dot4(a, b) if b.ndim == 3
+            else matmul(shift(a, None, 0), shift(b, None, 0)))
     k_ext = args.static_shape(a, "folded_matmul")[-1]
     row_sum = None
     if b_zero is not None:

@@ -1,0 +1,108 @@
+"""Tensorized int8 dot products on x86 (tensor intrinsic kind "dot", tir/tensor_intrin.py).
+
+The nest ``for j in 16: for q in 4: C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` is one
+``vpdpbusd`` (AVX-512 VNNI): the 16 int32 accumulators of C, A's 4 uint8 bytes broadcast to
+every lane, B's 64 int8 bytes (each lane's 4 taps adjacent); each lane adds its 4 products of
+uint8 and int8 (no saturation). The same loop's reduction init (``C[.., j] = 0``, the nest
+without its q loop) runs as an ordinary vectorized loop. A nest whose accesses are not laid
+out so (a guard, a stride other than the intrinsic's) runs as plain loops, as it would
+untensorized: slow, never wrong.
+
+Example (what the sketch does to te.ops.quant.matmul_dot4's stage)::
+
+    s[C].reorder(..., ji, q)
+    s[C].tensorize(ji, "vnni_dot_16x4_u8s8")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from autosched.errors import CompileError
+from autosched.te import expr as E
+from autosched.te.opcodes import Op
+from autosched.tir import ir as lir
+from autosched.tir.arith import simplify
+from autosched.tir.tensor_intrin import TensorIntrin
+from autosched.tir.visit import linear_coeff
+
+if TYPE_CHECKING:
+    from autosched.targets.llvm.codegen import FuncGen
+
+VPDPBUSD = "llvm.x86.avx512.vpdpbusd.512"
+
+
+def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
+    """Emit the loop ``s`` tensorized with the dot intrinsic ``intrin`` (see the module)."""
+    lanes, taps = intrin.extents
+    if intrin.feature not in w.state.features:
+        raise CompileError(f"{w.fn.name}: {intrin.name} needs the CPU feature {intrin.feature}, "
+                           "which the target lacks")
+    extent = s.extent.value if isinstance(s.extent, E.Const) else None
+    if extent != lanes:
+        raise CompileError(f"{w.fn.name}: {intrin.name} tensorizes a loop of {lanes}, not "
+                           f"{s.var.name} of {s.extent}")
+    if not isinstance(s.body, lir.For):  # the reduction's init: a plain vector store
+        return w._vector_for(s, lanes)
+    parts = _parts(s, s.body, taps)
+    if parts is None:
+        return w._serial_for(s, None)
+    store, a, b = parts
+    q = s.body
+    w.env[s.var.uid] = w._loop_value(s.min, s.var)
+    w.env[q.var.uid] = w._loop_value(q.min, q.var)
+    i32 = ir.IntType(32)
+    vec = ir.VectorType(i32, lanes)
+    c_ptr = w.b.bitcast(w.element_ptr(store.buffer, store.indices), vec.as_pointer())
+    acc = w.b.load(c_ptr, align=4)
+    word = w.b.load(w.b.bitcast(w.element_ptr(a.buffer, a.indices), i32.as_pointer()), align=1)
+    spread = w.splat(word, lanes)
+    weights = w.b.load(w.b.bitcast(w.element_ptr(b.buffer, b.indices), vec.as_pointer()),
+                       align=1)
+    fn = w.module.globals.get(VPDPBUSD)
+    if fn is None:
+        fn = ir.Function(w.module, ir.FunctionType(vec, [vec, vec, vec]), VPDPBUSD)
+    w.b.store(w.b.call(fn, [acc, spread, weights]), c_ptr, align=4)
+    w.env.pop(s.var.uid, None)
+    w.env.pop(q.var.uid, None)
+
+
+def _parts(lane: lir.For, tap: lir.For, taps: int
+           ) -> tuple[lir.Store, lir.Load, lir.Load] | None:
+    """The update's store and its uint8 and int8 loads, when the nest is the intrinsic's:
+    ``tap`` of ``taps`` iterations holding ``C[..] = C[..] + int32(A) * int32(B)`` with C
+    contiguous in the lane, A moving with the tap alone, B four bytes a lane and one a tap."""
+    st = tap.body
+    if not (isinstance(tap.extent, E.Const) and tap.extent.value == taps
+            and isinstance(st, lir.Store) and isinstance(st.value, E.Binary)
+            and st.value.op is Op.ADD):
+        return None
+    summands = (st.value.a, st.value.b)
+    acc = [x for x in summands if isinstance(x, lir.Load) and x.buffer is st.buffer]
+    prod = [x for x in summands if isinstance(x, E.Binary) and x.op is Op.MUL]
+    if len(acc) != 1 or len(prod) != 1 or st.buffer.dtype != "int32":
+        return None
+    loads = {}
+    for x in (prod[0].a, prod[0].b):
+        if not (isinstance(x, E.Cast) and x.dtype == "int32" and isinstance(x.value, lir.Load)):
+            return None
+        loads[x.value.buffer.dtype] = x.value
+    a, b = loads.get("uint8"), loads.get("int8")
+    if a is None or b is None:
+        return None
+
+    def moves(buf: lir.Buffer, indices: tuple[E.Expr, ...], var: E.Var) -> int | None:
+        return linear_coeff(simplify(lir.flat_offset(buf, indices)), var)
+
+    want = ((st.buffer, st.indices, 1, 0), (a.buffer, a.indices, 0, 1),
+            (b.buffer, b.indices, taps, 1))
+    for buf, indices, per_lane, per_tap in want:
+        if (len(indices) != len(buf.shape) or moves(buf, indices, lane.var) != per_lane
+                or moves(buf, indices, tap.var) != per_tap):
+            return None
+    if len(acc[0].indices) != len(st.indices) or not all(
+            E.structural_equal(x, y) for x, y in zip(acc[0].indices, st.indices)):
+        return None
+    return st, a, b
