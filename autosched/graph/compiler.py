@@ -204,7 +204,7 @@ def prepare(graph: Graph, target: Target | None = None,
     if target is not None and target.device != "gpu":
         lanes = max(target.vector_bits // 32, 1)
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
-        if target.kind == "llvm" and dot_intrin(target):
+        if dot_intrin(target):
             g = dot4_products(g)
     elif target is not None and precision != DEFAULT_PRECISION:
         g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls

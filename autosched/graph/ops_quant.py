@@ -146,11 +146,13 @@ def _padded_columns(n: int) -> int:
 
 def packs_dot4(b: np.ndarray, a_shape: tuple[int, ...]) -> bool:
     """Whether a constant B of an integer matmul with A of ``a_shape`` can be stored packed
-    for int8 dot products (passes.dot4_products): 8-bit, 2-d, K a multiple of 4, its stored
-    columns whole vectors of DOT4_LANES."""
+    for int8 dot products (passes.dot4_products): 8-bit, 2-d, K a multiple of 4, its columns
+    in panels of whole vectors of DOT4_LANES (passes.panel_columns)."""
+    from autosched.graph.passes import panel_columns  # passes imports the converters
+
     return (b.ndim == 2 and b.dtype in (np.uint8, np.int8) and len(a_shape) >= 1
             and a_shape[-1] == b.shape[0] and b.shape[0] % 4 == 0
-            and _padded_columns(b.shape[1]) % DOT4_LANES == 0)
+            and panel_columns(b.shape[1], DOT4_LANES) is not None)
 
 
 DOT4_LANES = 16  # the int32 lanes of one vpdpbusd (tensor_intrin.DOT_16X4)
@@ -176,13 +178,15 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
     if dot4 and b.dtype == np.uint8:
         b, zb = (b.astype("int16") - 128).astype("int8"), zb - 128
         b_zero = zb.astype("int16")
-    from autosched.graph.passes import zero_padded_columns  # passes imports the converters
+    from autosched.graph.passes import panel_columns, zero_padded_columns  # passes imports us
 
-    padded = zero_padded_columns(b, _padded_columns(n))
+    width = panel_columns(n, DOT4_LANES) if dot4 else None
+    padded = zero_padded_columns(b, -(-n // width) * width if width else _padded_columns(n))
     term = np.zeros(padded.shape[1], "int32")
     term[:n] = k * zb - b.sum(axis=0, dtype="int64")
-    if dot4:
-        padded = np.asarray(padded.reshape(k // 4, 4, -1).transpose(0, 2, 1), order="C")
+    if width:  # (N' / P, K / 4, P, 4): panels of P columns, each column's taps by 4
+        padded = np.asarray(padded.reshape(k // 4, 4, -1, width).transpose(2, 0, 3, 1),
+                            order="C")
     return quant.folded_matmul(
         ctx.const(a), ctx.const(padded), n, _tensor(ctx, a_zero),
         None if not zb.any() else ctx.const(np.asarray(b_zero)),

@@ -826,7 +826,7 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
     else:
         lanes = max(target.vector_bits // 32, 1)
         registers = target.vector_registers
-        dot = dot_intrin(target) if target.kind == "llvm" else None
+        dot = dot_intrin(target)
         tile = lambda n, into, s, order: _tile_rule(  # noqa: E731
             n, into, s, lanes, order, registers, _host(s, info, n, into),
             _covers(s, info, n), dot if dot and dot_form(s.stage(n).compute_op, dot) else None)

@@ -103,7 +103,7 @@ def test_matmul_integer_folds_zero_points_and_pads() -> None:
     """The product's reduction reads A and the constant B only (the zero points are added
     once per output, outside it), and B is stored with its columns padded to a multiple of
     COLUMN_PAD (150 -> 160): as a (K, N') matrix, or on a CPU with int8 dot products packed
-    (K / 4, N', 4)."""
+    in panels of 32 columns, (N' / 32, K / 4, 32, 4)."""
     a, b = _q((6, 40), "uint8"), _q((40, 150), "uint8")
     consts = {"b": b, "az": _zero_point((), "uint8"), "bz": _zero_point((), "uint8")}
     node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
@@ -114,7 +114,7 @@ def test_matmul_integer_folds_zero_points_and_pads() -> None:
                  if op.name == ("T_dot4" if dot else "T_matmul")]
     inputs = topo_ops([matmul.output()])
     shapes = sorted(_dims(op) for op in inputs if isinstance(op, PlaceholderOp))
-    assert shapes == [(6, 40), (10, 160, 4) if dot else (40, 160)], shapes
+    assert shapes == [(5, 10, 32, 4) if dot else (40, 160), (6, 40)], shapes
     assert ops_quant.COLUMN_PAD == 16
 
 
@@ -148,19 +148,20 @@ VNNI_CPU = "llvm -mcpu=znver4"  # a CPU whose table entry has AVX-512 VNNI (buil
 HOST_DOT = dot_intrin(parse("llvm")) is not None
 
 
-def _packed(b: np.ndarray) -> np.ndarray:
+def _packed(b: np.ndarray, p: int) -> np.ndarray:
+    """(K, N) as matmul_dot4's (N / p, K / 4, p, 4)."""
     k, n = b.shape
-    return np.ascontiguousarray(b.reshape(k // 4, 4, n).transpose(0, 2, 1))
+    return np.ascontiguousarray(b.reshape(k // 4, 4, n // p, p).transpose(2, 0, 3, 1))
 
 
 @pytest.mark.parametrize("extreme", [False, True])
 def test_matmul_dot4_matches_numpy(extreme: bool) -> None:
     """quant.matmul_dot4 with its untuned schedule on this CPU (the vpdpbusd nest where the
-    CPU has it, plain loops elsewhere) to the bit, a batch dim and 3 groups of 16 columns;
+    CPU has it, plain loops elsewhere) to the bit, a batch dim and 3 panels of 16 columns;
     ``extreme``: every product 255 * -128, each lane's 4 of them summed without saturating."""
-    m, k, n = 5, 64, 48
+    m, k, n, p = 5, 64, 48, 16
     a = te.placeholder((2, m, k), dtype="uint8", name="a")
-    packed = te.placeholder((k // 4, n, 4), dtype="int8", name="packed")
+    packed = te.placeholder((n // p, k // 4, p, 4), dtype="int8", name="packed")
     y = quant.matmul_dot4(a, packed)
     task = aus.Task(y, args=[a, packed, y], target="llvm")
     f = aus.build(SearchSpace(task).default_schedule(), task.args, target="llvm")
@@ -168,7 +169,7 @@ def test_matmul_dot4_matches_numpy(extreme: bool) -> None:
     if extreme:
         av, bv = np.full_like(av, 255), np.full_like(bv, -128)
     out = np.empty((2, m, n), "int32")
-    f(av, _packed(bv), out)
+    f(av, _packed(bv, p), out)
     np.testing.assert_array_equal(out, av.astype("int64") @ bv.astype("int64"))
 
 
@@ -200,7 +201,7 @@ def test_matmul_integer_dot4_code(target: str, uses: bool) -> None:
     (kernel,) = compiled.kernels
     assert (dot4.VPDPBUSD in kernel.module.get_source()) is uses
     assert any(op.name == "T_dot4" for op in kernel.task.dag.ops) is uses
-    assert any(v.dtype == np.int8 and v.shape == (16, 96, 4)
+    assert any(v.dtype == np.int8 and v.shape == (3, 16, 32, 4)
                for v in compiled.constants.values()) is uses
 
 

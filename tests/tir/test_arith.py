@@ -66,6 +66,19 @@ def test_floordiv_floormod_with_bounds():
     assert s(x // 16, {x: (-16, -1)}) == "-1"
     assert s(x % 16, {x: (-16, -1)}) == "x + 16"
     assert s(E.Const(7, "int32") // 2) == "3" and s(E.binary("floordiv", -7, 2)) == "-4"
+    # a tile's lane (under 16) on a base that is a multiple of 16, over panels of 32 columns:
+    # which panel does not depend on the lane, the column in it moves one a lane
+    lane = {ii: (0, 15)}
+
+    def ls(e: E.Expr, bounds: dict) -> str:
+        return str(simplify(e, bounds, lanes=True))
+
+    assert ls((io * 16 + ii) // 32, lane) == "io // 2"
+    assert ls((io * 16 + ii) % 32, lane) == "io % 2 * 16 + ii"
+    assert ls((io * 48 + j * 16 + ii) // 64, lane) == "(io * 3 + j) // 4"
+    assert ls((io * 16 + ii + 16) // 32, lane) == "(io + 1) // 2"
+    assert ls((io * 16 + ii) // 32, {ii: (0, 16)}) == "(io * 16 + ii) // 32"  # may cross
+    assert s((io * 16 + ii) // 32, lane) == "(io * 16 + ii) // 32"  # only when asked
 
 
 def test_division_by_negative_constants_follows_python():
@@ -415,16 +428,17 @@ SEEDS = [*range(1000, 1008), random.randrange(10**9)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_simplify_is_sound_and_bounded(seed: int):
+@pytest.mark.parametrize("lanes", [False, True])
+def test_random_simplify_is_sound_and_bounded(seed: int, lanes: bool):
     rnd = random.Random(seed)
     vs = [V("x"), V("y"), V("z")]
     bounds = {v: BOX[v.name] for v in vs}
     for _ in range(150):
         e = random_expr(rnd, vs, 4)
-        out = simplify(e, bounds)
-        again = simplify(e, bounds)
+        out = simplify(e, bounds, lanes)
+        again = simplify(e, bounds, lanes)
         assert same(out, again), f"non-deterministic on {e}"
-        assert same(simplify(out, bounds), out), f"not idempotent: {e} -> {out}"
+        assert same(simplify(out, bounds, lanes), out), f"not idempotent: {e} -> {out}"
         lo, hi = const_bound(e, bounds)
         for _ in range(12):
             env = sample(rnd, vs, BOX)

@@ -254,6 +254,8 @@ def _closure(features: set[str]) -> set[str]:
 
 def dot_intrin(target: Target) -> str | None:
     """The int8 dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that code for
-    CPU ``target`` may use, or None."""
+    ``target`` may use: None but for an LLVM target with the feature."""
+    if target.kind != "llvm":
+        return None
     feats = key_features(target.triple, target.cpu, target.features) or ()
     return DOT_16X4 if TENSOR_INTRINS[DOT_16X4].feature in feats else None

@@ -75,6 +75,9 @@ def _parts(lane: lir.For, tap: lir.For, taps: int
     ``tap`` of ``taps`` iterations holding ``C[..] = C[..] + int32(A) * int32(B)`` with C
     contiguous in the lane, A moving with the tap alone, B four bytes a lane and one a tap."""
     st = tap.body
+    starts = [x.min for x in (lane, tap)]
+    if not all(isinstance(m, E.Const) and m.value == 0 for m in starts):
+        return None
     if not (isinstance(tap.extent, E.Const) and tap.extent.value == taps
             and isinstance(st, lir.Store) and isinstance(st.value, E.Binary)
             and st.value.op is Op.ADD):
@@ -93,8 +96,14 @@ def _parts(lane: lir.For, tap: lir.For, taps: int
     if a is None or b is None:
         return None
 
+    lanes = int(lane.extent.value) if isinstance(lane.extent, E.Const) else 0
+    bounds: dict[E.Var, tuple[int | None, int | None]] = {
+        lane.var: (0, lanes - 1), tap.var: (0, taps - 1)}  # both loops start at 0
+
     def moves(buf: lir.Buffer, indices: tuple[E.Expr, ...], var: E.Var) -> int | None:
-        return linear_coeff(simplify(lir.flat_offset(buf, indices)), var)
+        """The constant stride of the flat offset in ``var`` (its panels' divisions by a
+        multiple of the lanes resolved by the loops' bounds), or None."""
+        return linear_coeff(simplify(lir.flat_offset(buf, indices), bounds, lanes=True), var)
 
     want = ((st.buffer, st.indices, 1, 0), (a.buffer, a.indices, 0, 1),
             (b.buffer, b.indices, taps, 1))

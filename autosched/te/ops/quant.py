@@ -157,19 +157,23 @@ def dynamic_quantize(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def matmul_dot4(a: Tensor, packed: Tensor) -> Tensor:
     """sum_k int32(a[..., m, k]) * int32(b[k, n]) for a of shape (..., M, K), K a multiple of
-    4, and b given packed as (K / 4, N, 4) (``packed[k // 4, n, k % 4] == b[k, n]``): the
-    reduction over k as k // 4 and k % 4, whose (n, k % 4) nest is x86's int8 dot product
-    (tensor intrinsic kind "dot": a uint8, b int8) and plain code elsewhere."""
+    4, and b given packed in column panels of P columns, (N / P, K / 4, P, 4)
+    (``packed[n // P, k // 4, n % P, k % 4] == b[k, n]``): the reduction over k as k // 4 and
+    k % 4, whose (n, k % 4) nest is x86's int8 dot product (tensor intrinsic kind "dot": a
+    uint8, b int8) and plain code elsewhere. A register tile then reads each panel as one
+    stream (ddddocr's 8.4 MB weight: 1.13 ms in the model as (K / 4, N, 4), strided); attrs
+    ``{"panel": P}`` keep the tile rule's vectors inside the panels, as panel_matmul's."""
     k_ext = args.static_shape(a, "matmul_dot4")[-1]
-    groups, n, four = args.static_shape(packed, "matmul_dot4")
+    count, groups, p, four = args.static_shape(packed, "matmul_dot4")
     if four != 4 or k_ext != 4 * groups:
-        raise TEError(f"matmul_dot4: {packed.name} {tuple(packed.shape)} is no (K / 4, N, 4) "
-                      f"packing of a K of {k_ext}")
+        raise TEError(f"matmul_dot4: {packed.name} {tuple(packed.shape)} is no "
+                      f"(N / P, K / 4, P, 4) packing of a K of {k_ext}")
     ko = reduce_axis((0, groups), name="ko")
     q = reduce_axis((0, 4), name="q")
-    return compute((*a.shape[:-1], n), lambda *i: R.sum(
-        cast("int32", a[(*i[:-1], ko * 4 + q)]) * cast("int32", packed[ko, i[-1], q]),
-        axis=[ko, q]), name="T_dot4")
+    return compute((*a.shape[:-1], count * p), lambda *i: R.sum(
+        cast("int32", a[(*i[:-1], ko * 4 + q)])
+        * cast("int32", packed[I.floordiv(i[-1], p), ko, I.floormod(i[-1], p), q]),
+        axis=[ko, q]), name="T_dot4", attrs={"panel": p})
 
 
 def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor | None,
@@ -231,7 +235,7 @@ def folded_matmul(a: Tensor, b: Tensor, columns: int, a_zero: Tensor | None,
                   b_zero: Tensor | None, column_term: Tensor | None) -> Tensor:
     """sum_k (a - a_zero)(b - b_zero) as int32, for a (..., M, K) and a 2-d b (K, N') whose
     first ``columns`` columns are the operand (the rest pad the rows of b to whole vectors;
-    they are computed and never stored), or b packed for matmul_dot4 (3-d). The zero points
+    they are computed and never stored), or b packed for matmul_dot4 (4-d). The zero points
     come out of the sum:
 
         sum_k (a - za)(b - zb) = sum_k a b - zb sum_k a + za (K zb - sum_k b)
@@ -246,7 +250,7 @@ def folded_matmul(a: Tensor, b: Tensor, columns: int, a_zero: Tensor | None,
                           f"{t.dtype}")
     from autosched.te.ops.matmul import matmul
 
-    prod = (matmul_dot4(a, b) if b.ndim == 3
+    prod = (matmul_dot4(a, b) if b.ndim == 4
             else matmul(shift(a, None, 0), shift(b, None, 0)))
     k_ext = args.static_shape(a, "folded_matmul")[-1]
     row_sum = None

@@ -18,17 +18,21 @@ from autosched.tir.arith.analyzer import Analyzer, Bounds
 from autosched.tir.arith.symbolic import interval, interval_extent
 
 
-def simplify(e: E.Expr, bounds: Bounds | None = None) -> E.Expr:
+def simplify(e: E.Expr, bounds: Bounds | None = None, lanes: bool = False) -> E.Expr:
     """``e`` in canonical form: integer index expressions as a linear form with constants
     folded, division and modulus resolved where ``bounds`` allow, comparisons, selects and
     min / max decided where provable. Floats only fold exact constants and ``x*1.0``, ``x+0.0``.
+    With ``lanes``, also a division of a base that a divisor g of the divisor divides plus
+    terms provably in [0, g) (a vector's lanes over column panels, tensorized nests).
 
     Example::
 
         >>> simplify((io * 8 + ii) // 8, {ii: (0, 7)})
         io
+        >>> simplify((io * 16 + ii) // 32, {ii: (0, 15)}, lanes=True)
+        io // 2
     """
-    return Analyzer(bounds).simplify(E.as_expr(e))
+    return Analyzer(bounds, lanes).simplify(E.as_expr(e))
 
 
 def const_bound(e: E.Expr, bounds: Bounds | None = None) -> tuple[int | None, int | None]:

@@ -41,7 +41,11 @@ def _c(v: int, dtype: str) -> E.Const:
 class Analyzer:
     """Simplify and bound integer expressions under inclusive constant bounds of variables."""
 
-    def __init__(self, bounds: Bounds | None = None) -> None:
+    def __init__(self, bounds: Bounds | None = None, lanes: bool = False) -> None:
+        # ``lanes``: also take a division of a base that is a multiple of g plus terms
+        # provably in [0, g) apart (_small_part: a vector's lanes over panels). Off by
+        # default: the CUDA C generator's shared index arithmetic expects the forms without it
+        self.lanes = lanes
         self.var_bounds: dict[int, Ival] = {}
         for v, (lo, hi) in (bounds or {}).items():
             self.var_bounds[v.uid] = iv.from_public(lo, hi)
@@ -478,6 +482,10 @@ class Analyzer:
         if finite_pair(lo, hi) and lo // c == hi // c:
             q.const += lo // c
             return q
+        whole = self._small_part(r, c) if self.lanes else None
+        if whole is not None:  # floor((g*s + y) / c) = floor(s / (c / g)) for 0 <= y < g
+            s, g = whole
+            return q.add(self._floordiv(s, c // g))
         q.const += r.const // c
         r.const %= c
         g = math.gcd(c, *r.terms.values())
@@ -496,6 +504,19 @@ class Analyzer:
                 return q.add(self._floordiv(self.lin(atom.a).plus(r.const * c2), c2 * c))
         return q.add(self._atom(E.Binary(Op.FLOORDIV, r.to_expr(), _c(c, r.dtype))))
 
+    def _small_part(self, r: Lin, c: int) -> tuple[Lin, int] | None:
+        """(s, g) with ``r = g * s + y``, g a proper divisor of ``c`` above 1 and y (the
+        terms g does not divide, and the constant) provably in [0, g): a tile's lane added
+        to its base, ``16 * o + l`` for l < 16 over panels of 32. None when there is none."""
+        for g in sorted({math.gcd(c, k) for k in r.terms.values()} - {1, c}, reverse=True):
+            s = Lin(r.dtype, r.const // g, {key: k // g for key, k in r.terms.items()
+                                            if k % g == 0})
+            y = Lin(r.dtype, r.const % g, {key: k for key, k in r.terms.items() if k % g})
+            lo, hi = self.lin_bound(y)
+            if s.terms and finite_pair(lo, hi) and 0 <= lo and hi < g:
+                return s, g
+        return None
+
     def _floormod(self, la: Lin, c: int) -> Lin:
         if c == 1:
             return Lin(la.dtype)
@@ -505,6 +526,10 @@ class Analyzer:
         lo, hi = self.lin_bound(r)
         if finite_pair(lo, hi) and lo // c == hi // c:
             return r.plus(-(lo // c) * c)
+        whole = self._small_part(r, c) if self.lanes else None
+        if whole is not None:  # (g*s + y) mod c = g * (s mod (c / g)) + y for 0 <= y < g
+            s, g = whole
+            return self._floormod(s, c // g).scale(g).add(r.add(s, -g))
         # coefficients and constant reduced modulo c (positive coefficients stay positive)
         r = Lin(r.dtype, r.const % c, {key: k % c if k >= c else k for key, k in r.terms.items()})
         lo, hi = self.lin_bound(r)
