@@ -211,12 +211,12 @@ def _conv_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> l
 
 def packs_conv_dot4(node: Node, w: np.ndarray, x_shape: tuple[int, ...]) -> bool:
     """Whether a ConvInteger of a uint8 x of ``x_shape`` by constant ``w`` can run as int8 dot
-    products (passes.dot4_products): 2-d, one group, stride and dilation 1, pads not
-    negative, an 8-bit weight."""
+    products (passes.dot4_products): 2-d, one group, dilation 1, pads not negative, an 8-bit
+    weight."""
     ones = [1, 1]
     return (w.ndim == 4 and len(x_shape) == 4 and w.dtype in (np.uint8, np.int8)
             and int(node.attrs.get("group", 1)) == 1 and x_shape[1] == w.shape[1]
-            and list(node.attrs.get("strides", ones)) == ones
+            and len(node.attrs.get("strides", ones)) == 2
             and list(node.attrs.get("dilations", ones)) == ones
             and min(node.attrs.get("pads", [0])) >= 0)
 
@@ -241,11 +241,12 @@ def _dot4_conv(node: Node, x: Value, w: np.ndarray, x_zero: Value | None,
                         order="C")
     taps = (wu - zw[:, None, None, None]).reshape(o, -1).sum(axis=1).astype("int32")
     h, wd = shape_of(x)[2:]
-    begins, ends = _pads(node, [h, wd], [kh, kw], [1, 1], [1, 1])
+    strides = [int(v) for v in node.attrs.get("strides", [1, 1])]
+    begins, ends = _pads(node, [h, wd], [kh, kw], strides, [1, 1])
     return quant.conv2d_dot4(
         ctx.const(x), _tensor(ctx, x_zero), ctx.const(packed),
         ctx.const(zw.astype("int32")) if zw.any() else None, ctx.const(taps),
-        (begins[0], begins[1], ends[0], ends[1]))
+        (begins[0], begins[1], ends[0], ends[1]), strides=strides)
 
 
 def _multiplier(ctx: ConvertContext, a_scale: Value, b_scale: Value, y_scale: Value) -> Tensor:

@@ -278,38 +278,42 @@ def test_conv_integer_constant_weight(kernel: int, stride: int, per_channel: boo
         np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
 
 
-@pytest.mark.parametrize(("c", "kernel", "pads", "w_dtype", "per_channel"), [
-    (6, 3, [1, 1, 1, 1], "uint8", False),    # channels padded to 8 with the zero point
-    (16, 1, [0, 0, 0, 0], "int8", True),     # an int8 weight, stored plus 128
-    (8, 3, [0, 2, 1, 0], "uint8", True),     # pads on two sides only
+@pytest.mark.parametrize(("c", "kernel", "pads", "stride", "w_dtype", "per_channel"), [
+    (6, 3, [1, 1, 1, 1], 1, "uint8", False),   # channels padded to 8 with the zero point
+    (16, 1, [0, 0, 0, 0], 1, "int8", True),    # an int8 weight, stored plus 128
+    (8, 3, [0, 2, 1, 0], 1, "uint8", True),    # pads on two sides only
+    (8, 3, [1, 1, 1, 1], 2, "uint8", False),   # the input's columns in two phases
+    (5, 3, [0, 1, 2, 0], 2, "int8", True),
 ])
-def test_conv_integer_dot4_matches(c: int, kernel: int, pads: list[int], w_dtype: str,
-                                   per_channel: bool) -> None:
-    """ConvInteger at stride 1 (on a CPU with VNNI as quant.conv2d_dot4, its padding x's zero
-    point and output rows of 13 computed 16 wide) against numpy and onnxruntime."""
+def test_conv_integer_dot4_matches(c: int, kernel: int, pads: list[int], stride: int,
+                                   w_dtype: str, per_channel: bool) -> None:
+    """ConvInteger (on a CPU with VNNI as quant.conv2d_dot4, its padding x's zero point and
+    output rows of 13 or 7 computed 16 wide) against numpy and onnxruntime."""
     x, w = _q((2, c, 7, 13), "uint8"), _q((20, c, kernel, kernel), w_dtype)
     consts = {"w": w, "xz": _zero_point((), "uint8"),
               "wz": _zero_point((20,) if per_channel else (), w_dtype)}
-    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=pads)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=pads,
+                            strides=[stride] * 2)
     m = model([node], {"x": x}, consts, ("y",))
     compiled = aus.compile(from_onnx(m, {"x": x.shape}), target="llvm")
     (got,) = compiled.run({"x": x})
     np.testing.assert_array_equal(
-        got, _conv_reference(x, w, consts["xz"], consts["wz"], 0, 1, pads))
+        got, _conv_reference(x, w, consts["xz"], consts["wz"], 0, stride, pads))
     if not per_channel:
         np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
     assert any(dot4.VPDPBUSD in k.module.get_source() for k in compiled.kernels) is HOST_DOT
 
 
-@pytest.mark.parametrize(("stride", "uses"), [(1, True), (2, False)])
-def test_conv_integer_dot4_code(stride: int, uses: bool) -> None:
-    """For a CPU with AVX-512 VNNI a stride-1 ConvInteger's untuned code runs vpdpbusd over
-    an input stored in groups of 4 channels; a strided one keeps the exact float
-    convolution (built here, not run)."""
+@pytest.mark.parametrize(("stride", "dilation", "uses"), [(1, 1, True), (2, 1, True),
+                                                          (1, 2, False)])
+def test_conv_integer_dot4_code(stride: int, dilation: int, uses: bool) -> None:
+    """For a CPU with AVX-512 VNNI a ConvInteger's untuned code runs vpdpbusd over an input
+    stored in groups of 4 channels (strided: its columns in phases); a dilated one keeps the
+    exact float convolution (built here, not run)."""
     x, w = _q((1, 24, 16, 40), "uint8"), _q((32, 24, 3, 3), "uint8")
     consts = {"w": w, "xz": _zero_point((), "uint8"), "wz": _zero_point((), "uint8")}
     node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1] * 4,
-                            strides=[stride] * 2)
+                            strides=[stride] * 2, dilations=[dilation] * 2)
     m = model([node], {"x": x}, consts, ("y",))
     compiled = aus.compile(from_onnx(m), target=VNNI_CPU, schedule="default", executor=False)
     (kernel,) = compiled.kernels

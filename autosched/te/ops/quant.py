@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -177,10 +178,11 @@ def matmul_dot4(a: Tensor, packed: Tensor) -> Tensor:
 
 
 def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor | None,
-                taps: Tensor, pads: Sequence[int], lanes: int = 16) -> Tensor:
-    """ConvInteger, stride 1, one group: sum over (c, kh, kw) of (x - x_zero) * (w - w_zero)
-    as int32 for uint8 NCHW ``x`` (one zero point), as int8 dot products (matmul_dot4's
-    form, its lanes 16 output columns of a row):
+                taps: Tensor, pads: Sequence[int], lanes: int = 16,
+                strides: Sequence[int] = (1, 1)) -> Tensor:
+    """ConvInteger, one group: sum over (c, kh, kw) of (x - x_zero) * (w - w_zero) as int32
+    for uint8 NCHW ``x`` (one zero point), as int8 dot products (matmul_dot4's form, its lanes
+    16 output columns of a row):
 
         sum (x - zx)(w - zw) = sum x' w - zw sum x' + (128 - zx) sum (w - zw),  x' = x - 128
 
@@ -189,14 +191,17 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
     ``w_zero``: (O,) int32 or None; ``taps``: (O,) int32, sum (w - zw) per output channel.
     x' is stored padded (``pads``: top, left, bottom, right; padding holds zx - 128, so that
     x - zx is 0 there), its channels in groups of 4 adjacent, rows past the output's width
-    rounded up to ``lanes`` (those columns are computed and never stored)."""
+    rounded up to ``lanes`` (those columns are computed and never stored). With a column
+    stride s over 1 its columns are stored in s phases, column ``w`` at ``[w % s, w // s]``:
+    the lanes of one tap then read adjacent groups again."""
     n_, c, h, w = args.static_shape(x, "conv2d_dot4")
     o, c4, kh, kw, four = args.static_shape(weight, "conv2d_dot4")
     if four != 4 or c4 * 4 < c or -(-c // 4) != c4:
         raise TEError(f"conv2d_dot4: weight {weight.name} {tuple(weight.shape)} is no "
                       f"(O, C / 4, KH, KW, 4) packing of {c} channels")
     pt, pl, pb, pr = pads
-    oh, ow = h + pt + pb - kh + 1, w + pl + pr - kw + 1
+    sh, sw = strides
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     wide = -(-ow // lanes) * lanes
     zx: Expr = cast("int32", x_zero[(0,) * x_zero.ndim]) if x_zero is not None else cast(
         "int32", 0)
@@ -207,13 +212,26 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
         pad = I.if_then_else(ch < c, zx - 128, cast("int32", 0))
         return cast("int8", I.if_then_else(inside, cast("int32", x[b, ch, ih, iw]) - 128, pad))
 
-    xp = compute((n_, c4, oh + kh - 1, wide + kw - 1, 4), shifted, name="T_dot4_input",
-                 attrs={MATERIALIZE: 1})
+    rows, cols = (oh - 1) * sh + kh, wide + (kw - 1) // sw
+    if sw == 1:
+        xp = compute((n_, c4, rows, cols, 4), shifted, name="T_dot4_input",
+                     attrs={MATERIALIZE: 1})
+
+        def window(b: Any, g: Any, i: Any, j: Any, y: Any, x_: Any, q: Any) -> Expr:
+            return xp[b, g, i * sh + y, j + x_, q]
+    else:
+        xp = compute((n_, c4, rows, sw, cols, 4),
+                     lambda b, g, i, ph, j, q: shifted(b, g, i, j * sw + ph, q),
+                     name="T_dot4_input", attrs={MATERIALIZE: 1})
+
+        def window(b: Any, g: Any, i: Any, j: Any, y: Any, x_: Any, q: Any) -> Expr:
+            return xp[b, g, i * sh + y, I.floormod(x_, sw), j + I.floordiv(x_, sw), q]
+
     rc = reduce_axis((0, c4), name="rc")
     ry, rx = reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
     q = reduce_axis((0, 4), name="q")
     prod = compute((n_, o, oh, wide), lambda b, f, i, j: R.sum(
-        cast("int32", weight[f, rc, ry, rx, q]) * cast("int32", xp[b, rc, i + ry, j + rx, q]),
+        cast("int32", weight[f, rc, ry, rx, q]) * cast("int32", window(b, rc, i, j, ry, rx, q)),
         axis=[rc, ry, rx, q]), name="T_dot4")
     sums = None
     if w_zero is not None:
@@ -221,7 +239,7 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
                                                                   (kw, "sx")))
         sq = reduce_axis((0, 4), name="sq")
         sums = compute((n_, oh, wide), lambda b, i, j: R.sum(
-            cast("int32", xp[b, sc, i + sy, j + sx, sq]), axis=[sc, sy, sx, sq]),
+            cast("int32", window(b, sc, i, j, sy, sx, sq)), axis=[sc, sy, sx, sq]),
             name="T_dot4_sums")
 
     def body(b: Expr, f: Expr, i: Expr, j: Expr) -> Expr:
