@@ -199,13 +199,15 @@ def prepare(graph: Graph, target: Target | None = None,
         winograd_convs,
     )
     from autosched.targets.llvm.cpu_features import dot_intrin
+    from autosched.tir.tensor_intrin import TENSOR_INTRINS
 
     g = optimize(graph)
     if target is not None and target.device != "gpu":
         lanes = max(target.vector_bits // 32, 1)
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
-        if dot_intrin(target):
-            g = dot4_products(g)
+        dot = dot_intrin(target)
+        if dot:
+            g = dot4_products(g, TENSOR_INTRINS[dot].n)
     elif target is not None and precision != DEFAULT_PRECISION:
         g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls
     return apply_precision(g, precision)

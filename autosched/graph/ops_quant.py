@@ -144,26 +144,23 @@ def _padded_columns(n: int) -> int:
     return up if (up - n) * 10 < n else n
 
 
-def packs_dot4(b: np.ndarray, a_shape: tuple[int, ...]) -> bool:
+def packs_dot4(b: np.ndarray, a_shape: tuple[int, ...], lanes: int) -> bool:
     """Whether a constant B of an integer matmul with A of ``a_shape`` can be stored packed
     for int8 dot products (passes.dot4_products): 8-bit, 2-d, K a multiple of 4, its columns
-    in panels of whole vectors of DOT4_LANES (passes.panel_columns)."""
+    in panels of whole vectors of ``lanes`` (passes.panel_columns)."""
     from autosched.graph.passes import panel_columns  # passes imports the converters
 
     return (b.ndim == 2 and b.dtype in (np.uint8, np.int8) and len(a_shape) >= 1
             and a_shape[-1] == b.shape[0] and b.shape[0] % 4 == 0
-            and panel_columns(b.shape[1], DOT4_LANES) is not None)
-
-
-DOT4_LANES = 16  # the int32 lanes of one vpdpbusd (tensor_intrin.DOT_16X4)
+            and panel_columns(b.shape[1], lanes) is not None)
 
 
 def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | None,
-                    b_zero: Value | None, dot4: bool = False) -> Tensor:
+                    b_zero: Value | None, lanes: int = 0) -> Tensor:
     """sum_k (a - a_zero)(b - b_zero) as int32 (numpy matmul's broadcasting); A's zero point
     runs along its rows (axis -2), B's along its columns (axis -1). A constant 2-d B with
     constant zero points gets quant.folded_matmul: zero points out of the inner loop, the
-    columns padded to whole vectors. With ``dot4`` (passes.dot4_products) B is stored as int8
+    columns padded to whole vectors. With ``lanes`` (passes.dot4_products) B is stored as int8
     (a uint8 B and its zero point less 128: the same differences) packed for
     quant.matmul_dot4."""
     folds = isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.itemsize == 1 and (
@@ -174,13 +171,13 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
     k, n = b.shape
     zb = np.zeros(n, "int64") if b_zero is None else np.broadcast_to(
         np.asarray(b_zero, "int64").reshape(-1), (n,))
-    dot4 = dot4 and packs_dot4(b, shape_of(a))
+    dot4 = lanes > 0 and packs_dot4(b, shape_of(a), lanes)
     if dot4 and b.dtype == np.uint8:
         b, zb = (b.astype("int16") - 128).astype("int8"), zb - 128
         b_zero = zb.astype("int16")
     from autosched.graph.passes import panel_columns, zero_padded_columns  # passes imports us
 
-    width = panel_columns(n, DOT4_LANES) if dot4 else None
+    width = panel_columns(n, lanes) if dot4 else None
     padded = zero_padded_columns(b, -(-n // width) * width if width else _padded_columns(n))
     term = np.zeros(padded.shape[1], "int32")
     term[:n] = k * zb - b.sum(axis=0, dtype="int64")
@@ -196,7 +193,7 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
 @register("MatMulInteger")
 def _matmul_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     return [_integer_matmul(ctx, required(node, ins, 0), required(node, ins, 1),
-                            optional(ins, 2), optional(ins, 3), bool(node.attrs.get(DOT4)))]
+                            optional(ins, 2), optional(ins, 3), int(node.attrs.get(DOT4, 0)))]
 
 
 @register("ConvInteger")
@@ -246,7 +243,7 @@ def _dot4_conv(node: Node, x: Value, w: np.ndarray, x_zero: Value | None,
     return quant.conv2d_dot4(
         ctx.const(x), _tensor(ctx, x_zero), ctx.const(packed),
         ctx.const(zw.astype("int32")) if zw.any() else None, ctx.const(taps),
-        (begins[0], begins[1], ends[0], ends[1]), strides=strides)
+        (begins[0], begins[1], ends[0], ends[1]), int(node.attrs.get(DOT4, 16)), strides)
 
 
 def _multiplier(ctx: ConvertContext, a_scale: Value, b_scale: Value, y_scale: Value) -> Tensor:
@@ -275,7 +272,7 @@ def _scales(node: Node, ins: list[Value | None], ctx: ConvertContext) -> Tensor:
 @register("QLinearMatMul")
 def _qlinear_matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     acc = _integer_matmul(ctx, required(node, ins, 0), required(node, ins, 3), ins[2], ins[5],
-                          bool(node.attrs.get(DOT4)))
+                          int(node.attrs.get(DOT4, 0)))
     mult = _scales(node, ins, ctx)
     zp = required(node, ins, 7)
     return [quant.requantize(acc, mult, ctx.const(zp), acc.ndim - 1, str(zp.dtype))]

@@ -308,14 +308,15 @@ DOT4_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3), "QLinearMatMul": 
                "QLinearConv": (3, 5)}
 
 
-def dot4_products(graph: Graph) -> Graph:
+def dot4_products(graph: Graph, lanes: int = 16) -> Graph:
     """Each MatMulInteger / QLinearMatMul of a uint8 A by a constant 8-bit B (K a multiple of
     4, its columns stored in whole 512-bit vectors of int32) and each ConvInteger /
     QLinearConv of a uint8 x by a constant 8-bit weight (stride 1, one group), with a
     constant or no weight zero point, carries DOT4:
     its converter stores the weight packed for int8 dot products (x86's AVX-512 VNNI: 64
     products a vpdpbusd where int32 vectors hold 16; quant.matmul_dot4, quant.conv2d_dot4).
-    For CPU targets with those (compiler.prepare)."""
+    For CPU targets with those (compiler.prepare); ``lanes``, the int32 lanes of one dot
+    product (16 for AVX-512 VNNI, 8 for AVX-VNNI), is the attribute's value."""
     from autosched.graph.ops_quant import packs_conv_dot4, packs_dot4  # the converters' rules
 
     g = _copy(graph)
@@ -329,10 +330,9 @@ def dot4_products(graph: Graph) -> Graph:
                 and (b_zero is None or b_zero in g.constants)):
             continue
         shape = tuple(int(d) for d in g.values[a].shape)
-        rule = packs_dot4 if "MatMul" in n.op_type else (
-            lambda w, s, n=n: packs_conv_dot4(n, w, s))
-        if rule(g.constants[b], shape):
-            n.attrs = {**n.attrs, DOT4: 1}
+        if (packs_dot4(g.constants[b], shape, lanes) if "MatMul" in n.op_type
+                else packs_conv_dot4(n, g.constants[b], shape)):
+            n.attrs = {**n.attrs, DOT4: lanes}
     return g
 
 

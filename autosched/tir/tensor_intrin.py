@@ -16,7 +16,7 @@ Kinds:
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
              buffer, into shared memory (where an epilogue reads it element by element) or
              into a global output whose tiles are whole (no guard)
-* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI): the innermost (j, q) nest
+* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI or AVX-VNNI): the innermost (j, q) nest
              of ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n`` lanes of j and
              ``k`` = 4 taps of q, A uint8 and the same for every j (4 bytes, broadcast), B
              int8 with the taps of a lane adjacent (``n * k`` bytes), C int32 contiguous in j
@@ -82,8 +82,10 @@ _MMAS = (
 )
 
 
-# x86's vpdpbusd on 512-bit vectors: 16 int32 lanes, each += 4 products of uint8 and int8
+# x86's vpdpbusd: 16 int32 lanes (AVX-512 VNNI) or 8 (AVX-VNNI, CPUs without AVX-512), each
+# += 4 products of uint8 and int8
 DOT_16X4 = "vnni_dot_16x4_u8s8"
+DOT_8X4 = "vnni_dot_8x4_u8s8"
 
 
 def load_intrin(mma: str, kind: str) -> str:
@@ -99,6 +101,7 @@ TENSOR_INTRINS: dict[str, TensorIntrin] = {
           for t in _MMAS for kind in ("load_a", "load_b")),
         TensorIntrin("wmma_store_16x16", "store", 16, 16, 0, "", 70),
         TensorIntrin(DOT_16X4, "dot", 1, 16, 4, "uint8", 0, "avx512vnni"),
+        TensorIntrin(DOT_8X4, "dot", 1, 8, 4, "uint8", 0, "avxvnni"),
     )
 }
 

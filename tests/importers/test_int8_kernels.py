@@ -7,6 +7,8 @@ in vector partials) and the flat-index simplification its reads rely on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -28,7 +30,7 @@ from autosched.te.tensor import PlaceholderOp  # noqa: E402
 from autosched.tir import ir as tir  # noqa: E402
 from autosched.tir.arith import simplify  # noqa: E402
 from autosched.tir.evaluate import eval_int  # noqa: E402
-from autosched.tir.tensor_intrin import DOT_16X4  # noqa: E402
+from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 from tests.support.onnx_node import RNG, model, run_ort  # noqa: E402
 
@@ -173,6 +175,31 @@ def test_matmul_dot4_matches_numpy(extreme: bool) -> None:
     np.testing.assert_array_equal(out, av.astype("int64") @ bv.astype("int64"))
 
 
+def test_dot_8_lanes_matches_numpy() -> None:
+    """The 8-lane dot intrinsic (AVX-VNNI; AVX-512 VNNI with VL encodes it too) on a hand
+    schedule of matmul_dot4 over panels of 8: run where this CPU has either, else built for
+    an AVX-VNNI CPU and its IR checked."""
+    a = te.placeholder((4, 32), dtype="uint8", name="a")
+    packed = te.placeholder((2, 8, 8, 4), dtype="int8", name="packed")
+    c = quant.matmul_dot4(a, packed)
+    s = te.create_schedule(c.op)
+    i, j = c.op.axis
+    ko, q = c.op.reduce_axis
+    jo, ji = s[c].split(j, factor=8)
+    s[c].reorder(i, jo, ko, ji, q)
+    s[c].tensorize(ji, DOT_8X4)
+    feats = set(cpu_features.key_features(*(getattr(parse("llvm"), f) for f in (
+        "triple", "cpu", "features"))) or ())
+    runs = "avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats
+    built = aus.build(s, [a, packed, c], target="llvm" if runs else "llvm -mcpu=alderlake")
+    assert dot4.VPDPBUSD[8] in built.get_source()
+    if runs:
+        av, bv = _q((4, 32), "uint8"), _q((32, 16), "int8")
+        out = np.empty((4, 16), "int32")
+        built(av, _packed(bv, 8), out)
+        np.testing.assert_array_equal(out, av.astype("int64") @ bv.astype("int64"))
+
+
 def test_dot4_rejects_other_sums() -> None:
     """tensorize with the dot intrinsic names what is wrong with a float product."""
     a = te.placeholder((4, 8), name="a")
@@ -187,22 +214,34 @@ def test_dot4_rejects_other_sums() -> None:
         s[c].tensorize(j, DOT_16X4)
 
 
-@pytest.mark.parametrize("target, uses", [(VNNI_CPU, True),
-                                          (VNNI_CPU + " -mattr=-avx512vnni", False)])
-def test_matmul_integer_dot4_code(target: str, uses: bool) -> None:
-    """A MatMulInteger of a constant uint8 B compiles, for a CPU with AVX-512 VNNI, to a B
-    packed for dot products (shifted to int8) whose untuned schedule runs vpdpbusd; without
-    VNNI to neither (the code is only built here: the host needs no VNNI)."""
+def _uses_dot(module: Any) -> bool:
+    """Whether a CPU module's LLVM IR calls vpdpbusd (either width)."""
+    src = module.get_source()
+    return any(name in src for name in dot4.VPDPBUSD.values())
+
+
+@pytest.mark.parametrize("target, uses", [(VNNI_CPU, 16), (VNNI_CPU + " -mattr=-avx512vnni", 0),
+                                          ("llvm -mcpu=alderlake", 8)])
+def test_matmul_integer_dot4_code(target: str, uses: int) -> None:
+    """A MatMulInteger of a constant uint8 B compiles, for a CPU with AVX-512 VNNI (16 lanes)
+    or AVX-VNNI (8), to a B packed for dot products (shifted to int8) whose untuned schedule
+    runs vpdpbusd; without VNNI to neither (the code is only built here: the host needs no
+    VNNI)."""
     a, b = _q((20, 64), "uint8"), _q((64, 96), "uint8")
     consts = {"b": b, "az": _zero_point((), "uint8"), "bz": _zero_point((), "uint8")}
     m = model([helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a},
               consts, ("y",))
     compiled = aus.compile(from_onnx(m), target=target, schedule="default", executor=False)
     (kernel,) = compiled.kernels
-    assert (dot4.VPDPBUSD in kernel.module.get_source()) is uses
-    assert any(op.name == "T_dot4" for op in kernel.task.dag.ops) is uses
-    assert any(v.dtype == np.int8 and v.shape == (3, 16, 32, 4)
-               for v in compiled.constants.values()) is uses
+    source = kernel.module.get_source()
+    assert [lanes for lanes, name in dot4.VPDPBUSD.items() if name in source] == (
+        [uses] if uses else [])
+    if uses:
+        assert "vpdpbusd" in kernel.module.get_source("asm")
+    assert any(op.name == "T_dot4" for op in kernel.task.dag.ops) is bool(uses)
+    panel = {16: 32, 8: 32, 0: 0}[uses]
+    assert any(v.dtype == np.int8 and v.shape == (96 // max(panel, 1), 16, panel, 4)
+               for v in compiled.constants.values()) is bool(uses)
 
 
 @pytest.mark.parametrize("b_dtype", ["uint8", "int8"])
@@ -215,7 +254,7 @@ def test_matmul_integer_dot4_matches_ort(b_dtype: str) -> None:
     got, want, compiled = _both([node], {"a": a}, consts)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, _reference(a, b, consts["az"], consts["bz"]))
-    assert any(dot4.VPDPBUSD in k.module.get_source() for k in compiled.kernels) is HOST_DOT
+    assert any(_uses_dot(k.module) for k in compiled.kernels) is HOST_DOT
 
 
 def test_dot_nest_out_of_layout_runs_plain() -> None:
@@ -232,7 +271,7 @@ def test_dot_nest_out_of_layout_runs_plain() -> None:
     s[c].reorder(i, ko, j, q)
     s[c].tensorize(j, DOT_16X4)
     built = aus.build(s, [a, b, c], target=VNNI_CPU if not HOST_DOT else "llvm")
-    assert dot4.VPDPBUSD not in built.get_source()
+    assert not _uses_dot(built)
     if HOST_DOT:
         av, bv = _q((4, 32), "uint8"), _q((8, 4, 16), "int8")
         out = np.empty((4, 16), "int32")
@@ -301,7 +340,7 @@ def test_conv_integer_dot4_matches(c: int, kernel: int, pads: list[int], stride:
         got, _conv_reference(x, w, consts["xz"], consts["wz"], 0, stride, pads))
     if not per_channel:
         np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
-    assert any(dot4.VPDPBUSD in k.module.get_source() for k in compiled.kernels) is HOST_DOT
+    assert any(_uses_dot(k.module) for k in compiled.kernels) is HOST_DOT
 
 
 @pytest.mark.parametrize(("stride", "dilation", "uses"), [(1, 1, True), (2, 1, True),
@@ -317,7 +356,7 @@ def test_conv_integer_dot4_code(stride: int, dilation: int, uses: bool) -> None:
     m = model([node], {"x": x}, consts, ("y",))
     compiled = aus.compile(from_onnx(m), target=VNNI_CPU, schedule="default", executor=False)
     (kernel,) = compiled.kernels
-    assert (dot4.VPDPBUSD in kernel.module.get_source()) is uses
+    assert _uses_dot(kernel.module) is uses
     assert any(op.name == "T_dot4_input" for op in kernel.task.dag.ops) is uses
 
 

@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from autosched.targets.llvm import types as T
 from autosched.targets.target import Target
-from autosched.tir.tensor_intrin import DOT_16X4, TENSOR_INTRINS
+from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4, TENSOR_INTRINS
 
 # LLVM feature -> (cpuid leaf, subleaf, register 0..3 = eax, ebx, ecx, edx, bit)
 CPUID = {
@@ -258,4 +258,4 @@ def dot_intrin(target: Target) -> str | None:
     if target.kind != "llvm":
         return None
     feats = key_features(target.triple, target.cpu, target.features) or ()
-    return DOT_16X4 if TENSOR_INTRINS[DOT_16X4].feature in feats else None
+    return next((d for d in (DOT_16X4, DOT_8X4) if TENSOR_INTRINS[d].feature in feats), None)

@@ -1,8 +1,8 @@
 """Tensorized int8 dot products on x86 (tensor intrinsic kind "dot", tir/tensor_intrin.py).
 
 The nest ``for j in 16: for q in 4: C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` is one
-``vpdpbusd`` (AVX-512 VNNI): the 16 int32 accumulators of C, A's 4 uint8 bytes broadcast to
-every lane, B's 64 int8 bytes (each lane's 4 taps adjacent); each lane adds its 4 products of
+``vpdpbusd`` (AVX-512 VNNI; 8 lanes with AVX-VNNI): the 16 int32 accumulators of C, A's 4 uint8
+bytes broadcast to every lane, B's 64 int8 bytes (each lane's 4 taps adjacent); each lane adds its 4 products of
 uint8 and int8 (no saturation). The same loop's reduction init (``C[.., j] = 0``, the nest
 without its q loop) runs as an ordinary vectorized loop. A nest whose accesses are not laid
 out so (a guard, a stride other than the intrinsic's) runs as plain loops, as it would
@@ -31,13 +31,16 @@ from autosched.tir.visit import linear_coeff
 if TYPE_CHECKING:
     from autosched.targets.llvm.codegen import FuncGen
 
-VPDPBUSD = "llvm.x86.avx512.vpdpbusd.512"
+# the LLVM intrinsic by lanes (AVX-VNNI's VEX form is selected from the 256-bit one)
+VPDPBUSD = {16: "llvm.x86.avx512.vpdpbusd.512", 8: "llvm.x86.avx512.vpdpbusd.256"}
 
 
 def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
     """Emit the loop ``s`` tensorized with the dot intrinsic ``intrin`` (see the module)."""
     lanes, taps = intrin.extents
-    if intrin.feature not in w.state.features:
+    feats = set(w.state.features)
+    if intrin.feature not in feats and not (  # AVX-512 VNNI encodes the 256-bit form too
+            lanes == 8 and {"avx512vnni", "avx512vl"} <= feats):
         raise CompileError(f"{w.fn.name}: {intrin.name} needs the CPU feature {intrin.feature}, "
                            "which the target lacks")
     extent = s.extent.value if isinstance(s.extent, E.Const) else None
@@ -61,9 +64,10 @@ def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
     spread = w.splat(word, lanes)
     weights = w.b.load(w.b.bitcast(w.element_ptr(b.buffer, b.indices), vec.as_pointer()),
                        align=1)
-    fn = w.module.globals.get(VPDPBUSD)
+    name = VPDPBUSD[lanes]
+    fn = w.module.globals.get(name)
     if fn is None:
-        fn = ir.Function(w.module, ir.FunctionType(vec, [vec, vec, vec]), VPDPBUSD)
+        fn = ir.Function(w.module, ir.FunctionType(vec, [vec, vec, vec]), name)
     w.b.store(w.b.call(fn, [acc, spread, weights]), c_ptr, align=4)
     w.env.pop(s.var.uid, None)
     w.env.pop(q.var.uid, None)
