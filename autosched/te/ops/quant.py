@@ -191,7 +191,8 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
     ``w_zero``: (O,) int32 or None; ``taps``: (O,) int32, sum (w - zw) per output channel.
     x' is stored padded (``pads``: top, left, bottom, right; padding holds zx - 128, so that
     x - zx is 0 there), its channels in groups of 4 adjacent, rows past the output's width
-    rounded up to ``lanes`` (those columns are computed and never stored). With a column
+    rounded up to ``lanes`` (those columns are computed and never stored); the sums of x'
+    per window, which a weight zero point needs, as each pixel's channel sum first. With a column
     stride s over 1 its columns are stored in s phases, column ``w`` at ``[w % s, w // s]``:
     the lanes of one tap then read adjacent groups again."""
     n_, c, h, w = args.static_shape(x, "conv2d_dot4")
@@ -216,16 +217,19 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
     if sw == 1:
         xp = compute((n_, c4, rows, cols, 4), shifted, name="T_dot4_input",
                      attrs={MATERIALIZE: 1})
-
-        def window(b: Any, g: Any, i: Any, j: Any, y: Any, x_: Any, q: Any) -> Expr:
-            return xp[b, g, i * sh + y, j + x_, q]
     else:
         xp = compute((n_, c4, rows, sw, cols, 4),
                      lambda b, g, i, ph, j, q: shifted(b, g, i, j * sw + ph, q),
                      name="T_dot4_input", attrs={MATERIALIZE: 1})
 
-        def window(b: Any, g: Any, i: Any, j: Any, y: Any, x_: Any, q: Any) -> Expr:
-            return xp[b, g, i * sh + y, I.floormod(x_, sw), j + I.floordiv(x_, sw), q]
+    def at(i: Any, j: Any, y: Any, x_: Any) -> tuple[Any, ...]:
+        """Where output (i, j)'s tap (y, x_) reads xp: row, then (phase,) column."""
+        if sw == 1:
+            return i * sh + y, j + x_
+        return i * sh + y, I.floormod(x_, sw), j + I.floordiv(x_, sw)
+
+    def window(b: Any, g: Any, i: Any, j: Any, y: Any, x_: Any, q: Any) -> Expr:
+        return xp[(b, g, *at(i, j, y, x_), q)]
 
     rc = reduce_axis((0, c4), name="rc")
     ry, rx = reduce_axis((0, kh), name="ry"), reduce_axis((0, kw), name="rx")
@@ -234,13 +238,13 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
         cast("int32", weight[f, rc, ry, rx, q]) * cast("int32", window(b, rc, i, j, ry, rx, q)),
         axis=[rc, ry, rx, q]), name="T_dot4")
     sums = None
-    if w_zero is not None:
-        sc, sy, sx = (reduce_axis((0, e), name=nm) for e, nm in ((c4, "sc"), (kh, "sy"),
-                                                                  (kw, "sx")))
-        sq = reduce_axis((0, 4), name="sq")
+    if w_zero is not None:  # each window's sum of x': its pixels' channel sums, then the taps
+        sc, sq = reduce_axis((0, c4), name="sc"), reduce_axis((0, 4), name="sq")
+        pixels = compute((n_, *xp.shape[2:-1]), lambda b, *p: R.sum(
+            cast("int32", xp[(b, sc, *p, sq)]), axis=[sc, sq]), name="T_dot4_pixel_sums")
+        sy, sx = reduce_axis((0, kh), name="sy"), reduce_axis((0, kw), name="sx")
         sums = compute((n_, oh, wide), lambda b, i, j: R.sum(
-            cast("int32", window(b, sc, i, j, sy, sx, sq)), axis=[sc, sy, sx, sq]),
-            name="T_dot4_sums")
+            pixels[(b, *at(i, j, sy, sx))], axis=[sy, sx]), name="T_dot4_sums")
 
     def body(b: Expr, f: Expr, i: Expr, j: Expr) -> Expr:
         v: Expr = prod[b, f, i, j] + (128 - zx) * taps[f]
