@@ -329,7 +329,9 @@ def dot4_products(graph: Graph, lanes: int = 16) -> Graph:
         if not (a in g.values and g.values[a].dtype == "uint8" and b in g.constants
                 and (b_zero is None or b_zero in g.constants)):
             continue
-        shape = tuple(int(d) for d in g.values[a].shape)
+        shape = tuple(g.values[a].shape)
+        if not all(isinstance(d, int) and d > 0 for d in shape):  # a symbolic dim: unpacked
+            continue
         if (packs_dot4(g.constants[b], shape, lanes) if "MatMul" in n.op_type
                 else packs_conv_dot4(n, g.constants[b], shape)):
             n.attrs = {**n.attrs, DOT4: lanes}
