@@ -198,12 +198,17 @@ def _matmul_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
 
 @register("ConvInteger")
 def _conv_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    w = required(node, ins, 1)
+    return [_conv_product(node, required(node, ins, 0), required(node, ins, 1),
+                          optional(ins, 2), optional(ins, 3), ctx)]
+
+
+def _conv_product(node: Node, x: Value, w: Value, x_zero: Value | None, w_zero: Value | None,
+                  ctx: ConvertContext) -> Tensor:
+    """The int32 convolution of ConvInteger / QLinearConv: as int8 dot products where
+    passes.dot4_products marked the node, else by _int_conv."""
     if node.attrs.get(DOT4) and isinstance(w, np.ndarray):
-        return [_dot4_conv(node, required(node, ins, 0), w, optional(ins, 2), optional(ins, 3),
-                           ctx)]
-    x = _operand(ctx, required(node, ins, 0), optional(ins, 2), 1)
-    return [_int_conv(node, x, w, optional(ins, 3), ctx)]
+        return _dot4_conv(node, x, w, x_zero, w_zero, ctx)
+    return _int_conv(node, _operand(ctx, x, x_zero, 1), w, w_zero, ctx)
 
 
 def packs_conv_dot4(node: Node, w: np.ndarray, x_shape: tuple[int, ...]) -> bool:
@@ -280,11 +285,7 @@ def _qlinear_matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
 
 @register("QLinearConv")
 def _qlinear_conv(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    w = required(node, ins, 3)
-    if node.attrs.get(DOT4) and isinstance(w, np.ndarray):
-        acc = _dot4_conv(node, required(node, ins, 0), w, ins[2], required(node, ins, 5), ctx)
-    else:
-        acc = _int_conv(node, _operand(ctx, required(node, ins, 0), ins[2], 1), w,
+    acc = _conv_product(node, required(node, ins, 0), required(node, ins, 3), ins[2],
                         required(node, ins, 5), ctx)
     mult = _scales(node, ins, ctx)
     zp = required(node, ins, 7)

@@ -310,13 +310,13 @@ DOT4_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3), "QLinearMatMul": 
 
 def dot4_products(graph: Graph, lanes: int = 16) -> Graph:
     """Each MatMulInteger / QLinearMatMul of a uint8 A by a constant 8-bit B (K a multiple of
-    4, its columns stored in whole 512-bit vectors of int32) and each ConvInteger /
-    QLinearConv of a uint8 x by a constant 8-bit weight (stride 1, one group), with a
-    constant or no weight zero point, carries DOT4:
-    its converter stores the weight packed for int8 dot products (x86's AVX-512 VNNI: 64
-    products a vpdpbusd where int32 vectors hold 16; quant.matmul_dot4, quant.conv2d_dot4).
-    For CPU targets with those (compiler.prepare); ``lanes``, the int32 lanes of one dot
-    product (16 for AVX-512 VNNI, 8 for AVX-VNNI), is the attribute's value."""
+    4, its columns in panels of whole vectors of ``lanes``) and each ConvInteger / QLinearConv
+    of a uint8 x by a constant 8-bit weight (one group, dilation 1), with a constant or no
+    weight zero point, carries DOT4: its converter stores the weight packed for int8 dot
+    products (x86's vpdpbusd: 4 products a lane where int32 vectors hold one;
+    quant.matmul_dot4, quant.conv2d_dot4). For CPU targets with those (compiler.prepare);
+    ``lanes``, the int32 lanes of one dot product (16 for AVX-512 VNNI, 8 for AVX-VNNI), is
+    the attribute's value."""
     from autosched.graph.ops_quant import packs_conv_dot4, packs_dot4  # the converters' rules
 
     g = _copy(graph)

@@ -16,11 +16,12 @@ Kinds:
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
              buffer, into shared memory (where an epilogue reads it element by element) or
              into a global output whose tiles are whole (no guard)
-* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI or AVX-VNNI): the innermost (j, q) nest
-             of ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n`` lanes of j and
-             ``k`` = 4 taps of q, A uint8 and the same for every j (4 bytes, broadcast), B
-             int8 with the taps of a lane adjacent (``n * k`` bytes), C int32 contiguous in j
-             (te.ops.quant.matmul_dot4 builds such sums; the sketch tiles them so)
+* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI or AVX-VNNI): the innermost
+             (j, q) nest of ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n``
+             lanes of j and ``k`` = 4 taps of q, A uint8 and the same for every j (4 bytes,
+             broadcast), B int8 with the taps of a lane adjacent (``n * k`` bytes), C int32
+             contiguous in j (te.ops.quant.matmul_dot4 builds such sums; the sketch tiles them
+             so)
 
 The accumulator is float32 for every intrinsic. The operands of a tensorized nest are read
 whole (16 x 16 tiles); a shared-memory stage read by one is therefore zero-filled where its
@@ -51,7 +52,7 @@ class TensorIntrin:
     m: int
     n: int
     k: int  # 0 for a store
-    in_dtype: str  # operand dtype of an mma or load (a dot: of its broadcast operand); "" for a store
+    in_dtype: str  # operand dtype of an mma or load (a dot's broadcast one); "" for a store
     min_arch: int
     feature: str = ""
 

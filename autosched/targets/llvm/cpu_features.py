@@ -10,7 +10,7 @@ registers), on aarch64 Linux the kernel's HWCAP / HWCAP2 bits (getauxval; NEON i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -252,10 +252,18 @@ def _closure(features: set[str]) -> set[str]:
     return out
 
 
+def dot_allowed(name: str, features: Sequence[str]) -> bool:
+    """Whether code for a CPU of these key features may use the dot intrinsic ``name``: its
+    own feature, or for the 8-lane form AVX-512 VNNI with VL (which encodes it too)."""
+    intrin = TENSOR_INTRINS[name]
+    return intrin.feature in features or (
+        intrin.n == 8 and {"avx512vnni", "avx512vl"} <= set(features))
+
+
 def dot_intrin(target: Target) -> str | None:
-    """The int8 dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that code for
-    ``target`` may use: None but for an LLVM target with the feature."""
+    """The widest int8 dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that
+    code for ``target`` may use: None but for an LLVM target with the feature."""
     if target.kind != "llvm":
         return None
     feats = key_features(target.triple, target.cpu, target.features) or ()
-    return next((d for d in (DOT_16X4, DOT_8X4) if TENSOR_INTRINS[d].feature in feats), None)
+    return next((d for d in (DOT_16X4, DOT_8X4) if dot_allowed(d, feats)), None)

@@ -1,9 +1,9 @@
 """Tensorized int8 dot products on x86 (tensor intrinsic kind "dot", tir/tensor_intrin.py).
 
 The nest ``for j in 16: for q in 4: C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` is one
-``vpdpbusd`` (AVX-512 VNNI; 8 lanes with AVX-VNNI): the 16 int32 accumulators of C, A's 4 uint8
-bytes broadcast to every lane, B's 64 int8 bytes (each lane's 4 taps adjacent); each lane adds its 4 products of
-uint8 and int8 (no saturation). The same loop's reduction init (``C[.., j] = 0``, the nest
+``vpdpbusd`` (AVX-512 VNNI; 8 lanes with AVX-VNNI): the 16 int32 accumulators of C, A's 4
+uint8 bytes broadcast to every lane, B's 64 int8 bytes (each lane's 4 taps adjacent); each lane
+adds its 4 products of uint8 and int8 (no saturation). The same loop's reduction init (``C[.., j] = 0``, the nest
 without its q loop) runs as an ordinary vectorized loop. A nest whose accesses are not laid
 out so (a guard, a stride other than the intrinsic's) runs as plain loops, as it would
 untensorized: slow, never wrong.
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from autosched.errors import CompileError
+from autosched.targets.llvm.cpu_features import dot_allowed
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.tir import ir as lir
@@ -38,9 +39,7 @@ VPDPBUSD = {16: "llvm.x86.avx512.vpdpbusd.512", 8: "llvm.x86.avx512.vpdpbusd.256
 def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
     """Emit the loop ``s`` tensorized with the dot intrinsic ``intrin`` (see the module)."""
     lanes, taps = intrin.extents
-    feats = set(w.state.features)
-    if intrin.feature not in feats and not (  # AVX-512 VNNI encodes the 256-bit form too
-            lanes == 8 and {"avx512vnni", "avx512vl"} <= feats):
+    if not dot_allowed(intrin.name, w.state.features):
         raise CompileError(f"{w.fn.name}: {intrin.name} needs the CPU feature {intrin.feature}, "
                            "which the target lacks")
     extent = s.extent.value if isinstance(s.extent, E.Const) else None
@@ -49,7 +48,7 @@ def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
                            f"{s.var.name} of {s.extent}")
     if not isinstance(s.body, lir.For):  # the reduction's init: a plain vector store
         return w._vector_for(s, lanes)
-    parts = _parts(s, s.body, taps)
+    parts = _parts(s, s.body, lanes, taps)
     if parts is None:
         return w._serial_for(s, None)
     store, a, b = parts
@@ -73,10 +72,10 @@ def emit_dot(w: FuncGen, s: lir.For, intrin: TensorIntrin) -> None:
     w.env.pop(q.var.uid, None)
 
 
-def _parts(lane: lir.For, tap: lir.For, taps: int
+def _parts(lane: lir.For, tap: lir.For, lanes: int, taps: int
            ) -> tuple[lir.Store, lir.Load, lir.Load] | None:
     """The update's store and its uint8 and int8 loads, when the nest is the intrinsic's:
-    ``tap`` of ``taps`` iterations holding ``C[..] = C[..] + int32(A) * int32(B)`` with C
+    ``lane`` of ``lanes`` iterations around ``tap`` of ``taps`` holding ``C[..] = C[..] + int32(A) * int32(B)`` with C
     contiguous in the lane, A moving with the tap alone, B four bytes a lane and one a tap."""
     st = tap.body
     starts = [x.min for x in (lane, tap)]
@@ -100,7 +99,6 @@ def _parts(lane: lir.For, tap: lir.For, taps: int
     if a is None or b is None:
         return None
 
-    lanes = int(lane.extent.value) if isinstance(lane.extent, E.Const) else 0
     bounds: dict[E.Var, tuple[int | None, int | None]] = {
         lane.var: (0, lanes - 1), tap.var: (0, taps - 1)}  # both loops start at 0
 
