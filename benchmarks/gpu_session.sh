@@ -103,6 +103,13 @@ for s in "$@"; do
             step "kernels-$name${TAG:+-$TAG}" "${KERNELS_S:-200}" python3 benchmarks/gpu_kernels.py \
                 --models "$name" --batch ${BATCHES:-32} --precision ${PRECISIONS:-fp16} \
                 ${LOG:+--log "$LOG"} ${SCHEDULE:+--schedule "$SCHEDULE"} ;;
+        ray)  # issue 19: the Ray runner's candidates per minute over 1 and 2 worker nodes of
+            # $RAY_CORES cores each (carry .ray-bundle: Ray's files as ray-slim.tar.xz, its
+            # dependencies' wheels and xgboost's)
+            tar xJf .ray-bundle/ray-slim.tar.xz -C /tmp/site \
+                && python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray-bundle/*.whl
+            step ray "${RAY_S:-580}" python3 benchmarks/tune_ray.py --trials "${RAY_TRIALS:-400}" \
+                --target "llvm -num-cores=${RAY_CORES:-4}" --nodes 1 2 --out "$OUT/tune_ray.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections import deque
@@ -270,6 +272,16 @@ def _close_all() -> None:
 # -- the measurer -----------------------------------------------------------------------------
 
 
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """One thread at a time in a Measurer's workers (a tuner may lower candidates in them
+    while another thread builds: runner.Runner's ``overlaps``)."""
+    @functools.wraps(method)
+    def locked(self: Measurer, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class Measurer:
     """Builds candidates in a process pool, runs them one by one in a worker process, checks
     them against the default schedule and times them.
@@ -302,9 +314,11 @@ class Measurer:
         self._home: str | None = None  # the workers' private current directory
         self._states: dict[int, tuple[list, list | None]] = {}
         self.worker_starts = 0  # how many worker processes were started (respawns included)
+        self._lock = threading.RLock()
         _LIVE.add(self)
 
     # -- public --------------------------------------------------------------------------
+    @_locked
     def measure(self, task: Task, candidates: Sequence[Schedule | Sequence[Step]], *,
                 test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
         """Measure each candidate (a Schedule of ``task`` or a list of its steps); results in
@@ -329,6 +343,7 @@ class Measurer:
         assert len(done) == len(results), "every candidate is built and run, or failed"
         return done
 
+    @_locked
     def build(self, task: Task, candidates: Sequence[Schedule | Sequence[Step]], *,
               test_hooks: Mapping[int, str] | None = None,
               on_built: Callable[[P.Artifact], None] | None = None
@@ -349,6 +364,7 @@ class Measurer:
                                     results, on_built)
         return built, results
 
+    @_locked
     def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
                       test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
         """Run built candidates of ``task`` one at a time in the run worker, each checked
@@ -360,6 +376,7 @@ class Measurer:
         with _quiet_parent_threads():
             return self._run_all(task, self._token(task), artifacts, dict(test_hooks or {}))
 
+    @_locked
     def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
         """Search candidates (``space.Candidate``) of ``task`` lowered in the build workers, in
         one chunk per worker: {index: (ir_hash, features) or None when illegal}. A chunk whose
@@ -395,6 +412,7 @@ class Measurer:
                 out.update(zip(chunks[slot], msg.results))
         return out
 
+    @_locked
     def close(self) -> None:
         """Stop every worker process."""
         for w in [*self._builders, self._runner]:

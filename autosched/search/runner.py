@@ -34,7 +34,10 @@ RUNNER_FORMS = ("local, qemu (a cross target under qemu-user here, correctness o
 @runtime_checkable
 class Runner(Protocol):
     """What the tuner needs of a runner (a runner may also have Measurer's
-    ``lower_candidates``, which the search then uses to lower candidates in its workers)."""
+    ``lower_candidates``, which the search then uses to lower candidates in its workers).
+    A runner whose attribute ``overlaps`` is true measures elsewhere (other machines, other
+    processes' cores): the tuner calls its ``measure`` from a thread of its own and searches
+    the next batch meanwhile, so ``measure`` and ``lower_candidates`` may run at once."""
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """One result per candidate (a Schedule or a list of steps), in order; failures are

@@ -158,6 +158,8 @@ class RayRunner:
     is called after the n-th candidate is handed to the actor at ``where``.
     """
 
+    overlaps = True  # the nodes measure while the tuner searches the next batch (runner.Runner)
+
     def __init__(self, target: Target | None = None, options: MeasureOptions | None = None,
                  address: str | None = None, *, start_timeout: float = STARTUP_TIMEOUT,
                  on_dispatch: Callable[[int, str], None] | None = None, **overrides: Any):

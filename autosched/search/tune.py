@@ -16,6 +16,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,17 @@ class TaskTuner:
         return Lowered(None, sch, func, ir_hash(func))  # type: ignore[arg-type]
 
     def round(self, n: int, model: Any, measurer: Any) -> list[MeasureRecord]:
+        """Search up to ``n`` candidates, measure them and record them (``prepare``, the
+        measurer, ``finish``)."""
+        batch = self.prepare(n, model)
+        if not batch:
+            return []
+        schedules = self.schedules(batch)
+        return self.finish(batch, schedules, measurer.measure(self.task, schedules))
+
+    def prepare(self, n: int, model: Any) -> list[Lowered]:
+        """The next batch of up to ``n`` candidates, taken at once: counted as measured, so
+        that a batch searched while this one is still measuring never repeats it."""
         batch = self.search.next_batch(n, model, self.measured, self.seeds())
         first: list[Lowered] = []
         if not self.records:
@@ -158,22 +170,27 @@ class TaskTuner:
         if first:
             unique: list[Lowered] = []
             for f in first:
-                if all(f.ir_hash != u.ir_hash for u in unique):
+                if f.ir_hash not in self.measured and all(f.ir_hash != u.ir_hash
+                                                          for u in unique):
                     unique.append(f)
             first, hashes = unique, {f.ir_hash for f in unique}
             batch = first + [b for b in batch if b.ir_hash not in hashes][: max(n - len(first), 0)]
-        if not batch:
-            return []
-        schedules = [self.search.schedule_of(b) for b in batch]
-        results = measurer.measure(self.task, schedules)
+        self.measured.update(b.ir_hash for b in batch)
+        return batch
+
+    def schedules(self, batch: Sequence[Lowered]) -> list[Any]:
+        return [self.search.schedule_of(b) for b in batch]
+
+    def finish(self, batch: Sequence[Lowered], schedules: Sequence[Any],
+               results: Sequence[Any]) -> list[MeasureRecord]:
+        """Record the measured ``batch`` (from ``prepare``) in the log and in this task's state."""
         extras = [_extra(self.space, b) | ({"emulated": True} if res.emulated else {})
                   for b, res in zip(batch, results)]
         recs = records_from(self.task, schedules, results, extras)
         recs = [_with_hash(r, b.ir_hash) for r, b in zip(recs, batch)]
         self.log.append(recs)
         self.records.extend(recs)
-        for r, b in zip(recs, batch):
-            self.measured.add(b.ir_hash)
+        for r in recs:
             if r.ok and not r.emulated and r.cost < self.best_cost:
                 self.best_cost = r.cost
         self.history.append(self.best_cost)
@@ -395,34 +412,82 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
 
     sched = TaskScheduler(tuners, weights)
     bar = _progress(budget, opts.verbose)
-    measured = stalls = 0
+    # a runner that measures elsewhere (runner.overlaps: Ray's nodes) measures one batch while
+    # the next is searched here and the cost model learns from the last one
+    pool = ThreadPoolExecutor(1, thread_name_prefix="autosched-measure") \
+        if getattr(measurer, "overlaps", False) else None
+    taken = measured = stalls = 0
+    inflight: _Round | None = None
     try:
-        while measured < budget:
-            tuner = sched.next_task()
-            n = min(sched.round_size(tuner, opts.batch_size), budget - measured)
-            t0 = time.perf_counter()
-            recs = tuner.round(n, model, measurer)
-            if not recs:
-                stalls += 1
-                sched.exhausted(tuner)
-                if stalls > 3 * len(tuners):
-                    warnings.warn("the search space is exhausted: every candidate was measured",
-                                  stacklevel=2)
-                    break
-                continue
-            stalls = 0
-            measured += len(recs)
-            sched.update(tuner)
-            _train(model, tuners)
-            if bar is not None:
-                bar.update(len(recs))
-                bar.set_postfix_str(_status(tuners, sched.weights, time.perf_counter() - t0))
-            if on_round is not None:
-                on_round(measured)
+        while taken < budget or inflight is not None:
+            job = None
+            if taken < budget and stalls <= 3 * len(tuners):
+                tuner = sched.next_task()
+                n = min(sched.round_size(tuner, opts.batch_size), budget - taken)
+                t0 = time.perf_counter()
+                batch = tuner.prepare(n, model)
+                if not batch:
+                    stalls += 1
+                    sched.exhausted(tuner)
+                    if stalls > 3 * len(tuners):
+                        warnings.warn("the search space is exhausted: every candidate was "
+                                      "measured", stacklevel=2)
+                    if inflight is None:
+                        if stalls > 3 * len(tuners):
+                            break
+                        continue
+                else:
+                    stalls = 0
+                    taken += len(batch)
+                    schedules = tuner.schedules(batch)
+                    job = _Round(tuner, batch, schedules, t0, _submit(
+                        pool, measurer.measure, tuner.task, schedules))
+            elif inflight is None:
+                break
+            if pool is None:
+                inflight, job = job, None
+            if inflight is not None:
+                recs = inflight.finish()
+                measured += len(recs)
+                sched.update(inflight.tuner)
+                _train(model, tuners)
+                if bar is not None:
+                    bar.update(len(recs))
+                    bar.set_postfix_str(_status(tuners, sched.weights,
+                                                time.perf_counter() - inflight.t0))
+                if on_round is not None:
+                    on_round(measured)
+            inflight = job
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
     return {t.task.name: t.best_cost for t in tuners}
+
+
+class _Round:
+    """One task's batch on its way through the measurer (``future``: its results)."""
+
+    def __init__(self, tuner: TaskTuner, batch: list[Lowered], schedules: list[Any], t0: float,
+                 future: Future):
+        self.tuner, self.batch, self.schedules, self.t0 = tuner, batch, schedules, t0
+        self.future = future
+
+    def finish(self) -> list[MeasureRecord]:
+        return self.tuner.finish(self.batch, self.schedules, self.future.result())
+
+
+def _submit(pool: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any) -> Future:
+    """``fn(*args)`` in ``pool``, or here and now (its result or error in a done future)."""
+    if pool is not None:
+        return pool.submit(fn, *args)
+    done: Future = Future()
+    try:
+        done.set_result(fn(*args))
+    except BaseException as exc:  # re-raised by result(), where the round is finished
+        done.set_exception(exc)
+    return done
 
 
 def _budget(trials: int | None, total_trials: int | None, done: int) -> int:
