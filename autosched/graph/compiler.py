@@ -199,7 +199,6 @@ def prepare(graph: Graph, target: Target | None = None,
         winograd_convs,
     )
     from autosched.targets.llvm.cpu_features import dot_intrin
-    from autosched.tir.tensor_intrin import TENSOR_INTRINS
 
     g = optimize(graph)
     if target is not None and target.device != "gpu":
@@ -207,7 +206,7 @@ def prepare(graph: Graph, target: Target | None = None,
         g = pack_gemm_weights(pack_conv_weights(winograd_convs(g)), lanes)
         dot = dot_intrin(target)
         if dot:
-            g = dot4_products(g, TENSOR_INTRINS[dot].n)
+            g = dot4_products(g, dot)
     elif target is not None and precision != DEFAULT_PRECISION:
         g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls
     return apply_precision(g, precision)

@@ -25,9 +25,9 @@ R_LAYOUT = "autosched.r_layout"
 # stored B as column panels, (ceil(n / P), K, P), zero past column n (te.ops.panel_matmul).
 B_PANELS = "autosched.b_panels"
 
-# A MatMulInteger / ConvInteger / QLinear* attribute (passes.dot4_products): the int32 lanes
-# of one int8 dot product (16 or 8) when its constant 8-bit weight is stored packed for them
-# (te.ops.quant.matmul_dot4, conv2d_dot4).
+# A MatMulInteger / ConvInteger / QLinear* attribute (passes.dot4_products): the 8-bit
+# dot-product tensor intrinsic (tir/tensor_intrin.py) whose lanes and operand dtypes its
+# constant 8-bit weight is stored packed for (te.ops.quant.matmul_dot4, conv2d_dot4).
 DOT4 = "autosched.dot4"
 
 # An Im2Col attribute (passes.gemm_convs): 1 when the patches are gathered inside the matmul

@@ -26,6 +26,7 @@ from autosched.te import ops
 from autosched.te.expr import Expr, cast
 from autosched.te.ops import quant
 from autosched.te.tensor import Tensor, compute
+from autosched.tir.tensor_intrin import TENSOR_INTRINS, TensorIntrin
 
 
 def _tensor(ctx: ConvertContext, v: Value | None) -> Tensor | None:
@@ -155,14 +156,20 @@ def packs_dot4(b: np.ndarray, a_shape: tuple[int, ...], lanes: int) -> bool:
             and panel_columns(b.shape[1], lanes) is not None)
 
 
+def _dot(node: Node) -> TensorIntrin | None:
+    """The 8-bit dot product passes.dot4_products marked ``node`` for, if any."""
+    name = node.attrs.get(DOT4)
+    return TENSOR_INTRINS[name] if isinstance(name, str) else None
+
+
 def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | None,
-                    b_zero: Value | None, lanes: int = 0) -> Tensor:
+                    b_zero: Value | None, dot: TensorIntrin | None = None) -> Tensor:
     """sum_k (a - a_zero)(b - b_zero) as int32 (numpy matmul's broadcasting); A's zero point
     runs along its rows (axis -2), B's along its columns (axis -1). A constant 2-d B with
     constant zero points gets quant.folded_matmul: zero points out of the inner loop, the
-    columns padded to whole vectors. With ``lanes`` (passes.dot4_products) B is stored as int8
-    (a uint8 B and its zero point less 128: the same differences) packed for
-    quant.matmul_dot4."""
+    columns padded to whole vectors. With ``dot`` (passes.dot4_products) B is stored as the
+    intrinsic's ``b_dtype`` (a uint8 B and its zero point less 128 as int8, an int8 one plus
+    128 as uint8: the same differences) packed for quant.matmul_dot4."""
     folds = isinstance(b, np.ndarray) and b.ndim == 2 and b.dtype.itemsize == 1 and (
         b_zero is None or isinstance(b_zero, np.ndarray)) and shape_of(a)[-1] == b.shape[0]
     if not folds:
@@ -171,9 +178,11 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
     k, n = b.shape
     zb = np.zeros(n, "int64") if b_zero is None else np.broadcast_to(
         np.asarray(b_zero, "int64").reshape(-1), (n,))
-    dot4 = lanes > 0 and packs_dot4(b, shape_of(a), lanes)
-    if dot4 and b.dtype == np.uint8:
-        b, zb = (b.astype("int16") - 128).astype("int8"), zb - 128
+    lanes = dot.n if dot is not None else 0
+    dot4 = dot is not None and packs_dot4(b, shape_of(a), lanes)
+    if dot4 and dot is not None and b.dtype != dot.b_dtype:
+        shift = 128 if dot.b_dtype == "uint8" else -128
+        b, zb = (b.astype("int16") + shift).astype(dot.b_dtype), zb + shift
         b_zero = zb.astype("int16")
     from autosched.graph.passes import panel_columns, zero_padded_columns  # passes imports us
 
@@ -193,7 +202,7 @@ def _integer_matmul(ctx: ConvertContext, a: Value, b: Value, a_zero: Value | Non
 @register("MatMulInteger")
 def _matmul_integer(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     return [_integer_matmul(ctx, required(node, ins, 0), required(node, ins, 1),
-                            optional(ins, 2), optional(ins, 3), int(node.attrs.get(DOT4, 0)))]
+                            optional(ins, 2), optional(ins, 3), _dot(node))]
 
 
 @register("ConvInteger")
@@ -206,8 +215,9 @@ def _conv_product(node: Node, x: Value, w: Value, x_zero: Value | None, w_zero: 
                   ctx: ConvertContext) -> Tensor:
     """The int32 convolution of ConvInteger / QLinearConv: as int8 dot products where
     passes.dot4_products marked the node, else by _int_conv."""
-    if node.attrs.get(DOT4) and isinstance(w, np.ndarray):
-        return _dot4_conv(node, x, w, x_zero, w_zero, ctx)
+    dot = _dot(node)
+    if dot is not None and isinstance(w, np.ndarray):
+        return _dot4_conv(node, x, w, x_zero, w_zero, dot, ctx)
     return _int_conv(node, _operand(ctx, x, x_zero, 1), w, w_zero, ctx)
 
 
@@ -224,9 +234,10 @@ def packs_conv_dot4(node: Node, w: np.ndarray, x_shape: tuple[int, ...]) -> bool
 
 
 def _dot4_conv(node: Node, x: Value, w: np.ndarray, x_zero: Value | None,
-               w_zero: Value | None, ctx: ConvertContext) -> Tensor:
-    """ConvInteger as quant.conv2d_dot4: the weight as uint8 (an int8 one and its zero point
-    plus 128: the same differences), its channels in groups of 4 padded with the zero point."""
+               w_zero: Value | None, dot: TensorIntrin, ctx: ConvertContext) -> Tensor:
+    """ConvInteger as quant.conv2d_dot4 for the dot product ``dot``: the weight as uint8 (an
+    int8 one and its zero point plus 128: the same differences), its channels in groups of 4
+    padded with the zero point; x as ``dot``'s per-lane dtype."""
     from autosched.graph.ops_nn import _pads
 
     o, c, kh, kw = w.shape
@@ -248,7 +259,7 @@ def _dot4_conv(node: Node, x: Value, w: np.ndarray, x_zero: Value | None,
     return quant.conv2d_dot4(
         ctx.const(x), _tensor(ctx, x_zero), ctx.const(packed),
         ctx.const(zw.astype("int32")) if zw.any() else None, ctx.const(taps),
-        (begins[0], begins[1], ends[0], ends[1]), int(node.attrs.get(DOT4, 16)), strides)
+        (begins[0], begins[1], ends[0], ends[1]), dot.n, strides, dot.b_dtype)
 
 
 def _multiplier(ctx: ConvertContext, a_scale: Value, b_scale: Value, y_scale: Value) -> Tensor:
@@ -277,7 +288,7 @@ def _scales(node: Node, ins: list[Value | None], ctx: ConvertContext) -> Tensor:
 @register("QLinearMatMul")
 def _qlinear_matmul(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     acc = _integer_matmul(ctx, required(node, ins, 0), required(node, ins, 3), ins[2], ins[5],
-                          int(node.attrs.get(DOT4, 0)))
+                          _dot(node))
     mult = _scales(node, ins, ctx)
     zp = required(node, ins, 7)
     return [quant.requantize(acc, mult, ctx.const(zp), acc.ndim - 1, str(zp.dtype))]

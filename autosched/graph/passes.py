@@ -31,6 +31,7 @@ from autosched.graph.graph import (
     Node,
     ValueInfo,
 )
+from autosched.tir.tensor_intrin import DOT_16X4, TENSOR_INTRINS
 
 
 def _copy(g: Graph) -> Graph:
@@ -308,15 +309,14 @@ DOT4_INPUTS = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3), "QLinearMatMul": 
                "QLinearConv": (3, 5)}
 
 
-def dot4_products(graph: Graph, lanes: int = 16) -> Graph:
+def dot4_products(graph: Graph, dot: str = DOT_16X4) -> Graph:
     """Each MatMulInteger / QLinearMatMul of a uint8 A by a constant 8-bit B (K a multiple of
-    4, its columns in panels of whole vectors of ``lanes``) and each ConvInteger / QLinearConv
-    of a uint8 x by a constant 8-bit weight (one group, dilation 1), with a constant or no
-    weight zero point, carries DOT4: its converter stores the weight packed for int8 dot
-    products (x86's vpdpbusd: 4 products a lane where int32 vectors hold one;
-    quant.matmul_dot4, quant.conv2d_dot4). For CPU targets with those (compiler.prepare);
-    ``lanes``, the int32 lanes of one dot product (16 for AVX-512 VNNI, 8 for AVX-VNNI), is
-    the attribute's value."""
+    4, its columns in panels of whole vectors of the intrinsic's lanes) and each ConvInteger /
+    QLinearConv of a uint8 x by a constant weight (one group, dilation 1), with a constant or
+    no weight zero point, carries DOT4 = ``dot``: its converter stores the weight packed for
+    that 8-bit dot product (tir/tensor_intrin.py: x86's vpdpbusd, aarch64's usdot / udot;
+    4 products a lane where int32 vectors hold one; quant.matmul_dot4, quant.conv2d_dot4).
+    For CPU targets with one (compiler.prepare)."""
     from autosched.graph.ops_quant import packs_conv_dot4, packs_dot4  # the converters' rules
 
     g = _copy(graph)
@@ -332,9 +332,9 @@ def dot4_products(graph: Graph, lanes: int = 16) -> Graph:
         shape = tuple(g.values[a].shape)
         if not all(isinstance(d, int) and d > 0 for d in shape):  # a symbolic dim: unpacked
             continue
-        if (packs_dot4(g.constants[b], shape, lanes) if "MatMul" in n.op_type
+        if (packs_dot4(g.constants[b], shape, TENSOR_INTRINS[dot].n) if "MatMul" in n.op_type
                 else packs_conv_dot4(n, g.constants[b], shape)):
-            n.attrs = {**n.attrs, DOT4: lanes}
+            n.attrs = {**n.attrs, DOT4: dot}
     return g
 
 

@@ -531,10 +531,11 @@ class Schedule:
                     f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
                     f"({st.name} is in scope {st.scope})")
         elif intrin.kind == "dot":
-            why = dot_mismatch(op.body)
+            why = dot_mismatch(op.body, intrin.name)
             if why:
-                raise ScheduleError(f"{where}: needs an int32 sum of int32(uint8) * int32(int8) "
-                                    f"without condition or init; {why}")
+                raise ScheduleError(
+                    f"{where}: needs an int32 sum of int32({intrin.in_dtype}) * "
+                    f"int32({intrin.b_dtype}) without condition or init; {why}")
         else:
             # a store goes to shared memory (an epilogue reads it) or to the output itself
             into = ("shared", "global") if intrin.kind == "store" else (intrin.scope,)

@@ -931,23 +931,26 @@ def _covers(sch: Schedule, info: DagInfo, name: str) -> dict[int, int]:
 
 
 def dot_form(op: ComputeOp, dot: str) -> bool:
-    """Whether ``op`` is a sum the int8 dot-product intrinsic ``dot`` computes (te.ops.quant.
+    """Whether ``op`` is a sum the 8-bit dot-product intrinsic ``dot`` computes (te.ops.quant.
     matmul_dot4's): its last reduce axis the taps, its last data axis whole groups of lanes,
-    the uint8 operand the same for every lane and contiguous in the taps, the int8 one the
-    taps of a lane adjacent and the lanes the taps apart."""
+    one operand the same for every lane and contiguous in the taps (the intrinsic's
+    ``in_dtype``), the other (its ``b_dtype``) the taps of a lane adjacent and the lanes the
+    taps apart."""
     intrin = TENSOR_INTRINS[dot]
-    if dot_mismatch(op.body) or not op.axis or not op.reduce_axis:
+    if dot_mismatch(op.body, dot) or not op.axis or not op.reduce_axis:
         return False
     lane, tap = op.axis[-1], op.reduce_axis[-1]
     if _static_extent(tap) != intrin.k or _static_extent(lane) % intrin.n:
         return False
     prod = op.body.source  # type: ignore[attr-defined]
-    reads = {x.value.dtype: x.value for x in (prod.a, prod.b)}
-    a, b = reads["uint8"], reads["int8"]
-    if not (isinstance(a, E.TensorRead) and isinstance(b, E.TensorRead)):
+    reads = [x.value for x in (prod.a, prod.b)]
+    if not all(isinstance(r, E.TensorRead) for r in reads):
         return False
-    return ((_stride(a, lane.var.uid), _stride(a, tap.var.uid)) == (0, 1)
-            and (_stride(b, lane.var.uid), _stride(b, tap.var.uid)) == (intrin.k, 1))
+    strides = [(_stride(r, lane.var.uid), _stride(r, tap.var.uid)) for r in reads]
+    if strides[1] == (0, 1):  # the broadcast operand first
+        reads, strides = reads[::-1], strides[::-1]
+    return (strides == [(0, 1), (intrin.k, 1)] and reads[0].dtype == intrin.in_dtype
+            and reads[1].dtype == intrin.b_dtype)
 
 
 def _tensor_size(t: Any) -> int:

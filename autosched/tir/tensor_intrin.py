@@ -16,12 +16,13 @@ Kinds:
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
              buffer, into shared memory (where an epilogue reads it element by element) or
              into a global output whose tiles are whole (no guard)
-* ``dot``    a CPU's int8 dot product (``vpdpbusd``, AVX-512 VNNI or AVX-VNNI): the innermost
-             (j, q) nest of ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n``
-             lanes of j and ``k`` = 4 taps of q, A uint8 and the same for every j (4 bytes,
-             broadcast), B int8 with the taps of a lane adjacent (``n * k`` bytes), C int32
-             contiguous in j (te.ops.quant.matmul_dot4 builds such sums; the sketch tiles them
-             so)
+* ``dot``    a CPU's 8-bit dot product (x86's ``vpdpbusd``, AVX-512 VNNI or AVX-VNNI;
+             aarch64's ``udot`` (dotprod) and ``usdot`` (i8mm)): the innermost (j, q) nest of
+             ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n`` lanes of j and
+             ``k`` = 4 taps of q, A of ``in_dtype`` (uint8) and the same for every j (4 bytes,
+             broadcast), B of ``b_dtype`` (int8, or uint8 for ``udot``) with the taps of a
+             lane adjacent (``n * k`` bytes), C int32 contiguous in j (te.ops.quant.matmul_dot4
+             builds such sums; the sketch tiles them so)
 
 The accumulator is float32 for every intrinsic. The operands of a tensorized nest are read
 whole (16 x 16 tiles); a shared-memory stage read by one is therefore zero-filled where its
@@ -45,7 +46,7 @@ from autosched.te.opcodes import Op
 @dataclass(frozen=True)
 class TensorIntrin:
     """One intrinsic: its kind, tile shape, operand dtype and the oldest GPU arch with it (a
-    CPU's: the LLVM feature it needs)."""
+    CPU's: the LLVM feature it needs; a dot product's: the dtype of its per-lane operand)."""
 
     name: str
     kind: str  # "mma", "load_a", "load_b", "store" or "dot"
@@ -55,6 +56,7 @@ class TensorIntrin:
     in_dtype: str  # operand dtype of an mma or load (a dot's broadcast one); "" for a store
     min_arch: int
     feature: str = ""
+    b_dtype: str = ""
 
     @property
     def extents(self) -> tuple[int, ...]:
@@ -84,9 +86,12 @@ _MMAS = (
 
 
 # x86's vpdpbusd: 16 int32 lanes (AVX-512 VNNI) or 8 (AVX-VNNI, CPUs without AVX-512), each
-# += 4 products of uint8 and int8
+# += 4 products of uint8 and int8; aarch64's usdot (i8mm) the same in 4 lanes, udot (dotprod:
+# Cortex-A55 / A76 / A78, Neoverse N1) 4 lanes of products of uint8 and uint8
 DOT_16X4 = "vnni_dot_16x4_u8s8"
 DOT_8X4 = "vnni_dot_8x4_u8s8"
+USDOT_4X4 = "neon_usdot_4x4_u8s8"
+UDOT_4X4 = "neon_udot_4x4_u8u8"
 
 
 def load_intrin(mma: str, kind: str) -> str:
@@ -101,8 +106,10 @@ TENSOR_INTRINS: dict[str, TensorIntrin] = {
         *(TensorIntrin(load_intrin(t.name, kind), kind, t.m, t.n, t.k, t.in_dtype, t.min_arch)
           for t in _MMAS for kind in ("load_a", "load_b")),
         TensorIntrin("wmma_store_16x16", "store", 16, 16, 0, "", 70),
-        TensorIntrin(DOT_16X4, "dot", 1, 16, 4, "uint8", 0, "avx512vnni"),
-        TensorIntrin(DOT_8X4, "dot", 1, 8, 4, "uint8", 0, "avxvnni"),
+        TensorIntrin(DOT_16X4, "dot", 1, 16, 4, "uint8", 0, "avx512vnni", "int8"),
+        TensorIntrin(DOT_8X4, "dot", 1, 8, 4, "uint8", 0, "avxvnni", "int8"),
+        TensorIntrin(USDOT_4X4, "dot", 1, 4, 4, "uint8", 0, "i8mm", "int8"),
+        TensorIntrin(UDOT_4X4, "dot", 1, 4, 4, "uint8", 0, "dotprod", "uint8"),
     )
 }
 
@@ -110,8 +117,10 @@ TENSOR_INTRINS: dict[str, TensorIntrin] = {
 MMA_FOR_DTYPE = {t.in_dtype: t.name for t in _MMAS}
 
 
-def dot_mismatch(body: E.Expr) -> str:
-    """Why ``body`` is no int8 dot product's sum (tensor intrinsic kind "dot"), or ""."""
+def dot_mismatch(body: E.Expr, dot: str) -> str:
+    """Why ``body`` is no sum that the 8-bit dot product ``dot`` (tensor intrinsic kind "dot")
+    computes, or ""."""
+    intrin = TENSOR_INTRINS[dot]
     if not (isinstance(body, E.Reduce) and body.combiner.name == "sum"
             and body.dtype == "int32" and body.condition is None and body.init is None):
         return f"the body is {body}"
@@ -121,4 +130,6 @@ def dot_mismatch(body: E.Expr) -> str:
     if len(casts) != 2:
         return f"the summand is {prod}"
     got = sorted(x.value.dtype for x in casts)
-    return "" if got == ["int8", "uint8"] else f"the operands are {' and '.join(got)}"
+    want = sorted((intrin.in_dtype, intrin.b_dtype))
+    return "" if got == want else (f"the operands are {' and '.join(got)}, not "
+                                   f"{' and '.join(want)}")

@@ -30,7 +30,7 @@ from autosched.te.tensor import PlaceholderOp  # noqa: E402
 from autosched.tir import ir as tir  # noqa: E402
 from autosched.tir.arith import simplify  # noqa: E402
 from autosched.tir.evaluate import eval_int  # noqa: E402
-from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4  # noqa: E402
+from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4, TENSOR_INTRINS  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 from tests.support.onnx_node import RNG, model, run_ort  # noqa: E402
 
@@ -192,7 +192,7 @@ def test_dot_8_lanes_matches_numpy() -> None:
         "triple", "cpu", "features"))) or ())
     runs = "avxvnni" in feats or {"avx512vnni", "avx512vl"} <= feats
     built = aus.build(s, [a, packed, c], target="llvm" if runs else "llvm -mcpu=alderlake")
-    assert dot4.VPDPBUSD[8] in built.get_source()
+    assert dot4.LLVM_DOT[DOT_8X4] in built.get_source()
     if runs:
         av, bv = _q((4, 32), "uint8"), _q((32, 16), "int8")
         out = np.empty((4, 16), "int32")
@@ -215,9 +215,9 @@ def test_dot4_rejects_other_sums() -> None:
 
 
 def _uses_dot(module: Any) -> bool:
-    """Whether a CPU module's LLVM IR calls vpdpbusd (either width)."""
+    """Whether a CPU module's LLVM IR calls a dot-product instruction (vpdpbusd, usdot, udot)."""
     src = module.get_source()
-    return any(name in src for name in dot4.VPDPBUSD.values())
+    return any(name in src for name in dot4.LLVM_DOT.values())
 
 
 @pytest.mark.parametrize("target, uses", [(VNNI_CPU, 16), (VNNI_CPU + " -mattr=-avx512vnni", 0),
@@ -234,7 +234,7 @@ def test_matmul_integer_dot4_code(target: str, uses: int) -> None:
     compiled = aus.compile(from_onnx(m), target=target, schedule="default", executor=False)
     (kernel,) = compiled.kernels
     source = kernel.module.get_source()
-    assert [lanes for lanes, name in dot4.VPDPBUSD.items() if name in source] == (
+    assert [TENSOR_INTRINS[d].n for d, name in dot4.LLVM_DOT.items() if name in source] == (
         [uses] if uses else [])
     if uses:
         assert "vpdpbusd" in kernel.module.get_source("asm")

@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 
 from autosched.targets.llvm import types as T
 from autosched.targets.target import Target
-from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4, TENSOR_INTRINS
+from autosched.tir.tensor_intrin import DOT_8X4, DOT_16X4, TENSOR_INTRINS, UDOT_4X4, USDOT_4X4
 
 # LLVM feature -> (cpuid leaf, subleaf, register 0..3 = eax, ebx, ecx, edx, bit)
 CPUID = {
@@ -257,13 +257,15 @@ def dot_allowed(name: str, features: Sequence[str]) -> bool:
     own feature, or for the 8-lane form AVX-512 VNNI with VL (which encodes it too)."""
     intrin = TENSOR_INTRINS[name]
     return intrin.feature in features or (
-        intrin.n == 8 and {"avx512vnni", "avx512vl"} <= set(features))
+        name == DOT_8X4 and {"avx512vnni", "avx512vl"} <= set(features))
 
 
 def dot_intrin(target: Target) -> str | None:
-    """The widest int8 dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that
-    code for ``target`` may use: None but for an LLVM target with the feature."""
+    """The widest 8-bit dot-product tensor intrinsic (tir/tensor_intrin.py, kind "dot") that
+    code for ``target`` may use (on aarch64 usdot, whose operands are x86's, before udot): None
+    but for an LLVM target with the feature."""
     if target.kind != "llvm":
         return None
     feats = key_features(target.triple, target.cpu, target.features) or ()
-    return next((d for d in (DOT_16X4, DOT_8X4) if dot_allowed(d, feats)), None)
+    return next((d for d in (DOT_16X4, DOT_8X4, USDOT_4X4, UDOT_4X4) if dot_allowed(d, feats)),
+                None)

@@ -160,8 +160,8 @@ def matmul_dot4(a: Tensor, packed: Tensor) -> Tensor:
     """sum_k int32(a[..., m, k]) * int32(b[k, n]) for a of shape (..., M, K), K a multiple of
     4, and b given packed in column panels of P columns, (N / P, K / 4, P, 4)
     (``packed[n // P, k // 4, n % P, k % 4] == b[k, n]``): the reduction over k as k // 4 and
-    k % 4, whose (n, k % 4) nest is x86's int8 dot product (tensor intrinsic kind "dot": a
-    uint8, b int8) and plain code elsewhere. A register tile then reads each panel as one
+    k % 4, whose (n, k % 4) nest is a CPU's 8-bit dot product (tensor intrinsic kind "dot": a
+    uint8, b int8, or uint8 for aarch64's udot) and plain code elsewhere. A register tile then reads each panel as one
     stream (ddddocr's 8.4 MB weight: 1.13 ms in the model as (K / 4, N, 4), strided); attrs
     ``{"panel": P}`` keep the tile rule's vectors inside the panels, as panel_matmul's."""
     k_ext = args.static_shape(a, "matmul_dot4")[-1]
@@ -179,17 +179,20 @@ def matmul_dot4(a: Tensor, packed: Tensor) -> Tensor:
 
 def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor | None,
                 taps: Tensor, pads: Sequence[int], lanes: int = 16,
-                strides: Sequence[int] = (1, 1)) -> Tensor:
+                strides: Sequence[int] = (1, 1), x_dtype: str = "int8") -> Tensor:
     """ConvInteger, one group: sum over (c, kh, kw) of (x - x_zero) * (w - w_zero) as int32
-    for uint8 NCHW ``x`` (one zero point), as int8 dot products (matmul_dot4's form, its lanes
-    16 output columns of a row):
+    for uint8 NCHW ``x`` (one zero point), as 8-bit dot products (matmul_dot4's form, its
+    ``lanes`` output columns of a row):
 
-        sum (x - zx)(w - zw) = sum x' w - zw sum x' + (128 - zx) sum (w - zw),  x' = x - 128
+        sum (x - zx)(w - zw) = sum x' w - zw sum x' + (s - zx) sum (w - zw),  x' = x - s
+
+    where x' is ``x_dtype``: int8 (s = 128: x86's vpdpbusd, aarch64's usdot) or uint8 (s = 0:
+    aarch64's udot).
 
     ``weight``: (O, C4, KH, KW, 4) uint8, the channels in groups of 4 (an int8 weight plus
     128, its zero point too; channels past C hold the zero point: they add nothing);
     ``w_zero``: (O,) int32 or None; ``taps``: (O,) int32, sum (w - zw) per output channel.
-    x' is stored padded (``pads``: top, left, bottom, right; padding holds zx - 128, so that
+    x' is stored padded (``pads``: top, left, bottom, right; padding holds zx - s, so that
     x - zx is 0 there), its channels in groups of 4 adjacent, rows past the output's width
     rounded up to ``lanes`` (those columns are computed and never stored); the sums of x'
     per window, which a weight zero point needs, as each pixel's channel sum first. With a column
@@ -204,14 +207,17 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
     sh, sw = strides
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     wide = -(-ow // lanes) * lanes
+    if x_dtype not in ("int8", "uint8"):
+        raise TEError(f"conv2d_dot4: x' is stored as int8 or uint8, not {x_dtype}")
     zx: Expr = cast("int32", x_zero[(0,) * x_zero.ndim]) if x_zero is not None else cast(
         "int32", 0)
+    s = 128 if x_dtype == "int8" else 0
 
     def shifted(b: Expr, g: Expr, i: Expr, j: Expr, q: Expr) -> Expr:
         ch, ih, iw = g * 4 + q, i - pt, j - pl
         inside = I.all(ch < c, ih >= 0, ih < h, iw >= 0, iw < w)
-        pad = I.if_then_else(ch < c, zx - 128, cast("int32", 0))
-        return cast("int8", I.if_then_else(inside, cast("int32", x[b, ch, ih, iw]) - 128, pad))
+        pad = I.if_then_else(ch < c, zx - s, cast("int32", 0))
+        return cast(x_dtype, I.if_then_else(inside, cast("int32", x[b, ch, ih, iw]) - s, pad))
 
     rows, cols = (oh - 1) * sh + kh, wide + (kw - 1) // sw
     if sw == 1:
@@ -247,7 +253,7 @@ def conv2d_dot4(x: Tensor, x_zero: Tensor | None, weight: Tensor, w_zero: Tensor
             pixels[(b, *at(i, j, sy, sx))], axis=[sy, sx]), name="T_dot4_sums")
 
     def body(b: Expr, f: Expr, i: Expr, j: Expr) -> Expr:
-        v: Expr = prod[b, f, i, j] + (128 - zx) * taps[f]
+        v: Expr = prod[b, f, i, j] + (s - zx) * taps[f]
         return v if sums is None or w_zero is None else v - w_zero[f] * sums[b, i, j]
 
     return compute((n_, o, oh, ow), body, name="T_int_conv", tag=BROADCAST)
