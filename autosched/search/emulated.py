@@ -174,14 +174,16 @@ class EmulatedMeasurer:
         return self._build_workers().lower_candidates(task, candidates)
 
     def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
-                      test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
-        """Each artifact's result, in order: checked and timed under the emulator."""
+                      test_hooks: Mapping[int, str] | None = None,
+                      reference: bytes | None = None) -> list[MeasureResult]:
+        """Each artifact's result, in order: checked and timed under the emulator
+        (``reference``: the default schedule built elsewhere, as Measurer.run_artifacts')."""
         del test_hooks  # the emulated path has no test hooks
         if str(task.target) != str(self.target):
             raise MeasureError(f"this emulator runs {self.target}; task {task.name} is for "
                                f"{task.target}")
-        inputs, reference = self._state(task)
-        return [self._run_one(task, b, inputs, reference) for b in artifacts]
+        inputs, reference_outputs = self._state(task, reference)
+        return [self._run_one(task, b, inputs, reference_outputs) for b in artifacts]
 
     def close(self) -> None:
         if self._builder is not None:
@@ -201,14 +203,16 @@ class EmulatedMeasurer:
         return self._builder
 
     # -- the task's inputs and reference ------------------------------------------------------
-    def _state(self, task: Task) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
+    def _state(self, task: Task, built: bytes | None = None
+               ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
         key = task.workload_key
         if key not in self._states:
             from autosched.driver import build_func
 
             inputs = random_inputs(task, self.rng)
             try:
-                mod = build_func(task.lower(task.schedule()), task.target)
+                mod = (pickle.loads(built) if built is not None
+                       else build_func(task.lower(task.schedule()), task.target))
                 outs, _ = self._execute(task, mod, "reference", inputs,
                                         self.options.reference_timeout, timed=False)
             except (AutoschedError, _Failed) as exc:

@@ -313,6 +313,9 @@ class Measurer:
         self._tokens: dict[int, tuple[Task, int, bytes]] = {}
         self._home: str | None = None  # the workers' private current directory
         self._states: dict[int, tuple[list, list | None]] = {}
+        # each task's default schedule as built in the build workers, for its reference: the
+        # run worker then runs it instead of compiling it (one compile fewer on its one core)
+        self._defaults: dict[int, bytes] = {}
         self.worker_starts = 0  # how many worker processes were started (respawns included)
         self._lock = threading.RLock()
         _LIVE.add(self)
@@ -352,25 +355,49 @@ class Measurer:
         run worker, here or on another machine, needs to run them), and one result per
         candidate, set for those that failed to build (None for the built ones).
         ``on_built(artifact)`` is called as each one is built (to ship it while others
-        build)."""
+        build). The first batch of a checked task builds its default schedule too, first
+        (``default_artifact``: what its reference runs)."""
         self._set_target(self._check_target(task))
         step_lists = [[s.to_dict() for s in (c.steps if isinstance(c, Schedule) else c)]
                       for c in candidates]
         results: list[MeasureResult | None] = [None] * len(candidates)
         if not candidates:
             return [], results
+        token = self._token(task)
+        hooks = dict(test_hooks or {})
+        extra = int(self.options.check and token not in self._defaults
+                    and token not in self._states)
+        if extra:  # the default first, at index 0 of the workers' batch
+            step_lists, hooks = [[], *step_lists], {i + 1: h for i, h in hooks.items()}
+        shifted: list[MeasureResult | None] = [None] * (len(step_lists))
+
+        def built_one(b: P.Artifact) -> None:
+            if extra and b.index == 0:
+                self._defaults[token] = b.artifact
+            elif on_built is not None:
+                on_built(replace(b, index=b.index - extra))
+
         with _quiet_parent_threads():
-            built = self._build_all(self._token(task), step_lists, dict(test_hooks or {}),
-                                    results, on_built)
-        return built, results
+            built = self._build_all(token, step_lists, hooks, shifted, built_one)
+        results[:] = shifted[extra:]
+        return [replace(b, index=b.index - extra) for b in built if b.index >= extra], results
+
+    def default_artifact(self, task: Task) -> bytes | None:
+        """``task``'s default schedule as built here (``build``), if it was."""
+        return self._defaults.get(self._token(task))
 
     @_locked
     def run_artifacts(self, task: Task, artifacts: Sequence[P.Artifact], *,
-                      test_hooks: Mapping[int, str] | None = None) -> list[MeasureResult]:
+                      test_hooks: Mapping[int, str] | None = None,
+                      reference: bytes | None = None) -> list[MeasureResult]:
         """Run built candidates of ``task`` one at a time in the run worker, each checked
         against the default schedule on this machine's random inputs and timed; results in
-        the order of ``artifacts`` (``test_hooks`` is keyed by ``Artifact.index``)."""
+        the order of ``artifacts`` (``test_hooks`` is keyed by ``Artifact.index``).
+        ``reference``: the default schedule built elsewhere (another machine's
+        ``default_artifact``), run for the reference instead of compiled here."""
         self._set_target(self._check_target(task))
+        if reference is not None:
+            self._defaults.setdefault(self._token(task), reference)
         if not artifacts:
             return []
         with _quiet_parent_threads():
@@ -627,7 +654,7 @@ class Measurer:
         if not self.options.check:
             w.send(P.SetState(token, inputs, None))
             return inputs, None
-        w.send(P.Reference(token, inputs, self.options))
+        w.send(P.Reference(token, inputs, self.options, self._defaults.get(token)))
         msg = w.recv(self.options.reference_timeout)
         if isinstance(msg, P.Bug):
             self._bug(f"running the default schedule of {task.name}", msg.traceback)

@@ -251,7 +251,8 @@ class Server:
         st.inputs, st.reference, st.device_inputs = msg.inputs, None, {}
         task = st.task
         try:
-            mod = build_func(task.lower(task.schedule()), task.target)
+            mod = (pickle.loads(msg.artifact) if msg.artifact is not None
+                   else build_func(task.lower(task.schedule()), task.target))
             args = self._args(st)
             mod(*args)
         except AutoschedError as exc:

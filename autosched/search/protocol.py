@@ -8,7 +8,7 @@ failure, recorded with its error code) or Bug (an unexpected exception, raised i
     SetState(token, inputs, reference)       no reply: the inputs and expected outputs
     Build(token, steps, options, hook)       -> Built(ir_hash, build_time, artifact)
     Lower(token, candidates)                 -> LoweredBatch([(ir_hash, features) or None])
-    Reference(token, inputs, options)        -> ReferenceOutputs(outputs)
+    Reference(token, inputs, options, artifact) -> ReferenceOutputs(outputs)
     Run(token, artifact, options, hook)      -> Beat()* then Ran(costs)
     Stop()                                   no reply: the worker exits
 
@@ -98,9 +98,13 @@ class Lower:
 
 @dataclass(frozen=True)
 class Reference:
+    """Run the default schedule on ``inputs``: ``artifact``, when given, is it built elsewhere
+    (a build worker, the tuner's machine), else the worker builds it."""
+
     token: int
     inputs: list[np.ndarray | None]
     options: MeasureOptions
+    artifact: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,15 @@ class MeasureActor:
         node = ray.get_runtime_context().get_node_id()
         return f"{socket.gethostname()} node {node} pid {os.getpid()}", __version__
 
-    def run(self, task: Task, artifact: P.Artifact) -> MeasureResult:
+    def run(self, task: Task, artifact: P.Artifact, reference: bytes | None = None
+            ) -> MeasureResult:
+        """Measure one built candidate; ``reference``: the task's default schedule as built
+        by the tuner (Measurer.default_artifact), run for its reference outputs on the first
+        candidate of the task here instead of compiled on this node."""
         # the first copy of a task stays: the Measurer keeps its inputs and reference by task
         task = self._tasks.setdefault((task.workload_key, str(task.target)), task)
-        return self._measurer(task.target).run_artifacts(task, [artifact])[0]
+        return self._measurer(task.target).run_artifacts(task, [artifact],
+                                                         reference=reference)[0]
 
     def close(self) -> None:
         for m in self._measurers.values():
@@ -179,6 +184,7 @@ class RayRunner:
         batch = self._batch(task)
         # each candidate goes to an actor as soon as it is built, while the others build
         _, results = self._builder.build(task, candidates, on_built=batch.add)
+        batch.building = False
         for index, res in batch.finish().items():
             results[index] = res
         done = [r for r in results if r is not None]
@@ -240,6 +246,11 @@ class _Batch:
         self.attempts: Counter[int] = Counter()
         self.inflight: dict[Any, tuple[Any, P.Artifact, float]] = {}  # ref -> (actor, b, due)
         self.error: Exception | None = None
+        # the task's default schedule, built first in the tuner's build workers the first time
+        # (Measurer.build), goes with each candidate, so that no node compiles it for its
+        # reference; the first candidates wait for it while the batch builds
+        self.building = True
+        self.reference: Any = None  # its ObjectRef, put once
         opts = runner.options
         self.limit = STARTUP_TIMEOUT + opts.reference_timeout + opts.run_timeout * (opts.repeat + 3)
 
@@ -295,12 +306,18 @@ class _Batch:
         self._dispatch()
 
     def _dispatch(self) -> None:
+        if self.reference is None:
+            built = self.runner._builder.default_artifact(self.task)
+            if built is not None:
+                self.reference = ray.put(built)
+            elif self.building and self.runner.options.check:
+                return  # it is being built with the batch: hold the candidates until it is
         busy = {a for a, _, _ in self.inflight.values()}
         for actor in [a for a in self.pool.live if a not in busy]:
             if not self.queue:
                 return
             b = self.queue.popleft()
-            ref = actor.run.remote(self.task_ref, b)
+            ref = actor.run.remote(self.task_ref, b, self.reference)
             self.inflight[ref] = (actor, b, time.monotonic() + self.limit)
             r = self.runner
             r.dispatched += 1

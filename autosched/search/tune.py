@@ -439,6 +439,7 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
                 else:
                     stalls = 0
                     taken += len(batch)
+                    sched.update(tuner)  # a round taken: the next pick looks past it
                     schedules = tuner.schedules(batch)
                     job = _Round(tuner, batch, schedules, t0, _submit(
                         pool, measurer.measure, tuner.task, schedules))
@@ -449,7 +450,6 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
             if inflight is not None:
                 recs = inflight.finish()
                 measured += len(recs)
-                sched.update(inflight.tuner)
                 _train(model, tuners)
                 if bar is not None:
                     bar.update(len(recs))

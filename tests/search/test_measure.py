@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import time
 import warnings
@@ -73,6 +74,28 @@ def test_valid_schedules_time(measurer: Measurer, task: Task) -> None:
         assert res.ir_hash == ir_hash(task.lower(sch))  # the parent computes the same hash
     assert len({r.ir_hash for r in results}) == 3
     assert measurer.measure(task, []) == []
+
+
+def test_the_reference_runs_the_default_built_with_the_first_batch(measurer: Measurer) -> None:
+    """A task's first batch builds its default schedule too, in the build workers (first, so
+    that a node measuring elsewhere gets it with the first candidates): the run worker runs
+    it for the reference instead of compiling it itself. Its outputs are numpy's."""
+    task = _matmul(19, 33, 21)
+    assert measurer.default_artifact(task) is None
+    (res,) = measurer.measure(task, [_good_steps()[1]], test_hooks={0: "corrupt"})
+    assert res.error_code is ErrorCode.WRONG_ANSWER  # the hook is still the candidate's
+    built = measurer.default_artifact(task)
+    assert built is not None
+    a, b = random_inputs(task, np.random.default_rng())[:2]
+    c = np.zeros((19, 33), "float32")
+    pickle.loads(built)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    # another Measurer (a node) given it measures against it
+    with Measurer(parse("llvm"), build_workers=1, repeat=REPEAT, min_repeat_ms=5, strict=True
+                  ) as node:
+        arts, _ = measurer.build(task, [_good_steps()[2]])
+        (ok,) = node.run_artifacts(task, arts, reference=built)
+        assert ok.error_code is ErrorCode.NO_ERROR, ok.error_msg
 
 
 def test_failures_are_recorded_and_the_job_goes_on(measurer: Measurer, task: Task,

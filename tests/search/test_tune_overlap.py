@@ -99,3 +99,16 @@ def test_an_error_while_measuring_reaches_the_caller(tmp_path: Path,
         tune(_tasks(), trials=15, log=log, runner=_Remote(rng, pause=0.05, fail_at=2),
              model=_Untrained(), options=OPTS)
     assert len(RecordLog(log).load()) == 6  # the two batches measured before it are kept
+
+
+def test_every_task_gets_its_first_round(tmp_path: Path, rng: np.random.Generator) -> None:
+    """The next task is picked while the last one's batch still measures: each task's
+    warm-up round counts from when it is taken, so a budget of one round per task reaches
+    every task (not the first again)."""
+    log = tmp_path / "t.jsonl"
+    tasks = _tasks()
+    tune(tasks, trials=6, log=log, runner=_Remote(rng, pause=0.05), model=_Untrained(),
+         options=OPTS)
+    records = RecordLog(log).load()
+    assert sorted(r.workload_key for r in records) == sorted(
+        [t.workload_key for t in tasks for _ in range(3)])
