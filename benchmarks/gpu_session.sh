@@ -104,12 +104,13 @@ for s in "$@"; do
                 --models "$name" --batch ${BATCHES:-32} --precision ${PRECISIONS:-fp16} \
                 ${LOG:+--log "$LOG"} ${SCHEDULE:+--schedule "$SCHEDULE"} ;;
         ray)  # issue 19: the Ray runner's candidates per minute over 1 and 2 worker nodes of
-            # $RAY_CORES cores each (carry .ray-bundle: Ray's files as ray-slim.tar.xz, its
-            # dependencies' wheels and xgboost's)
+            # $RAY_CORES cores each, building on them with $RAY_NODE_BUILDS set (carry
+            # .ray-bundle: Ray's files as ray-slim.tar.xz, its dependencies' wheels, xgboost's)
             tar xJf .ray-bundle/ray-slim.tar.xz -C /tmp/site \
                 && python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray-bundle/*.whl
             step ray "${RAY_S:-580}" python3 benchmarks/tune_ray.py --trials "${RAY_TRIALS:-400}" \
-                --target "llvm -num-cores=${RAY_CORES:-4}" --nodes 1 2 --out "$OUT/tune_ray.json" ;;
+                --target "llvm -num-cores=${RAY_CORES:-4}" --node-cpus "${RAY_CORES:-4}" \
+                ${RAY_NODE_BUILDS:+--node-builds} --nodes 1 2 --out "$OUT/tune_ray.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;

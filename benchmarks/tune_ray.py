@@ -48,7 +48,8 @@ from importers.onnx import from_onnx  # noqa: E402
 def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
               ) -> dict[str, float]:
     """Tune into a fresh ``log`` with ``runner``; wall seconds and candidates per minute."""
-    r = make_runner(runner, tasks[0].target, min_repeat_ms=20.0)
+    r = make_runner(runner, tasks[0].target, min_repeat_ms=20.0,
+                    node_builds=args.node_builds and runner != "local")
     # wall seconds inside the runner (the rest is search), inside its builds, and the sum of
     # the candidates' run round trips (what the measuring nodes were busy with)
     spent = {"runner_s": 0.0, "build_s": 0.0, "run_s": 0.0}
@@ -96,6 +97,10 @@ def main() -> int:
                     help="worker-node counts of the Ray runs")
     ap.add_argument("--target", default="llvm",
                     help='the target tuned, e.g. "llvm -num-cores=4" for nodes of 4 cores')
+    ap.add_argument("--node-cpus", type=int, default=1,
+                    help="CPUs each worker node advertises (its build workers with --node-builds)")
+    ap.add_argument("--node-builds", action="store_true",
+                    help="the Ray runs build each node's share of a batch on the node")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--out", default="benchmarks/results/tune_ray.json")
     args = ap.parse_args()
@@ -110,6 +115,8 @@ def main() -> int:
           f"{args.trials} trials",
           flush=True)
     rows: dict[str, Any] = {"trials": args.trials, "image": args.image, "cores": os.cpu_count(),
+                            "target": args.target, "node_cpus": args.node_cpus,
+                            "node_builds": args.node_builds,
                             "machine": baseline.header(), "runs": {}}
     work = Path(tempfile.mkdtemp(prefix="tune_ray-"))
     logs = {"local": work / "local.jsonl"}
@@ -118,7 +125,8 @@ def main() -> int:
     for n in args.nodes:
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         for _ in range(n):
-            cluster.add_node(num_cpus=1, resources={resource_name(parse(args.target)): 1})
+            cluster.add_node(num_cpus=args.node_cpus,
+                             resources={resource_name(parse(args.target)): 1})
         ray.init(address=cluster.address, log_to_driver=False)
         name = f"ray x{n}"
         logs[name] = work / f"ray{n}.jsonl"

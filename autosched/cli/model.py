@@ -71,6 +71,7 @@ def task_table(tasks: list[Any], weights: list[int], log: str | os.PathLike,
 def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.graph.choose import choose_after_tuning, describe_choices
     from autosched.graph.compiler import extract_tasks
+    from autosched.search.protocol import MeasureOptions
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, tune
 
@@ -102,7 +103,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     tune(tasks, trials, log, total_trials=total, weights=weights, on_round=report,
          strict_target=args.strict_target, runner=args.runner,
-         options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False))
+         options=TuneOptions(batch_size=args.batch_size, seed=args.seed, verbose=False,
+                             measure=MeasureOptions(node_builds=args.node_builds)))
     if measured != shown:  # the last rounds since the last table
         show(measured)
     choices = [] if args.no_choose else choose_after_tuning(graph, tasks, log, args.precision,

@@ -28,6 +28,7 @@ def _op_task(args: argparse.Namespace) -> Any:
 
 
 def cmd_tune_op(args: argparse.Namespace) -> int:
+    from autosched.search.protocol import MeasureOptions
     from autosched.search.record import RecordLog
     from autosched.search.tune import TuneOptions, best_schedule, tune
 
@@ -37,7 +38,8 @@ def cmd_tune_op(args: argparse.Namespace) -> int:
     trials, total = trial_budget(args)
     best = tune(task, trials, log, total_trials=total, strict_target=args.strict_target,
                 runner=args.runner,
-                options=TuneOptions(batch_size=args.batch_size, seed=args.seed))[task.name]
+                options=TuneOptions(batch_size=args.batch_size, seed=args.seed,
+                                    measure=MeasureOptions(node_builds=args.node_builds)))[task.name]
     if math.isfinite(best):
         print(f"{task.name}: best {best * 1e3:.3f} ms, {task.flop_count / best / 1e9:.1f} GFLOPS; log {log}")
         print(best_schedule(task, log, args.strict_target).to_python() or "# the default schedule (no steps) was fastest")

@@ -40,7 +40,9 @@ class MeasureOptions:
     at least 100 ms in one repeat). ``run_timeout`` bounds one call (the check, the warm-up) or
     one repeat; ``reference_timeout`` the default schedule's build and run. ``worker_env`` adds
     to the workers' environment. ``seed`` fixes the random inputs. ``strict`` (tests) raises an
-    unexpected exception in a worker instead of recording it.
+    unexpected exception in a worker instead of recording it. ``node_builds``: the Ray runner
+    has each measuring node build its share of a batch (with as many build workers as the node
+    has CPUs) instead of building every candidate on the tuner's machine (runner_ray.py).
     """
 
     build_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))
@@ -55,6 +57,7 @@ class MeasureOptions:
     reference_timeout: float = 300.0
     worker_env: Mapping[str, str] = field(default_factory=dict)
     seed: int | None = None
+    node_builds: bool = False
 
     def __post_init__(self) -> None:
         if self.repeat < 1:

@@ -76,21 +76,37 @@ class MeasureActor:
         return self._measurer(task.target).run_artifacts(task, [artifact],
                                                          reference=reference)[0]
 
+    def measure(self, task: Task, candidates: list[Any]) -> list[MeasureResult]:
+        """Build candidates (lists of steps) here, in as many build workers as this node has
+        CPUs, then measure them one at a time (MeasureOptions.node_builds)."""
+        task = self._tasks.setdefault((task.workload_key, str(task.target)), task)
+        return self._measurer(task.target, builds=True).measure(task, candidates)
+
     def close(self) -> None:
         for m in self._measurers.values():
             m.close()
         self._measurers.clear()
 
-    def _measurer(self, target: Target) -> Any:
-        key = str(target)
+    def _measurer(self, target: Target, builds: bool = False) -> Any:
+        key = f"{target} builds" if builds else str(target)
         if key not in self._measurers:
+            opts = replace(self.options, build_workers=_node_cpus() if builds else 1)
             if needs_emulation(target):
                 from autosched.search.emulated import EmulatedMeasurer
 
-                self._measurers[key] = EmulatedMeasurer(target, self.options)
+                self._measurers[key] = EmulatedMeasurer(target, opts)
             else:
-                self._measurers[key] = Measurer(None, replace(self.options, build_workers=1))
+                self._measurers[key] = Measurer(None, opts)
         return self._measurers[key]
+
+
+def _node_cpus() -> int:
+    """The CPUs the node this runs on advertises to Ray (at least 1)."""
+    node = ray.get_runtime_context().get_node_id()
+    for n in ray.nodes():
+        if n.get("NodeID") == node:
+            return max(int(n.get("Resources", {}).get("CPU", 1)), 1)
+    return 1
 
 
 RemoteActor: Any = ray.remote(MeasureActor)
@@ -180,11 +196,22 @@ class RayRunner:
         self.measured_on: Counter[str] = Counter()
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
-        """Build here, measure on the cluster; one result per candidate, in order."""
+        """Build here (or on the nodes: MeasureOptions.node_builds), measure on the cluster;
+        one result per candidate, in order."""
         batch = self._batch(task)
-        # each candidate goes to an actor as soon as it is built, while the others build
-        _, results = self._builder.build(task, candidates, on_built=batch.add)
-        batch.building = False
+        results: list[MeasureResult | None]
+        if self.options.node_builds:  # one share of the batch per actor, built there
+            batch.building = False
+            steps = [list(c.steps) if hasattr(c, "steps") else list(c) for c in candidates]
+            shares = max(min(len(batch.pool.live), len(steps)), 1)
+            for k in range(shares):
+                share = tuple(range(k, len(steps), shares))
+                batch.queue.append((share, [steps[i] for i in share]))
+            results = [None] * len(steps)
+        else:
+            # each candidate goes to an actor as soon as it is built, while the others build
+            _, results = self._builder.build(task, candidates, on_built=batch.add)
+            batch.building = False
         for index, res in batch.finish().items():
             results[index] = res
         done = [r for r in results if r is not None]
@@ -234,17 +261,23 @@ class RayRunner:
         return _Batch(self, task, self._pool(task.target))
 
 
+# what an actor is handed: (the candidates' indices in the batch, one built candidate or the
+# steps of the share it builds itself)
+_Unit = tuple[tuple[int, ...], Any]
+
+
 class _Batch:
     """One batch on its way through the actors: candidates are added as they are built and
-    handed to idle actors; the candidate of an actor that dies is queued again."""
+    handed to idle actors (or, with node builds, one share of the candidates per actor); the
+    unit of an actor that dies is queued again."""
 
     def __init__(self, runner: RayRunner, task: Task, pool: _Pool):
         self.runner, self.task, self.pool = runner, task, pool
         self.task_ref = ray.put(task)
-        self.queue: deque[P.Artifact] = deque()
-        self.out: dict[int, MeasureResult] = {}  # by Artifact.index
-        self.attempts: Counter[int] = Counter()
-        self.inflight: dict[Any, tuple[Any, P.Artifact, float]] = {}  # ref -> (actor, b, due)
+        self.queue: deque[_Unit] = deque()
+        self.out: dict[int, MeasureResult] = {}  # by index in the batch
+        self.attempts: Counter[tuple[int, ...]] = Counter()
+        self.inflight: dict[Any, tuple[Any, _Unit, float]] = {}  # ref -> (actor, unit, due)
         self.error: Exception | None = None
         # the task's default schedule, built first in the tuner's build workers the first time
         # (Measurer.build), goes with each candidate, so that no node compiles it for its
@@ -258,7 +291,7 @@ class _Batch:
         """Queue a built candidate, hand out what idle actors can take, collect what is done.
         Called from inside the build loop, so an error (an actor's MeasureError, say) waits
         for ``finish``: raised here, it would leave the build workers' replies unread."""
-        self.queue.append(b)
+        self.queue.append(((b.index,), b))
         if self.error is None:
             try:
                 self.pump(0.0)
@@ -287,19 +320,21 @@ class _Batch:
             timeout = max(0.0, soonest - time.monotonic())
         ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
         for ref in ready:
-            actor, b, _ = self.inflight.pop(ref)
+            actor, unit, _ = self.inflight.pop(ref)
             try:
-                self.out[b.index] = ray.get(ref)
-                self.runner.measured_on[self.pool.live.get(actor, "?")] += 1
-            except RayActorError as exc:  # the actor or its node died: requeue its candidate
+                got = ray.get(ref)
+                for i, res in zip(unit[0], [got] if isinstance(unit[1], P.Artifact) else got):
+                    self.out[i] = res
+                self.runner.measured_on[self.pool.live.get(actor, "?")] += len(unit[0])
+            except RayActorError as exc:  # the actor or its node died: requeue its candidates
                 self.pool.drop(actor)
-                self._retry(b, f"the measuring actor died ({exc})")
+                self._retry(unit, f"the measuring actor died ({exc})")
         now = time.monotonic()
-        for ref, (actor, b, due) in list(self.inflight.items()):
+        for ref, (actor, unit, due) in list(self.inflight.items()):
             if now >= due:  # a node that stopped answering without dying
                 self.inflight.pop(ref)
                 self.pool.drop(actor)
-                self._retry(b, f"no answer in {self.limit:g} s")
+                self._retry(unit, f"no answer in {self.limit:g} s")
         if ready and (self.queue or self.inflight):
             self.pool.top_up()
             self.pool.admit(0.0)
@@ -316,23 +351,31 @@ class _Batch:
         for actor in [a for a in self.pool.live if a not in busy]:
             if not self.queue:
                 return
-            b = self.queue.popleft()
-            ref = actor.run.remote(self.task_ref, b, self.reference)
-            self.inflight[ref] = (actor, b, time.monotonic() + self.limit)
+            unit = self.queue.popleft()
+            index, payload = unit
+            if isinstance(payload, P.Artifact):
+                ref = actor.run.remote(self.task_ref, payload, self.reference)
+                due = self.limit
+            else:  # a share of steps the node builds itself
+                ref = actor.measure.remote(self.task_ref, payload)
+                due = self.limit + len(index) * (self.limit + self.runner.options.build_timeout)
+            self.inflight[ref] = (actor, unit, time.monotonic() + due)
             r = self.runner
-            r.dispatched += 1
+            r.dispatched += len(index)
             if r.on_dispatch is not None:
                 r.on_dispatch(r.dispatched, self.pool.live[actor])
 
-    def _retry(self, b: P.Artifact, why: str) -> None:
-        self.attempts[b.index] += 1
-        if self.attempts[b.index] < ATTEMPTS:
-            self.runner.requeued += 1
-            self.queue.appendleft(b)
+    def _retry(self, unit: _Unit, why: str) -> None:
+        index = unit[0]
+        self.attempts[index] += 1
+        if self.attempts[index] < ATTEMPTS:
+            self.runner.requeued += len(index)
+            self.queue.appendleft(unit)
             return
-        self.out[b.index] = failed_result(
-            ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not by the "
-            "candidate (a resumed job measures it again)", transient=True)
+        for i in index:
+            self.out[i] = failed_result(
+                ErrorCode.CRASH, f"{why}, {ATTEMPTS} times; cut short from outside, not by the "
+                "candidate (a resumed job measures it again)", transient=True)
 
 
 def _connect(address: str | None, target: Target | None) -> bool:

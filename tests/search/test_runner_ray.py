@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,28 @@ def test_emulated_board_checks_candidates_against_numpy() -> None:
 
 
 # -- a local Ray cluster ------------------------------------------------------------------------
+
+
+@needs_ray
+def test_nodes_that_build_their_share_measure_every_candidate_once(cluster: Any,
+                                                                  tmp_path: Path) -> None:
+    """MeasureOptions.node_builds: each node builds its share of a batch and measures it; the
+    records are those of a job built on the tuner's machine: one per trial, all checked."""
+    from autosched.search.runner_ray import RayRunner
+
+    task = _gemm("llvm", 36, 27, 19)
+    log = tmp_path / "gemm.jsonl"
+    with RayRunner(task.target, replace(QUICK, node_builds=True)) as runner:
+        best = tune(task, trials=12, log=log, runner=runner,
+                    options=TuneOptions(batch_size=6, seed=2, verbose=False))
+        nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
+        assert runner.dispatched == 12
+        assert runner._builder.default_artifact(task) is None  # nothing was built here
+    assert len(nodes_used) == 2, "both nodes built and measured"
+    records = log_records(log)
+    assert len(records) == 12 and len({r["ir_hash"] for r in records}) == 12
+    assert all(r["error_code"] == "NO_ERROR" for r in records), [r["error_msg"] for r in records]
+    assert math.isfinite(best[task.name])
 
 
 @needs_ray
