@@ -11,6 +11,7 @@ there is a GPU; ``board_cluster``: only the aarch64 board), started once per tes
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,3 +112,46 @@ def board_cluster() -> Iterator[Any]:
         pytest.skip(needs_qemu.kwargs["reason"])
     with ray_cluster(0, board=True, gpu=False) as c:
         yield c
+
+
+def gemm_task(target: str, m: int = 33, n: int = 29, k: int = 17) -> Any:
+    from autosched.search.task import Task
+    from autosched.search.workloads import gemm
+
+    return Task(lambda: gemm(m, n, k), target=target, name=f"gemm_{m}x{n}x{k}")
+
+
+def kill_one_node_mid_job(cluster: Any, tmp_path: Path, options: MeasureOptions) -> None:
+    """Tune a gemm over ``cluster``'s two host nodes and kill one with a candidate in flight:
+    the job finishes on the other, every trial recorded once, none lost."""
+    from autosched.search.runner_ray import RayRunner
+    from autosched.search.tune import TuneOptions, tune
+
+    task = gemm_task("llvm", 40, 31, 23)
+    killed: list[str] = []
+
+    def kill_its_node(n: int, where: str) -> None:
+        # from the 4th candidate on, the first one handed to an actor that has measured
+        # already: its node dies with the candidate in flight
+        if n >= 4 and not killed and runner.measured_on[where] >= 1:
+            node = next(x for x in cluster.host_nodes if x.node_id in where)
+            cluster.remove_node(node, allow_graceful=False)
+            killed.append(node.node_id)
+
+    log = tmp_path / "gemm.jsonl"
+    trials = 12
+    with RayRunner(task.target, options, on_dispatch=kill_its_node) as runner:
+        best = tune(task, trials=trials, log=log, runner=runner,
+                    options=TuneOptions(batch_size=8, seed=1, verbose=False))
+        nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
+        requeued = runner.requeued
+    assert killed, "no node was killed"
+    assert requeued >= 1, "the killed node had a candidate in flight, which must be re-queued"
+    assert len(nodes_used) == 2 and killed[0] in nodes_used, "both nodes measured"
+    records = log_records(log)
+    hashes = [r["ir_hash"] for r in records]
+    assert len(records) == trials, "one record per trial: none lost"
+    assert len(set(hashes)) == len(hashes), "no candidate recorded twice"
+    assert all(r["error_code"] == "NO_ERROR" for r in records), [r["error_msg"] for r in records]
+    assert math.isfinite(best[task.name])
+    assert min(min(r["costs"]) for r in records) > 0

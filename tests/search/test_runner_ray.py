@@ -24,13 +24,13 @@ from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import Measurer
 from autosched.search.runner import check_runner, make_runner, needs_emulation, resource_name
 from autosched.search.space import SearchSpace
-from autosched.search.task import Task
 from autosched.search.tune import TuneOptions, tune
-from autosched.search.workloads import gemm
 from autosched.targets.target import parse
 from tests.search.conftest import (
     AARCH64,
     QUICK,
+    gemm_task,
+    kill_one_node_mid_job,
     log_records,
     needs_qemu,
     needs_ray,
@@ -38,9 +38,7 @@ from tests.search.conftest import (
 )
 from tests.support import ROOT
 
-
-def _gemm(target: str, m: int = 33, n: int = 29, k: int = 17) -> Task:
-    return Task(lambda: gemm(m, n, k), target=target, name=f"gemm_{m}x{n}x{k}")
+_gemm = gemm_task
 
 
 # -- the interface, without ray --------------------------------------------------------------
@@ -134,36 +132,7 @@ def test_nodes_that_build_their_share_measure_every_candidate_once(cluster: Any,
 @needs_ray
 def test_two_nodes_one_killed_mid_job_loses_and_repeats_nothing(cluster: Any,
                                                                  tmp_path: Path) -> None:
-    from autosched.search.runner_ray import RayRunner
-
-    task = _gemm("llvm", 40, 31, 23)
-    killed: list[str] = []
-
-    def kill_its_node(n: int, where: str) -> None:
-        # from the 4th candidate on, the first one handed to an actor that has measured
-        # already: its node dies with the candidate in flight
-        if n >= 4 and not killed and runner.measured_on[where] >= 1:
-            node = next(x for x in cluster.host_nodes if x.node_id in where)
-            cluster.remove_node(node, allow_graceful=False)
-            killed.append(node.node_id)
-
-    log = tmp_path / "gemm.jsonl"
-    trials = 12
-    with RayRunner(task.target, QUICK, on_dispatch=kill_its_node) as runner:
-        best = tune(task, trials=trials, log=log, runner=runner,
-                    options=TuneOptions(batch_size=8, seed=1, verbose=False))
-        nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
-        requeued = runner.requeued
-    assert killed, "no node was killed"
-    assert requeued >= 1, "the killed node had a candidate in flight, which must be re-queued"
-    assert len(nodes_used) == 2 and killed[0] in nodes_used, "both nodes measured"
-    records = log_records(log)
-    hashes = [r["ir_hash"] for r in records]
-    assert len(records) == trials, "one record per trial: none lost"
-    assert len(set(hashes)) == len(hashes), "no candidate recorded twice"
-    assert all(r["error_code"] == "NO_ERROR" for r in records), [r["error_msg"] for r in records]
-    assert math.isfinite(best[task.name])
-    assert min(min(r["costs"]) for r in records) > 0
+    kill_one_node_mid_job(cluster, tmp_path, QUICK)
 
 
 @needs_ray
