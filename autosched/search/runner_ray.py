@@ -40,6 +40,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from autosched.errors import AutoschedError, MeasureError
+from autosched.schedule.schedule import Schedule
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import STARTUP_TIMEOUT, Measurer, MeasureResult, failed_result
@@ -198,11 +199,13 @@ class RayRunner:
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """Build here (or on the nodes: MeasureOptions.node_builds), measure on the cluster;
         one result per candidate, in order."""
+        if not candidates:
+            return []
         batch = self._batch(task)
         results: list[MeasureResult | None]
         if self.options.node_builds:  # one share of the batch per actor, built there
             batch.building = False
-            steps = [list(c.steps) if hasattr(c, "steps") else list(c) for c in candidates]
+            steps = [list(c.steps) if isinstance(c, Schedule) else list(c) for c in candidates]
             shares = max(min(len(batch.pool.live), len(steps)), 1)
             for k in range(shares):
                 share = tuple(range(k, len(steps), shares))

@@ -122,6 +122,7 @@ def test_nodes_that_build_their_share_measure_every_candidate_once(cluster: Any,
         nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
         assert runner.dispatched == 12
         assert runner._builder.default_artifact(task) is None  # nothing was built here
+        assert runner.measure(task, []) == [] and runner.dispatched == 12
     assert len(nodes_used) == 2, "both nodes built and measured"
     records = log_records(log)
     assert len(records) == 12 and len({r["ir_hash"] for r in records}) == 12
