@@ -40,7 +40,12 @@ from autosched.errors import AutoschedError, MeasureError
 from autosched.search import protocol as P
 from autosched.search.error_codes import ErrorCode
 from autosched.search.measure import Measurer, MeasureResult, failed_result
-from autosched.search.measure_worker import compare, random_inputs, unwritten_output
+from autosched.search.measure_worker import (
+    compare,
+    default_module,
+    random_inputs,
+    unwritten_output,
+)
 from autosched.search.protocol import MeasureOptions
 from autosched.search.task import Task
 from autosched.targets.target import Target
@@ -207,12 +212,9 @@ class EmulatedMeasurer:
                ) -> tuple[list[np.ndarray | None], list[np.ndarray]]:
         key = task.workload_key
         if key not in self._states:
-            from autosched.driver import build_func
-
             inputs = random_inputs(task, self.rng)
             try:
-                mod = (pickle.loads(built) if built is not None
-                       else build_func(task.lower(task.schedule()), task.target))
+                mod = default_module(task, built)
                 outs, _ = self._execute(task, mod, "reference", inputs,
                                         self.options.reference_timeout, timed=False)
             except (AutoschedError, _Failed) as exc:

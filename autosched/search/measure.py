@@ -56,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -272,14 +272,18 @@ def _close_all() -> None:
 # -- the measurer -----------------------------------------------------------------------------
 
 
-def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _locked(method: _Method) -> _Method:
     """One thread at a time in a Measurer's workers (a tuner may lower candidates in them
-    while another thread builds: runner.Runner's ``overlaps``)."""
+    while another thread builds: runner.Runner's ``overlaps``); the method keeps its
+    signature for the type checker."""
     @functools.wraps(method)
     def locked(self: Measurer, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
-    return locked
+    return cast(_Method, locked)
 
 
 class Measurer:

@@ -83,6 +83,16 @@ def random_inputs(task: Any, rng: np.random.Generator) -> list[np.ndarray | None
     return out
 
 
+def default_module(task: Any, built: bytes | None) -> Any:
+    """``task``'s default schedule as a module: ``built`` (a build worker's pickled artifact of
+    it, shipped with the reference request) when given, else compiled here."""
+    if built is not None:
+        return pickle.loads(built)
+    from autosched.driver import build_func
+
+    return build_func(task.lower(task.schedule()), task.target)
+
+
 def unwritten_output(t: Any) -> np.ndarray:
     """An array for the computed argument ``t`` filled with NaN (or a sentinel), so that an
     element the kernel does not write cannot pass the check."""
@@ -245,14 +255,11 @@ class Server:
 
     # -- reference --------------------------------------------------------------------------
     def _reference(self, msg: P.Reference) -> P.ReferenceOutputs:
-        from autosched.driver import build_func
-
         st = self.tasks[msg.token]
         st.inputs, st.reference, st.device_inputs = msg.inputs, None, {}
         task = st.task
         try:
-            mod = (pickle.loads(msg.artifact) if msg.artifact is not None
-                   else build_func(task.lower(task.schedule()), task.target))
+            mod = default_module(task, msg.artifact)
             args = self._args(st)
             mod(*args)
         except AutoschedError as exc:
