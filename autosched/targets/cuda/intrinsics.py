@@ -54,9 +54,11 @@ def _rational(name: str) -> str:
     def f(v: float) -> str:
         return c_const(v, "float32")
 
-    def clamp(var: str, lo: float, hi: float) -> list[str]:  # NaN passes through
-        return [f"{var} = {var} < {f(lo)} ? {f(lo)} : {var};",
-                f"{var} = {var} > {f(hi)} ? {f(hi)} : {var};"]
+    def floor(var: str, lo: float) -> str:  # NaN passes through
+        return f"{var} = {var} < {f(lo)} ? {f(lo)} : {var};"
+
+    def clamp(var: str, lo: float, hi: float) -> list[str]:
+        return [floor(var, lo), f"{var} = {var} > {f(hi)} ? {f(hi)} : {var};"]
 
     def poly(var: str, coefs: tuple[float, ...]) -> list[str]:
         return [f"float {var} = {f(coefs[0])};"] + [f"{var} = fmaf({var}, v2, {f(k)});"
@@ -66,8 +68,8 @@ def _rational(name: str) -> str:
             *poly("p", r.p), *poly("q", r.q), "float y = __fdiv_rn(__fmul_rn(p, v), q);"]
     if r.offset:
         body.append(f"y = __fadd_rn(y, {f(r.offset)});")
-    if r.clamp is not None:
-        body += clamp("y", *r.clamp)
+    if r.floor is not None:
+        body.append(floor("y", r.floor))
     lines = "".join(f"  {line}\n" for line in body + ["return y;"])
     return f"__device__ __forceinline__ float as_{name}f(float x) {{\n{lines}}}\n"
 

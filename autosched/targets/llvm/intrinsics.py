@@ -166,8 +166,11 @@ def _rational(gen: ExprGen, x: ir.Value, name: str) -> ir.Value:
     def c(v: float) -> ir.Value:
         return gen.splat(gen.const(v, "float32"), lanes)
 
-    def clamp(v: ir.Value, lo: float, hi: float) -> ir.Value:  # NaN passes through
-        v = b.select(b.fcmp_ordered("<", v, c(lo)), c(lo), v)
+    def floor(v: ir.Value, lo: float) -> ir.Value:  # NaN passes through
+        return b.select(b.fcmp_ordered("<", v, c(lo)), c(lo), v)
+
+    def clamp(v: ir.Value, lo: float, hi: float) -> ir.Value:
+        v = floor(v, lo)
         return b.select(b.fcmp_ordered(">", v, c(hi)), c(hi), v)
 
     v = clamp(x, -r.bound, r.bound)
@@ -175,7 +178,7 @@ def _rational(gen: ExprGen, x: ir.Value, name: str) -> ir.Value:
     y = b.fdiv(b.fmul(_horner(gen, r.p, v2), v), _horner(gen, r.q, v2))
     if r.offset:
         y = b.fadd(y, c(r.offset))
-    return y if r.clamp is None else clamp(y, *r.clamp)
+    return y if r.floor is None else floor(y, r.floor)
 
 
 def _any(gen: ExprGen, bits: ir.Value) -> ir.Value:
