@@ -26,7 +26,7 @@ from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute
-from autosched.tir.arith import interval, interval_extent, simplify
+from autosched.tir.arith import Analyzer, interval, interval_extent, simplify
 
 
 @dataclass
@@ -140,16 +140,16 @@ class Bounds:
         """Loop variables between loop ``x`` of ``target`` and the reads in ``c``, or None when
         ``c`` is not inside that loop."""
         if c is target:
-            pos = target.leaf.index(x)
+            pos = target.position(x)
             return [iv.var for iv in target.leaf[pos + 1:]]
         out = [iv.var for iv in c.leaf]
         walk = c
         while walk.attach[0] == "at":
             parent = self.sch.stage(walk.attach[1])
             y = parent.leaf_named(walk.attach[2])
-            ypos = parent.leaf.index(y)
+            ypos = parent.position(y)
             if parent is target:
-                xpos = target.leaf.index(x)
+                xpos = target.position(x)
                 if ypos < xpos or (ypos == xpos and not _after(self.sch, walk, producer)):
                     return None
                 return out + [iv.var for iv in target.leaf[xpos + 1: ypos + 1]]
@@ -160,16 +160,17 @@ class Bounds:
     # -- leaf loops ------------------------------------------------------------------------------
     def _leaf_extents(self, st: Stage, bound: StageBound) -> None:
         ext = bound.extent
+        plain = Analyzer().simplify  # extents: no variable bounds (one analyzer, shared memos)
         for rel in st.relations:
             if isinstance(rel, SplitRel):
                 outer, inner = split_extents(ext[rel.parent.var.uid], rel.factor, rel.nparts)
-                ext[rel.outer.var.uid] = simplify(outer)
-                ext[rel.inner.var.uid] = simplify(inner)
+                ext[rel.outer.var.uid] = plain(outer)
+                ext[rel.inner.var.uid] = plain(inner)
             else:
                 total: E.Expr = E.const(1)
                 for a in rel.axes:
                     total = total * ext[a.var.uid]
-                ext[rel.fused.var.uid] = simplify(total)
+                ext[rel.fused.var.uid] = plain(total)
         value: dict[int, E.Expr] = {iv.var.uid: iv.var for iv in st.leaf}
         for rel in reversed(st.relations):
             if isinstance(rel, SplitRel):
@@ -185,15 +186,16 @@ class Bounds:
                     value[a.var.uid] = part
                     stride = stride * ext[a.var.uid]
         for iv in st.leaf:
-            e = ext[iv.var.uid] = simplify(ext[iv.var.uid])
+            e = ext[iv.var.uid] = plain(ext[iv.var.uid])
             self.var_extent[iv.var] = e
             if isinstance(e, E.Const):
                 self.var_bounds[iv.var] = (0, max(int(e.value) - 1, 0))
             if st.bindings.get(iv.var.uid, "").startswith("threadIdx"):
                 self.thread_vars.append(iv.var)
+        bounded = Analyzer(self.var_bounds).simplify
         for iv in st.root:
-            bound.value[iv.var.uid] = simplify(value[iv.var.uid], self.var_bounds)
-        bound.inner_guards = [(iv.kind, simplify(value[iv.var.uid], self.var_bounds) < ext[iv.var.uid])
+            bound.value[iv.var.uid] = bounded(value[iv.var.uid])
+        bound.inner_guards = [(iv.kind, bounded(value[iv.var.uid]) < ext[iv.var.uid])
                               for iv in inner_parts_split_again(st.relations)]
 
 

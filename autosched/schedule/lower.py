@@ -511,7 +511,8 @@ def unique_names(ctx: LowerContext) -> None:
             return dataclasses.replace(s, var=by_uid[s.var.uid])
         return None
 
-    ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename), fstmt)
+    memo: dict[int, tuple[E.Expr, E.Expr]] = {}  # what statements share is renamed once
+    ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename, memo), fstmt)
 
 
 PASSES: list[tuple[str, Callable[[LowerContext], None]]] = [

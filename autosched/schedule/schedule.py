@@ -107,6 +107,15 @@ class Stage:
             f"(leaf axes: {', '.join(a.name for a in self.leaf) or 'none'})"
         )
 
+    def position(self, iv: E.IterVar) -> int:
+        """Where leaf axis ``iv`` is in the loop order (by its variable: ``list.index`` would
+        build and compare an ``==`` node per axis before it)."""
+        uid = iv.var.uid
+        for pos, x in enumerate(self.leaf):
+            if x.var.uid == uid:
+                return pos
+        raise ScheduleError(f"axis {iv.name} is not a leaf axis of stage {self.name}")
+
     def _axis(self, axis: E.IterVar | str, what: str) -> E.IterVar:
         if isinstance(axis, str):
             return self.leaf_named(axis)
@@ -391,7 +400,7 @@ class Schedule:
         o_name, i_name = step.outputs()
         outer = st._new_axis(o_name, outer_ext, iv.kind)
         inner = st._new_axis(i_name, inner_ext, iv.kind)
-        pos = st.leaf.index(iv)
+        pos = st.position(iv)
         st.leaf[pos:pos + 1] = [outer, inner]
         st.relations.append(SplitRel(iv, outer, inner, step.factor, step.nparts))
         _drop_marks(st, iv)
@@ -409,7 +418,7 @@ class Schedule:
         ivs = [st.leaf_named(a) for a in step.axes]
         for iv in ivs:
             st.check_not_attached(iv, "fuse")
-        pos = [st.leaf.index(iv) for iv in ivs]
+        pos = [st.position(iv) for iv in ivs]
         if pos != list(range(pos[0], pos[0] + len(pos))):
             raise ScheduleError(
                 f"fuse on {st.name}: axes {', '.join(step.axes)} are not adjacent in the loop order "
@@ -433,7 +442,7 @@ class Schedule:
         ivs = [st.leaf_named(a) for a in step.axes]
         if len({iv.var.uid for iv in ivs}) != len(ivs):
             raise ScheduleError(f"reorder on {st.name}: an axis appears twice in {list(step.axes)}")
-        slots = sorted(st.leaf.index(iv) for iv in ivs)
+        slots = sorted(st.position(iv) for iv in ivs)
         for slot, iv in zip(slots, ivs):
             st.leaf[slot] = iv
 
@@ -506,7 +515,7 @@ class Schedule:
         if intrin is None:
             raise ScheduleError(f"{where}: unknown tensor intrinsic; known: "
                                 f"{', '.join(TENSOR_INTRINS)}")
-        nest = st.leaf[st.leaf.index(iv):]
+        nest = st.leaf[st.position(iv):]
         got = [_const_extent(a) for a in nest]
         kinds = (["data", "reduce"] if intrin.kind == "dot"
                  else ["data", "data", "reduce"][:len(intrin.extents)])

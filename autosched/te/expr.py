@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
@@ -53,8 +55,9 @@ class Node:
 
     def __post_init__(self) -> None:
         cls = type(self)
-        parts = tuple(_hash_of(getattr(self, name)) for name in field_names(cls))
-        object.__setattr__(self, "_hash", hash((cls.__name__, parts)))
+        fields_of = _field_getters.get(cls) or _field_getter(cls)
+        # a tuple's hash is its items' (a node's is cached): no walk below the direct fields
+        object.__setattr__(self, "_hash", hash((cls.__name__, fields_of(self))))
 
     def __hash__(self) -> int:
         return self._hash
@@ -69,10 +72,15 @@ class Node:
         self.__post_init__()
 
 
-def _hash_of(value: Any) -> int:
-    if type(value) is tuple:
-        return hash(tuple(_hash_of(v) for v in value))
-    return hash(value)
+_field_getters: dict[type, Callable[[Any], Any]] = {}
+
+
+def _field_getter(cls: type) -> Callable[[Any], Any]:
+    """A function from a node of ``cls`` to its field values (one C call)."""
+    names = field_names(cls)
+    get = operator.attrgetter(*names) if names else (lambda _: ())
+    _field_getters[cls] = get
+    return get
 
 
 def structural_equal(a: Any, b: Any) -> bool:

@@ -75,9 +75,12 @@ def _rebuilt(e: E.Expr, new: list[E.Expr]) -> E.Expr:
     return rebuild(e, **changes) if changes else e
 
 
-def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
-    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it)."""
-    return _rewrite(e, None, fn)
+def rewrite(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None],
+            memo: dict[int, tuple[E.Expr, E.Expr]] | None = None) -> E.Expr:
+    """Rewrite bottom-up: children first, then ``fn`` on the rebuilt node (None keeps it).
+    ``memo`` (by ``id`` of the original node, which the value keeps alive) shares the work
+    on subexpressions that several calls with the same ``fn`` reach."""
+    return _rewrite(e, None, fn, memo)
 
 
 def rewrite_outer(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
@@ -87,37 +90,51 @@ def rewrite_outer(e: E.Expr, fn: Callable[[E.Expr], E.Expr | None]) -> E.Expr:
 
 
 def _rewrite(e: E.Expr, before: Callable[[E.Expr], E.Expr | None] | None,
-             after: Callable[[E.Expr], E.Expr | None] | None) -> E.Expr:
+             after: Callable[[E.Expr], E.Expr | None] | None,
+             memo: dict[int, tuple[E.Expr, E.Expr]] | None = None) -> E.Expr:
     """``before`` on a node as it is reached (a replacement ends the walk there), ``after`` on
     it rebuilt from its rewritten children. Iterative (a stack of pending nodes and one of
     results), for expressions deeper than Python's recursion limit."""
     results: list[E.Expr] = []
     stack: list[tuple[E.Expr, int]] = [(e, -1)]   # (node, -1) to expand, (node, n) to build
+    memo = {} if memo is None else memo
     while stack:
         node, n = stack.pop()
         if n < 0:
+            hit = memo.get(id(node))
+            if hit is not None:
+                results.append(hit[1])
+                continue
             out = before(node) if before is not None else None
             if out is not None:
                 results.append(out)
                 continue
             operands = list(_operands(node))
+            if not operands:  # a leaf: nothing to rebuild
+                out = after(node) if after is not None else None
+                results.append(node if out is None else out)
+                memo[id(node)] = (node, results[-1])
+                continue
             stack.append((node, len(operands)))
             stack.extend((c, -1) for c in reversed(operands))
             continue
-        new = results[len(results) - n:] if n else []
+        new = results[len(results) - n:]
         del results[len(results) - n:]
-        built = _rebuilt(node, new) if n else node
+        built = _rebuilt(node, new)
         out = after(built) if after is not None else None
         results.append(built if out is None else out)
+        memo[id(node)] = (node, results[-1])
     return results[0]
 
 
-def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr]) -> E.Expr:
-    """Replace variables by expressions."""
+def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr],
+               memo: dict[int, tuple[E.Expr, E.Expr]] | None = None) -> E.Expr:
+    """Replace variables by expressions. ``memo``: as for ``rewrite``, shared only between
+    calls with the same ``mapping``."""
     if not mapping:
         return e
     by_uid = {v.uid: x for v, x in mapping.items()}
-    return rewrite(e, lambda n: by_uid.get(n.uid) if isinstance(n, E.Var) else None)
+    return rewrite(e, lambda n: by_uid.get(n.uid) if isinstance(n, E.Var) else None, memo)
 
 
 def free_vars(e: E.Expr) -> set[E.Var]:

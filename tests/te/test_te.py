@@ -153,3 +153,44 @@ def test_flop_count_counts_float_arithmetic_only() -> None:
     assert flop_count(dag.ops) == 2 * 16 * 8 * 9 * 10 * 12
     r = ops.relu(y)
     assert flop_count(te.ComputeDAG([r]).ops) == 2 * 16 * 8 * 9 * 10 * 12 + 16 * 10 * 12
+
+
+def test_hash_follows_fields_and_survives_pickling() -> None:
+    """A node's cached hash is built from its fields' own hashes (a tuple field's from its
+    items'), so equal trees built apart hash alike and a different leaf deep down changes
+    it; unpickled nodes (a process with other string hashes) hash afresh."""
+    x, y = te.var("x"), te.var("y")
+    a = te.max(x * 3 + y, 0) // 4
+    b = te.max(x * 3 + y, 0) // 4
+    c = te.max(x * 3 + x, 0) // 4
+    assert hash(a) == hash(b) and bool(a == b)
+    assert hash(a) != hash(c) and not bool(a == c)
+    back = pickle.loads(pickle.dumps(a))
+    assert hash(back) == hash(a) and bool(back == a)
+
+
+def test_rewrite_memo_shares_work_between_calls() -> None:
+    """``substitute`` with a shared memo rewrites a subexpression that several expressions
+    hold once, and gives what separate calls give."""
+    from autosched.te import expr as E
+    from autosched.te.visit import rewrite, substitute
+
+    x, y, z = te.var("x"), te.var("y"), te.var("z")
+    shared = (x * 7 + y) // 3
+    exprs = [shared + 1, te.max(shared, z), shared * shared]
+    mapping = {x: z + 2, y: te.const(5)}
+    memo: dict = {}
+    got = [substitute(e, mapping, memo) for e in exprs]
+    want = [substitute(e, mapping) for e in exprs]
+    assert all(bool(g == w) for g, w in zip(got, want))
+    seen: list[E.Expr] = []
+
+    def count(n: E.Expr) -> None:
+        seen.append(n)
+
+    memo = {}
+    rewrite(exprs[0], count, memo)
+    first = len(seen)
+    rewrite(exprs[1], count, memo)
+    # the second call visits only z and the max: the shared part comes from the memo
+    assert len(seen) - first == 2, [str(n) for n in seen[first:]]

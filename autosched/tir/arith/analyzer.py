@@ -58,6 +58,8 @@ class Analyzer:
     # simplify
 
     def simplify(self, e: E.Expr) -> E.Expr:
+        if type(e) is E.Const or type(e) is E.Var:  # already canonical
+            return e
         hit = self._simp.get(id(e))
         if hit is not None:
             return hit[1]
