@@ -105,7 +105,8 @@ for s in "$@"; do
                 ${LOG:+--log "$LOG"} ${SCHEDULE:+--schedule "$SCHEDULE"} ;;
         ray)  # issue 19: the Ray runner's candidates per minute over 1 and 2 worker nodes of
             # $RAY_CORES cores each, building on them with $RAY_NODE_BUILDS set (carry
-            # .ray-bundle: Ray's files as ray-slim.tar.xz, its dependencies' wheels, xgboost's)
+            # .ray-bundle, which benchmarks/ray_bundle.sh builds: Ray's files as ray-slim.tar.xz
+            # and its dependencies' wheels; xgboost comes with .gpu-wheels)
             tar xJf .ray-bundle/ray-slim.tar.xz -C /tmp/site \
                 && python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray-bundle/*.whl
             step ray "${RAY_S:-580}" python3 benchmarks/tune_ray.py --trials "${RAY_TRIALS:-400}" \

@@ -82,8 +82,9 @@ def add_tuning_options(parser: argparse.ArgumentParser, trials: int) -> None:
                              "ray (the Ray cluster on this machine or RAY_ADDRESS), "
                              "ray://HOST:PORT; docs/REMOTE.md")
     parser.add_argument("--node-builds", action="store_true",
-                        help="with --runner ray: each measuring node builds its share of a "
-                             "batch (nodes that compile fast) instead of this machine")
+                        help="with --runner ray: each measuring node builds the batches it "
+                             "measures, one per node at once (nodes that compile fast), "
+                             "instead of this machine")
 
 
 def trial_budget(args: argparse.Namespace) -> tuple[int | None, int | None]:

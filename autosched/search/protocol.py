@@ -41,8 +41,9 @@ class MeasureOptions:
     one repeat; ``reference_timeout`` the default schedule's build and run. ``worker_env`` adds
     to the workers' environment. ``seed`` fixes the random inputs. ``strict`` (tests) raises an
     unexpected exception in a worker instead of recording it. ``node_builds``: the Ray runner
-    has each measuring node build its share of a batch (with as many build workers as the node
-    has CPUs) instead of building every candidate on the tuner's machine (runner_ray.py).
+    has each measuring node build the batches it measures, whole, one per node at once (with as
+    many build workers as the node has CPUs) instead of building every candidate on the
+    tuner's machine (runner_ray.py).
     """
 
     build_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))

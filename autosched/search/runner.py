@@ -37,7 +37,9 @@ class Runner(Protocol):
     ``lower_candidates``, which the search then uses to lower candidates in its workers).
     A runner whose attribute ``overlaps`` is true measures elsewhere (other machines, other
     processes' cores): the tuner calls its ``measure`` from a thread of its own and searches
-    the next batch meanwhile, so ``measure`` and ``lower_candidates`` may run at once."""
+    the next batch meanwhile, so ``measure`` and ``lower_candidates`` may run at once. Such a
+    runner may also say, with ``lanes(target) -> int``, how many batches it measures at once
+    (one per node): the tuner then calls ``measure`` from that many threads at once."""
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """One result per candidate (a Schedule or a list of steps), in order; failures are

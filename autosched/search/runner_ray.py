@@ -10,7 +10,11 @@ cross-compiled target only under an emulator (an x86 machine standing in for an 
 through qemu-user) runs its candidates with emulated.EmulatedMeasurer, and their results say
 ``emulated``. Several actors of one target measure in parallel; when an actor or its node dies
 (Ray reports RayActorError), only its in-flight candidate is lost, and it is queued again for
-another actor. Ray does the transport, placement and failure detection: there is no RPC here.
+another actor. With ``MeasureOptions.node_builds`` each node builds what it measures, and
+a batch goes whole to one actor: the tuner keeps one batch in flight per actor (``lanes``), so
+the nodes measure different batches at once and no node waits for another's last candidate or
+repeats another's setup of a task. Ray does the transport, placement and failure detection:
+there is no RPC here.
 
 Join a node (docs/REMOTE.md has the board setup)::
 
@@ -30,6 +34,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -123,6 +128,11 @@ class _Pool:
         self.starting: dict[Any, Any] = {}       # ready ref -> actor
         self.stale: set[str] = set()             # nodes that run another autosched version
         self.death = ""                          # why the last actor died while starting
+        # the batches measured at once (one per tuner thread) share the actors: one call in
+        # flight per actor, handed out and given back under ``lock``
+        self.busy: set[Any] = set()
+        self.lock = threading.RLock()
+        self.freed = threading.Condition(self.lock)
 
     def top_up(self) -> None:
         """Start an actor for each unit of the resource the cluster has beyond ours."""
@@ -152,8 +162,26 @@ class _Pool:
                 continue
             self.live[actor] = where
 
+    def idle(self) -> list[Any]:
+        """The live actors with no call in flight (call with ``lock`` held)."""
+        return [a for a in self.live if a not in self.busy]
+
+    def release(self, actor: Any) -> None:
+        with self.lock:
+            self.busy.discard(actor)
+            self.freed.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for an actor to be given back (none may be idle now)."""
+        with self.lock:
+            if self.live and not self.idle():
+                self.freed.wait(timeout)
+
     def drop(self, actor: Any) -> None:
-        self.live.pop(actor, None)
+        with self.lock:
+            self.live.pop(actor, None)
+            self.busy.discard(actor)
+            self.freed.notify_all()
         try:
             ray.kill(actor)
         except (RayActorError, ValueError):
@@ -192,6 +220,7 @@ class RayRunner:
         self._own_ray = _connect(address, target)  # a Ray this runner started, it stops
         self._builder = Measurer(target, self.options)
         self._pools: dict[str, _Pool] = {}
+        self._lock = threading.RLock()  # the tuner's measuring threads share the pools
         self.dispatched = 0
         self.requeued = 0  # candidates queued again after their actor died
         self.measured_on: Counter[str] = Counter()
@@ -203,13 +232,10 @@ class RayRunner:
             return []
         batch = self._batch(task)
         results: list[MeasureResult | None]
-        if self.options.node_builds:  # one share of the batch per actor, built there
+        if self.options.node_builds:  # the whole batch to one actor, built there
             batch.building = False
             steps = [list(c.steps) if isinstance(c, Schedule) else list(c) for c in candidates]
-            shares = max(min(len(batch.pool.live), len(steps)), 1)
-            for k in range(shares):
-                share = tuple(range(k, len(steps), shares))
-                batch.queue.append((share, [steps[i] for i in share]))
+            batch.queue.append((tuple(range(len(steps))), steps))
             results = [None] * len(steps)
         else:
             # each candidate goes to an actor as soon as it is built, while the others build
@@ -220,6 +246,15 @@ class RayRunner:
         done = [r for r in results if r is not None]
         assert len(done) == len(results), "every candidate is built and run, or failed"
         return done
+
+    def lanes(self, target: Target) -> int:
+        """How many batches of ``target`` to measure at once (runner.Runner): with node builds
+        one per live actor, each batch whole on one node; else 1, its candidates spread over
+        the actors as they are built here."""
+        if not self.options.node_builds:
+            return 1
+        with self._lock:
+            return max(len(self._pool(target).live), 1)
 
     def lower_candidates(self, task: Task, candidates: Sequence[Any]) -> dict[int, Any]:
         """Candidates lowered in the local build workers (Measurer.lower_candidates)."""
@@ -261,7 +296,8 @@ class RayRunner:
         return pool
 
     def _batch(self, task: Task) -> _Batch:
-        return _Batch(self, task, self._pool(task.target))
+        with self._lock:
+            return _Batch(self, task, self._pool(task.target))
 
 
 # what an actor is handed: (the candidates' indices in the batch, one built candidate or the
@@ -308,7 +344,8 @@ class _Batch:
         while self.queue or self.inflight:
             if not self.pool.live and not self.inflight:
                 # every actor died: start others where the resource is left (or raise)
-                self.pool = self.runner._pool(self.task.target)
+                with self.runner._lock:
+                    self.pool = self.runner._pool(self.task.target)
             self.pump(None)
         return self.out
 
@@ -317,6 +354,8 @@ class _Batch:
         ``timeout`` s for one (None: until one finishes or is overdue)."""
         self._dispatch()
         if not self.inflight:
+            if self.queue and timeout is None:  # every actor measures another batch
+                self.pool.wait_idle(1.0)
             return
         if timeout is None:
             soonest = min(due for _, _, due in self.inflight.values())
@@ -328,7 +367,9 @@ class _Batch:
                 got = ray.get(ref)
                 for i, res in zip(unit[0], [got] if isinstance(unit[1], P.Artifact) else got):
                     self.out[i] = res
-                self.runner.measured_on[self.pool.live.get(actor, "?")] += len(unit[0])
+                with self.pool.lock:
+                    self.runner.measured_on[self.pool.live.get(actor, "?")] += len(unit[0])
+                self.pool.release(actor)
             except RayActorError as exc:  # the actor or its node died: requeue its candidates
                 self.pool.drop(actor)
                 self._retry(unit, f"the measuring actor died ({exc})")
@@ -339,8 +380,9 @@ class _Batch:
                 self.pool.drop(actor)
                 self._retry(unit, f"no answer in {self.limit:g} s")
         if ready and (self.queue or self.inflight):
-            self.pool.top_up()
-            self.pool.admit(0.0)
+            with self.runner._lock:
+                self.pool.top_up()
+                self.pool.admit(0.0)
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -350,10 +392,15 @@ class _Batch:
                 self.reference = ray.put(built)
             elif self.building and self.runner.options.check:
                 return  # it is being built with the batch: hold the candidates until it is
-        busy = {a for a, _, _ in self.inflight.values()}
-        for actor in [a for a in self.pool.live if a not in busy]:
+        with self.pool.lock:
+            self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Queued units to idle actors (with the pool's lock held)."""
+        for actor in self.pool.idle():
             if not self.queue:
                 return
+            self.pool.busy.add(actor)
             unit = self.queue.popleft()
             index, payload = unit
             if isinstance(payload, P.Artifact):

@@ -13,10 +13,11 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -412,16 +413,20 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
 
     sched = TaskScheduler(tuners, weights)
     bar = _progress(budget, opts.verbose)
-    # a runner that measures elsewhere (runner.overlaps: Ray's nodes) measures one batch while
-    # the next is searched here and the cost model learns from the last one
-    pool = ThreadPoolExecutor(1, thread_name_prefix="autosched-measure") \
-        if getattr(measurer, "overlaps", False) else None
+    # a runner that measures elsewhere (runner.overlaps: Ray's nodes) measures while the next
+    # batch is searched here and the cost model learns from the last one; one that measures
+    # several batches at once (runner.lanes: one per node) has one more searched ahead
+    overlaps = bool(getattr(measurer, "overlaps", False))
+    pool = ThreadPoolExecutor(MAX_LANES, thread_name_prefix="autosched-measure") \
+        if overlaps else None
+    gate = _Gate()
     taken = measured = stalls = 0
-    inflight: _Round | None = None
+    pending: list[_Round] = []  # taken, not yet finished: in the order they were taken
     try:
-        while taken < budget or inflight is not None:
-            job = None
-            if taken < budget and stalls <= 3 * len(tuners):
+        while taken < budget or pending:
+            lanes = _lanes(measurer, task_list[0].target) if overlaps else 0
+            gate.set(lanes)
+            if taken < budget and stalls <= 3 * len(tuners) and len(pending) <= lanes:
                 tuner = sched.next_task()
                 n = min(sched.round_size(tuner, opts.batch_size), budget - taken)
                 t0 = time.perf_counter()
@@ -432,7 +437,7 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
                     if stalls > 3 * len(tuners):
                         warnings.warn("the search space is exhausted: every candidate was "
                                       "measured", stacklevel=2)
-                    if inflight is None:
+                    if not pending:
                         if stalls > 3 * len(tuners):
                             break
                         continue
@@ -441,29 +446,78 @@ def _tune(task_list: list[Task], budget: int, record_log: RecordLog, rng: np.ran
                     taken += len(batch)
                     sched.update(tuner)  # a round taken: the next pick looks past it
                     schedules = tuner.schedules(batch)
-                    job = _Round(tuner, batch, schedules, t0, _submit(
-                        pool, measurer.measure, tuner.task, schedules))
-            elif inflight is None:
+                    pending.append(_Round(tuner, batch, schedules, t0, _submit(
+                        pool, gate.run, measurer.measure, tuner.task, schedules)))
+                    if len(pending) <= lanes and taken < budget:
+                        continue  # a lane is free: search another batch first
+            elif not pending:
                 break
-            if pool is None:
-                inflight, job = job, None
-            if inflight is not None:
-                recs = inflight.finish()
-                measured += len(recs)
-                _train(model, tuners)
-                if bar is not None:
-                    bar.update(len(recs))
-                    bar.set_postfix_str(_status(tuners, sched.weights,
-                                                time.perf_counter() - inflight.t0))
-                if on_round is not None:
-                    on_round(measured)
-            inflight = job
+            done = _first_done(pending)
+            pending.remove(done)
+            recs = done.finish()
+            measured += len(recs)
+            _train(model, tuners)
+            if bar is not None:
+                bar.update(len(recs))
+                bar.set_postfix_str(_status(tuners, sched.weights,
+                                            time.perf_counter() - done.t0))
+            if on_round is not None:
+                on_round(measured)
     finally:
+        gate.close()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
     return {t.task.name: t.best_cost for t in tuners}
+
+
+MAX_LANES = 64  # batches measured at once, at most (threads are started as needed)
+
+
+def _lanes(measurer: Any, target: Any) -> int:
+    """How many batches an overlapping runner measures at once (``lanes(target)``; 1 if it
+    does not say), between 1 and MAX_LANES."""
+    lanes = getattr(measurer, "lanes", None)
+    return max(1, min(int(lanes(target)) if lanes is not None else 1, MAX_LANES))
+
+
+class _Gate:
+    """Lets at most ``limit`` measurements run at once (the runner's lanes, which change as
+    nodes come and go); once closed, those still waiting are cancelled instead of run."""
+
+    def __init__(self) -> None:
+        self.limit, self.active, self.closed = 1, 0, False
+        self.cv = threading.Condition()
+
+    def set(self, limit: int) -> None:
+        with self.cv:
+            self.limit = max(limit, 1)
+            self.cv.notify_all()
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self.cv:
+            self.cv.wait_for(lambda: self.closed or self.active < self.limit)
+            if self.closed:
+                raise CancelledError("the tuning job ended before this batch was measured")
+            self.active += 1
+        try:
+            return fn(*args)
+        finally:
+            with self.cv:
+                self.active -= 1
+                self.cv.notify_all()
+
+
+def _first_done(pending: list[_Round]) -> _Round:
+    """The first of ``pending`` whose measuring is done, waiting for one if none is."""
+    wait([r.future for r in pending], return_when=FIRST_COMPLETED)
+    return next(r for r in pending if r.future.done())
 
 
 class _Round:

@@ -121,9 +121,11 @@ def gemm_task(target: str, m: int = 33, n: int = 29, k: int = 17) -> Any:
     return Task(lambda: gemm(m, n, k), target=target, name=f"gemm_{m}x{n}x{k}")
 
 
-def kill_one_node_mid_job(cluster: Any, tmp_path: Path, options: MeasureOptions) -> None:
+def kill_one_node_mid_job(cluster: Any, tmp_path: Path, options: MeasureOptions,
+                          batch_size: int = 8) -> None:
     """Tune a gemm over ``cluster``'s two host nodes and kill one with a candidate in flight:
-    the job finishes on the other, every trial recorded once, none lost."""
+    the job finishes on the other, every trial recorded once, none lost. (With node builds a
+    batch goes whole to one node: take batches small enough that a node gets a second one.)"""
     from autosched.search.runner_ray import RayRunner
     from autosched.search.tune import TuneOptions, tune
 
@@ -142,7 +144,7 @@ def kill_one_node_mid_job(cluster: Any, tmp_path: Path, options: MeasureOptions)
     trials = 12
     with RayRunner(task.target, options, on_dispatch=kill_its_node) as runner:
         best = tune(task, trials=trials, log=log, runner=runner,
-                    options=TuneOptions(batch_size=8, seed=1, verbose=False))
+                    options=TuneOptions(batch_size=batch_size, seed=1, verbose=False))
         nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
         requeued = runner.requeued
     assert killed, "no node was killed"

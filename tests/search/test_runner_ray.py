@@ -108,18 +108,21 @@ def test_emulated_board_checks_candidates_against_numpy() -> None:
 
 
 @needs_ray
-def test_nodes_that_build_their_share_measure_every_candidate_once(cluster: Any,
-                                                                  tmp_path: Path) -> None:
-    """MeasureOptions.node_builds: each node builds its share of a batch and measures it; the
-    records are those of a job built on the tuner's machine: one per trial, all checked."""
+def test_nodes_that_build_their_batches_measure_every_candidate_once(cluster: Any,
+                                                                    tmp_path: Path) -> None:
+    """MeasureOptions.node_builds: a batch goes whole to one node, which builds and measures
+    it, one batch per node at once; the records are those of a job built on the tuner's
+    machine: one per trial, all checked."""
     from autosched.search.runner_ray import RayRunner
 
     task = _gemm("llvm", 36, 27, 19)
     log = tmp_path / "gemm.jsonl"
     with RayRunner(task.target, replace(QUICK, node_builds=True)) as runner:
+        assert runner.lanes(task.target) == 2  # the two host nodes' actors
         best = tune(task, trials=12, log=log, runner=runner,
                     options=TuneOptions(batch_size=6, seed=2, verbose=False))
         nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
+        assert sorted(runner.measured_on.values()) == [6, 6], runner.measured_on
         assert runner.dispatched == 12
         assert runner._builder.default_artifact(task) is None  # nothing was built here
         assert runner.measure(task, []) == [] and runner.dispatched == 12

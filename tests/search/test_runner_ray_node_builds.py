@@ -1,6 +1,6 @@
-"""The Ray runner with nodes that build their own share of each batch
-(MeasureOptions.node_builds), on a cluster of its own: a node killed with a share in flight
-costs only that share, which another node builds and measures; no trial lost or repeated."""
+"""The Ray runner with nodes that build what they measure (MeasureOptions.node_builds), on a
+cluster of its own: each batch goes whole to one node; a node killed with a batch in flight
+costs only that batch, which another node builds and measures; no trial lost or repeated."""
 
 from __future__ import annotations
 
@@ -21,6 +21,6 @@ def host_cluster() -> Iterator[Any]:
 
 
 @needs_ray
-def test_a_node_killed_with_its_share_in_flight_loses_nothing(host_cluster: Any,
+def test_a_node_killed_with_its_batch_in_flight_loses_nothing(host_cluster: Any,
                                                               tmp_path: Path) -> None:
-    kill_one_node_mid_job(host_cluster, tmp_path, replace(QUICK, node_builds=True))
+    kill_one_node_mid_job(host_cluster, tmp_path, replace(QUICK, node_builds=True), batch_size=4)

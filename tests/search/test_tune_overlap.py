@@ -1,6 +1,6 @@
 """A runner that measures elsewhere (``overlaps``: Ray's nodes) measures one batch while the
-tuner searches the next and trains on the last: the budget holds, nothing is measured twice,
-an error in the measuring thread reaches the caller. Stand-in measurements (random costs
+tuner searches the next and trains on the last, and as many at once as it has ``lanes``: the
+budget holds, nothing is measured twice, an error in the measuring thread reaches the caller. Stand-in measurements (random costs
 after a pause) and an untrained model keep these to seconds."""
 
 from __future__ import annotations
@@ -35,8 +35,20 @@ class _Remote:
         self.rng, self.pause, self.fail_at = rng, pause, fail_at
         self.spans: list[tuple[float, float]] = []
         self.threads: set[int] = set()
+        self.lock = threading.Lock()
+        self.now = self.most = 0  # batches measuring at once: now, and the most seen
 
     def measure(self, task: Task, schedules: Any) -> list[MeasureResult]:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            return self._measure(schedules)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+    def _measure(self, schedules: Any) -> list[MeasureResult]:
         t0 = time.monotonic()
         self.threads.add(threading.get_ident())
         if len(self.spans) == self.fail_at:
@@ -112,3 +124,24 @@ def test_every_task_gets_its_first_round(tmp_path: Path, rng: np.random.Generato
     records = RecordLog(log).load()
     assert sorted(r.workload_key for r in records) == sorted(
         [t.workload_key for t in tasks for _ in range(3)])
+
+
+class _Nodes(_Remote):
+    """Two nodes: two batches measure at once."""
+
+    def lanes(self, target: Any) -> int:
+        return 2
+
+
+def test_a_runner_with_two_lanes_measures_two_batches_at_once(tmp_path: Path,
+                                                                rng: np.random.Generator) -> None:
+    log = tmp_path / "t.jsonl"
+    runner = _Nodes(rng, pause=0.1)
+    tune(_tasks(), trials=21, log=log, runner=runner, model=_Untrained(), options=OPTS)
+    records = RecordLog(log).load()
+    assert len(records) == 21 and len({(r.workload_key, r.ir_hash) for r in records}) == 21
+    assert runner.most == 2, f"{runner.most} batches measured at once, not the runner's 2 lanes"
+    one = _Remote(rng, pause=0.1)
+    tune(_tasks(), trials=21, log=tmp_path / "u.jsonl", runner=one, model=_Untrained(),
+         options=OPTS)
+    assert one.most == 1, "a runner without lanes measures one batch at a time"
