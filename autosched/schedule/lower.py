@@ -33,7 +33,7 @@ from autosched.te import dtype as dt
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Tensor
-from autosched.te.visit import free_vars, post_order, rewrite, substitute, tensors_read
+from autosched.te.visit import free_vars, post_order, rewrite, substitute, substituter, tensors_read
 from autosched.tir import ir
 from autosched.tir.arith import Analyzer
 from autosched.tir.evaluate import const_int
@@ -511,8 +511,7 @@ def unique_names(ctx: LowerContext) -> None:
             return dataclasses.replace(s, var=by_uid[s.var.uid])
         return None
 
-    memo: dict[int, tuple[E.Expr, E.Expr]] = {}  # what statements share is renamed once
-    ctx.body = map_stmt(ctx.body, lambda e: substitute(e, rename, memo), fstmt)
+    ctx.body = map_stmt(ctx.body, substituter(rename), fstmt)  # shared parts renamed once
 
 
 PASSES: list[tuple[str, Callable[[LowerContext], None]]] = [

@@ -131,10 +131,21 @@ def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr],
                memo: dict[int, tuple[E.Expr, E.Expr]] | None = None) -> E.Expr:
     """Replace variables by expressions. ``memo``: as for ``rewrite``, shared only between
     calls with the same ``mapping``."""
-    if not mapping:
-        return e
+    return substituter(mapping, memo)(e) if mapping else e
+
+
+def substituter(mapping: Mapping[E.Var, E.Expr],
+                memo: dict[int, tuple[E.Expr, E.Expr]] | None = None
+                ) -> Callable[[E.Expr], E.Expr]:
+    """``substitute`` of ``mapping`` as a function, for many expressions (a pass over a
+    loop nest): the mapping is indexed once and the calls share one memo."""
     by_uid = {v.uid: x for v, x in mapping.items()}
-    return rewrite(e, lambda n: by_uid.get(n.uid) if isinstance(n, E.Var) else None, memo)
+    memo = {} if memo is None else memo
+
+    def replace(n: E.Expr) -> E.Expr | None:
+        return by_uid.get(n.uid) if isinstance(n, E.Var) else None
+
+    return lambda e: rewrite(e, replace, memo)
 
 
 def free_vars(e: E.Expr) -> set[E.Var]:

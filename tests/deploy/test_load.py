@@ -4,6 +4,7 @@ or CPU. (Threads and hostile build dirs: tests/system/test_deploy_trust.py.)"""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.deploy import export
 from autosched.testing.models import ort_run, small_cnn
 from importers.onnx import from_onnx
+from tests.deploy.c_driver import CROSS
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,9 @@ def test_importing_load_needs_no_compiler() -> None:
 
 
 def test_a_library_for_another_machine_says_which(tmp_path: Path) -> None:
+    if shutil.which(CROSS["aarch64"][0]) is None:
+        pytest.skip(f"{CROSS['aarch64'][0]} is not installed (apt-get install -y "
+                    "gcc-aarch64-linux-gnu libc6-dev-arm64-cross): it links the library")
     model = aus.compile(from_onnx(small_cnn(image=8)),
                         target="llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")
     export(model, tmp_path, name="arm")
