@@ -81,11 +81,18 @@ def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
     try:
         tune(tasks, trials=args.trials, log=log, weights=weights, runner=r,
              options=TuneOptions(batch_size=args.batch_size, seed=0, verbose=False))
+        secs = time.perf_counter() - t0
+        # Ray: how long each node had a call in flight, and that as a share of the job (what a
+        # node's idle time while the tuner searched cost)
+        busy = {where.split(" node ")[1][:8]: s for where, s in getattr(r, "busy_s", {}).items()}
     finally:
         r.close()
-    secs = time.perf_counter() - t0
     measured = len(RecordLog(log).load())
-    return {"tune_s": secs, **spent, "candidates": measured, "per_minute": measured / secs * 60}
+    out = {"tune_s": secs, **spent, "candidates": measured, "per_minute": measured / secs * 60}
+    if busy:
+        out["node_busy_s"] = busy
+        out["node_busy_share"] = {k: round(v / secs, 3) for k, v in busy.items()}
+    return out
 
 
 def main() -> int:

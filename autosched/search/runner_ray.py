@@ -36,7 +36,7 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -202,6 +202,7 @@ class RayRunner:
         with RayRunner(parse("llvm"), address="ray://head:10001") as r:
             results = r.measure(task, schedules)      # list[MeasureResult], same order
         r.measured_on       # Counter: candidates measured per actor ("host node ID pid N")
+        r.busy_s            # {actor: seconds it had a call in flight}
 
     ``address`` None connects to the cluster on this machine or the one RAY_ADDRESS names,
     else starts a local one whose node advertises ``target``. ``on_dispatch(n, where)`` (tests)
@@ -224,6 +225,7 @@ class RayRunner:
         self.dispatched = 0
         self.requeued = 0  # candidates queued again after their actor died
         self.measured_on: Counter[str] = Counter()
+        self.busy_s: defaultdict[str, float] = defaultdict(float)  # seconds each actor had a call in flight
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """Build here (or on the nodes: MeasureOptions.node_builds), measure on the cluster;
@@ -317,6 +319,7 @@ class _Batch:
         self.out: dict[int, MeasureResult] = {}  # by index in the batch
         self.attempts: Counter[tuple[int, ...]] = Counter()
         self.inflight: dict[Any, tuple[Any, _Unit, float]] = {}  # ref -> (actor, unit, due)
+        self.sent: dict[Any, float] = {}  # ref -> when it was handed out
         self.error: Exception | None = None
         # the task's default schedule, built first in the tuner's build workers the first time
         # (Measurer.build), goes with each candidate, so that no node compiles it for its
@@ -363,12 +366,15 @@ class _Batch:
         ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
         for ref in ready:
             actor, unit, _ = self.inflight.pop(ref)
+            busy = time.monotonic() - self.sent.pop(ref)
             try:
                 got = ray.get(ref)
                 for i, res in zip(unit[0], [got] if isinstance(unit[1], P.Artifact) else got):
                     self.out[i] = res
                 with self.pool.lock:
-                    self.runner.measured_on[self.pool.live.get(actor, "?")] += len(unit[0])
+                    where = self.pool.live.get(actor, "?")
+                    self.runner.measured_on[where] += len(unit[0])
+                    self.runner.busy_s[where] += busy
                 self.pool.release(actor)
             except RayActorError as exc:  # the actor or its node died: requeue its candidates
                 self.pool.drop(actor)
@@ -377,6 +383,7 @@ class _Batch:
         for ref, (actor, unit, due) in list(self.inflight.items()):
             if now >= due:  # a node that stopped answering without dying
                 self.inflight.pop(ref)
+                self.sent.pop(ref, None)
                 self.pool.drop(actor)
                 self._retry(unit, f"no answer in {self.limit:g} s")
         if ready and (self.queue or self.inflight):
@@ -409,7 +416,8 @@ class _Batch:
             else:  # a share of steps the node builds itself
                 ref = actor.measure.remote(self.task_ref, payload)
                 due = self.limit + len(index) * (self.limit + self.runner.options.build_timeout)
-            self.inflight[ref] = (actor, unit, time.monotonic() + due)
+            self.sent[ref] = time.monotonic()
+            self.inflight[ref] = (actor, unit, self.sent[ref] + due)
             r = self.runner
             r.dispatched += len(index)
             if r.on_dispatch is not None:

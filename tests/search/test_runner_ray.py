@@ -123,6 +123,8 @@ def test_nodes_that_build_their_batches_measure_every_candidate_once(cluster: An
                     options=TuneOptions(batch_size=6, seed=2, verbose=False))
         nodes_used = {w.split(" node ")[1].split()[0] for w in runner.measured_on}
         assert sorted(runner.measured_on.values()) == [6, 6], runner.measured_on
+        assert set(runner.busy_s) == set(runner.measured_on)  # each node's time in its calls
+        assert all(s > 0 for s in runner.busy_s.values())
         assert runner.dispatched == 12
         assert runner._builder.default_artifact(task) is None  # nothing was built here
         assert runner.measure(task, []) == [] and runner.dispatched == 12
