@@ -34,11 +34,10 @@ import numpy as np  # noqa: E402
 from autosched.cost_model.features import extract_features  # noqa: E402
 from autosched.errors import AutoschedError  # noqa: E402
 from autosched.graph.compiler import extract_tasks  # noqa: E402
-from autosched.search.record import RecordLog, ir_hash  # noqa: E402
-from autosched.search.runner import make_runner  # noqa: E402
+from autosched.search.record import ir_hash  # noqa: E402
 from autosched.search.space import SearchSpace  # noqa: E402
-from autosched.search.tune import TuneOptions, tune  # noqa: E402
 from autosched.testing import models  # noqa: E402
+from benchmarks.tune_ray import tune_with  # noqa: E402
 from importers.onnx import from_onnx  # noqa: E402
 
 PHASES = ("schedule", "lower", "ir_hash", "features")
@@ -79,30 +78,13 @@ def per_candidate(tasks: list[Any], per_task: int, passes: int) -> dict[str, Any
 
 
 def tune_share(tasks: list[Any], weights: list[int], trials: int) -> dict[str, float]:
-    """A local tune of ``trials`` candidates: wall seconds, those inside the runner, the rest."""
-    runner = make_runner("local", tasks[0].target, min_repeat_ms=20.0)
-    inside = [0.0]
-    measure = runner.measure
-
-    def timed(task: Any, candidates: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return measure(task, candidates)
-        finally:
-            inside[0] += time.perf_counter() - t
-
-    runner.measure = timed  # type: ignore[method-assign]
+    """A local tune of ``trials`` candidates from a fresh log (tune_ray's ``tune_with``): wall
+    seconds, those inside the runner, and the rest (searching, training)."""
     log = Path(tempfile.mkdtemp(prefix="search_cost-")) / "resnet18.jsonl"
-    t0 = time.perf_counter()
-    try:
-        tune(tasks, trials=trials, log=log, weights=weights, runner=runner,
-             options=TuneOptions(batch_size=16, seed=0, verbose=False))
-    finally:
-        runner.close()
-    wall = time.perf_counter() - t0
-    n = len(RecordLog(log).load())
-    return {"candidates": n, "wall_s": round(wall, 2), "runner_s": round(inside[0], 2),
-            "search_s": round(wall - inside[0], 2), "per_minute": round(n / wall * 60, 1)}
+    got = tune_with("local", tasks, weights, log,
+                    argparse.Namespace(trials=trials, batch_size=16, node_builds=False))
+    return {**{k: round(v, 2) for k, v in got.items()},
+            "search_s": round(got["tune_s"] - got["runner_s"], 2)}
 
 
 def main() -> int:

@@ -303,14 +303,14 @@ class RayRunner:
 
 
 # what an actor is handed: (the candidates' indices in the batch, one built candidate or the
-# steps of the share it builds itself)
+# steps of the whole batch, which it builds itself)
 _Unit = tuple[tuple[int, ...], Any]
 
 
 class _Batch:
     """One batch on its way through the actors: candidates are added as they are built and
-    handed to idle actors (or, with node builds, one share of the candidates per actor); the
-    unit of an actor that dies is queued again."""
+    handed to idle actors (or, with node builds, the whole batch to one actor); the unit of
+    an actor that dies is queued again."""
 
     def __init__(self, runner: RayRunner, task: Task, pool: _Pool):
         self.runner, self.task, self.pool = runner, task, pool
@@ -413,7 +413,7 @@ class _Batch:
             if isinstance(payload, P.Artifact):
                 ref = actor.run.remote(self.task_ref, payload, self.reference)
                 due = self.limit
-            else:  # a share of steps the node builds itself
+            else:  # the batch's steps, which the node builds itself
                 ref = actor.measure.remote(self.task_ref, payload)
                 due = self.limit + len(index) * (self.limit + self.runner.options.build_timeout)
             self.sent[ref] = time.monotonic()

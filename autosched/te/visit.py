@@ -127,20 +127,16 @@ def _rewrite(e: E.Expr, before: Callable[[E.Expr], E.Expr | None] | None,
     return results[0]
 
 
-def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr],
-               memo: dict[int, tuple[E.Expr, E.Expr]] | None = None) -> E.Expr:
-    """Replace variables by expressions. ``memo``: as for ``rewrite``, shared only between
-    calls with the same ``mapping``."""
-    return substituter(mapping, memo)(e) if mapping else e
+def substitute(e: E.Expr, mapping: Mapping[E.Var, E.Expr]) -> E.Expr:
+    """Replace variables by expressions."""
+    return substituter(mapping)(e) if mapping else e
 
 
-def substituter(mapping: Mapping[E.Var, E.Expr],
-                memo: dict[int, tuple[E.Expr, E.Expr]] | None = None
-                ) -> Callable[[E.Expr], E.Expr]:
+def substituter(mapping: Mapping[E.Var, E.Expr]) -> Callable[[E.Expr], E.Expr]:
     """``substitute`` of ``mapping`` as a function, for many expressions (a pass over a
-    loop nest): the mapping is indexed once and the calls share one memo."""
+    loop nest): the mapping is indexed once and the calls share one ``rewrite`` memo."""
     by_uid = {v.uid: x for v, x in mapping.items()}
-    memo = {} if memo is None else memo
+    memo: dict[int, tuple[E.Expr, E.Expr]] = {}
 
     def replace(n: E.Expr) -> E.Expr | None:
         return by_uid.get(n.uid) if isinstance(n, E.Var) else None

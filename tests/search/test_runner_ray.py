@@ -38,9 +38,6 @@ from tests.search.conftest import (
 )
 from tests.support import ROOT
 
-_gemm = gemm_task
-
-
 # -- the interface, without ray --------------------------------------------------------------
 
 
@@ -82,7 +79,7 @@ def test_resource_name_says_what_the_code_depends_on() -> None:
 def test_emulated_board_checks_candidates_against_numpy() -> None:
     from autosched.search.emulated import EmulatedMeasurer
 
-    task = _gemm(AARCH64)
+    task = gemm_task(AARCH64)
     space, rng = SearchSpace(task), np.random.default_rng(3)
     schedules = [space.schedule(space.sample(rng)) for _ in range(3)]
     with Measurer(task.target, QUICK) as builder, EmulatedMeasurer(task.target, QUICK) as em:
@@ -115,7 +112,7 @@ def test_nodes_that_build_their_batches_measure_every_candidate_once(cluster: An
     machine: one per trial, all checked."""
     from autosched.search.runner_ray import RayRunner
 
-    task = _gemm("llvm", 36, 27, 19)
+    task = gemm_task("llvm", 36, 27, 19)
     log = tmp_path / "gemm.jsonl"
     with RayRunner(task.target, replace(QUICK, node_builds=True)) as runner:
         assert runner.lanes(task.target) == 2  # the two host nodes' actors
@@ -149,7 +146,7 @@ def test_aarch64_board_node_under_qemu_tunes_from_the_command_line(
     records are checked there and say emulated; no time becomes the board's best."""
     log = tmp_path / "gemm-aarch64.jsonl"
     tune_gemm_on_board("ray", (24, 19, 13), 5, 2, log, capsys)
-    task = _gemm(AARCH64, 24, 19, 13)
+    task = gemm_task(AARCH64, 24, 19, 13)
     again = tune(task, total_trials=6, log=log, runner="ray", options=TuneOptions(
         batch_size=1, seed=3, verbose=False, measure=QUICK))
     assert again[task.name] == math.inf, "emulated times are never the best"
@@ -164,13 +161,13 @@ def test_a_target_no_node_advertises_is_one_clear_error(cluster: Any, tmp_path: 
     with RayRunner(parse(avx2), QUICK, start_timeout=1.0) as runner:
         with pytest.raises(MeasureError, match="none advertises autosched:llvm-x86_64-v256.*"
                                                "ray start --resources="):
-            runner.measure(_gemm(avx2), [[]])
+            runner.measure(gemm_task(avx2), [[]])
 
 
 @needs_ray
 @pytest.mark.gpu
 def test_gpu_node_measures_cuda_candidates(cluster: Any, tmp_path: Path) -> None:
-    task = _gemm("cuda", 70, 66, 33)
+    task = gemm_task("cuda", 70, 66, 33)
     log = tmp_path / "gemm-cuda.jsonl"
     best = tune(task, trials=6, log=log, runner="ray", options=TuneOptions(
         batch_size=6, seed=4, verbose=False, measure=QUICK))

@@ -170,17 +170,17 @@ def test_hash_follows_fields_and_survives_pickling() -> None:
 
 
 def test_rewrite_memo_shares_work_between_calls() -> None:
-    """``substitute`` with a shared memo rewrites a subexpression that several expressions
-    hold once, and gives what separate calls give."""
+    """A substituter (one memo for all its calls) rewrites a subexpression that several
+    expressions hold once, and gives what separate ``substitute`` calls give."""
     from autosched.te import expr as E
-    from autosched.te.visit import rewrite, substitute
+    from autosched.te.visit import rewrite, substitute, substituter
 
     x, y, z = te.var("x"), te.var("y"), te.var("z")
     shared = (x * 7 + y) // 3
     exprs = [shared + 1, te.max(shared, z), shared * shared]
     mapping = {x: z + 2, y: te.const(5)}
-    memo: dict = {}
-    got = [substitute(e, mapping, memo) for e in exprs]
+    sub = substituter(mapping)
+    got = [sub(e) for e in exprs]
     want = [substitute(e, mapping) for e in exprs]
     assert all(bool(g == w) for g, w in zip(got, want))
     seen: list[E.Expr] = []
@@ -188,7 +188,7 @@ def test_rewrite_memo_shares_work_between_calls() -> None:
     def count(n: E.Expr) -> None:
         seen.append(n)
 
-    memo = {}
+    memo: dict = {}
     rewrite(exprs[0], count, memo)
     first = len(seen)
     rewrite(exprs[1], count, memo)
