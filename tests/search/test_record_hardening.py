@@ -35,9 +35,14 @@ def task() -> Task:
 
 
 def _good_lines(task: Task, rng: np.random.Generator, n: int = 6) -> list[dict[str, Any]]:
-    """Records of sampled candidates with random positive costs (no measuring needed)."""
+    """Records of ``n`` distinct sampled candidates with random positive costs (no measuring
+    needed); distinct, because a resumed tuner's seeds are rightly deduplicated."""
     space = SearchSpace(task)
-    cands = [space.sample(rng) for _ in range(n)]
+    cands: list[Any] = []
+    while len(cands) < n:
+        c = space.sample(rng)
+        if c not in cands:
+            cands.append(c)
     scheds = [space.schedule(c) for c in cands]
 
     class _Res:  # what records_from reads of a MeasureResult
