@@ -8,11 +8,12 @@ each from a fresh log; candidates measured per minute and the tuned model's late
 The Ray side starts its own cluster on this machine (ray.cluster_utils.Cluster: a head without
 resources, ``--nodes`` worker nodes advertising this CPU's target once each), so each node
 measures one candidate at a time, as a board or a GPU machine would; builds happen here, in
-the same build pool as the local runner's. On one machine the nodes share its cores: the
-speed-up shows what overlapping measurements buys (the local runner measures one candidate at
-a time while the build pool waits), not what separate machines would give, and concurrent runs
-perturb each other's timings, so the tuned latencies are compared too (timed in alternating
-rounds; benchmarks/baseline.py). Prints the machine (date, commit, CPU, load average) and
+the same build pool as the local runner's, or on the nodes with ``--node-builds``. Each node
+is pinned to ``--node-cpus`` cores of its own and the tuner to the cores left by the largest
+run's nodes (all of them when none are left), the same in every run, so a node times on its
+own cores as a separate machine would (the measurement lock is per core) and the runs differ
+only in their node count; the nodes still share the host's caches and memory, so the tuned
+latencies are compared too (timed in alternating rounds; benchmarks/baseline.py). Prints the machine (date, commit, CPU, load average) and
 writes benchmarks/results/tune_ray.json. Needs the ``cluster`` extra.
 """
 
@@ -95,6 +96,16 @@ def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
     return out
 
 
+def _pins(cores: list[int], nodes: int, per_node: int) -> list[list[int]] | None:
+    """Cores for each of ``nodes`` simulated nodes (``per_node`` each, disjoint) and, last,
+    the tuner's: the cores left when the largest run's nodes are placed, or every core when
+    none are left (then the tuner shares them). None when the nodes do not fit: unpinned."""
+    if nodes * per_node > len(cores):
+        return None
+    out = [cores[i * per_node:(i + 1) * per_node] for i in range(nodes)]
+    return [*out, cores[nodes * per_node:] or cores]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=400)
@@ -108,6 +119,10 @@ def main() -> int:
                     help="CPUs each worker node advertises (its build workers with --node-builds)")
     ap.add_argument("--node-builds", action="store_true",
                     help="the Ray runs build each node's share of a batch on the node")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="pin each node to its own cores and the tuner to the rest, the same "
+                         "cores in every Ray run (a node then times on its cores alone, as a "
+                         "separate machine would)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--out", default="benchmarks/results/tune_ray.json")
     args = ap.parse_args()
@@ -129,19 +144,27 @@ def main() -> int:
     logs = {"local": work / "local.jsonl"}
     rows["runs"]["local"] = tune_with("local", tasks, weights, logs["local"], args)
     print(f"local: {rows['runs']['local']}", flush=True)
+    everywhere = sorted(os.sched_getaffinity(0))
     for n in args.nodes:
+        pins = _pins(everywhere, max(args.nodes), args.node_cpus) if args.pin else None
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-        for _ in range(n):
+        for i in range(n):
+            if pins:  # the node's raylet, and so its actors and their workers, inherit it
+                os.sched_setaffinity(0, pins[i])
             cluster.add_node(num_cpus=args.node_cpus,
                              resources={resource_name(parse(args.target)): 1})
+        os.sched_setaffinity(0, pins[-1] if pins else everywhere)  # the tuner's own cores
         ray.init(address=cluster.address, log_to_driver=False)
         name = f"ray x{n}"
         logs[name] = work / f"ray{n}.jsonl"
         try:
             rows["runs"][name] = tune_with("ray", tasks, weights, logs[name], args)
+            rows["runs"][name]["cores"] = ({"nodes": pins[:n], "tuner": pins[-1]} if pins
+                                           else "not pinned")
         finally:
             ray.shutdown()
             cluster.shutdown()
+            os.sched_setaffinity(0, everywhere)
         one = rows["runs"].get("ray x1", rows["runs"]["local"])
         rows["runs"][name]["speedup_vs_local"] = (rows["runs"][name]["per_minute"]
                                                   / rows["runs"]["local"]["per_minute"])

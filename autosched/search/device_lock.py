@@ -3,9 +3,11 @@
 Two tuning jobs on one machine (two models tuned side by side, a test run beside a tune) would
 otherwise time their candidates at the same moments on the same cores or GPU, and each would
 record the other's load as its own candidates' cost. Each measurement worker therefore holds
-an advisory lock on the device (``flock`` on a file named after it in the system's temporary
+advisory locks on the device (``flock`` on files named after it in the system's temporary
 folder) while it times a candidate; builds, searches and correctness checks run unlocked, so
-jobs still overlap everywhere but in the timed loops.
+jobs still overlap everywhere but in the timed loops. A CPU is locked core by core, the cores
+the worker may run on (its affinity): jobs pinned to disjoint cores (simulated cluster nodes
+on one host, say) time side by side; an unpinned job takes turns with all of them.
 
 Example::
 
@@ -40,7 +42,7 @@ WAITING_EVERY_S = 0.25  # how often it calls ``waiting`` meanwhile
 
 
 def lock_path(device: str) -> str:
-    """The lock file of ``device`` (a name such as ``cpu`` or ``cuda-0000:19:00.0``)."""
+    """The lock file of ``device`` (a name such as ``cpu3`` or ``cuda-0000:19:00.0``)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", device)
     return os.path.join(tempfile.gettempdir(), f"autosched-measure-{safe}.lock")
 
@@ -51,32 +53,35 @@ def enabled() -> bool:
 
 @contextlib.contextmanager
 def device_lock(target: Any, waiting: Callable[[], None] | None = None) -> Iterator[float]:
-    """Hold the lock of the device ``target`` runs on; yields the seconds spent waiting.
-    ``waiting`` is called every quarter second while another process holds it."""
+    """Hold the locks of the device ``target`` runs on (on a CPU, one per core this process
+    may run on); yields the seconds spent waiting. ``waiting`` is called every quarter second
+    while another process holds one of them."""
     if fcntl is None or not enabled():
         yield 0.0
         return
-    fd = _open(lock_path(target.backend.device_name(target)))
-    if fd is None:
-        yield 0.0
-        return
+    # one order for every process (sorted names): two jobs each holding part of the other's
+    # cores never wait for each other for good
+    fds = [fd for fd in (_open(lock_path(n)) for n in sorted(set(
+        target.backend.device_names(target)))) if fd is not None]
     t0 = last = time.perf_counter()
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-            time.sleep(POLL_S)
-            now = time.perf_counter()
-            if waiting is not None and now - last >= WAITING_EVERY_S:
-                waiting()
-                last = now
+        for fd in fds:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                time.sleep(POLL_S)
+                now = time.perf_counter()
+                if waiting is not None and now - last >= WAITING_EVERY_S:
+                    waiting()
+                    last = now
         yield time.perf_counter() - t0
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        for fd in fds:
+            os.close(fd)  # closing a descriptor releases its lock
 
 
 def _open(path: str) -> int | None:

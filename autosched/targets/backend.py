@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -219,10 +220,22 @@ class Backend:
         """How many bytes to touch between timed repeats to flush the caches."""
         return 2 * llc_bytes()
 
-    def device_name(self, target: Target) -> str:
-        """The hardware the target's modules run on here, as a name that is the same in every
-        process of this machine (one timed measurement per device at a time: device_lock)."""
-        return "cpu"
+    def device_names(self, target: Target) -> tuple[str, ...]:
+        """The hardware the target's modules run on here, as names that are the same in every
+        process of this machine: a timed measurement holds all of them (device_lock). On a
+        CPU, the cores this process may run on."""
+        return cpu_names()
+
+
+def cpu_names() -> tuple[str, ...]:
+    """This process's CPU cores as device names (``cpu0``, ``cpu5``): the cores its affinity
+    allows, so processes pinned to disjoint cores (simulated cluster nodes, jobs placed on
+    purpose) time side by side while an unpinned one takes turns with each."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this system: every core
+        cores = list(range(os.cpu_count() or 1))
+    return tuple(f"cpu{c}" for c in cores)
 
 
 # -- the registry -------------------------------------------------------------------------------

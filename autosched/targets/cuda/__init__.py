@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 from autosched.errors import CompileError, RuntimeError_
-from autosched.targets.backend import Backend, DeviceMemory, Module, TargetKeys, register
+from autosched.targets.backend import Backend, DeviceMemory, Module, TargetKeys, cpu_names, register
 from autosched.targets.host import detect_cuda_arch
 from autosched.targets.target import Target
 from autosched.tir import ir
@@ -148,14 +148,14 @@ class CudaBackend(Backend):
             return False
         return True
 
-    def device_name(self, target: Target) -> str:
+    def device_names(self, target: Target) -> tuple[str, ...]:
         """The GPU by its PCI address (what CUDA_VISIBLE_DEVICES renumbers stays one name);
-        the host CPU for an emulation."""
+        the host's cores for an emulation."""
         if _emulation(target) is not None:
-            return "cpu"
+            return cpu_names()
         from autosched.targets.cuda import runtime
 
-        return "cuda-" + runtime.device_bus_id()
+        return ("cuda-" + runtime.device_bus_id(),)
 
 
 def _emulation(target: Target) -> str | None:
