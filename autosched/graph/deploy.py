@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.graph.executor import memory_plan, nbytes
+from autosched.graph.memory import memory_layout, nbytes
 from autosched.version import __version__
 
 ALIGN = 64  # every weight and workspace buffer starts on a cache line
@@ -128,7 +128,7 @@ def library_spec(model: Any, name: str, embed: bool = True, static: bool = True)
     region = "weights" if embed else "address"
     places.update({c: Place(region, at) for c, at in offsets.items() if c not in places})
     steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in model.kernels]
-    layout, workspace = _layout(g, steps, aliases)
+    layout, workspace = memory_layout(g, steps, aliases)
     places.update({v: Place("workspace", at) for v, at in layout.items() if v not in places})
 
     def place(v: str) -> Any:
@@ -156,20 +156,6 @@ def _pack(constants: dict[str, np.ndarray], used: list[str]) -> tuple[bytes, dic
         offsets[name] = len(blob)
         blob += np.asarray(constants[name], order="C").tobytes()
     return bytes(blob), offsets
-
-
-def _layout(graph: Any, steps: list[tuple[Any, Any]], aliases: dict[str, str]
-            ) -> tuple[dict[str, int], int]:
-    """The memory plan as byte offsets into one workspace, and its size."""
-    end = [0]
-
-    def alloc(n: int) -> int:
-        at = end[0]
-        end[0] += -(-n // ALIGN) * ALIGN
-        return at
-
-    layout, _ = memory_plan(graph, steps, alloc, aliases)
-    return layout, end[0]
 
 
 def _owner_writable_only(path: Path) -> None:

@@ -1,6 +1,6 @@
 """Running a compiled graph on the CPU: kernels in order over a static memory plan.
 
-Intermediates share byte buffers once their last reader has run (``memory_plan``); constants
+Intermediates share one workspace, at offsets planned from their lifetimes (graph/memory.py); constants
 are bound once; ``run`` checks the inputs (names, shapes, dtypes) and returns fresh output
 arrays. When the backend can link the kernels in this process (llvm on the host), a run is one
 native call into the same glue a deployed library has (graph/deploy.py): the kernels in order
@@ -32,28 +32,12 @@ import numpy as np
 
 from autosched.errors import ModelImportError, RuntimeError_
 from autosched.graph.graph import Graph, ValueInfo
+from autosched.graph.memory import memory_layout, nbytes
 from autosched.graph.threads import AdaptiveThreads, adaptive
 from autosched.targets.arrays import aligned, aligned_empty
 from autosched.targets.status import STATUS_INDEX, KernelFailure, status_message
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
-
-MAX_BYTES = 2**62  # more than any machine has; beyond it sizes would overflow int64 arithmetic
-
-
-def nbytes(info: ValueInfo) -> int:
-    """The bytes of a value (at least 1), checked: a count that overflows is an error naming
-    the value, not a wrapped number."""
-    n = dt.nbytes(info.dtype)
-    for d in info.shape:
-        n *= int(d)
-    if min(info.shape, default=0) < 0:
-        raise ModelImportError(f"value {info.name} ({info.dtype}{list(info.shape)}) has a "
-                               "negative dim")
-    if n > MAX_BYTES:
-        raise ModelImportError(f"value {info.name} ({info.dtype}{list(info.shape)}) would need "
-                               f"{n} bytes, more than int64 sizes can address")
-    return max(n, 1)
 
 
 def view(raw: np.ndarray, info: ValueInfo) -> np.ndarray:
@@ -64,7 +48,7 @@ def view(raw: np.ndarray, info: ValueInfo) -> np.ndarray:
 
 def planned_arrays(graph: Graph, raw: dict[str, Any], aliases: dict[str, str]
                    ) -> dict[str, np.ndarray]:
-    """The arrays of the planned values over their byte buffers ``raw`` (from memory_plan), and
+    """The arrays of the planned values over their bytes ``raw`` (in the workspace), and
     the reshapes that view another value's buffer (``aliases``)."""
     values = graph.values
     storage = {v: view(r, values[v]) for v, r in raw.items()}
@@ -73,50 +57,27 @@ def planned_arrays(graph: Graph, raw: dict[str, Any], aliases: dict[str, str]
     return storage
 
 
-def allocate(info: ValueInfo, size: int, alloc: Callable[[int], Any]) -> Any:
-    """``alloc(size)`` for ``info``, an allocation failure as one line naming the value."""
+def allocate(what: str, size: int, alloc: Callable[[int], Any]) -> Any:
+    """``alloc(size)`` for ``what`` (a value, or a model's workspace), an allocation failure as
+    one line naming it."""
     try:
         return alloc(size)
     except MemoryError:
-        raise RuntimeError_(f"out of memory allocating {size} bytes for value {info.name} "
-                            f"({info.dtype}{list(info.shape)})") from None
+        raise RuntimeError_(f"out of memory allocating {size} bytes for {what}") from None
 
 
-def memory_plan(graph: Graph, steps: Sequence[tuple[Sequence[str], Sequence[str]]],
-                alloc: Callable[[int], Any], aliases: dict[str, str] | None = None
-                ) -> tuple[dict[str, Any], int]:
-    """Buffers for the values each step writes, reused (same byte size) once the last step
-    reading them has run. ``steps`` are (values read, values written); graph outputs are never
-    reused. ``aliases`` maps a value to the written value whose buffer it views (a reshape):
-    reading it keeps that buffer alive. Returns {written value: raw buffer} and the bytes
-    allocated."""
-    aliases = aliases or {}
-    last_use: dict[str, int] = {}
-    for k, (reads, writes) in enumerate(steps):
-        for v in list(reads) + list(writes):
-            last_use[aliases.get(v, v)] = k
-    for o in graph.outputs:
-        last_use[aliases.get(o, o)] = len(steps)
-    free: dict[int, list[Any]] = {}
-    raw_of: dict[str, Any] = {}
-    storage: dict[str, Any] = {}
-    total = 0
-    for k, (reads, writes) in enumerate(steps):
-        for v in writes:
-            size = nbytes(graph.values[v])
-            pool = free.get(size)
-            if pool:
-                raw = pool.pop()
-            else:
-                raw = allocate(graph.values[v], size, alloc)
-                total += size
-            raw_of[v] = (raw, size)
-            storage[v] = raw
-        for v in {aliases.get(v, v) for v in list(reads) + list(writes)}:
-            if last_use.get(v) == k and v in raw_of:
-                raw, size = raw_of.pop(v)
-                free.setdefault(size, []).append(raw)
-    return storage, total
+def described(info: ValueInfo) -> str:
+    """A value as an allocation failure names it."""
+    return f"value {info.name} ({info.dtype}{list(info.shape)})"
+
+
+def workspace(graph: Graph, offsets: dict[str, int]) -> str:
+    """A model's workspace as an allocation failure names it: with its largest value."""
+    if not offsets:
+        return f"the workspace of model {graph.name}"
+    largest = max(offsets, key=lambda v: nbytes(graph.values[v]))
+    return (f"the workspace of model {graph.name} (its largest: "
+            f"{described(graph.values[largest])})")
 
 
 def native_arguments(graph: Graph, inputs: dict[str, Any], outputs: Sequence[ValueInfo]
@@ -285,8 +246,10 @@ class CompiledModel:
             return self._linked[0]
 
     def _new_arena(self) -> _Arena:
-        raw, self.peak_bytes = memory_plan(self.graph, self._steps,
-                                           lambda n: np.empty(n, np.uint8), self.aliases)
+        offsets, self.peak_bytes = memory_layout(self.graph, self._steps, self.aliases)
+        work = allocate(workspace(self.graph, offsets), self.peak_bytes,
+                        lambda n: aligned_empty((n,), "uint8"))
+        raw = {v: work[at:] for v, at in offsets.items()}
         return _Arena(planned_arrays(self.graph, raw, self.aliases))
 
     @contextmanager

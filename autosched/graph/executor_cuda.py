@@ -1,6 +1,6 @@
 """Running a compiled graph on the GPU: every intermediate stays on the device.
 
-Device buffers come from the same static memory plan as on the CPU (``memory_plan``); constants
+Device buffers come from the same static memory plan as on the CPU (graph/memory.py); constants
 are copied to the device once, when the model is built; a run copies the inputs in, launches
 every kernel back to back (no synchronisation between them) and copies the outputs out. Needs
 pycuda (imported on first use: ``import autosched`` works without it).
@@ -38,14 +38,9 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import RuntimeError_
-from autosched.graph.executor import (
-    allocate,
-    check_inputs,
-    kernel_failure,
-    memory_plan,
-    nbytes,
-)
+from autosched.graph.executor import allocate, check_inputs, described, kernel_failure, workspace
 from autosched.graph.graph import Graph
+from autosched.graph.memory import memory_layout, nbytes
 from autosched.targets.cuda import graphs
 from autosched.targets.cuda.dtypes import host_bits
 from autosched.targets.cuda.runtime import Launch, StatusWords
@@ -69,12 +64,16 @@ class CudaModel:
         self.constants = constants
         steps = [(k.args[: k.n_inputs], k.args[k.n_inputs:]) for k in kernels]
         self.aliases = dict(aliases or {})
-        self.storage, self.peak_bytes = memory_plan(graph, steps, self._mem_alloc, self.aliases)
+        offsets, self.peak_bytes = memory_layout(graph, steps, self.aliases)
+        self._workspace = allocate(workspace(graph, offsets), max(self.peak_bytes, 1),
+                                   self._mem_alloc)
+        base = int(self._workspace)  # kept alive by self._workspace
+        self.storage = {v: base + at for v, at in offsets.items()}  # device addresses
         self.device: dict[str, Any] = dict(self.storage)
         for a, src in self.aliases.items():  # a reshape reads the same bytes
             self.device[a] = self.storage[src]
         for v in graph.inputs:
-            self.device[v.name] = allocate(v, nbytes(v), self._mem_alloc)
+            self.device[v.name] = allocate(described(v), nbytes(v), self._mem_alloc)
         used = {a for k in kernels for a in k.args}
         self.constant_bytes = 0
         for name, arr in constants.items():

@@ -93,7 +93,7 @@ class _FakeDriver:
 
     def __init__(self, graphs: bool = True) -> None:
         self.memory: dict[int, np.ndarray] = {}
-        self.ids = itertools.count(4096, 4096)
+        self.ids = itertools.count(1 << 32, 1 << 32)  # allocations never reach the next one
         self.copies_in = self.copies_out = 0
         self.graphs = _FakeGraphs(lambda: self.clock, graphs)
         self.direct_launches = 0
@@ -133,21 +133,28 @@ class _FakeDriver:
         self.memory[ptr] = np.zeros(n, np.uint8)
         return ptr
 
+    def at(self, address: int, n: int) -> np.ndarray:
+        """The ``n`` bytes at ``address``, inside one allocation (an address into one, as
+        values of a workspace have, is as good as its start)."""
+        offset = int(address) % (1 << 32)
+        mem = self.memory[int(address) - offset]
+        assert offset + n <= len(mem), f"{n} bytes at {offset} overrun a {len(mem)}-byte buffer"
+        return mem[offset: offset + n]
+
     def memcpy_htod(self, dev: int, host: np.ndarray) -> None:
         self.copies_in += 1
-        self.memory[int(dev)][: host.nbytes] = np.frombuffer(host.tobytes(), np.uint8)
+        self.at(dev, host.nbytes)[:] = np.frombuffer(host.tobytes(), np.uint8)
 
     def memcpy_dtoh(self, host: np.ndarray, dev: int) -> None:
         self.copies_out += 1
-        host.view(np.uint8).reshape(-1)[:] = self.memory[int(dev)][: host.nbytes]
+        host.view(np.uint8).reshape(-1)[:] = self.at(dev, host.nbytes)
 
     def memset_d32(self, dev: int, value: int, count: int) -> None:
-        self.memory[int(dev)][: 4 * count].view(np.int32)[:] = value
+        self.at(dev, 4 * count).view(np.int32)[:] = value
 
     def word(self, address: int) -> np.ndarray:
-        """The int32 at ``address`` (inside an allocation: they start 4096 bytes apart)."""
-        offset = address % 4096
-        return self.memory[address - offset][offset: offset + 4].view(np.int32)
+        """The int32 at ``address``."""
+        return self.at(address, 4).view(np.int32)
 
 
 class _FakeFn:
@@ -177,7 +184,7 @@ class _FakeFn:
         for p, t in zip(ptrs, self.task.args):
             shape = [int(d) for d in t.shape]
             n = int(np.prod(shape)) * np.dtype(t.dtype).itemsize
-            arrays.append(self.drv.memory[p][:n].view(t.dtype).reshape(shape))
+            arrays.append(self.drv.at(p, n).view(t.dtype).reshape(shape))
         self.drv.clock += self.seconds
         try:
             self.mod(*arrays)
