@@ -38,6 +38,7 @@ baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads i
 import autosched as aus  # noqa: E402
 from autosched.graph.compiler import extract_tasks  # noqa: E402
 from autosched.graph.executor import random_inputs  # noqa: E402
+from autosched.search.protocol import MeasureOptions  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.runner import make_runner, resource_name  # noqa: E402
 from autosched.search.tune import TuneOptions, tune  # noqa: E402
@@ -49,7 +50,8 @@ from importers.onnx import from_onnx  # noqa: E402
 def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
               ) -> dict[str, float]:
     """Tune into a fresh ``log`` with ``runner``; wall seconds and candidates per minute."""
-    r = make_runner(runner, tasks[0].target, min_repeat_ms=20.0,
+    r = make_runner(runner, tasks[0].target,
+                    min_repeat_ms=args.min_repeat_ms,
                     node_builds=args.node_builds and runner != "local")
     # wall seconds inside the runner (the rest is search), inside its builds, and the sum of
     # the candidates' run round trips (what the measuring nodes were busy with)
@@ -123,6 +125,8 @@ def main() -> int:
                     help="pin each node to its own cores and the tuner to the rest, the same "
                          "cores in every Ray run (a node then times on its cores alone, as a "
                          "separate machine would)")
+    ap.add_argument("--min-repeat-ms", type=float, default=MeasureOptions.min_repeat_ms,
+                    help="each timed repeat's least milliseconds (default: what a tune uses)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--out", default="benchmarks/results/tune_ray.json")
     args = ap.parse_args()
