@@ -1,7 +1,9 @@
 """Evolutionary search: a population evolved under the cost model's predictions.
 
-Each round starts from random samples plus the best measured candidates, runs a few generations
-of mutation and crossover (parents drawn with probability rising with their predicted score),
+Each round starts from the best measured candidates, the last round's best predicted ones that
+were not taken (``carry``: three quarters of the population, rescored under the retrained
+model, already lowered) and fresh random samples for the rest, runs a few generations of
+mutation and crossover (parents drawn with probability rising with their predicted score),
 and returns the best predicted candidates not measured before, plus a share of those the model
 is least sure of (where the pretrained and the fine-tuned model disagree most, when the model
 says) and an epsilon of random ones, so the model keeps seeing unexplored parts of the space.
@@ -31,11 +33,12 @@ REMOTE_MIN = 8  # fewer new candidates than this are lowered here: a round trip 
 @dataclass
 class EvolutionConfig:
     population: int = 128
-    generations: int = 3
+    generations: int = 2
     mutation_prob: float = 0.85
     eps_greedy: float = 0.1
     eps_uncertain: float = 0.125  # share of a batch for the candidates the model is least sure of
     elite: int = 16
+    carry: float = 0.75  # share of a round's population carried from the last round's best
 
 
 class EvolutionarySearch:
@@ -47,6 +50,7 @@ class EvolutionarySearch:
         self.cfg = config or EvolutionConfig()
         self.lowerer = lowerer
         self._cache: dict[Candidate, Lowered | None] = {}
+        self._carried: list[Lowered] = []  # the last round's best predicted, not taken
 
     def concrete(self, c: Candidate) -> Lowered | None:
         return self.concrete_many([c])[0]
@@ -102,7 +106,8 @@ class EvolutionarySearch:
             # a model that has seen nothing scores at random: evolving under it only costs
             # lowerings, so a cold round measures the starts and plain random samples
             return self._cold_batch(n, starts, measured)
-        pop = self._valid(starts) + self._sample_valid(cfg.population)
+        carried = [p for p in self._carried if p.ir_hash not in measured]
+        pop = self._valid(starts) + carried + self._sample_valid(cfg.population - len(carried))
         best: dict[str, tuple[float, Lowered]] = {}
         for gen in range(cfg.generations + 1):
             if not pop:
@@ -131,6 +136,9 @@ class EvolutionarySearch:
         _take(chosen, ranked, max(n - n_rand, 0), measured)  # a model that cannot say
         _take(chosen, self._sample_valid(n_rand * 3 + 3), n, measured)
         _take(chosen, ranked, n, measured)  # if random draws were all seen
+        taken = {p.ir_hash for p in chosen}
+        self._carried = [p for p in ranked if p.ir_hash not in taken][
+            : int(cfg.population * cfg.carry)]
         return chosen
 
     def _cold_batch(self, n: int, starts: list[Candidate], measured: set[str]) -> list[Lowered]:

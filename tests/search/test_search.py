@@ -458,6 +458,44 @@ def test_cold_round_samples_and_a_trained_round_evolves():
     assert model.scored >= cfg.population * (cfg.generations + 1)  # it evolved under the model
 
 
+def test_a_round_starts_from_the_last_rounds_best_predicted():
+    """Every trained round drew a whole population of fresh random samples and lowered them;
+    now three quarters of it are the last round's best predicted candidates not taken
+    (already lowered, rescored), never one measured since, and only the rest is drawn."""
+    from autosched.cost_model.features import extract_features
+    from autosched.search.evolution import EvolutionarySearch, EvolutionConfig
+    from autosched.search.space import Candidate
+
+    task = _task("gemm", [32, 48, 40], "llvm")
+    space = SearchSpace(task)
+    cfg = EvolutionConfig(population=24, generations=2, elite=4)
+    search = EvolutionarySearch(space, lambda f: extract_features(f, task.target),
+                                np.random.default_rng(0), cfg)
+    drawn: list[int] = []
+    sample = space.sample
+
+    def counted(rng: np.random.Generator) -> Candidate:
+        drawn[-1] += 1
+        return sample(rng)
+
+    space.sample = counted  # type: ignore[method-assign]
+    measured: set[str] = set()
+    for _ in range(3):
+        drawn.append(0)
+        batch = search.next_batch(6, _ScoreByCost(), measured)
+        assert len(batch) == 6 and not measured & {c.ir_hash for c in batch}
+        carried = search._carried
+        assert len(carried) == int(cfg.population * cfg.carry)
+        assert not {c.ir_hash for c in batch} & {c.ir_hash for c in carried}
+        measured |= {c.ir_hash for c in batch}
+        measured.add(carried[0].ir_hash)  # measured elsewhere since: not carried in
+    # the first round drew the population and the eps-greedy picks; the later ones a quarter
+    eps = int(round(6 * cfg.eps_greedy)) * 3 + 3
+    assert drawn[0] >= cfg.population
+    assert all(cfg.population // 4 <= d <= cfg.population // 4 + 1 + eps for d in drawn[1:]), \
+        drawn
+
+
 def test_every_sketch_gets_a_share_of_each_batch():
     """A half matmul on the GPU has a SIMT and a tensor-core sketch: the first round measures
     each sketch's default, and a model that scores one sketch far below the other still leaves
