@@ -17,7 +17,6 @@ import argparse
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,11 @@ from benchmarks import baseline  # noqa: E402
 
 baseline.prepare()  # before numpy: OpenBLAS picks its kernel when numpy loads it
 
-import autosched as aus  # noqa: E402
-from autosched.graph.compiler import extract_tasks  # noqa: E402
-from autosched.graph.executor import random_inputs  # noqa: E402
 from autosched.search import evolution  # noqa: E402
 from autosched.search.record import RecordLog  # noqa: E402
 from autosched.search.runner import make_runner  # noqa: E402
 from autosched.search.tune import TuneOptions, tune  # noqa: E402
-from autosched.testing import models  # noqa: E402
-from importers.onnx import from_onnx  # noqa: E402
+from benchmarks.tune_ray import resnet18_tasks, tuned_latencies  # noqa: E402
 
 VERSIONS = {"this": {}, "3 fresh generations": {"generations": 3, "carry": 0.0}}
 
@@ -92,12 +87,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--out", default="benchmarks/results/search_rounds.json")
     args = ap.parse_args()
-    graph = from_onnx(models.resnet18(image=args.image))
-    feeds = random_inputs(graph)
-    tasks, weights = extract_tasks(graph, args.target)
-    print(baseline.header())
-    print(f"ResNet-18 1x3x{args.image}x{args.image} on {args.target}: {len(tasks)} tasks, "
-          f"{args.trials} trials a run")
+    graph, feeds, tasks, weights = resnet18_tasks(args.image, args.target, args.trials)
     count = _counting_lowerings()
     work = Path(tempfile.mkdtemp(prefix="search_rounds-"))
     rows: dict[str, Any] = {}
@@ -110,14 +100,9 @@ def main() -> int:
             rows[f"{name}/{seed}"] = {**got, "log": str(log)}
             print(f"| {name} | {seed} | {got['tune_s']} | {got['search_s']} | "
                   f"{got['lowered']} | {got['weighted_best_ms']} |", flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tuned = {k: aus.compile(graph, args.target, log=v["log"]) for k, v in rows.items()}
-    got = baseline.alternate({k: (lambda m=m: m.time(feeds, min_s=1.0)) for k, m in tuned.items()},
-                             args.rounds)
-    print(f"tuned ResNet-18 ms, median round (best round): {baseline.rounds_line(got)}")
-    for k, r in got.items():
-        rows[k]["latency_ms"] = [r.median * 1e3, r.best * 1e3]
+    logs = {k: v["log"] for k, v in rows.items()}
+    for k, ms in tuned_latencies(graph, args.target, logs, feeds, args.rounds, 1.0).items():
+        rows[k]["latency_ms"] = ms
     baseline.save({"machine": baseline.header(), "trials": args.trials, "runs": rows}, args.out)
     return 0
 

@@ -98,6 +98,30 @@ def tune_with(runner: str, tasks: list, weights: list[int], log: Path, args: Any
     return out
 
 
+def resnet18_tasks(image: int, target: str, trials: int) -> tuple[Any, Any, list, list[int]]:
+    """ResNet-18 at ``image`` pixels: its graph, random inputs, tasks and their weights on
+    ``target``; prints the machine and what is tuned."""
+    graph = from_onnx(models.resnet18(image=image))
+    tasks, weights = extract_tasks(graph, target)
+    print(baseline.header())
+    print(f"ResNet-18 1x3x{image}x{image} on {target}: {len(tasks)} tasks, {trials} trials a "
+          "run", flush=True)
+    return graph, random_inputs(graph), tasks, weights
+
+
+def tuned_latencies(graph: Any, target: str, logs: dict[str, Any], feeds: dict[str, Any],
+                    rounds: int, min_s: float) -> dict[str, list[float]]:
+    """{run: [median, best] ms of the model compiled with its log}, timed in alternating
+    rounds in this process; printed too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = {k: aus.compile(graph, target, log=v) for k, v in logs.items()}
+    got = baseline.alternate({k: (lambda m=m: m.time(feeds, min_s=min_s))
+                              for k, m in compiled.items()}, rounds)
+    print(f"tuned ResNet-18 ms, median round (best round): {baseline.rounds_line(got)}")
+    return {k: [r.median * 1e3, r.best * 1e3] for k, r in got.items()}
+
+
 def _pins(cores: list[int], nodes: int, per_node: int) -> list[list[int]] | None:
     """Cores for each of ``nodes`` simulated nodes (``per_node`` each, disjoint) and, last,
     the tuner's: the cores left when the largest run's nodes are placed, or every core when
@@ -133,13 +157,7 @@ def main() -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    graph = from_onnx(models.resnet18(image=args.image))
-    feeds = random_inputs(graph)
-    tasks, weights = extract_tasks(graph, args.target)
-    print(baseline.header())
-    print(f"ResNet-18 1x3x{args.image}x{args.image} on {args.target}: {len(tasks)} tasks, "
-          f"{args.trials} trials",
-          flush=True)
+    graph, feeds, tasks, weights = resnet18_tasks(args.image, args.target, args.trials)
     rows: dict[str, Any] = {"trials": args.trials, "image": args.image, "cores": os.cpu_count(),
                             "target": args.target, "node_cpus": args.node_cpus,
                             "node_builds": args.node_builds,
@@ -175,14 +193,8 @@ def main() -> int:
         rows["runs"][name]["speedup_vs_one_node"] = (rows["runs"][name]["per_minute"]
                                                      / one["per_minute"])
         print(f"{name}: {rows['runs'][name]}", flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        models_by_run = {k: aus.compile(graph, args.target, log=v) for k, v in logs.items()}
-    got = baseline.alternate({k: (lambda m=m: m.time(feeds, min_s=2.0))
-                              for k, m in models_by_run.items()}, args.rounds)
-    print(f"tuned ResNet-18 ms, median round (best round): {baseline.rounds_line(got)}")
-    for k, r in got.items():
-        rows["runs"][k]["latency_ms"] = [r.median * 1e3, r.best * 1e3]
+    for k, ms in tuned_latencies(graph, args.target, logs, feeds, args.rounds, 2.0).items():
+        rows["runs"][k]["latency_ms"] = ms
     rows["load_average"] = os.getloadavg()
     print(json.dumps(rows, indent=1))
     baseline.save(rows, args.out)
