@@ -482,8 +482,9 @@ class Measurer:
     def _check_target(self, task: Task) -> Target:
         if self.target is not None and fingerprint_key(self.target) != fingerprint_key(
                 task.target):
-            raise MeasureError(f"this Measurer is for {self.target}; task {task.name} is for "
-                               f"{task.target}")
+            raise MeasureError(f"this Measurer is for {self.target} "
+                               f"({fingerprint_key(self.target)}); task {task.name} is for "
+                               f"{task.target} ({fingerprint_key(task.target)})")
         return task.target
 
     def _set_target(self, target: Target) -> None:

@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import MeasureError
+from autosched.targets.host import usable_cores
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class MeasureOptions:
     tuner's machine (runner_ray.py).
     """
 
-    build_workers: int = field(default_factory=lambda: min(os.cpu_count() or 1, 8))
+    build_workers: int = field(default_factory=lambda: min(usable_cores(), 8))
     build_timeout: float = 60.0
     run_timeout: float = 10.0
     repeat: int = 3

@@ -36,6 +36,7 @@ from autosched.search.record import (
 from autosched.search.runner import Runner, make_runner
 from autosched.search.space import Candidate, Lowered, SearchSpace
 from autosched.search.task import Task
+from autosched.targets.host import usable_cores
 
 
 @dataclass(frozen=True)
@@ -700,7 +701,7 @@ def model_schedules(tasks: Sequence[Task], *, workers: int | None = None, seed: 
     cache = _PickCache(seed)
     found = [cache.read(t) for t in tasks]
     todo = [t for t, f in zip(tasks, found) if f is None]
-    workers = min(workers or MODEL_SEARCH_WORKERS or os.cpu_count() or 1, len(todo))
+    workers = min(workers or MODEL_SEARCH_WORKERS or usable_cores(), len(todo))
     searched = iter(_searched_in_workers(todo, workers, seed) if workers > 1
                     else [model_candidates(t, seed=seed) for t in todo])
     for i, t in enumerate(tasks):

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.targets.host import llc_bytes
+from autosched.targets.host import llc_bytes, usable_cores
 
 if TYPE_CHECKING:
     from autosched.targets.target import Target
@@ -234,7 +234,7 @@ def cpu_names() -> tuple[str, ...]:
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity on this system: every core
-        cores = list(range(os.cpu_count() or 1))
+        cores = list(range(usable_cores()))
     return tuple(f"cpu{c}" for c in cores)
 
 

@@ -60,9 +60,19 @@ def vector_registers(triple: str, features: str) -> int:
     return 16
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's cpuset),
+    not every core of the machine, so a pinned job's parallel loops do not oversubscribe."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this system
+        return os.cpu_count() or 1
+
+
 def cpu_target_fields(opts: dict[str, str]) -> dict:
-    """The Target fields of an llvm target's options: the host's triple, CPU, features and cores
-    unless they say otherwise (a cross target: a generic CPU with 4 cores)."""
+    """The Target fields of an llvm target's options: the host's triple, CPU, features and the
+    cores this process may use unless they say otherwise (a cross target: a generic CPU with
+    4 cores)."""
     triple = opts.get("mtriple", "")
     host = not triple or triple == host_triple()
     if host:
@@ -72,7 +82,7 @@ def cpu_target_fields(opts: dict[str, str]) -> dict:
     else:
         cpu = opts.get("mcpu", "generic")
         features = opts.get("mattr", "")
-    cores = _cores(opts.get("num-cores"), default=(os.cpu_count() or 1) if host else 4)
+    cores = _cores(opts.get("num-cores"), default=usable_cores() if host else 4)
     return {
         "triple": triple,
         "cpu": cpu,

@@ -402,7 +402,7 @@ def _timing_wait(task: Task, hold: str, hold_s: float = 1.5) -> float:
 
     from autosched.search.device_lock import lock_path
 
-    with Measurer(parse("llvm"), build_workers=1, repeat=1, min_repeat_ms=1, strict=True,
+    with Measurer(task.target, build_workers=1, repeat=1, min_repeat_ms=1, strict=True,
                   run_timeout=1.0) as m:
         (res,) = m.measure(task, [[]])  # workers started, reference taken: no wait is theirs
         assert res.error_code is ErrorCode.NO_ERROR and res.run_time < hold_s / 2

@@ -17,12 +17,11 @@ Example::
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from autosched.errors import CompileError
 from autosched.targets.backend import Backend, WallClockModule, register
+from autosched.targets.host import usable_cores
 from autosched.targets.ref.evaluate import Program, compile_func
 from autosched.targets.ref.pyrender import kernels
 from autosched.targets.target import Target
@@ -91,7 +90,7 @@ class RefBackend(Backend):
     kind = "ref"
 
     def target(self, options: tuple[tuple[str, str], ...]) -> Target:
-        return Target(self.kind, options, num_cores=os.cpu_count() or 1)
+        return Target(self.kind, options, num_cores=usable_cores())
 
     def build(self, func: PrimFunc, target: Target) -> RefModule:
         return build_module(func, target)

@@ -95,7 +95,7 @@ def test_thread_count_from_the_target(rng):
         ran = mod.threads_ran - before
         assert mod.threads == n and (ran == 1 if n == 1 else 1 <= ran <= n)
         np.testing.assert_allclose(out, a * 2 + np.arange(5)[:, None], rtol=1e-6)
-    assert parse("llvm").num_cores == os.cpu_count()
+    assert parse("llvm").num_cores == len(os.sched_getaffinity(0))
     for bad in ("zero", "0", "-2"):
         with pytest.raises(CompileError, match=f"-num-cores={bad}: expected a positive"):
             parse(f"llvm -num-cores={bad}")
@@ -289,3 +289,21 @@ def test_host_module_pickles_and_runs_after_loading(rng):
     again(a, out)
     np.testing.assert_allclose(out, a * 2 + np.arange(7)[:, None], rtol=1e-6)
     assert pickle.loads(pickle.dumps(mod.portable())).get_llvm_ir() == mod.get_llvm_ir()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin to one")
+def test_a_pinned_process_defaults_to_its_own_cores() -> None:
+    """Under ``taskset`` or a container's cpuset, the host target's threads and the build
+    workers were the machine's whole core count: parallel loops oversubscribed the cores the
+    process may use."""
+    from autosched.search.protocol import MeasureOptions
+
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores[:1])
+    try:
+        assert parse("llvm").num_cores == 1
+        assert parse("llvm -num-cores=3").num_cores == 3  # said out loud: kept
+        assert MeasureOptions().build_workers == 1
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert parse("llvm").num_cores == len(cores)
