@@ -13,8 +13,9 @@ is pinned to ``--node-cpus`` cores of its own and the tuner to the cores left by
 run's nodes (all of them when none are left), the same in every run, so a node times on its
 own cores as a separate machine would (the measurement lock is per core) and the runs differ
 only in their node count; the nodes still share the host's caches and memory, so the tuned
-latencies are compared too (timed in alternating rounds; benchmarks/baseline.py). Prints the machine (date, commit, CPU, load average) and
-writes benchmarks/results/tune_ray.json. Needs the ``cluster`` extra.
+latencies are compared too (timed in alternating rounds; benchmarks/baseline.py). Prints the
+machine (date, commit, CPU, load average) and writes benchmarks/results/tune_ray.json. Needs
+the ``cluster`` extra.
 """
 
 from __future__ import annotations

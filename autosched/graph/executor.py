@@ -1,11 +1,11 @@
 """Running a compiled graph on the CPU: kernels in order over a static memory plan.
 
-Intermediates share one workspace, at offsets planned from their lifetimes (graph/memory.py); constants
-are bound once; ``run`` checks the inputs (names, shapes, dtypes) and returns fresh output
-arrays. When the backend can link the kernels in this process (llvm on the host), a run is one
-native call into the same glue a deployed library has (graph/deploy.py): the kernels in order
-over one workspace, no Python between them; otherwise (and to time kernels one by one, or to
-say which node failed) the kernels are called from Python. Runs are thread-safe: each call
+Intermediates share one workspace, at offsets planned from their lifetimes (graph/memory.py);
+constants are bound once; ``run`` checks the inputs (names, shapes, dtypes) and returns fresh
+output arrays. When the backend can link the kernels in this process (llvm on the host), a run
+is one native call into the same glue a deployed library has (graph/deploy.py): the kernels in
+order over one workspace, no Python between them; otherwise (and to time kernels one by one, or
+to say which node failed) the kernels are called from Python. Runs are thread-safe: each call
 borrows an arena (its own planned buffers and native context) from a pool that grows to the
 number of calls in flight, so a server can share one model between threads.
 

@@ -225,7 +225,8 @@ class RayRunner:
         self.dispatched = 0
         self.requeued = 0  # candidates queued again after their actor died
         self.measured_on: Counter[str] = Counter()
-        self.busy_s: defaultdict[str, float] = defaultdict(float)  # seconds each actor had a call in flight
+        # seconds each actor had a call in flight
+        self.busy_s: defaultdict[str, float] = defaultdict(float)
 
     def measure(self, task: Task, candidates: Sequence[Any]) -> list[MeasureResult]:
         """Build here (or on the nodes: MeasureOptions.node_builds), measure on the cluster;
@@ -318,8 +319,8 @@ class _Batch:
         self.queue: deque[_Unit] = deque()
         self.out: dict[int, MeasureResult] = {}  # by index in the batch
         self.attempts: Counter[tuple[int, ...]] = Counter()
-        self.inflight: dict[Any, tuple[Any, _Unit, float]] = {}  # ref -> (actor, unit, due)
-        self.sent: dict[Any, float] = {}  # ref -> when it was handed out
+        # ref -> (actor, unit, when it was handed out, when it is due)
+        self.inflight: dict[Any, tuple[Any, _Unit, float, float]] = {}
         self.error: Exception | None = None
         # the task's default schedule, built first in the tuner's build workers the first time
         # (Measurer.build), goes with each candidate, so that no node compiles it for its
@@ -361,12 +362,12 @@ class _Batch:
                 self.pool.wait_idle(1.0)
             return
         if timeout is None:
-            soonest = min(due for _, _, due in self.inflight.values())
+            soonest = min(due for *_, due in self.inflight.values())
             timeout = max(0.0, soonest - time.monotonic())
         ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
         for ref in ready:
-            actor, unit, _ = self.inflight.pop(ref)
-            busy = time.monotonic() - self.sent.pop(ref)
+            actor, unit, sent, _ = self.inflight.pop(ref)
+            busy = time.monotonic() - sent
             try:
                 got = ray.get(ref)
                 for i, res in zip(unit[0], [got] if isinstance(unit[1], P.Artifact) else got):
@@ -380,10 +381,9 @@ class _Batch:
                 self.pool.drop(actor)
                 self._retry(unit, f"the measuring actor died ({exc})")
         now = time.monotonic()
-        for ref, (actor, unit, due) in list(self.inflight.items()):
+        for ref, (actor, unit, _, due) in list(self.inflight.items()):
             if now >= due:  # a node that stopped answering without dying
                 self.inflight.pop(ref)
-                self.sent.pop(ref, None)
                 self.pool.drop(actor)
                 self._retry(unit, f"no answer in {self.limit:g} s")
         if ready and (self.queue or self.inflight):
@@ -416,8 +416,8 @@ class _Batch:
             else:  # the batch's steps, which the node builds itself
                 ref = actor.measure.remote(self.task_ref, payload)
                 due = self.limit + len(index) * (self.limit + self.runner.options.build_timeout)
-            self.sent[ref] = time.monotonic()
-            self.inflight[ref] = (actor, unit, self.sent[ref] + due)
+            sent = time.monotonic()
+            self.inflight[ref] = (actor, unit, sent, sent + due)
             r = self.runner
             r.dispatched += len(index)
             if r.on_dispatch is not None:

@@ -28,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import importlib
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from autosched.errors import CompileError
-from autosched.targets.host import llc_bytes, usable_cores
+from autosched.targets.host import llc_bytes, usable_core_ids
 
 if TYPE_CHECKING:
     from autosched.targets.target import Target
@@ -231,11 +230,7 @@ def cpu_names() -> tuple[str, ...]:
     """This process's CPU cores as device names (``cpu0``, ``cpu5``): the cores its affinity
     allows, so processes pinned to disjoint cores (simulated cluster nodes, jobs placed on
     purpose) time side by side while an unpinned one takes turns with each."""
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity on this system: every core
-        cores = list(range(usable_cores()))
-    return tuple(f"cpu{c}" for c in cores)
+    return tuple(f"cpu{c}" for c in usable_core_ids())
 
 
 # -- the registry -------------------------------------------------------------------------------

@@ -60,13 +60,20 @@ def vector_registers(triple: str, features: str) -> int:
     return 16
 
 
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity (``taskset``, a container's cpuset),
-    not every core of the machine, so a pinned job's parallel loops do not oversubscribe."""
+def usable_core_ids() -> list[int]:
+    """The cores this process may run on, by number: its CPU affinity (``taskset``, a
+    container's cpuset), every core where the system has no affinity."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity on this system
-        return os.cpu_count() or 1
+        cores = []
+    return cores or list(range(os.cpu_count() or 1))
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on (not every core of the machine), so a pinned
+    job's parallel loops do not oversubscribe."""
+    return len(usable_core_ids())
 
 
 def cpu_target_fields(opts: dict[str, str]) -> dict:
