@@ -104,14 +104,16 @@ for s in "$@"; do
                 --models "$name" --batch ${BATCHES:-32} --precision ${PRECISIONS:-fp16} \
                 ${LOG:+--log "$LOG"} ${SCHEDULE:+--schedule "$SCHEDULE"} ;;
         ray)  # issue 19: the Ray runner's candidates per minute over 1 and 2 worker nodes of
-            # $RAY_CORES cores each, building on them with $RAY_NODE_BUILDS set (carry
+            # $RAY_CORES cores each, building on them with $RAY_NODE_BUILDS set, ResNet-18 at
+            # $RAY_IMAGE pixels (default 224) (carry
             # .ray-bundle, which benchmarks/ray_bundle.sh builds: Ray's files as ray-slim.tar.xz
             # and its dependencies' wheels; xgboost comes with .gpu-wheels)
             tar xJf .ray-bundle/ray-slim.tar.xz -C /tmp/site \
                 && python3 -m pip install -q --no-index --no-deps --target /tmp/site .ray-bundle/*.whl
             step ray "${RAY_S:-580}" python3 benchmarks/tune_ray.py --trials "${RAY_TRIALS:-400}" \
                 --target "llvm -num-cores=${RAY_CORES:-4}" --node-cpus "${RAY_CORES:-4}" \
-                ${RAY_NODE_BUILDS:+--node-builds} --nodes 1 2 --out "$OUT/tune_ray.json" ;;
+                ${RAY_NODE_BUILDS:+--node-builds} ${RAY_IMAGE:+--image "$RAY_IMAGE"} --nodes 1 2 \
+                --out "$OUT/tune_ray.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
