@@ -18,8 +18,8 @@ import numpy as np
 # A Conv node attribute the graph passes add (never an ONNX one): "IHWO" when the pass
 # autosched.graph.passes.pack_conv_weights stored its constant weight output channels last.
 KERNEL_LAYOUT = "autosched.kernel_layout"
-# A RecurrentCell attribute: "kn" when its R is stored transposed, (H, G*H)
-# (passes.pack_gemm_weights).
+# A RecurrentCell attribute: "kn" when its R is stored transposed, (H, G*H), "panels" when
+# transposed in column panels, (ceil(G*H / P), H, P) (passes.pack_gemm_weights, rnn.R_LAYOUTS).
 R_LAYOUT = "autosched.r_layout"
 # A Gemm / MatMul attribute: n, the columns of its constant B, when passes.pack_gemm_weights
 # stored B as column panels, (ceil(n / P), K, P), zero past column n (te.ops.panel_matmul).

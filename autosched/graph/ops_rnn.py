@@ -260,8 +260,9 @@ def _direction_nodes(e: Emit, node: Node, x: str, d: int, reverse: bool, steps: 
 def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
     """One step of an expanded RNN / GRU / LSTM (inputs: the step's x W^T + Wb, h, c, R, Rb,
     P; attributes as expand_recurrent writes them). Without R, the first input holds h R^T
-    too (a quantized LSTM computes it with an integer matmul). Attribute R_LAYOUT "kn": R is
-    stored transposed (passes.pack_gemm_weights)."""
+    too (a quantized LSTM computes it with an integer matmul). Attribute R_LAYOUT: how R is
+    stored, "kn" transposed or "panels" transposed in column panels (rnn.R_LAYOUTS,
+    passes.pack_gemm_weights)."""
     a = node.attrs
     acts = [rnn.activation(name, alpha, beta) for name, alpha, beta in a["acts"]]
     cell = rnn.Cell(str(a["kind"]), int(a["hidden_size"]), acts,
@@ -273,5 +274,5 @@ def _recurrent_cell(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
         return None if v is None else ctx.const(v)
 
     h, c = rnn.step(cell, tensor_input(ctx, node, ins, 0), tensor_input(ctx, node, ins, 1),
-                    opt(2), opt(3), opt(4), opt(5), r_kn=a.get(R_LAYOUT) == "kn")
+                    opt(2), opt(3), opt(4), opt(5), r_layout=str(a.get(R_LAYOUT, "nk")))
     return [h] if c is None else [h, c]

@@ -343,7 +343,8 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
     torch's Linear exports it) reads it stored (K, N) instead, so the N axis that the CPU
     tile vectorizes is contiguous (a row of B^T is a gather across the lanes). So does each
     RecurrentCell's constant R (G*H, H): an LSTM step's h R^T is such a product (ddddocr's
-    2048 x 512 R took 2.3 ms a step read (N, K), gathers across the lanes).
+    2048 x 512 R took 2.3 ms a step read (N, K), gathers across the lanes), and with
+    ``lanes`` its R^T is stored as column panels too (R_LAYOUT "panels").
 
     With ``lanes`` (the CPU's vector length in floats), a constant 2-d B of a Gemm or of a
     MatMul whose A is at least 2-d is stored as column panels instead (as_panels, width
@@ -374,8 +375,10 @@ def pack_gemm_weights(graph: Graph, lanes: int | None = None) -> Graph:
 
     for n in g.nodes:
         if n.op_type == "RecurrentCell" and R_LAYOUT not in n.attrs and constant_matrix(n, 3):
-            n.inputs = [*n.inputs[:3], stored(n.inputs[3], True, None), *n.inputs[4:]]
-            n.attrs = {**n.attrs, R_LAYOUT: "kn"}
+            gates = g.constants[n.inputs[3]].shape[0]
+            width = panel_columns(gates, lanes) if lanes else None
+            n.inputs = [*n.inputs[:3], stored(n.inputs[3], True, width), *n.inputs[4:]]
+            n.attrs = {**n.attrs, R_LAYOUT: "panels" if width else "kn"}
         if n.op_type not in ("Gemm", "MatMul") or B_PANELS in n.attrs or not constant_matrix(
                 n, 1):
             continue

@@ -73,10 +73,12 @@ def test_lstm_peepholes_layout_clip() -> None:
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("hidden", [7, 16])  # on a CPU, 48 gate columns: R in panels
 @pytest.mark.parametrize("lbr", [0, 1])
-def test_gru_linear_before_reset(lbr: int) -> None:
-    names, inputs, consts = _case("GRU", bias=True, initial=True)
-    node = helper.make_node("GRU", names, ["y", "yh"], hidden_size=7, linear_before_reset=lbr)
+def test_gru_linear_before_reset(lbr: int, hidden: int) -> None:
+    names, inputs, consts = _case("GRU", bias=True, initial=True, hidden=hidden)
+    node = helper.make_node("GRU", names, ["y", "yh"], hidden_size=hidden,
+                            linear_before_reset=lbr)
     compare(node, inputs, consts, outputs=("y", "yh"), atol=1e-5)
 
 
@@ -114,22 +116,30 @@ def test_steps_become_one_cell_task() -> None:
 
 
 def test_cpu_cells_read_r_transposed() -> None:
-    """On a CPU each cell reads its constant R stored (H, 4H), gate columns contiguous (read
+    """On a CPU each cell reads its constant R transposed, gate columns contiguous (read
     (4H, H), the vectorized columns are a gather: 2.3 ms against 0.16 ms a step of a 2048 x
-    512 LSTM); a GPU keeps R as ONNX stores it. Both match onnxruntime."""
+    512 LSTM), in column panels of whole vectors where they pad it by at most an eighth (a
+    (H, 4H) row strides a parallel chunk of columns across pages), else plain; a GPU keeps
+    R as ONNX stores it. All match onnxruntime."""
     from autosched.graph.compiler import prepare
     from autosched.graph.graph import R_LAYOUT
+    from autosched.graph.passes import panel_columns
     from autosched.targets.target import parse
 
-    names, inputs, consts = _case("LSTM", steps=4, hidden=9, initial=True)
-    m = model([helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=9)], inputs,
-              consts, ("y", "yh", "yc"))
-    graph = importer.from_onnx(m, {k: v.shape for k, v in inputs.items()})
-    for target, layout, r_shape in (("llvm", "kn", (9, 36)), ("cuda", None, (36, 9))):
-        cells = [n for n in prepare(graph, parse(target)).nodes if n.op_type == "RecurrentCell"]
-        assert len(cells) == 4 and {n.attrs.get(R_LAYOUT) for n in cells} == {layout}
-        assert {prepare(graph, parse(target)).values[n.inputs[3]].shape for n in cells} == {
-            r_shape}
-    names, inputs, consts = _case("LSTM", steps=4, hidden=9, initial=True)
-    compare(helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=9), inputs, consts,
-            outputs=("y", "yh", "yc"), atol=1e-5)
+    for hidden in (9, 16):
+        names, inputs, consts = _case("LSTM", steps=4, hidden=hidden, initial=True)
+        m = model([helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=hidden)],
+                  inputs, consts, ("y", "yh", "yc"))
+        graph = importer.from_onnx(m, {k: v.shape for k, v in inputs.items()})
+        host = parse("llvm")
+        width = panel_columns(4 * hidden, max(host.vector_bits // 32, 1))
+        cpu = ("panels", (-(-4 * hidden // width), hidden, width)) if width else (
+            "kn", (hidden, 4 * hidden))
+        for target, (layout, r_shape) in ((host, cpu), (parse("cuda"), (None, (4 * hidden,
+                                                                               hidden)))):
+            g = prepare(graph, target)
+            cells = [n for n in g.nodes if n.op_type == "RecurrentCell"]
+            assert len(cells) == 4 and {n.attrs.get(R_LAYOUT) for n in cells} == {layout}
+            assert {g.values[n.inputs[3]].shape for n in cells} == {r_shape}
+        compare(helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=hidden),
+                inputs, consts, outputs=("y", "yh", "yc"), atol=1e-5)

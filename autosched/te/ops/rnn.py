@@ -89,16 +89,41 @@ class Cell:
         return v if self.clip is None else I.min(I.max(v, -self.clip), self.clip)
 
 
-def _matmul_t(a: Tensor, w: Tensor, name: str, kn: bool = False) -> Tensor:
-    """a (..., K) times w (N, K) transposed: (..., N); with ``kn``, w is stored (K, N)."""
+# How R is stored: as ONNX gives it, (G*H, H); transposed, (H, G*H) ("kn": a CPU reads the
+# gate columns contiguously); or transposed in column panels of P, (ceil(G*H / P), H, P)
+# ("panels": each step of k reads P contiguous columns, where a (H, G*H) row moves G*H * 4
+# bytes on and a parallel chunk of columns strides across pages; graph.passes.as_panels).
+R_LAYOUTS = ("nk", "kn", "panels")
+
+
+def _matmul_t(a: Tensor, w: Tensor, name: str, layout: str = "nk", n: int | None = None
+              ) -> Tensor:
+    """a (..., K) times w (N, K) transposed: (..., N), w stored as ``layout`` (R_LAYOUTS; with
+    "panels", ``n`` is N, which the padded panels may exceed)."""
     k = reduce_axis((0, args.static_shape(a, "rnn")[-1]), name="k")
+    shape = args.static_shape(w, "rnn")
+    attrs: dict[str, int] = {}
+    if layout == "panels":
+        p = shape[2]
+        attrs = {"panel": p}  # the CPU tile rule keeps its vectors inside a panel
 
-    def weight(n: Expr) -> Expr:
-        return w[k.var, n] if kn else w[n, k.var]
+        def weight(j: Expr) -> Expr:
+            return w[j // p, k.var, j % p]
+    elif layout == "kn":
+        n = shape[1]
 
-    return compute((*a.shape[:-1], w.shape[1] if kn else w.shape[0]),
+        def weight(j: Expr) -> Expr:
+            return w[k.var, j]
+    else:
+        n = shape[0]
+
+        def weight(j: Expr) -> Expr:
+            return w[j, k.var]
+
+    assert n is not None
+    return compute((*a.shape[:-1], n),
                    lambda *i: R.sum(a[(*i[:-1], k.var)] * weight(i[-1]), axis=k),
-                   name=name, tag=REDUCE)
+                   name=name, tag=REDUCE, attrs=attrs)
 
 
 Column = Callable[[Expr], Expr]        # a bias: column of G*H -> value
@@ -107,15 +132,15 @@ Projection = Callable[[Expr, Expr], Expr]   # the step's x W^T: (batch, column) 
 
 @dataclass(frozen=True)
 class Weights:
-    """One direction's recurrent parameters: R (G*H, H), or with ``r_kn`` R^T stored (H, G*H)
-    (a CPU reads the gate columns contiguously), the input and recurrent biases as functions of
-    the column (or None), and the peepholes (3H: i, o, f) or None."""
+    """One direction's recurrent parameters: R stored as ``r_layout`` (R_LAYOUTS), the input
+    and recurrent biases as functions of the column (or None), and the peepholes (3H: i, o, f)
+    or None."""
 
     r: Tensor | None
     w_bias: Column | None = None
     r_bias: Column | None = None
     peep: Tensor | None = None
-    r_kn: bool = False
+    r_layout: str = "nk"
 
     def bias(self, col: Expr, with_rec: bool = True) -> Expr | float:
         v: Expr | float = 0.0
@@ -131,7 +156,8 @@ def _step(cell: Cell, p: Weights, xw: Projection, h: Tensor, c: Tensor | None
     """The states after one step whose input projection is ``xw`` (which holds the recurrent
     product too when ``p.r`` is None)."""
     hn = cell.hidden
-    rec = None if p.r is None else _matmul_t(h, p.r, "T_rnn_rec", p.r_kn)
+    rec = None if p.r is None else _matmul_t(h, p.r, "T_rnn_rec", p.r_layout,
+                                             cell.gates * hn)
 
     def gate(g: int, b: Expr, j: Expr, with_rec: bool = True) -> Expr:
         """xw + (h R^T) + Wb + Rb of gate ``g`` at (b, j), unclipped."""
@@ -160,7 +186,8 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
         # the candidate multiplies r into h before the matmul: one more recurrent stage
         rh = compute(h.shape, lambda b, j: f(cell.pre(gate(1, b, j))) * h[b, j],
                      name="T_rnn_rh", tag=ELEMWISE)
-        rec_h = _matmul_t(rh, _rows(p.r, 2 * hn, hn, p.r_kn), "T_rnn_rec_h", p.r_kn)
+        rows, layout = _rows(p.r, 2 * hn, hn, p.r_layout)
+        rec_h = _matmul_t(rh, rows, "T_rnn_rec_h", layout, hn)
 
     def body(b: Expr, j: Expr) -> Expr:
         z = f(cell.pre(gate(0, b, j)))
@@ -175,13 +202,18 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
     return compute(h.shape, body, name="T_rnn_h", tag=ELEMWISE)
 
 
-def _rows(w: Tensor, start: int, n: int, kn: bool = False) -> Tensor:
-    """Rows ``start`` .. ``start + n`` of R (the columns of R^T stored (K, N) with ``kn``)."""
-    if kn:
+def _rows(w: Tensor, start: int, n: int, layout: str = "nk") -> tuple[Tensor, str]:
+    """Rows ``start`` .. ``start + n`` of R stored as ``layout``, and how they are stored
+    (the columns of R^T, (K, n), when R is stored transposed or in panels)."""
+    if layout == "panels":
+        p = args.static_shape(w, "rnn")[2]
+        return compute((w.shape[1], n), lambda k, i: w[(i + start) // p, k, (i + start) % p],
+                       name="T_rnn_rows", tag=ELEMWISE), "kn"
+    if layout == "kn":
         return compute((w.shape[0], n), lambda k, i: w[k, i + start], name="T_rnn_rows",
-                       tag=ELEMWISE)
+                       tag=ELEMWISE), "kn"
     return compute((n, w.shape[1]), lambda i, k: w[i + start, k], name="T_rnn_rows",
-                   tag=ELEMWISE)
+                   tag=ELEMWISE), "nk"
 
 
 def _lstm_states(cell: Cell, p: Weights, h: Tensor, c: Tensor | None,
@@ -240,21 +272,31 @@ def _at_step(xw: Tensor, t: int) -> Projection:
     return lambda b, col: xw[t, b, col]
 
 
+def _r_fits(shape: tuple[int, ...], cell: Cell, layout: str) -> bool:
+    """Whether R of ``shape`` stored as ``layout`` holds a (G*H, H) matrix of ``cell``."""
+    n, k = cell.gates * cell.hidden, cell.hidden
+    if layout == "panels":
+        return len(shape) == 3 and shape[1] == k and shape[2] > 0 and (
+            shape[0] == -(-n // shape[2]))
+    return shape == ((k, n) if layout == "kn" else (n, k))
+
+
 def step(cell: Cell, xw: Tensor, h: Tensor, c: Tensor | None, r: Tensor | None,
-         r_bias: Tensor | None = None, peep: Tensor | None = None, r_kn: bool = False
+         r_bias: Tensor | None = None, peep: Tensor | None = None, r_layout: str = "nk"
          ) -> tuple[Tensor, Tensor | None]:
     """One time step as its own computation: ``xw`` (B, G*H) is the step's input projection
     with the input bias added; returns the new hidden state and (LSTM) cell state. Without R
     (an RNN or LSTM whose recurrent product is computed elsewhere, e.g. quantized), ``xw``
-    holds x W^T + h R^T already. ``r_kn``: R is given transposed, (H, G*H)."""
+    holds x W^T + h R^T already. ``r_layout``: how R is stored (R_LAYOUTS)."""
     args.tensor(xw, "rnn")
     if r is None and cell.kind == "gru":
         raise TEError("rnn: a GRU step needs R (its candidate gate multiplies r into h R^T)")
+    if r_layout not in R_LAYOUTS:
+        raise TEError(f"rnn: R layout {r_layout!r} is none of {', '.join(R_LAYOUTS)}")
     r_shape = None if r is None else args.static_shape(r, "rnn")
-    want = (cell.gates * cell.hidden, cell.hidden)
     if args.static_shape(xw, "rnn") != (h.shape[0], cell.gates * cell.hidden) or (
-            r_shape not in (None, want[::-1] if r_kn else want)):
-        raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r_shape} do not "
-                      f"fit a {cell.kind} of hidden size {cell.hidden}")
-    p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep, r_kn)
+            r_shape is not None and not _r_fits(r_shape, cell, r_layout)):
+        raise TEError(f"rnn: step input {xw.shape}, state {h.shape} and R {r_shape} "
+                      f"({r_layout}) do not fit a {cell.kind} of hidden size {cell.hidden}")
+    p = Weights(r, None, None if r_bias is None else (lambda col: r_bias[col]), peep, r_layout)
     return _step(cell, p, lambda b, col: xw[b, col], h, c)
