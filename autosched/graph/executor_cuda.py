@@ -118,6 +118,20 @@ class CudaModel:
         alone, without the gaps of launching from Python (as a model's replayed run); where
         recording fails, the kernels launch one by one. ``modules``: other modules of the same
         tasks in kernel order (other schedules), to time them in this model."""
+        return self._timed(inputs, repeat, modules, each=True)
+
+    def run_seconds(self, inputs: dict[str, Any], repeat: int = 20,
+                    modules: Sequence[Any] | None = None) -> float:
+        """Median seconds of the whole run, ``repeat`` replays after a warm-up, with events
+        only before the first kernel and after the last: the kernels back to back as a
+        replayed run launches them (events between them add time of their own and keep each
+        kernel from starting before the last one's event). ``modules`` as for
+        kernel_seconds."""
+        return float(self._timed(inputs, repeat, modules, each=False)[0])
+
+    def _timed(self, inputs: dict[str, Any], repeat: int, modules: Sequence[Any] | None,
+               each: bool) -> np.ndarray:
+        """Median seconds of each kernel (``each``), or of the whole run as one entry."""
         with self._exclusive():
             self._copy_in(inputs)
             mods = [k.module for k in self.kernels] if modules is None else list(modules)
@@ -126,6 +140,8 @@ class CudaModel:
                      if status is not None else {})
             keep: list[Any] = []
             per_kernel = self._bind(mods, words, keep)
+            if not each:  # one span: every launch of the run
+                per_kernel = [[launch for calls in per_kernel for launch in calls]]
             if status is not None:
                 status.clear()
             runs = None
@@ -141,8 +157,8 @@ class CudaModel:
             return np.median(np.array(runs), axis=0)
 
     def _timed_graph(self, per_kernel: list[list[Launch]], repeat: int) -> list[list[float]]:
-        """Seconds per kernel of ``repeat`` replays (after one) of a recording of the launches
-        with an event node after each kernel."""
+        """Seconds per span of ``repeat`` replays (after one) of a recording of the launches
+        with an event node after each span (a kernel's launches, or the whole run's)."""
         api = getattr(self.drv, "graphs", None) or graphs.graph_driver()
         events = [api.create_event() for _ in range(len(per_kernel) + 1)]
         try:
@@ -170,8 +186,9 @@ class CudaModel:
 
     def _timed_launches(self, per_kernel: list[list[Launch]], repeat: int
                         ) -> list[list[float]]:
-        """Seconds per kernel of ``repeat`` runs (after one), each kernel launched from here:
-        a kernel shorter than its launch also counts the gap before the next."""
+        """Seconds per span (as _timed_graph) of ``repeat`` runs (after one), each kernel
+        launched from here: a kernel shorter than its launch also counts the gap before the
+        next."""
         events = [self.drv.Event() for _ in range(len(per_kernel) + 1)]
         runs = []
         for r in range(repeat + 1):

@@ -128,18 +128,47 @@ def test_end_to_end_check_overrules_a_mix_that_is_slower(
     _, graph, log, (a, b) = tuned
     real = choose_mod._end_to_end
 
-    def end_to_end(seconds_per_kernel: Any, keys: list[str], cands: Any, mix: dict[str, int],
+    def end_to_end(seconds_whole: Any, keys: list[str], cands: Any, mix: dict[str, int],
                    rounds: int) -> dict[str, int]:
         assert all(v == 1 for v in mix.values())  # per task, the records won
         totals = {0: 1.0, 1: 2.0}  # all untuned 1 s, the mix (all records) 2 s
 
-        def fake(pick: dict[str, int]) -> np.ndarray:
-            return np.array([totals[max(pick.values())]])
+        def fake(pick: dict[str, int]) -> float:
+            return totals[max(pick.values())]
         return real(fake, keys, cands, mix, rounds)
 
     _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 9e-6, (a.workload_key, "record 1"): 5e-6,
                                     (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
     monkeypatch.setattr(choose_mod, "_end_to_end", end_to_end)
+    choices = choose_mod.choose(graph, "llvm", log, rounds=3)
+    assert sorted(c.chosen for c in choices) == ["untuned", "untuned"]
+
+
+def test_end_to_end_times_whole_runs(tuned: tuple[Any, Any, Path, list[Any]],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end-to-end check times each option as a whole run (``run_seconds``), not as the
+    sum of its kernels' times between events: on a GPU the events between kernels add their
+    own time and keep the kernels from going back to back. Per kernel both records win;
+    whole, the model runs faster untuned: untuned stays."""
+    _, graph, log, (a, b) = tuned
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 9e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 9e-6, (b.workload_key, "record 1"): 3e-6})
+    untuned = {}
+
+    def run_seconds(self: Any, inputs: Any, repeat: int = 20, modules: Any = None) -> float:
+        mods = modules or [k.module for k in self.kernels]
+        return 1e-6 if all(m is untuned.get(k.task.workload_key)
+                           for k, m in zip(self.kernels, mods)) else 2e-6
+
+    real = choose_mod._candidates
+
+    def candidates(kernel: Any, *args: Any) -> list[Any]:
+        out = real(kernel, *args)
+        untuned[kernel.task.workload_key] = out[0].module
+        return out
+
+    monkeypatch.setattr(choose_mod, "_candidates", candidates)
+    monkeypatch.setattr(executor_mod.CompiledModel, "run_seconds", run_seconds)
     choices = choose_mod.choose(graph, "llvm", log, rounds=3)
     assert sorted(c.chosen for c in choices) == ["untuned", "untuned"]
 

@@ -33,7 +33,7 @@ class _FakeGraphs:
         self.recording: dict[int, list] = {}
         self.graphs: dict[int, list] = {}
         self.ids = itertools.count(1)
-        self.recorded = self.launches = 0
+        self.recorded = self.launches = self.created_events = 0
 
     def begin_capture(self, stream: int) -> None:
         if not self.works:
@@ -66,6 +66,7 @@ class _FakeGraphs:
     def create_event(self) -> int:
         event = next(self.ids)
         self.stamps[event] = 0.0
+        self.created_events += 1
         return event
 
     def record_event(self, event: int, stream: int) -> None:
@@ -304,8 +305,13 @@ def test_kernel_seconds_times_each_kernel_in_place(monkeypatch: pytest.MonkeyPat
                                rtol=1e-9)
     with pytest.raises(ValueError, match="modules for"):
         model.kernel_seconds(x, modules=others[1:])
-    assert drv.graphs.recorded == (2 if graphs else 0)
-    assert drv.direct_launches == (0 if graphs else 2 * 4 * n)
+    # the whole run between two events, kernels back to back
+    events = drv.graphs.created_events
+    assert model.run_seconds(x, repeat=3) == pytest.approx(want.sum(), rel=1e-9)
+    assert model.run_seconds(x, repeat=3, modules=others) == pytest.approx(7e-6 * n, rel=1e-9)
+    assert drv.graphs.created_events - events == 2 * 2  # two a run_seconds call
+    assert drv.graphs.recorded == (4 if graphs else 0)
+    assert drv.direct_launches == (0 if graphs else 4 * 4 * n)
     np.testing.assert_allclose(model.run(x)[0], ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
 
 
