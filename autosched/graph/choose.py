@@ -9,7 +9,9 @@ share the caches. On a small model those effects are as large as the gains tunin
 in the model), so a log could make a model slower than compiling it untuned.
 
 ``choose`` settles it where it matters: the untuned default and the best candidates of every
-task run in the model itself, in alternating rounds; each task keeps the one fastest there;
+task run in the model itself, in alternating rounds (a task without a record, where the
+compile gives it the cost model's pick, GPUs by default: the default and that pick); each
+task keeps the one fastest there;
 the mix is checked end to end against all-untuned and all-best; the winners are appended to
 the log as chosen records (``MeasureRecord.in_model``), which ``compile`` applies before any
 time measured alone. A model compiled with the log is then, as measured, never slower than
@@ -42,6 +44,7 @@ from autosched.te.dtype import DEFAULT_PRECISION
 _log = logging.getLogger(__name__)
 
 UNTUNED = "untuned"
+PICK = "model pick"  # the cost model's pick, which compile gives a task without a record
 UNTUNED_IR = "untuned_ir"  # a choice record's key: the IR hash of the default it was timed against
 ROUND_S = 0.02  # seconds of model runs per variant and round (repeat=None)
 MAX_REPEAT = 50
@@ -52,8 +55,9 @@ KEEP_MARGIN = 0.01
 
 @dataclass
 class Choice:
-    """One workload's choice: ``chosen`` is "untuned" or "record N" (the N-th fastest alone);
-    seconds are its kernels' median time in the model (all its occurrences)."""
+    """One workload's choice: ``chosen`` is "untuned", "record N" (the N-th fastest alone)
+    or "model pick" (a task without a record); seconds are its kernels' median time in the
+    model (all its occurrences)."""
 
     task: str
     workload_key: str
@@ -141,16 +145,19 @@ def runs_here(tgt: Target) -> bool:
 
 def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
            precision: str = DEFAULT_PRECISION, top: int = 2, rounds: int = 9,
-           repeat: int | None = None, seed: int = 0) -> list[Choice]:
-    """Time the untuned default and the ``top`` best records of every task in the model,
-    ``rounds`` alternating rounds of ``repeat`` runs each (None: as many as last about
-    ``ROUND_S``, at least 3); append the winners to ``log`` (records with ``in_model``);
-    return one Choice per workload that had a record."""
+           repeat: int | None = None, seed: int = 0, schedule: str | None = None
+           ) -> list[Choice]:
+    """Time the untuned default and the ``top`` best records of every task in the model
+    (of a task without a record, the default and the cost model's pick where ``schedule``,
+    as compile resolves it, gives that task the pick), ``rounds`` alternating rounds of
+    ``repeat`` runs each (None: as many as last about ``ROUND_S``, at least 3); append the
+    winners to ``log`` (records with ``in_model``); return one Choice per workload that had
+    two candidates or more."""
     tgt = parse(target)
     if not runs_here(tgt):
         raise ValueError(f"choosing schedules in the model runs the model here; {tgt} is not "
                          "this machine")
-    model, cands = candidates(graph, tgt, log, precision, top)
+    model, cands = candidates(graph, tgt, log, precision, top, schedule=schedule)
     inputs = random_inputs(graph, seed=seed)
     kernels = model.kernels
     if all(len(c) < 2 for c in cands.values()):
@@ -184,33 +191,54 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
 
 
 def candidates(graph: Graph, target: str | Target, log: str | os.PathLike,
-               precision: str = DEFAULT_PRECISION, top: int = 2, executor: bool = True
-               ) -> tuple[Any, dict[str, list[_Candidate]]]:
-    """The model compiled with ``log`` and, per workload, what ``choose`` times: the untuned
-    default and the ``top`` best records, each built (so that, with ``executor`` false, a
-    machine without the device fills the compile cache for a later choosing on it)."""
+               precision: str = DEFAULT_PRECISION, top: int = 2, executor: bool = True,
+               schedule: str | None = None) -> tuple[Any, dict[str, list[_Candidate]]]:
+    """The model compiled with ``log`` (tasks without a record get ``schedule``, resolved as
+    compile does) and, per workload, what ``choose`` times: the untuned default and the
+    ``top`` best records, or the cost model's pick that compile gave a task without one,
+    each built (so that, with ``executor`` false, a machine without the device fills the
+    compile cache for a later choosing on it)."""
     from autosched.graph.compiler import compile as compile_graph
+    from autosched.graph.compiler import resolve_schedule
     from autosched.search.record import RecordLog
+    from autosched.search.tune import model_schedules
 
     tgt = parse(target)
+    schedule = resolve_schedule(schedule, tgt)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no tuning record for ...": those stay untuned
-        model = compile_graph(graph, tgt, log=log, precision=precision, executor=executor)
+        model = compile_graph(graph, tgt, log=log, precision=precision, executor=executor,
+                              schedule=schedule)
     records = RecordLog(log)
-    cands: dict[str, list[_Candidate]] = {}
-    for k in model.kernels:  # a workload that occurs several times is built once
-        if k.task.workload_key not in cands:
-            cands[k.task.workload_key] = _candidates(k, tgt, records, top)
+    first: dict[str, Any] = {}  # each workload's first kernel: a recurring one is built once
+    for k in model.kernels:
+        first.setdefault(k.task.workload_key, k)
+    picked: dict[str, Any] = {}
+    if schedule == "model":  # as compile: the picks of the tasks without a record (cached)
+        bare = [k.task for key, k in first.items() if not records.best(key, tgt)]
+        picked = {t.workload_key: p for t, p in zip(bare, model_schedules(bare))}
+    cands = {key: _candidates(k, tgt, records, top, picked.get(key))
+             for key, k in first.items()}
     return model, cands
 
 
-def _candidates(kernel: Any, tgt: Target, records: Any, top: int) -> list[_Candidate]:
-    """The untuned default, then the ``top`` best records (a previous choice first), each
-    built once (the same IR only once; the first record is the kernel's compiled module)."""
+def _candidates(kernel: Any, tgt: Target, records: Any, top: int, pick: Any = None
+                ) -> list[_Candidate]:
+    """The untuned default, then the ``top`` best records (a previous choice first), or the
+    cost model's ``pick`` (the schedule compile gave a task without a record), each built
+    once (the same IR only once; the first record, or the pick, is the kernel's compiled
+    module)."""
+    from autosched.search.record import ir_hash
+
     task = kernel.task
     untuned, untuned_hash = _untuned(task)
     out = [_Candidate(UNTUNED, [s.to_dict() for s in untuned.steps], untuned_hash,
                       task.build(untuned))]
+    if pick is not None:
+        h = ir_hash(task.lower(pick))
+        if h != untuned_hash:
+            out.append(_Candidate(PICK, [s.to_dict() for s in pick.steps], h, kernel.module))
+        return out
     for n, rec in enumerate(records.best(task.workload_key, tgt, k=top), 1):
         if any(rec.ir_hash and rec.ir_hash == c.ir_hash for c in out):
             continue

@@ -18,6 +18,7 @@ import autosched as aus
 from autosched.graph import choose as choose_mod
 from autosched.graph import executor as executor_mod
 from autosched.graph.compiler import extract_tasks
+from autosched.schedule.steps import step_from_dict
 from autosched.search.record import MeasureRecord, RecordLog, ir_hash, ranked, target_fingerprint
 from autosched.search.space import SearchSpace
 from autosched.targets.target import parse
@@ -171,6 +172,41 @@ def test_end_to_end_times_whole_runs(tuned: tuple[Any, Any, Path, list[Any]],
     monkeypatch.setattr(executor_mod.CompiledModel, "run_seconds", run_seconds)
     choices = choose_mod.choose(graph, "llvm", log, rounds=3)
     assert sorted(c.chosen for c in choices) == ["untuned", "untuned"]
+
+
+@pytest.mark.parametrize("pick_wins", [False, True])
+def test_a_task_without_a_record_chooses_between_default_and_pick(
+        tuned: tuple[Any, Any, Path, list[Any]], monkeypatch: pytest.MonkeyPatch,
+        rng: np.random.Generator, pick_wins: bool) -> None:
+    """Compiled with a log and schedule "model" (a GPU's default), a task the log has no
+    record of gets the cost model's pick, where the untuned model has its default: the
+    choice times both in the model and records the faster, which compile then applies (a
+    300-trial log left 41 of ppocr_cls's 60 GPU tasks without a trial; compiled with that
+    log, the model ran 10% slower than untuned on an H100)."""
+    import autosched.search.tune as tune_mod
+
+    proto, graph, log, (a, b) = tuned
+    lines = [r for r in RecordLog(log).load() if r.workload_key == a.workload_key]
+    log.unlink()
+    RecordLog(log).append(lines)   # b: no record
+    pick_steps, pick_hash = _other_candidate(b, rng)
+    monkeypatch.setattr(tune_mod, "model_schedules", lambda tasks, **kw: [
+        t.schedule([step_from_dict(d) for d in pick_steps]) if t.workload_key == b.workload_key
+        else SearchSpace(t).default_schedule() for t in tasks])
+    _fake_model_times(monkeypatch, {(a.workload_key, "untuned"): 2e-6, (a.workload_key, "record 1"): 5e-6,
+                                    (b.workload_key, "untuned"): 4e-6,
+                                    (b.workload_key, "model pick"): 2e-6 if pick_wins else 8e-6})
+    choices = {c.workload_key: c for c in choose_mod.choose(graph, "llvm", log, rounds=3,
+                                                            schedule="model")}
+    want = "model pick" if pick_wins else "untuned"
+    assert choices[b.workload_key].chosen == want
+    (best_b,) = RecordLog(log).best(b.workload_key, b.target)
+    assert best_b.in_model and best_b.extra["chosen"] == want
+    assert best_b.ir_hash == (pick_hash if pick_wins else
+                              ir_hash(b.lower(SearchSpace(b).default_schedule())))
+    x = {"x": rng.standard_normal((1, 3, 10, 12)).astype(np.float32)}
+    (y,) = aus.compile(graph, "llvm", log=log, schedule="model").run(x)
+    np.testing.assert_allclose(y, ort_run(proto, x)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_a_busy_spell_over_half_the_rounds_does_not_pick_a_slower_candidate() -> None:
