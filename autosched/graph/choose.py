@@ -167,9 +167,11 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
         repeat = int(np.clip(ROUND_S / max(once, 1e-9), 3, MAX_REPEAT))
     variants = max(len(c) for c in cands.values())
 
+    def modules(pick: dict[str, int]) -> list[Any]:
+        return [cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels]
+
     def seconds_per_kernel(pick: dict[str, int]) -> np.ndarray:
-        return model.kernel_seconds(inputs, repeat, [
-            cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels])
+        return model.kernel_seconds(inputs, repeat, modules(pick))
 
     keys = list(cands)
     for _ in range(rounds):
@@ -182,8 +184,7 @@ def choose(graph: Graph, target: str | Target, log: str | os.PathLike,
                         float(sum(t for k, t in zip(kernels, times)
                                   if k.task.workload_key == key)))
     def seconds_whole(pick: dict[str, int]) -> float:
-        return float(model.run_seconds(inputs, repeat, [
-            cands[k.task.workload_key][pick[k.task.workload_key]].module for k in kernels]))
+        return float(model.run_seconds(inputs, repeat, modules(pick)))
 
     mix = {key: fastest([c.samples for c in cands[key]]) for key in keys}
     pick = _end_to_end(seconds_whole, keys, cands, mix, rounds)

@@ -96,33 +96,25 @@ class Cell:
 R_LAYOUTS = ("nk", "kn", "panels")
 
 
-def _matmul_t(a: Tensor, w: Tensor, name: str, layout: str = "nk", n: int | None = None
-              ) -> Tensor:
-    """a (..., K) times w (N, K) transposed: (..., N), w stored as ``layout`` (R_LAYOUTS; with
-    "panels", ``n`` is N, which the padded panels may exceed)."""
-    k = reduce_axis((0, args.static_shape(a, "rnn")[-1]), name="k")
-    shape = args.static_shape(w, "rnn")
-    attrs: dict[str, int] = {}
+def _r_t(w: Tensor, layout: str) -> Callable[[Expr, Expr], Expr]:
+    """Element (k, j) of R^T, (H, G*H), read from ``w`` stored as ``layout`` (R_LAYOUTS)."""
     if layout == "panels":
-        p = shape[2]
-        attrs = {"panel": p}  # the CPU tile rule keeps its vectors inside a panel
+        p = args.static_shape(w, "rnn")[2]
+        return lambda k, j: w[j // p, k, j % p]
+    if layout == "kn":
+        return lambda k, j: w[k, j]
+    return lambda k, j: w[j, k]
 
-        def weight(j: Expr) -> Expr:
-            return w[j // p, k.var, j % p]
-    elif layout == "kn":
-        n = shape[1]
 
-        def weight(j: Expr) -> Expr:
-            return w[k.var, j]
-    else:
-        n = shape[0]
-
-        def weight(j: Expr) -> Expr:
-            return w[j, k.var]
-
-    assert n is not None
+def _matmul_t(a: Tensor, w: Tensor, name: str, layout: str, n: int) -> Tensor:
+    """a (..., K) times w (N, K) transposed: (..., ``n``), w stored as ``layout``
+    (R_LAYOUTS; padded panels may hold more than ``n`` columns)."""
+    k = reduce_axis((0, args.static_shape(a, "rnn")[-1]), name="k")
+    at = _r_t(w, layout)
+    # the CPU tile rule keeps its vectors inside a panel
+    attrs = {"panel": args.static_shape(w, "rnn")[2]} if layout == "panels" else {}
     return compute((*a.shape[:-1], n),
-                   lambda *i: R.sum(a[(*i[:-1], k.var)] * weight(i[-1]), axis=k),
+                   lambda *i: R.sum(a[(*i[:-1], k.var)] * at(k.var, i[-1]), axis=k),
                    name=name, tag=REDUCE, attrs=attrs)
 
 
@@ -205,15 +197,12 @@ def _gru_h(cell: Cell, p: Weights, h: Tensor, gate: Callable[..., Expr], rec: Te
 def _rows(w: Tensor, start: int, n: int, layout: str = "nk") -> tuple[Tensor, str]:
     """Rows ``start`` .. ``start + n`` of R stored as ``layout``, and how they are stored
     (the columns of R^T, (K, n), when R is stored transposed or in panels)."""
-    if layout == "panels":
-        p = args.static_shape(w, "rnn")[2]
-        return compute((w.shape[1], n), lambda k, i: w[(i + start) // p, k, (i + start) % p],
-                       name="T_rnn_rows", tag=ELEMWISE), "kn"
-    if layout == "kn":
-        return compute((w.shape[0], n), lambda k, i: w[k, i + start], name="T_rnn_rows",
-                       tag=ELEMWISE), "kn"
-    return compute((n, w.shape[1]), lambda i, k: w[i + start, k], name="T_rnn_rows",
-                   tag=ELEMWISE), "nk"
+    if layout == "nk":
+        return compute((n, w.shape[1]), lambda i, k: w[i + start, k], name="T_rnn_rows",
+                       tag=ELEMWISE), "nk"
+    at = _r_t(w, layout)
+    return compute((w.shape[1 if layout == "panels" else 0], n),
+                   lambda k, i: at(k, i + start), name="T_rnn_rows", tag=ELEMWISE), "kn"
 
 
 def _lstm_states(cell: Cell, p: Weights, h: Tensor, c: Tensor | None,
@@ -253,8 +242,8 @@ def unroll(cell: Cell, x: Tensor, w: Tensor, r: Tensor, bias: Tensor | None = No
         raise TEError(f"rnn: W {w.shape} and R {r.shape} must be ({gates * hn}, "
                       f"{x.shape[2]}) and ({gates * hn}, {hn}) for a {cell.kind} of hidden "
                       f"size {hn}")
-    xw = _matmul_t(x, w, "T_rnn_xw")
     gh = gates * hn
+    xw = _matmul_t(x, w, "T_rnn_xw", "nk", gh)
     p = Weights(r, None if bias is None else (lambda col: bias[col]),
                 None if bias is None else (lambda col: bias[gh + col]), peep)
     zero = compute((batch, hn), lambda b, j: I.cast(x.dtype, 0), name="T_rnn_zero")
