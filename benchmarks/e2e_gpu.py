@@ -132,6 +132,13 @@ def run_model(name: str, args: argparse.Namespace, batch: int = 1,
     row["matches_ort"] = matches(y, ref, precision)
     row["graph"] = model.graph_failure or "replayed"
     others = {}
+    for label, env in args.variants.items():
+        t0 = time.perf_counter()
+        others[f"autosched, {label}"] = compiled_under(env, graph, target="cuda", log=args.log,
+                                                       precision=precision)
+        row[f"autosched, {label} build_s"] = time.perf_counter() - t0
+        (y2,) = others[f"autosched, {label}"].run(feeds)
+        row[f"autosched, {label} matches_ort"] = matches(y2, ref, precision)
     if args.zero:  # issue 21's zero-measurement row: untuned, and chosen by the cost model
         t0 = time.perf_counter()
         others["autosched, model-chosen"] = compile(graph, target="cuda", schedule="model",
@@ -162,6 +169,29 @@ def run_model(name: str, args: argparse.Namespace, batch: int = 1,
     return row
 
 
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """'LABEL:VAR=V,VAR=V' as (label, {VAR: V})."""
+    label, _, assigns = text.partition(":")
+    pairs = [a.partition("=") for a in assigns.split(",") if a]
+    if not label or not pairs or any(not k or not eq for k, eq, _ in pairs):
+        raise SystemExit(f"e2e_gpu.py: --variant {text!r}: expected LABEL:VAR=VALUE[,VAR=VALUE]")
+    return label, {k: v for k, _, v in pairs}
+
+
+def compiled_under(env: dict[str, str], *args: Any, **kwargs: Any) -> Any:
+    """compile(...) with the environment variables ``env`` set for its duration."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return compile(*args, **kwargs)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log", default=None, help="tuning log (default schedules without one)")
@@ -176,10 +206,18 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="torch eager only")
     ap.add_argument("--zero", action="store_true",
                     help="also untuned and with schedules the cost model chooses unmeasured")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:VAR=V,VAR=V",
+                    help="also autosched compiled under these settings (say, "
+                         "image:AUTOSCHED_CONV_COLUMNS=image), timed in the same rounds")
+    ap.add_argument("--cached-picks", action="store_true",
+                    help="read zero-measurement picks from the cache (benchmarks/gpu_cache.py) "
+                         "instead of searching them again")
     ap.add_argument("--out", type=Path,
                     default=Path(os.environ.get("OUT", "/tmp")) / "e2e_gpu.json")
     args = ap.parse_args()
-    os.environ["AUTOSCHED_PICK_CACHE"] = "0"  # the zero-measurement search is timed: no cached picks
+    args.variants = dict(_variant(v) for v in args.variant)
+    if not args.cached_picks:  # the zero-measurement search is timed: no cached picks
+        os.environ["AUTOSCHED_PICK_CACHE"] = "0"
     if not torch.cuda.is_available():
         raise SystemExit("e2e_gpu.py: no CUDA device visible to torch")
     print(baseline.header(), flush=True)

@@ -91,11 +91,13 @@ for s in "$@"; do
         e2e20:*)  # e2e20:<model>: issue 20's rows of one model: batch 1 / 8 / 32 in fp32, tf32
             # and fp16 against torch (eager, compile, reduce-overhead); $LOG if set, else the
             # cost model's picks (compile's auto); $TAG names the run (say, implicit, with
-            # AUTOSCHED_CONV_GEMM=implicit)
+            # AUTOSCHED_CONV_GEMM=implicit); $VARIANTS: e2e_gpu.py's --variant options;
+            # CACHED=1: the picks of a carried .gpu-cache.tgz
             name=${s#e2e20:}
             step "e2e20-$name${TAG:+-$TAG}" "${E2E_S:-590}" python3 benchmarks/e2e_gpu.py \
                 --models "$name" --batch ${BATCHES:-1 8 32} \
                 --precision ${PRECISIONS:-fp32 tf32 fp16} --rounds 3 ${LOG:+--log "$LOG"} \
+                ${VARIANTS:+$VARIANTS} ${CACHED:+--cached-picks} \
                 --out "$OUT/e2e20_$name${TAG:+_$TAG}.json" ;;
         kernels:*)  # kernels:<model>: where its time goes, per kernel ($BATCHES, $PRECISIONS,
             # $LOG or $SCHEDULE)
@@ -115,6 +117,8 @@ for s in "$@"; do
                 ${RAY_NODE_BUILDS:+--node-builds} ${RAY_IMAGE:+--image "$RAY_IMAGE"} --nodes 1 2 \
                 --out "$OUT/tune_ray.json" ;;
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
+        tiles) step tiles 400 python3 benchmarks/gpu_mma_tiles.py ${TILES:+--tiles $TILES} \
+                   ${SHAPES:+--shapes $SHAPES} ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
     esac

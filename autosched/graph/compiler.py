@@ -208,7 +208,8 @@ def prepare(graph: Graph, target: Target | None = None,
         if dot:
             g = dot4_products(g, dot)
     elif target is not None and precision != DEFAULT_PRECISION:
-        g = gemm_convs(g, implicit=_implicit_patches())  # tensor cores multiply matmuls
+        g = gemm_convs(g, implicit=_implicit_patches(),  # tensor cores multiply matmuls
+                       batch_columns=_batch_columns(), max_splits=_max_splits())
     return apply_precision(g, precision)
 
 
@@ -220,6 +221,26 @@ def _implicit_patches() -> bool:
     if how not in ("explicit", "implicit"):
         raise ValueError(f"{settings.CONV_GEMM.name}={how!r}: expected explicit or implicit")
     return how == "implicit"
+
+
+def _batch_columns() -> bool:
+    """AUTOSCHED_CONV_COLUMNS: whether GPU convolutions of a batch are one GEMM over it."""
+    from autosched import settings
+
+    how = settings.CONV_COLUMNS.value()
+    if how not in ("batch", "image"):
+        raise ValueError(f"{settings.CONV_COLUMNS.name}={how!r}: expected batch or image")
+    return how == "batch"
+
+
+def _max_splits() -> int:
+    """AUTOSCHED_CONV_SPLIT: the most slices of K a GPU convolution's GEMM sums apart."""
+    from autosched import settings
+
+    how = settings.CONV_SPLIT.value()
+    if not how.isdigit() or int(how) < 1 or int(how) & (int(how) - 1):
+        raise ValueError(f"{settings.CONV_SPLIT.name}={how!r}: expected a power of two")
+    return int(how)
 
 
 def plan(graph: Graph) -> list[Group]:

@@ -33,6 +33,9 @@ DOT4 = "autosched.dot4"
 # An Im2Col attribute (passes.gemm_convs): 1 when the patches are gathered inside the matmul
 # that reads them (fuse.py puts both in one kernel) instead of written by a kernel of their own.
 IMPLICIT = "autosched.implicit"
+# A node attribute: 1 when its outputs stay float32 under half precisions (graph/precision.py),
+# as the partial sums of a matmul whose reduction passes.gemm_convs splits.
+FP32_OUTPUT = "autosched.fp32_output"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.
 INTERNAL_OP_TYPES = frozenset({"WinogradInput", "WinogradOutput", "Im2Col", "IfSelect",

@@ -166,11 +166,14 @@ def _winograd_input(node: Node, ins: list[Value | None], ctx: ConvertContext) ->
 
 @register("Im2Col")
 def _im2col(node: Node, ins: list[Value | None], ctx: ConvertContext) -> list[Value]:
-    """passes.gemm_convs' patches (attributes kernel_shape, strides, dilations, pads)."""
+    """passes.gemm_convs' patches (attributes kernel_shape, strides, dilations, pads; layout
+    and batch_columns where the columns run over the batch)."""
     pads = [int(v) for v in node.attrs["pads"]]
     return [ops.im2col(tensor_input(ctx, node, ins, 0), tuple(node.attrs["kernel_shape"]),
                        stride=tuple(node.attrs["strides"]), padding=tuple(pads),
-                       dilation=tuple(node.attrs["dilations"]))]
+                       dilation=tuple(node.attrs["dilations"]),
+                       layout=str(node.attrs.get("layout", "NCHW")),
+                       batch_columns=bool(node.attrs.get("batch_columns", 0)))]
 
 
 @register("WinogradOutput")

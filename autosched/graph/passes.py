@@ -24,6 +24,7 @@ from autosched.graph.fold import FOLD_LIMIT_BYTES, folded_bytes, runtime_node
 from autosched.graph.graph import (
     B_PANELS,
     DOT4,
+    FP32_OUTPUT,
     IMPLICIT,
     KERNEL_LAYOUT,
     R_LAYOUT,
@@ -510,7 +511,30 @@ def gemm_conv_shape(g: Graph, n: Node) -> tuple[int, int, int] | None:
     return (o, k, out.shape[2] * out.shape[3]) if min(o, k) >= 8 else None
 
 
-def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
+# Splitting a GPU convolution's GEMM along K (k_splits): the 64 x 64 output tiles times the
+# splits to reach, the most splits, and the fewest products each split sums
+SPLIT_K_TILES = 1024
+MAX_K_SPLITS = 8
+MIN_SPLIT_DEPTH = 256
+
+
+def k_splits(rows: int, k: int, cols: int, max_splits: int = MAX_K_SPLITS) -> int:
+    """How many slices of K a GPU convolution's (rows, k) x (k, cols) GEMM sums separately: a
+    power of two up to ``max_splits`` while its 64 x 64 output tiles times the splits stay under
+    SPLIT_K_TILES and each split still sums MIN_SPLIT_DEPTH products (K a multiple of 32 per
+    split). Few output tiles over a deep K (ResNet-18's last stage: 8 x 1 tiles at batch 1,
+    K = 4,608) leave most of a GPU idle while a block walks K alone; the slices' partial sums
+    (float32) are added by a kernel of their own."""
+    tiles = -(-rows // 64) * -(-cols // 64)
+    s = 1
+    while (s < max_splits and tiles * s < SPLIT_K_TILES and k % (64 * s) == 0
+           and k // (2 * s) >= MIN_SPLIT_DEPTH):
+        s *= 2
+    return s
+
+
+def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
+               max_splits: int = MAX_K_SPLITS) -> Graph:
     """Each Conv that gemm_conv_shape takes becomes a matmul, the form tensor cores multiply:
     Im2Col (the patches as columns, te.ops.im2col; a 1x1 stride-1 unpadded kernel reads its
     input as the columns, reshaped), MatMul of the kernel as an (O, C * KH * KW) matrix with
@@ -519,8 +543,22 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
     other inputs reshaped alike, scalars and per-channel constants kept) move before the
     Reshape, so they still fuse into the matmul's kernel. With ``implicit``, the Im2Col nodes
     carry the IMPLICIT attribute: fusion puts each into its matmul's kernel, whose operand
-    copy then gathers the patches from the input (no patch buffer). For GPU targets in
-    precisions with tensor-core multiplies (compiler.prepare); run after fold_batch_norm."""
+    copy then gathers the patches from the input (no patch buffer).
+
+    With a batch of more than one image (and ``batch_columns``), the columns run over the
+    batch: Im2Col gives (C * KH * KW, N * OH * OW), the matmul is one GEMM (O, N * OH * OW)
+    that reads each weight once for the batch (per image, 7 x 7 outputs filled 49 of a tile's
+    64 columns and re-read the weights 32 times at batch 32), and its output becomes
+    (N, O, OH, OW) through a transpose. A later convolution, or a residual input of a later
+    epilogue, that reads such an output reads the GEMM's (O, N * OH * OW) value itself (its
+    Im2Col in the CNHW layout; a 1x1 stride-1 unpadded kernel takes it as its columns), so
+    the transpose runs only for other readers (pooling, the graph's outputs).
+
+    Where few output tiles cover a deep K (k_splits; up to ``max_splits``), the GEMM sums
+    slices of K apart, (S, O, K / S) x (S, K / S, columns) into float32 partial sums, and a
+    ReduceSum adds them, the bias and the moved elementwise nodes fused after it. For GPU
+    targets in precisions with tensor-core multiplies (compiler.prepare); run after
+    fold_batch_norm."""
     from autosched.graph.ops_nn import _pads
 
     g = _copy(graph)
@@ -540,6 +578,11 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
         g.values[name] = ValueInfo(name, shape, dtype)
         return name
 
+    # the (N, O, OH, OW) outputs made here in the batch form: {output: its (O, N * OH * OW)}
+    cnhw: dict[str, str] = {}
+    # residual inputs transposed into the batch form: {(O, N * OH * OW) view: input}; those
+    # whose convolution comes later in the graph read its GEMM's output instead (below)
+    transposed: dict[str, str] = {}
     for n in g.nodes:
         dims = gemm_conv_shape(g, n)
         if dims is None:
@@ -553,23 +596,59 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
         strides = [int(v) for v in n.attrs.get("strides", [1, 1])]
         dil = [int(v) for v in n.attrs.get("dilations", [1, 1])]
         begins, ends = _pads(n, [h, wd], [kh, kw], strides, dil)
-        cols = new_value(f"{out}.columns", (nb, k, p), g.values[x].dtype)
-        if (kh, kw) == (1, 1) and strides == [1, 1] and not any(begins + ends):
+        batch = batch_columns and nb > 1
+        cols_shape = (k, nb * p) if batch else (nb, k, p)
+        geometry = {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
+                    "pads": [*begins, *ends], IMPLICIT: int(implicit)}
+        pointwise = (kh, kw) == (1, 1) and strides == [1, 1] and not any(begins + ends)
+        nodes: list[Node] = []
+        if batch and pointwise and x in cnhw:
+            cols = cnhw[x]  # the earlier GEMM's output is these columns
+        elif batch:
+            cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
+            src, layout = x, "NCHW"
+            if x in cnhw:  # the earlier GEMM's output viewed as (C, N, H, W)
+                src = new_value(f"{x}.cnhw", (c, nb, h, wd), g.values[x].dtype)
+                shape = new_value(f"{x}.cnhw_shape", (4,), "int64",
+                                  np.array([c, nb, h, wd], np.int64))
+                nodes.append(Node(f"{n.name}.cnhw", "Reshape", [cnhw[x], shape], [src]))
+                layout = "CNHW"
+            nodes.append(Node(f"{n.name}.im2col", "Im2Col", [src], [cols],
+                              {**geometry, "layout": layout, "batch_columns": 1}))
+        elif pointwise:
+            cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
             shape = new_value(f"{out}.columns_shape", (3,), "int64",
-                              np.array([nb, k, p], np.int64))
-            nodes = [Node(f"{n.name}.columns", "Reshape", [x, shape], [cols])]
+                              np.array(cols_shape, np.int64))
+            nodes.append(Node(f"{n.name}.columns", "Reshape", [x, shape], [cols]))
         else:
-            nodes = [Node(f"{n.name}.im2col", "Im2Col", [x], [cols],
-                          {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
-                           "pads": [*begins, *ends], IMPLICIT: int(implicit)})]
-        mat = new_value(f"{n.inputs[1]}.matrix", (o, k), str(w.dtype), w.reshape(o, k))
+            cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
+            nodes.append(Node(f"{n.name}.im2col", "Im2Col", [x], [cols], geometry))
         dtype = g.values[out].dtype
-        cur = new_value(f"{out}.gemm", (nb, o, p), dtype)
-        nodes.append(Node(f"{n.name}.gemm", "MatMul", [mat, cols], [cur]))
+        flat = (o, nb * p) if batch else (nb, o, p)
+        cur = new_value(f"{out}.gemm", flat, dtype)
+        splits = 1 if implicit or not (batch or nb == 1) else k_splits(o, k, nb * p, max_splits)
+        if splits == 1:
+            mat = new_value(f"{n.inputs[1]}.matrix", (o, k), str(w.dtype), w.reshape(o, k))
+            nodes.append(Node(f"{n.name}.gemm", "MatMul", [mat, cols], [cur]))
+        else:  # partial sums over slices of K, then their sum
+            part = k // splits
+            mats = new_value(f"{n.inputs[1]}.slices", (splits, o, part), str(w.dtype),
+                             np.ascontiguousarray(
+                                 w.reshape(o, splits, part).transpose(1, 0, 2)))
+            sliced = new_value(f"{cols}.slices", (splits, part, nb * p), g.values[x].dtype)
+            shape = new_value(f"{cols}.slices_shape", (3,), "int64",
+                              np.array([splits, part, nb * p], np.int64))
+            partial = new_value(f"{out}.partial", (splits, o, nb * p), dtype)
+            axes = new_value(f"{out}.partial_axes", (1,), "int64", np.array([0], np.int64))
+            nodes += [Node(f"{n.name}.slices", "Reshape", [cols, shape], [sliced]),
+                      Node(f"{n.name}.gemm", "MatMul", [mats, sliced], [partial],
+                           {FP32_OUTPUT: 1}),
+                      Node(f"{n.name}.gemm_sum", "ReduceSum", [partial, axes], [cur],
+                           {"keepdims": int(not batch)})]
         if len(n.inputs) > 2 and n.inputs[2]:
             b = g.constants[n.inputs[2]]
             col = new_value(f"{n.inputs[2]}.column", (o, 1), str(b.dtype), b.reshape(o, 1))
-            biased = new_value(f"{out}.gemm_bias", (nb, o, p), dtype)
+            biased = new_value(f"{out}.gemm_bias", flat, dtype)
             nodes.append(Node(f"{n.name}.gemm_bias", "Add", [cur, col], [biased]))
             cur = biased
         value, last = out, index[id(n)]
@@ -579,28 +658,41 @@ def gemm_convs(graph: Graph, implicit: bool = False) -> Graph:
             r = readers[value][0]
             if index[id(r)] in gone:  # moved already, by the convolution of another input
                 break
-            ins = _sunk_inputs(g, r, value, cur, shape4, new_value, views)
+            ins = _sunk_inputs(g, r, value, cur, shape4, new_value, views,
+                               cnhw if batch else None, transposed)
             if ins is None:
                 break
-            sunk = new_value(f"{r.outputs[0]}.gemm", (nb, o, p), g.values[r.outputs[0]].dtype)
+            sunk = new_value(f"{r.outputs[0]}.gemm", flat, g.values[r.outputs[0]].dtype)
             nodes.append(Node(f"{r.name}.gemm", r.op_type, ins, [sunk], dict(r.attrs)))
             gone.add(index[id(r)])
             value, cur, last = r.outputs[0], sunk, index[id(r)]
-        shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
-        nodes.append(Node(f"{n.name}.gemm_reshape", "Reshape", [cur, shape], [value]))
+        if batch:
+            nodes += _from_batch_columns(cur, value, shape4, g.values[cur].dtype, new_value,
+                                         f"{n.name}.gemm")
+            cnhw[value] = cur
+        else:
+            shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
+            nodes.append(Node(f"{n.name}.gemm_reshape", "Reshape", [cur, shape], [value]))
         gone.add(index[id(n)])
         moved[last] = views + nodes
     g.nodes = [m for i, node in enumerate(g.nodes)
                for m in moved.get(i, [] if i in gone else [node])]
+    direct = {view: cnhw[i] for view, i in transposed.items() if i in cnhw}
+    for node in g.nodes:
+        node.inputs = [direct.get(i, i) for i in node.inputs]
     return eliminate_dead(g)
 
 
 def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...],
-                 new_value: Any, views: list[Node]) -> list[str] | None:
-    """The inputs of the elementwise node ``r`` computed on (N, O, OH * OW) values: ``value``
-    (the 4-d one) read as ``cur``, other inputs of its shape reshaped (Reshape nodes appended
-    to ``views``), scalars as they are, constants per channel as (O, 1) columns; None when
-    ``r`` cannot move (another op, another shape, another broadcast)."""
+                 new_value: Any, views: list[Node], cnhw: dict[str, str] | None = None,
+                 transposed: dict[str, str] | None = None) -> list[str] | None:
+    """The inputs of the elementwise node ``r`` computed on (N, O, OH * OW) values (with
+    ``cnhw``, the batch form's (O, N * OH * OW)): ``value`` (the 4-d one) read as ``cur``,
+    other inputs of its shape reshaped (Reshape nodes appended to ``views``; in the batch form
+    the earlier GEMM output ``cnhw`` names, else transposed, each such view recorded in
+    ``transposed``), scalars as they are, constants
+    per channel as (O, 1) columns; None when ``r`` cannot move (another op, another shape,
+    another broadcast)."""
     if (r.op_type not in SINKABLE or len(r.outputs) != 1
             or g.values.get(r.outputs[0]) is None or g.values[r.outputs[0]].shape != shape4):
         return None
@@ -613,6 +705,14 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
             ins.append(cur)
         elif not i or (arr is not None and arr.size == 1):
             ins.append(i)
+        elif info is not None and info.shape == shape4 and cnhw is not None:
+            view = cnhw.get(i)
+            if view is None:
+                view = _to_batch_columns(i, shape4, info.dtype, new_value, views,
+                                         f"{r.name}.gemm_view")
+                if transposed is not None:
+                    transposed[view] = i
+            ins.append(view)
         elif info is not None and info.shape == shape4:
             flat = new_value(f"{i}.gemm_view", (nb, o, oh * ow), info.dtype)
             shape = new_value(f"{i}.gemm_view_shape", (3,), "int64",
@@ -625,3 +725,36 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
         else:
             return None
     return ins
+
+
+def _to_batch_columns(value: str, shape4: tuple[int, ...], dtype: str, new_value: Any,
+                      nodes: list[Node], name: str) -> str:
+    """(N, O, OH, OW) ``value`` as the batch form's (O, N * OH * OW), by a transpose (nodes
+    appended to ``nodes``)."""
+    nb, o, oh, ow = shape4
+    split = new_value(f"{value}.nop", (nb, o, oh * ow), dtype)
+    split_shape = new_value(f"{value}.nop_shape", (3,), "int64",
+                            np.array([nb, o, oh * ow], np.int64))
+    moved = new_value(f"{value}.onp", (o, nb, oh * ow), dtype)
+    flat = new_value(f"{value}.columns_view", (o, nb * oh * ow), dtype)
+    flat_shape = new_value(f"{value}.columns_view_shape", (2,), "int64",
+                           np.array([o, nb * oh * ow], np.int64))
+    nodes += [Node(f"{name}.split", "Reshape", [value, split_shape], [split]),
+              Node(f"{name}.transpose", "Transpose", [split], [moved], {"perm": [1, 0, 2]}),
+              Node(f"{name}.flat", "Reshape", [moved, flat_shape], [flat])]
+    return flat
+
+
+def _from_batch_columns(cur: str, value: str, shape4: tuple[int, ...], dtype: str,
+                        new_value: Any, name: str) -> list[Node]:
+    """The nodes that turn the batch form's (O, N * OH * OW) ``cur`` into (N, O, OH, OW)
+    ``value`` (a graph value already)."""
+    nb, o, oh, ow = shape4
+    split = new_value(f"{cur}.onp", (o, nb, oh * ow), dtype)
+    split_shape = new_value(f"{cur}.onp_shape", (3,), "int64",
+                            np.array([o, nb, oh * ow], np.int64))
+    moved = new_value(f"{cur}.nop", (nb, o, oh * ow), dtype)
+    shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
+    return [Node(f"{name}.split", "Reshape", [cur, split_shape], [split]),
+            Node(f"{name}.transpose", "Transpose", [split], [moved], {"perm": [1, 0, 2]}),
+            Node(f"{name}.reshape", "Reshape", [moved, shape], [value])]

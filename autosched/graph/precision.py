@@ -11,7 +11,8 @@ accumulates in float32 and stores half; a fused elementwise chain rounds once, a
 Kept in float32, as numerics need it:
 
 * the outputs of KEEP_FP32 ops (softmax, norms, reductions such as ReduceMean / ReduceSum,
-  exp / log / pow, cumulative sums) and the weights they read (a norm's scale and bias);
+  exp / log / pow, cumulative sums) and the weights they read (a norm's scale and bias), and
+  of nodes marked FP32_OUTPUT (the partial sums of a split matmul, passes.gemm_convs);
 * the model's inputs and outputs: the first kernels read float32 inputs directly, the last
   ones write float32 (computed from half intermediates, never rounded to half);
 * constants a converter reads as values (shapes, scales, scalars) rather than as arrays.
@@ -28,7 +29,7 @@ Example::
 
 from __future__ import annotations
 
-from autosched.graph.graph import Graph, ValueInfo
+from autosched.graph.graph import FP32_OUTPUT, Graph, ValueInfo
 from autosched.graph.ops import const_inputs
 from autosched.te import dtype as dt
 from autosched.te.dtype import DEFAULT_PRECISION, PRECISIONS, Precision, precision
@@ -63,7 +64,7 @@ def apply_precision(graph: Graph, precision: str) -> Graph:
     outputs = set(graph.outputs)
     values = dict(graph.values)
     for n in graph.nodes:
-        if n.op_type in KEEP_FP32:
+        if n.op_type in KEEP_FP32 or n.attrs.get(FP32_OUTPUT):
             continue
         for o in n.outputs:
             info = values.get(o)

@@ -15,6 +15,7 @@ import autosched as aus
 from autosched import te
 from autosched.graph.compiler import extract_tasks, prepare
 from autosched.graph.executor import random_inputs
+from autosched.graph.graph import FP32_OUTPUT
 from autosched.graph.passes import gemm_convs, optimize
 from autosched.search.measure_worker import compare
 from autosched.targets.cuda.host_emulate import unavailable
@@ -53,6 +54,8 @@ def _geometry_model(seed: int) -> Any:
 MODELS = {
     "geometry": lambda: _geometry_model(0),
     "resnet18_small": lambda: models.resnet18(image=32, classes=10),
+    # the batch form: every GEMM over the batch's pixels, conv outputs read in (C, N, H, W)
+    "resnet18_batch3": lambda: models.resnet18(image=32, batch=3, classes=10),
     "mobilenet_v2_small": lambda: models.mobilenet_v2(image=32, classes=10, width=0.5),
 }
 
@@ -74,15 +77,36 @@ def test_the_rewritten_model_matches_onnxruntime(name: str, rng: np.random.Gener
 
 
 def test_activations_and_residual_adds_fuse_into_the_matmul() -> None:
-    """ResNet-18's conv + bias + residual add + relu stay one kernel as a matmul: no kernel
-    applies an activation or an add by itself; the patches are their own kernels."""
+    """ResNet-18's conv + bias + residual add + relu stay one kernel as a matmul (or, where
+    K is split, as the sum of its partial products): no kernel applies an activation or an
+    add by itself; the patches are their own kernels."""
     from importers.onnx import from_onnx
 
     graph = from_onnx(models.resnet18(image=64))
     names = [t.name for t in extract_tasks(graph, "cuda -arch=sm_90", "fp16")[0]]
-    assert {"matmul_add", "matmul_add_relu", "matmul_add_add_relu"} <= set(names)
-    assert all(n.startswith(("matmul_add", "im2col", "reshape_im2col", "maxpool", "global",
-                             "gemm")) for n in names), names
+    assert {"matmul_add", "matmul_add_relu", "reducesum_add_relu",
+            "reducesum_add_add_relu"} <= set(names)
+    assert all(n == "matmul" or n.startswith((
+        "matmul_add", "reducesum_add", "im2col", "reshape_im2col", "maxpool", "global", "gemm"))
+        for n in names), names
+    split = prepare(graph, parse("cuda -arch=sm_90"), "fp16")
+    assert split.op_counts()["ReduceSum"] == 16  # all but the stem and the 3 projections
+
+
+def test_deep_narrow_gemms_sum_slices_of_k_apart() -> None:
+    """k_splits: ResNet-18's last stage at batch 1 (8 tiles over K = 4,608) in 8 slices,
+    layer3 at batch 32 (392 tiles) in 4, layer1 at batch 32 (1,568 tiles) whole; the partial
+    sums stay float32 under fp16."""
+    from autosched.graph.passes import k_splits
+    from importers.onnx import from_onnx
+
+    assert k_splits(512, 4608, 49) == 8 and k_splits(256, 2304, 32 * 196) == 4
+    assert k_splits(64, 576, 32 * 3136) == 1 and k_splits(512, 4608, 49, max_splits=2) == 2
+    assert k_splits(64, 27 * 8, 49) == 1  # too shallow to split
+    g = prepare(from_onnx(models.resnet18(image=64)), parse("cuda -arch=sm_90"), "fp16")
+    partial = [n for n in g.nodes if n.op_type == "MatMul" and len(g.values[n.outputs[0]].shape)
+               == 3 and g.values[n.outputs[0]].shape[0] > 1]
+    assert partial and all(g.values[n.outputs[0]].dtype == "float32" for n in partial)
 
 
 def test_implicit_patches_join_their_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,29 +148,67 @@ def test_im2col_matches_numpy(rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(got, want.reshape(2, 3 * 6, oh * ow))
 
 
-def _wide_block(seed: int) -> Any:
+def test_im2col_columns_over_the_batch_in_both_layouts(rng: np.random.Generator) -> None:
+    """batch_columns: (C * KH * KW, N * OH * OW); layout CNHW reads data stored (C, N, H, W)."""
+    xa = rng.standard_normal((3, 4, 9, 11)).astype(np.float32)
+    geometry: dict[str, Any] = {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2)}
+    x = te.placeholder((3, 4, 9, 11), name="x")
+    per_image = ops.im2col(x, (3, 2), **geometry)
+    want = np.empty(tuple(int(d) for d in per_image.shape), np.float32)
+    aus.build(te.create_schedule(per_image.op), [x, per_image], target="llvm")(xa, want)
+    want = want.transpose(1, 0, 2).reshape(want.shape[1], -1)  # (K, N * P)
+    for layout, data in (("NCHW", xa), ("CNHW", np.ascontiguousarray(xa.transpose(1, 0, 2, 3)))):
+        xt = te.placeholder(data.shape, name="x")
+        col = ops.im2col(xt, (3, 2), layout=layout, batch_columns=True, **geometry)
+        got = np.empty(tuple(int(d) for d in col.shape), np.float32)
+        aus.build(te.create_schedule(col.op), [xt, col], target="llvm")(data, got)
+        np.testing.assert_array_equal(got, want, err_msg=layout)
+
+
+def test_a_batch_runs_each_convolution_as_one_gemm() -> None:
+    """At batch 4, ResNet-18's 20 convolutions are 2-d GEMMs over the batch's pixels, and
+    the transposes back to (N, C, H, W) run only where pooling reads a convolution's output
+    (the stem's max pool, the global pool) and for the one residual input a pool wrote."""
+    from importers.onnx import from_onnx
+
+    graph = from_onnx(models.resnet18(image=64, batch=4))
+    g = prepare(graph, parse("cuda -arch=sm_90"), "fp16")
+    gemms = [n for n in g.nodes if n.op_type == "MatMul"]
+    columns = [g.values[n.outputs[0]].shape[-1] for n in gemms]  # split ones: (S, O, N * P)
+    assert len(gemms) == 20 and columns.count(4 * 16 * 16) == 4 and min(columns) == 4 * 2 * 2
+    assert all(len(g.values[n.outputs[0]].shape) == 2 for n in gemms
+               if not n.attrs.get(FP32_OUTPUT))
+    assert g.op_counts()["Transpose"] == 3
+    one = prepare(from_onnx(models.resnet18(image=64)), parse("cuda -arch=sm_90"), "fp16")
+    assert "Transpose" not in one.op_counts()  # batch 1: the per-image form is the same GEMM
+
+
+def _wide_block(seed: int, batch: int = 1) -> Any:
     """A residual block wide enough that the tensor-core tile is the untuned default (128
     output channels, 8 x 16 pixels: 128 x 128 matmuls)."""
     b = models.Builder(seed)
     y = b.conv_bn("x", 32, 128, 3)
     y = b.bn(b.conv(y, 128, 128, 3, bias=True), 128)
     y = b.op("Relu", [b.op("Add", [y, b.conv_bn("x", 32, 128, 1, act=None)])])
-    return b.model(("x", (1, 32, 8, 16)), y, "wide_block")
+    return b.model(("x", (batch, 32, 8, 16)), y, "wide_block")
 
 
 @needs_nvrtc
 @needs_host
-@pytest.mark.parametrize("patches", ["explicit", "implicit"])
-@pytest.mark.parametrize("precision", ["fp16", "tf32"])
-def test_convolutions_run_on_tensor_cores_on_host(precision: str, patches: str,
+@pytest.mark.parametrize("precision,patches,batch", [
+    ("fp16", "explicit", 1), ("fp16", "implicit", 1), ("tf32", "explicit", 1),
+    ("tf32", "implicit", 1), ("fp16", "explicit", 2), ("tf32", "implicit", 2)])
+def test_convolutions_run_on_tensor_cores_on_host(precision: str, patches: str, batch: int,
                                                   rng: np.random.Generator,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Explicit: an Im2Col kernel writes the patches; implicit: the matmul's tile copy gathers
-    them from the input (AUTOSCHED_CONV_GEMM), one kernel per convolution."""
+    them from the input (AUTOSCHED_CONV_GEMM), one kernel per convolution; at batch 2 as
+    GEMMs over the batch's pixels (the second convolution's patches read the first's output
+    in (C, N, H, W), the residual add reads the projection's GEMM output)."""
     from importers.onnx import from_onnx
 
     monkeypatch.setenv("AUTOSCHED_CONV_GEMM", patches)
-    proto = _wide_block(int(rng.integers(1 << 30)))
+    proto = _wide_block(int(rng.integers(1 << 30)), batch)
     graph = from_onnx(proto)
     model = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", precision=precision,
                         schedule="default")

@@ -155,30 +155,45 @@ def conv2d_nchw(
 
 
 def im2col(data: Tensor, kernel_size: Any, stride: Any = 1, padding: Any = 0,
-           dilation: Any = 1) -> Tensor:
+           dilation: Any = 1, layout: str = "NCHW", batch_columns: bool = False) -> Tensor:
     """The patches a convolution multiplies, one column per output pixel: data (N, C, H, W)
     becomes (N, C * KH * KW, OH * OW) with
     ``col[n, (c * KH + ky) * KW + kx, y * OW + x] = pad(data)[n, c, y*sh + ky*dh, x*sw + kx*dw]``
     (zero in the padding). A convolution with an (O, C, KH, KW) kernel is then the matmul
     ``kernel.reshape(O, -1) @ col``, (N, O, OH * OW): the form tensor cores multiply
-    (graph.passes.gemm_convs). Compute ``im2col``, tag ``injective``."""
+    (graph.passes.gemm_convs). With ``batch_columns`` the columns run over the whole batch,
+    (C * KH * KW, N * OH * OW) with column ``n * OH * OW + y * OW + x``: the convolution is one
+    GEMM whose output is (O, N * OH * OW), each weight read once for the batch. ``layout``
+    "CNHW" reads data stored (C, N, H, W), such a GEMM's output viewed as an image. Compute
+    ``im2col``, tag ``injective``."""
     op = "im2col"
     args.tensor(data, op, "data")
-    args.ndim_is(data, 4, op, "data (N, C, H, W)")
+    if layout not in ("NCHW", "CNHW"):
+        raise TEError(f"{op}: layout must be NCHW or CNHW, got {layout!r}")
+    args.ndim_is(data, 4, op, f"data ({', '.join(layout)})")
     n, c, h, w = args.static_shape(data, op)
+    if layout == "CNHW":
+        n, c = c, n
     kh, kw = args.int_tuple(kernel_size, 2, op, "kernel_size")
     strides, dil, pads, (oh, ow) = _geometry(op, (h, w), (kh, kw), stride, padding, dilation)
     padded = data if not any(pads) else pad(
         data, (0, 0, pads[0], pads[1]), (0, 0, pads[2], pads[3]), name="pad_temp")
 
-    def body(b: Expr, k: Expr, p: Expr) -> Expr:
+    def patch(b: Expr, k: Expr, p: Expr) -> Expr:
         y, x = I.floordiv(p, ow), I.floormod(p, ow)
         ky, kx = I.floormod(I.floordiv(k, kw), kh), I.floormod(k, kw)
-        return padded[b, I.floordiv(k, kh * kw), _scaled(y, strides[0]) + _scaled(ky, dil[0]),
-                      _scaled(x, strides[1]) + _scaled(kx, dil[1])]
+        ch = I.floordiv(k, kh * kw)
+        iy, ix = _scaled(y, strides[0]) + _scaled(ky, dil[0]), _scaled(x, strides[1]) + _scaled(
+            kx, dil[1])
+        return padded[ch, b, iy, ix] if layout == "CNHW" else padded[b, ch, iy, ix]
 
-    return compute((n, c * kh * kw, oh * ow), body, name="im2col", tag="injective",
-                   attrs=_attrs(strides, pads, dil, 1))
+    attrs = _attrs(strides, pads, dil, 1)
+    if batch_columns:
+        return compute((c * kh * kw, n * oh * ow),
+                       lambda k, q: patch(I.floordiv(q, oh * ow), k, I.floormod(q, oh * ow)),
+                       name="im2col", tag="injective", attrs=attrs)
+    return compute((n, c * kh * kw, oh * ow), patch, name="im2col", tag="injective",
+                   attrs=attrs)
 
 
 def conv2d_nhwc(

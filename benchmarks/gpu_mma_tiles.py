@@ -1,0 +1,144 @@
+"""Tensor-core tiles side by side: fixed knob settings of the tensor-core sketch on GEMM shapes,
+against cuBLAS, in alternating rounds on one GPU (no tuning: what each tile can do).
+
+    python benchmarks/gpu_mma_tiles.py                          # every shape, every tile
+    python benchmarks/gpu_mma_tiles.py --shapes gemm4096 --tiles default 128x128w8
+
+The shapes are the 4096^3 GEMM and the matmuls of ResNet-18's convolutions at batch 32 in the
+two forms a convolution can take: per image (the kernel's (O, K) matrix times each image's
+(K, P) patches, a batched product whose weight broadcasts, as graph.passes.gemm_convs builds
+it) and as one GEMM over the batch's pixels ((O, K) times (K, N * P)). A and B are float16
+(``--dtype bfloat16``), C float32 with float32 accumulation: the fp16 precision's task.
+cuBLAS is torch.matmul on the same operands (reduced-precision reductions off). Every kernel
+is checked against float64 before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()
+
+import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
+
+from autosched import te  # noqa: E402
+from autosched.search.space import Candidate, SearchSpace  # noqa: E402
+from autosched.search.task import Task  # noqa: E402
+from autosched.te import ops  # noqa: E402
+
+PRECISION = {"float16": "fp16", "bfloat16": "bf16"}
+# name: (A's shape, B's shape); A @ B with numpy's broadcasting
+SHAPES = {
+    "gemm4096": ((4096, 4096), (4096, 4096)),
+    "l1_image": ((64, 576), (32, 576, 3136)),  # layer1's 3x3 convs, batch 32, per image
+    "l1_batch": ((64, 576), (576, 32 * 3136)),  # the same as one GEMM over the batch's pixels
+    "l3_image": ((256, 2304), (32, 2304, 196)),
+    "l3_batch": ((256, 2304), (2304, 32 * 196)),
+    "l4_image": ((512, 4608), (32, 4608, 49)),
+    "l4_batch": ((512, 4608), (4608, 32 * 49)),
+}
+# name: knob values by suffix (warps_m, warps_n, frags_m, frags_n, k_chunk, stages, ...);
+# the rest at their defaults. Block tile: warps x frags x 16 on each side.
+TILES = {
+    "default": {},
+    "64x128w4": {"frags_n": 4},
+    "128x64w4": {"frags_m": 4},
+    "128x128w4": {"frags_m": 4, "frags_n": 4},
+    "128x128w8": {"warps_n": 4, "frags_m": 4, "stages": 3},
+    "128x128w8s2": {"warps_n": 4, "frags_m": 4},
+    "128x128w8k4": {"warps_n": 4, "frags_m": 4, "k_chunk": 4},
+    "128x256w8": {"warps_n": 4, "frags_m": 4, "frags_n": 4, "stages": 3},
+    "256x128w8": {"warps_m": 4, "frags_m": 4, "frags_n": 4, "stages": 3},
+}
+
+
+def tile_task(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: str) -> Task:
+    """The fp16 / bf16 precision's matmul task of A @ B, float32 out."""
+    a = te.placeholder(a_shape, dtype, name="A")
+    b = te.placeholder(b_shape, dtype, name="B")
+    c = ops.matmul(a, b, out_dtype="float32")
+    return Task([c], args=[a, b, c], target="cuda", precision=PRECISION[dtype])
+
+
+def tile_candidate(space: SearchSpace, values: dict[str, int]) -> Candidate | None:
+    """The tensor-core sketch with ``values`` (knob suffix -> value), or None without one."""
+    for idx, sk in enumerate(space.sketches):
+        if any(r.kind == "mma" for r in sk.rules):
+            return Candidate(idx, tuple((k.name, values.get(k.name.rsplit(".", 1)[1],
+                                                             k.default())) for k in sk.knobs))
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--tiles", nargs="*", default=list(TILES), choices=list(TILES))
+    p.add_argument("--dtype", choices=sorted(PRECISION), default="float16")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=20)
+    args = p.parse_args()
+
+    for half in ("fp16", "bf16"):
+        setattr(torch.backends.cuda.matmul, f"allow_{half}_reduced_precision_reduction", False)
+    print(baseline.header())
+    print(f"# peer: cuBLAS (torch {torch.__version__} matmul), no reduced-precision reductions")
+    print(f"# {args.dtype} operands, float32 accumulation, on {torch.cuda.get_device_name()}",
+          flush=True)
+    rows = []
+    for shape in args.shapes:
+        rows += _shape(shape, args)
+    print(f"\n{'shape':<10}{'kernel':<14}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
+          f"{'vs cuBLAS':>11}{'rel err':>10}")
+    for row in rows:
+        print(row)
+
+
+def _shape(shape: str, args: argparse.Namespace) -> list[str]:
+    """The table rows of one shape."""
+    a_shape, b_shape = SHAPES[shape]
+    tdtype = getattr(torch, args.dtype)
+    a = torch.randn(*a_shape, device="cuda").to(tdtype)
+    b = torch.randn(*b_shape, device="cuda").to(tdtype)
+    ref = torch.matmul(a.double(), b.double())
+    ref_norm = ref.norm().item()
+    m, k = a_shape
+    flops = 2.0 * m * k * ref.numel() // m
+    task = tile_task(a_shape, b_shape, args.dtype)
+    space = SearchSpace(task)
+    blas_out = torch.empty(ref.shape, device="cuda", dtype=tdtype)
+    sides = {"cuBLAS": lambda: torch.matmul(a, b, out=blas_out)}
+    errors = {"cuBLAS": ((torch.matmul(a, b).double() - ref).norm() / ref_norm).item()}
+    for name in args.tiles:
+        cand = tile_candidate(space, TILES[name])
+        low = space.lower(cand) if cand is not None else None
+        if low is None or low.schedule is None:
+            print(f"# {shape}: tile {name} does not apply, left out", flush=True)
+            continue
+        mod = task.build(low.schedule)
+        c = torch.full(tuple(ref.shape), float("nan"), device="cuda")
+        mod(a, b, c)
+        torch.cuda.synchronize()
+        errors[name] = ((c.double() - ref).norm() / ref_norm).item()
+        sides[name] = lambda mod=mod, c=c: mod(a, b, c)
+    timers = {n: (lambda fn=fn: baseline.cuda_median_seconds(fn, args.repeat))
+              for n, fn in sides.items()}
+    results = baseline.alternate(timers, args.rounds)
+    blas = results["cuBLAS"].median
+    out = []
+    for name, r in results.items():
+        bad = "" if errors[name] < 1e-2 else "  WRONG"
+        out.append(f"{shape:<10}{name:<14}{r.median * 1e3:10.3f}{r.best * 1e3:9.3f}"
+                   f"{flops / r.median / 1e12:8.1f}{blas / r.median:10.0%} "
+                   f"{errors[name]:9.1e}{bad}")
+        print(out[-1], flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
