@@ -545,7 +545,8 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
     carry the IMPLICIT attribute: fusion puts each into its matmul's kernel, whose operand
     copy then gathers the patches from the input (no patch buffer).
 
-    With a batch of more than one image (and ``batch_columns``), the columns run over the
+    With a batch of more than one image (and ``batch_columns``), the columns of a
+    convolution with patches to gather, or of one reading such a GEMM's output, run over the
     batch: Im2Col gives (C * KH * KW, N * OH * OW), the matmul is one GEMM (O, N * OH * OW)
     that reads each weight once for the batch (per image, 7 x 7 outputs filled 49 of a tile's
     64 columns and re-read the weights 32 times at batch 32), and its output becomes
@@ -596,11 +597,13 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
         strides = [int(v) for v in n.attrs.get("strides", [1, 1])]
         dil = [int(v) for v in n.attrs.get("dilations", [1, 1])]
         begins, ends = _pads(n, [h, wd], [kh, kw], strides, dil)
-        batch = batch_columns and nb > 1
-        cols_shape = (k, nb * p) if batch else (nb, k, p)
         geometry = {"kernel_shape": [kh, kw], "strides": strides, "dilations": dil,
                     "pads": [*begins, *ends], IMPLICIT: int(implicit)}
         pointwise = (kh, kw) == (1, 1) and strides == [1, 1] and not any(begins + ends)
+        # a pointwise kernel over an (N, C, H, W) input reads it as its columns per image; in
+        # the batch form they would be a transposed copy (MobileNetV2's depthwise outputs)
+        batch = batch_columns and nb > 1 and (x in cnhw or not pointwise)
+        cols_shape = (k, nb * p) if batch else (nb, k, p)
         nodes: list[Node] = []
         if batch and pointwise and x in cnhw:
             cols = cnhw[x]  # the earlier GEMM's output is these columns

@@ -183,6 +183,17 @@ def test_a_batch_runs_each_convolution_as_one_gemm() -> None:
     assert "Transpose" not in one.op_counts()  # batch 1: the per-image form is the same GEMM
 
 
+def test_pointwise_convolutions_between_depthwise_ones_stay_per_image() -> None:
+    """MobileNetV2 at batch 8: its 1x1 convolutions read and feed depthwise ones (direct, in
+    (N, C, H, W)), so they stay matmuls per image; only the stem's 3x3 patches run over the
+    batch, one transpose back for the depthwise convolution after it."""
+    from importers.onnx import from_onnx
+
+    g = prepare(from_onnx(models.mobilenet_v2(image=64, batch=8, width=0.5)),
+                parse("cuda -arch=sm_90"), "fp16")
+    assert g.op_counts()["Transpose"] == 1 and g.op_counts()["Im2Col"] == 1
+
+
 def _wide_block(seed: int, batch: int = 1) -> Any:
     """A residual block wide enough that the tensor-core tile is the untuned default (128
     output channels, 8 x 16 pixels: 128 x 128 matmuls)."""
