@@ -636,8 +636,8 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
         else:  # partial sums over slices of K, then their sum
             part = k // splits
             mats = new_value(f"{n.inputs[1]}.slices", (splits, o, part), str(w.dtype),
-                             np.ascontiguousarray(
-                                 w.reshape(o, splits, part).transpose(1, 0, 2)))
+                             np.asarray(w.reshape(o, splits, part).transpose(1, 0, 2),
+                                        order="C"))
             sliced = new_value(f"{cols}.slices", (splits, part, nb * p), g.values[x].dtype)
             shape = new_value(f"{cols}.slices_shape", (3,), "int64",
                               np.array([splits, part, nb * p], np.int64))
