@@ -42,6 +42,10 @@ SHAPES = {
     "l3_batch": ((256, 2304), (2304, 32 * 196)),
     "l4_image": ((512, 4608), (32, 4608, 49)),
     "l4_batch": ((512, 4608), (4608, 32 * 49)),
+    # the batch forms with K split as passes.k_splits splits them at batch 32 (partial sums)
+    "l2_split2": ((2, 128, 576), (2, 576, 32 * 784)),
+    "l3_split4": ((4, 256, 576), (4, 576, 32 * 196)),
+    "l4_split8": ((8, 512, 576), (8, 576, 32 * 49)),
 }
 # name: knob values by suffix (warps_m, warps_n, frags_m, frags_n, k_chunk, stages, ...);
 # the rest at their defaults. Block tile: warps x frags x 16 on each side.
@@ -107,8 +111,8 @@ def _shape(shape: str, args: argparse.Namespace) -> list[str]:
     b = torch.randn(*b_shape, device="cuda").to(tdtype)
     ref = torch.matmul(a.double(), b.double())
     ref_norm = ref.norm().item()
-    m, k = a_shape
-    flops = 2.0 * m * k * ref.numel() // m
+    m, k = a_shape[-2:]
+    flops = 2.0 * k * ref.numel()
     task = tile_task(a_shape, b_shape, args.dtype)
     space = SearchSpace(task)
     blas_out = torch.empty(ref.shape, device="cuda", dtype=tdtype)

@@ -670,8 +670,8 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
             gone.add(index[id(r)])
             value, cur, last = r.outputs[0], sunk, index[id(r)]
         if batch:
-            nodes += _from_batch_columns(cur, value, shape4, g.values[cur].dtype, new_value,
-                                         f"{n.name}.gemm")
+            nodes += _swap_leading(cur, (o, nb, p), shape4, g.values[cur].dtype, new_value,
+                                   f"{n.name}.gemm", out=value)[0]
             cnhw[value] = cur
         else:
             shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
@@ -693,9 +693,8 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
     ``cnhw``, the batch form's (O, N * OH * OW)): ``value`` (the 4-d one) read as ``cur``,
     other inputs of its shape reshaped (Reshape nodes appended to ``views``; in the batch form
     the earlier GEMM output ``cnhw`` names, else transposed, each such view recorded in
-    ``transposed``), scalars as they are, constants
-    per channel as (O, 1) columns; None when ``r`` cannot move (another op, another shape,
-    another broadcast)."""
+    ``transposed``), scalars as they are, constants per channel as (O, 1) columns; None when
+    ``r`` cannot move (another op, another shape, another broadcast)."""
     if (r.op_type not in SINKABLE or len(r.outputs) != 1
             or g.values.get(r.outputs[0]) is None or g.values[r.outputs[0]].shape != shape4):
         return None
@@ -711,8 +710,9 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
         elif info is not None and info.shape == shape4 and cnhw is not None:
             view = cnhw.get(i)
             if view is None:
-                view = _to_batch_columns(i, shape4, info.dtype, new_value, views,
-                                         f"{r.name}.gemm_view")
+                made, view = _swap_leading(i, (nb, o, oh * ow), (o, nb * oh * ow), info.dtype,
+                                           new_value, f"{r.name}.gemm_view")
+                views += made
                 if transposed is not None:
                     transposed[view] = i
             ins.append(view)
@@ -730,34 +730,17 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
     return ins
 
 
-def _to_batch_columns(value: str, shape4: tuple[int, ...], dtype: str, new_value: Any,
-                      nodes: list[Node], name: str) -> str:
-    """(N, O, OH, OW) ``value`` as the batch form's (O, N * OH * OW), by a transpose (nodes
-    appended to ``nodes``)."""
-    nb, o, oh, ow = shape4
-    split = new_value(f"{value}.nop", (nb, o, oh * ow), dtype)
-    split_shape = new_value(f"{value}.nop_shape", (3,), "int64",
-                            np.array([nb, o, oh * ow], np.int64))
-    moved = new_value(f"{value}.onp", (o, nb, oh * ow), dtype)
-    flat = new_value(f"{value}.columns_view", (o, nb * oh * ow), dtype)
-    flat_shape = new_value(f"{value}.columns_view_shape", (2,), "int64",
-                           np.array([o, nb * oh * ow], np.int64))
-    nodes += [Node(f"{name}.split", "Reshape", [value, split_shape], [split]),
-              Node(f"{name}.transpose", "Transpose", [split], [moved], {"perm": [1, 0, 2]}),
-              Node(f"{name}.flat", "Reshape", [moved, flat_shape], [flat])]
-    return flat
-
-
-def _from_batch_columns(cur: str, value: str, shape4: tuple[int, ...], dtype: str,
-                        new_value: Any, name: str) -> list[Node]:
-    """The nodes that turn the batch form's (O, N * OH * OW) ``cur`` into (N, O, OH, OW)
-    ``value`` (a graph value already)."""
-    nb, o, oh, ow = shape4
-    split = new_value(f"{cur}.onp", (o, nb, oh * ow), dtype)
-    split_shape = new_value(f"{cur}.onp_shape", (3,), "int64",
-                            np.array([o, nb, oh * ow], np.int64))
-    moved = new_value(f"{cur}.nop", (nb, o, oh * ow), dtype)
-    shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
-    return [Node(f"{name}.split", "Reshape", [cur, split_shape], [split]),
-            Node(f"{name}.transpose", "Transpose", [split], [moved], {"perm": [1, 0, 2]}),
-            Node(f"{name}.reshape", "Reshape", [moved, shape], [value])]
+def _swap_leading(src: str, shape3: tuple[int, int, int], shape: tuple[int, ...], dtype: str,
+                  new_value: Any, name: str, out: str | None = None) -> tuple[list[Node], str]:
+    """The nodes that read ``src`` as ``shape3``, swap its two leading axes and give the
+    result as ``shape`` (in ``out``, a graph value already, or a new value), and that value:
+    (N, O, P) to the batch form's (O, N * P) and back."""
+    a, b, p = shape3
+    split = new_value(f"{src}.split", shape3, dtype)
+    split_shape = new_value(f"{src}.split_shape", (3,), "int64", np.array(shape3, np.int64))
+    swapped = new_value(f"{src}.swapped", (b, a, p), dtype)
+    out = out or new_value(f"{src}.swapped_view", shape, dtype)
+    out_shape = new_value(f"{out}.shape", (len(shape),), "int64", np.array(shape, np.int64))
+    return [Node(f"{name}.split", "Reshape", [src, split_shape], [split]),
+            Node(f"{name}.transpose", "Transpose", [split], [swapped], {"perm": [1, 0, 2]}),
+            Node(f"{name}.reshape", "Reshape", [swapped, out_shape], [out])], out
