@@ -57,15 +57,15 @@ CONV_COLUMNS = Setting("AUTOSCHED_CONV_COLUMNS", "batch",
                        "the columns of those convolutions' matmuls at batches above one: "
                        "`batch` (one GEMM over the whole batch's pixels) or `image` (a matmul "
                        "per image)", changes_code=True)
-CONV_SPLIT = Setting("AUTOSCHED_CONV_SPLIT", "8",
-                     "the most slices of K that one of those convolutions' GEMMs sums apart, "
-                     "where few output tiles cover a deep K (a power of two; `1`: never)",
-                     changes_code=True)
+K_SPLIT = Setting("AUTOSCHED_K_SPLIT", "8",
+                  "the most slices of K that a GPU GEMM in tf32 / fp16 / bf16 (a convolution's, "
+                  "a MatMul's by constant weights) sums apart where few output tiles cover a "
+                  "deep K (a power of two; `1`: never)", changes_code=True)
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
 ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
-       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, CONV_SPLIT, MODEL_CACHE)
+       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, K_SPLIT, MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

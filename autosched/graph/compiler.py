@@ -196,6 +196,7 @@ def prepare(graph: Graph, target: Target | None = None,
         optimize,
         pack_conv_weights,
         pack_gemm_weights,
+        split_matmuls,
         winograd_convs,
     )
     from autosched.targets.llvm.cpu_features import dot_intrin
@@ -208,8 +209,10 @@ def prepare(graph: Graph, target: Target | None = None,
         if dot:
             g = dot4_products(g, dot)
     elif target is not None and precision != DEFAULT_PRECISION:
+        splits = _max_splits()
         g = gemm_convs(g, implicit=_implicit_patches(),  # tensor cores multiply matmuls
-                       batch_columns=_batch_columns(), max_splits=_max_splits())
+                       batch_columns=_batch_columns(), max_splits=splits)
+        g = split_matmuls(g, splits)
     return apply_precision(g, precision)
 
 
@@ -234,12 +237,12 @@ def _batch_columns() -> bool:
 
 
 def _max_splits() -> int:
-    """AUTOSCHED_CONV_SPLIT: the most slices of K a GPU convolution's GEMM sums apart."""
+    """AUTOSCHED_K_SPLIT: the most slices of K a GPU GEMM sums apart."""
     from autosched import settings
 
-    how = settings.CONV_SPLIT.value()
+    how = settings.K_SPLIT.value()
     if not how.isdigit() or int(how) < 1 or int(how) & (int(how) - 1):
-        raise ValueError(f"{settings.CONV_SPLIT.name}={how!r}: expected a power of two")
+        raise ValueError(f"{settings.K_SPLIT.name}={how!r}: expected a power of two")
     return int(how)
 
 

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -511,6 +512,23 @@ def gemm_conv_shape(g: Graph, n: Node) -> tuple[int, int, int] | None:
     return (o, k, out.shape[2] * out.shape[3]) if min(o, k) >= 8 else None
 
 
+def _value_maker(g: Graph) -> Callable[..., str]:
+    """``new_value(base, shape, dtype, array=None)``: a fresh value name of ``g`` (a constant
+    when ``array`` is given), its ValueInfo recorded."""
+    taken = set(g.values) | set(g.constants) | {n.name for n in g.nodes}
+
+    def new_value(base: str, shape: tuple[int, ...], dtype: str,
+                  array: np.ndarray | None = None) -> str:
+        name = _fresh(base, taken)
+        taken.add(name)
+        if array is not None:
+            g.constants[name] = array
+        g.values[name] = ValueInfo(name, shape, dtype)
+        return name
+
+    return new_value
+
+
 # Splitting a GPU convolution's GEMM along K (k_splits): the 64 x 64 output tiles times the
 # splits to reach, the most splits, and the fewest products each split sums
 SPLIT_K_TILES = 1024
@@ -565,19 +583,10 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
     g = _copy(graph)
     readers = _readers(g)
     outputs = set(g.outputs)
-    taken = set(g.values) | set(g.constants) | {n.name for n in g.nodes}
+    new_value = _value_maker(g)
     moved: dict[int, list[Node]] = {}  # position in g.nodes -> the nodes that replace it
     gone: set[int] = set()
     index = {id(n): i for i, n in enumerate(g.nodes)}
-
-    def new_value(base: str, shape: tuple[int, ...], dtype: str,
-                  array: np.ndarray | None = None) -> str:
-        name = _fresh(base, taken)
-        taken.add(name)
-        if array is not None:
-            g.constants[name] = array
-        g.values[name] = ValueInfo(name, shape, dtype)
-        return name
 
     # the (N, O, OH, OW) outputs made here in the batch form: {output: its (O, N * OH * OW)}
     cnhw: dict[str, str] = {}
@@ -684,6 +693,56 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
     for node in g.nodes:
         node.inputs = [direct.get(i, i) for i in node.inputs]
     return eliminate_dead(g)
+
+
+def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS) -> Graph:
+    """Each MatMul of a runtime (..., M, K) by a constant (K, N) whose output tiles are few
+    over a deep K (k_splits: a BERT layer's projections at batch 1 are 2 x 12 tiles of 64 x
+    64) sums slices of K apart: its input copied once as (S, rows, K / S) (a transpose), the
+    batched product with the weight's (S, K / S, N) slices into float32 partial sums (viewed
+    as (S, ..., M, N)), and a ReduceSum over S under the MatMul's output name, so the bias,
+    activation and residual that followed the MatMul fuse into the sum's kernel. For GPU
+    targets in precisions with tensor-core multiplies (compiler.prepare), where
+    gemm_convs splits convolutions the same way."""
+    g = _copy(graph)
+    new_value = _value_maker(g)
+    nodes: list[Node] = []
+    for n in g.nodes:
+        w = g.constants.get(n.inputs[1]) if n.op_type == "MatMul" else None
+        a = g.values.get(n.inputs[0]) if w is not None else None
+        out = g.values.get(n.outputs[0]) if a is not None else None
+        if (w is None or a is None or out is None or w.ndim != 2 or len(a.shape) < 2
+                or n.inputs[0] in g.constants or out.dtype != "float32"):
+            nodes.append(n)
+            continue
+        *lead, m, k = (int(d) for d in a.shape)
+        rows, cols = int(np.prod(lead, dtype=np.int64)) * m, int(w.shape[1])
+        s = k_splits(rows, k, cols, max_splits)
+        if s == 1:
+            nodes.append(n)
+            continue
+        part = k // s
+        x, y = n.inputs[0], n.outputs[0]
+        view = new_value(f"{x}.k_slices", (rows, s, part), a.dtype)
+        view_shape = new_value(f"{x}.k_slices_shape", (3,), "int64",
+                               np.array([rows, s, part], np.int64))
+        sliced = new_value(f"{x}.k_sliced", (s, rows, part), a.dtype)
+        mats = new_value(f"{n.inputs[1]}.k_slices", (s, part, cols), str(w.dtype),
+                         w.reshape(s, part, cols))
+        partial = new_value(f"{y}.partial", (s, rows, cols), "float32")
+        shaped = new_value(f"{y}.partial_view", (s, *lead, m, cols), "float32")
+        shaped_shape = new_value(f"{y}.partial_view_shape", (len(lead) + 3,), "int64",
+                                 np.array([s, *lead, m, cols], np.int64))
+        axes = new_value(f"{y}.partial_axes", (1,), "int64", np.array([0], np.int64))
+        nodes += [Node(f"{n.name}.k_slices", "Reshape", [x, view_shape], [view]),
+                  Node(f"{n.name}.k_sliced", "Transpose", [view], [sliced], {"perm": [1, 0, 2]}),
+                  Node(f"{n.name}.partial", "MatMul", [sliced, mats], [partial],
+                       {FP32_OUTPUT: 1}),
+                  Node(f"{n.name}.partial_view", "Reshape", [partial, shaped_shape], [shaped],
+                       {FP32_OUTPUT: 1}),
+                  Node(f"{n.name}.sum", "ReduceSum", [shaped, axes], [y], {"keepdims": 0})]
+    g.nodes = nodes
+    return g
 
 
 def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...],

@@ -194,6 +194,53 @@ def test_pointwise_convolutions_between_depthwise_ones_stay_per_image() -> None:
     assert g.op_counts()["Transpose"] == 1 and g.op_counts()["Im2Col"] == 1
 
 
+def test_split_matmuls_keep_a_bert_layer_matching(rng: np.random.Generator) -> None:
+    """split_matmuls on a small BERT layer at batch 2: the FFN's down projection (64 x 256
+    tiles over K = 1,024) sums 4 slices of K, its partial sums float32 under fp16, the bias
+    and residual fused into the sum; the rewritten graph matches onnxruntime on the CPU."""
+    from autosched.graph.compiler import kernel_groups
+    from autosched.graph.passes import split_matmuls
+    from autosched.graph.precision import apply_precision
+    from importers.onnx import from_onnx
+
+    proto = models.bert_layer(seq=64, hidden=256, heads=4, ffn=1024, batch=2,
+                              seed=int(rng.integers(1 << 30)))
+    graph = optimize(from_onnx(proto))
+    g = split_matmuls(graph)
+    (partial,) = [n for n in g.nodes if n.attrs.get(FP32_OUTPUT) and n.op_type == "MatMul"]
+    assert g.values[partial.outputs[0]].shape == (4, 2 * 64, 256)
+    half = apply_precision(g, "fp16")
+    assert half.values[partial.outputs[0]].dtype == "float32"
+    assert "reducesum_add_add" in [grp.name for _, grp in kernel_groups(half)[0]]
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    got = aus.compile(g, target="llvm", schedule="default").run(feeds)
+    assert_close(got, models.ort_run(proto, feeds), "fp32", "a BERT layer with K split")
+
+
+@needs_nvrtc
+@needs_host
+def test_a_split_matmul_runs_on_tensor_cores_on_host(rng: np.random.Generator) -> None:
+    """A linear layer of few outputs over a deep K (128 x 128 over 2,048: 8 slices) in fp16:
+    partial products on tensor cores (the untuned default from 128 rows and columns), their
+    sum with the bias and relu, against onnxruntime."""
+    from importers.onnx import from_onnx
+
+    b = models.Builder(int(rng.integers(1 << 30)))
+    y = b.op("Relu", [b.op("Add", [b.op("MatMul", ["x", b.weight((2048, 128), 2048)]),
+                                   b.const(b.rng.normal(0, .1, 128).astype(np.float32), "b")])])
+    proto = b.model(("x", (1, 128, 2048)), y, "deep_linear")
+    graph = from_onnx(proto)
+    model = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", precision="fp16",
+                        schedule="default")
+    names = [k.task.name for k in model.kernels]
+    assert "reducesum_add_relu" in names, names
+    (mma,) = [k.module.get_source() for k in model.kernels if k.task.name == "matmul"]
+    assert "wmma::mma_sync" in mma
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    assert_close(model.run(feeds), models.ort_run(proto, feeds), "fp16",
+                 "a deep linear layer with K split on tensor cores")
+
+
 def _wide_block(seed: int, batch: int = 1) -> Any:
     """A residual block wide enough that the tensor-core tile is the untuned default (128
     output channels, 8 x 16 pixels: 128 x 128 matmuls)."""
