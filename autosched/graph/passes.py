@@ -551,6 +551,16 @@ def k_splits(rows: int, k: int, cols: int, max_splits: int = MAX_K_SPLITS) -> in
     return s
 
 
+def _sum_of_slices(g: Graph, name: str, partial: str, out: str, keepdims: bool,
+                   new_value: Callable[..., str]) -> Node:
+    """The ReduceSum of ``partial``'s leading axis (the slices of K) into ``out``, spelled for
+    the graph's opset: its axes are an input from opset 13, an attribute before."""
+    if (g.opset or 17) >= 13:
+        axes = new_value(f"{out}.axes", (1,), "int64", np.array([0], np.int64))
+        return Node(name, "ReduceSum", [partial, axes], [out], {"keepdims": int(keepdims)})
+    return Node(name, "ReduceSum", [partial], [out], {"axes": [0], "keepdims": int(keepdims)})
+
+
 def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
                max_splits: int = MAX_K_SPLITS) -> Graph:
     """Each Conv that gemm_conv_shape takes becomes a matmul, the form tensor cores multiply:
@@ -651,12 +661,11 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
             shape = new_value(f"{cols}.slices_shape", (3,), "int64",
                               np.array([splits, part, nb * p], np.int64))
             partial = new_value(f"{out}.partial", (splits, o, nb * p), dtype)
-            axes = new_value(f"{out}.partial_axes", (1,), "int64", np.array([0], np.int64))
             nodes += [Node(f"{n.name}.slices", "Reshape", [cols, shape], [sliced]),
                       Node(f"{n.name}.gemm", "MatMul", [mats, sliced], [partial],
                            {FP32_OUTPUT: 1}),
-                      Node(f"{n.name}.gemm_sum", "ReduceSum", [partial, axes], [cur],
-                           {"keepdims": int(not batch)})]
+                      _sum_of_slices(g, f"{n.name}.gemm_sum", partial, cur, not batch,
+                                     new_value)]
         if len(n.inputs) > 2 and n.inputs[2]:
             b = g.constants[n.inputs[2]]
             col = new_value(f"{n.inputs[2]}.column", (o, 1), str(b.dtype), b.reshape(o, 1))
@@ -733,14 +742,13 @@ def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS) -> Graph:
         shaped = new_value(f"{y}.partial_view", (s, *lead, m, cols), "float32")
         shaped_shape = new_value(f"{y}.partial_view_shape", (len(lead) + 3,), "int64",
                                  np.array([s, *lead, m, cols], np.int64))
-        axes = new_value(f"{y}.partial_axes", (1,), "int64", np.array([0], np.int64))
         nodes += [Node(f"{n.name}.k_slices", "Reshape", [x, view_shape], [view]),
                   Node(f"{n.name}.k_sliced", "Transpose", [view], [sliced], {"perm": [1, 0, 2]}),
                   Node(f"{n.name}.partial", "MatMul", [sliced, mats], [partial],
                        {FP32_OUTPUT: 1}),
                   Node(f"{n.name}.partial_view", "Reshape", [partial, shaped_shape], [shaped],
                        {FP32_OUTPUT: 1}),
-                  Node(f"{n.name}.sum", "ReduceSum", [shaped, axes], [y], {"keepdims": 0})]
+                  _sum_of_slices(g, f"{n.name}.sum", shaped, y, False, new_value)]
     g.nodes = nodes
     return g
 

@@ -241,6 +241,29 @@ def test_a_split_matmul_runs_on_tensor_cores_on_host(rng: np.random.Generator) -
                  "a deep linear layer with K split on tensor cores")
 
 
+@pytest.mark.parametrize("opset", [11, 17])
+def test_the_sum_of_slices_follows_the_models_opset(opset: int, rng: np.random.Generator) -> None:
+    """Before opset 13 ReduceSum takes its axes as an attribute: the sum of a split's slices
+    spelled with an axes input reduced every axis there (aecmos, an opset-11 model, ran its
+    split convolutions as a (1, O, 1) sum)."""
+    from autosched.graph.passes import split_matmuls
+    from importers.onnx import from_onnx
+
+    b = models.Builder(int(rng.integers(1 << 30)))
+    y = b.op("Relu", [b.conv("x", 64, 64, 3, bias=True)])
+    y = b.op("MatMul", [b.op("Reshape", [y, b.const(np.array([1, 64, 64], np.int64), "s")]),
+                        b.weight((64, 32), 64)])
+    proto = b.model(("x", (1, 64, 8, 8)), y, "old_opset")
+    proto.opset_import[0].version = opset
+    graph = optimize(from_onnx(proto))
+    assert graph.opset == opset
+    g = split_matmuls(gemm_convs(graph, max_splits=2), max_splits=2)
+    assert g.op_counts()["ReduceSum"] == 1  # the convolution's (K = 576): 64 x 64 tiles: 1
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    got = aus.compile(g, target="llvm", schedule="default").run(feeds)
+    assert_close(got, models.ort_run(proto, feeds), "fp32", f"split sums at opset {opset}")
+
+
 def _wide_block(seed: int, batch: int = 1) -> Any:
     """A residual block wide enough that the tensor-core tile is the untuned default (128
     output channels, 8 x 16 pixels: 128 x 128 matmuls)."""
