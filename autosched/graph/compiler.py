@@ -28,6 +28,7 @@ from autosched.graph.fuse import Group, fuse
 from autosched.graph.graph import Graph
 from autosched.graph.precision import apply_precision, storage_dtype
 from autosched.search.task import Task
+from autosched.settings import Setting
 from autosched.targets.target import Target, parse
 from autosched.te import dtype as dt
 from autosched.te.dtype import DEFAULT_PRECISION
@@ -216,24 +217,26 @@ def prepare(graph: Graph, target: Target | None = None,
     return apply_precision(g, precision)
 
 
+def _one_of(setting: Setting, first: str, second: str) -> bool:
+    """Whether ``setting`` is ``second`` (it must be one of the two)."""
+    how = setting.value()
+    if how not in (first, second):
+        raise ValueError(f"{setting.name}={how!r}: expected {first} or {second}")
+    return how == second
+
+
 def _implicit_patches() -> bool:
     """AUTOSCHED_CONV_GEMM: whether GPU convolutions gather their patches inside the matmul."""
     from autosched import settings
 
-    how = settings.CONV_GEMM.value()
-    if how not in ("explicit", "implicit"):
-        raise ValueError(f"{settings.CONV_GEMM.name}={how!r}: expected explicit or implicit")
-    return how == "implicit"
+    return _one_of(settings.CONV_GEMM, "explicit", "implicit")
 
 
 def _batch_columns() -> bool:
     """AUTOSCHED_CONV_COLUMNS: whether GPU convolutions of a batch are one GEMM over it."""
     from autosched import settings
 
-    how = settings.CONV_COLUMNS.value()
-    if how not in ("batch", "image"):
-        raise ValueError(f"{settings.CONV_COLUMNS.name}={how!r}: expected batch or image")
-    return how == "batch"
+    return _one_of(settings.CONV_COLUMNS, "image", "batch")
 
 
 def _max_splits() -> int:

@@ -34,7 +34,7 @@ DOT4 = "autosched.dot4"
 # that reads them (fuse.py puts both in one kernel) instead of written by a kernel of their own.
 IMPLICIT = "autosched.implicit"
 # A node attribute: 1 when its outputs stay float32 under half precisions (graph/precision.py),
-# as the partial sums of a matmul whose reduction passes.gemm_convs splits.
+# as the partial sums of a GEMM whose K passes.gemm_convs or passes.split_matmuls splits.
 FP32_OUTPUT = "autosched.fp32_output"
 
 # Op types that autosched's own passes create (never ONNX ones): a model may not use them.

@@ -520,7 +520,6 @@ def _value_maker(g: Graph) -> Callable[..., str]:
     def new_value(base: str, shape: tuple[int, ...], dtype: str,
                   array: np.ndarray | None = None) -> str:
         name = _fresh(base, taken)
-        taken.add(name)
         if array is not None:
             g.constants[name] = array
         g.values[name] = ValueInfo(name, shape, dtype)
@@ -529,15 +528,27 @@ def _value_maker(g: Graph) -> Callable[..., str]:
     return new_value
 
 
-# Splitting a GPU convolution's GEMM along K (k_splits): the 64 x 64 output tiles times the
-# splits to reach, the most splits, and the fewest products each split sums
+def _reshape(new_value: Callable[..., str], name: str, src: str, shape: tuple[int, ...],
+             dtype: str, out: str | None = None, attrs: dict[str, Any] | None = None
+             ) -> tuple[Node, str]:
+    """A Reshape node ``name`` of ``src`` to ``shape`` (its shape a new constant), into
+    ``out`` (a graph value already) or a new value named after ``src``; the node and its
+    output."""
+    out = out or new_value(f"{src}.as_{'x'.join(map(str, shape))}", shape, dtype)
+    dims = new_value(f"{out}.shape", (len(shape),), "int64", np.array(shape, np.int64))
+    return Node(name, "Reshape", [src, dims], [out], dict(attrs or {})), out
+
+
+# Splitting a GPU GEMM along K (k_splits: convolutions, MatMuls by constant weights): the
+# 64 x 64 output tiles times the splits to reach, the most splits, and the fewest products
+# each split sums
 SPLIT_K_TILES = 1024
 MAX_K_SPLITS = 8
 MIN_SPLIT_DEPTH = 256
 
 
 def k_splits(rows: int, k: int, cols: int, max_splits: int = MAX_K_SPLITS) -> int:
-    """How many slices of K a GPU convolution's (rows, k) x (k, cols) GEMM sums separately: a
+    """How many slices of K a GPU (rows, k) x (k, cols) GEMM sums separately: a
     power of two up to ``max_splits`` while its 64 x 64 output tiles times the splits stay under
     SPLIT_K_TILES and each split still sums MIN_SPLIT_DEPTH products (K a multiple of 32 per
     split). Few output tiles over a deep K (ResNet-18's last stage: 8 x 1 tiles at batch 1,
@@ -554,8 +565,11 @@ def k_splits(rows: int, k: int, cols: int, max_splits: int = MAX_K_SPLITS) -> in
 def _sum_of_slices(g: Graph, name: str, partial: str, out: str, keepdims: bool,
                    new_value: Callable[..., str]) -> Node:
     """The ReduceSum of ``partial``'s leading axis (the slices of K) into ``out``, spelled for
-    the graph's opset: its axes are an input from opset 13, an attribute before."""
-    if (g.opset or 17) >= 13:
+    the graph's opset: its axes are an input from opset 13, an attribute before (as the
+    converters' registry says)."""
+    from autosched.graph.ops import const_inputs
+
+    if const_inputs("ReduceSum", g.opset or 17):
         axes = new_value(f"{out}.axes", (1,), "int64", np.array([0], np.int64))
         return Node(name, "ReduceSum", [partial, axes], [out], {"keepdims": int(keepdims)})
     return Node(name, "ReduceSum", [partial], [out], {"axes": [0], "keepdims": int(keepdims)})
@@ -630,18 +644,16 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
             cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
             src, layout = x, "NCHW"
             if x in cnhw:  # the earlier GEMM's output viewed as (C, N, H, W)
-                src = new_value(f"{x}.cnhw", (c, nb, h, wd), g.values[x].dtype)
-                shape = new_value(f"{x}.cnhw_shape", (4,), "int64",
-                                  np.array([c, nb, h, wd], np.int64))
-                nodes.append(Node(f"{n.name}.cnhw", "Reshape", [cnhw[x], shape], [src]))
+                view, src = _reshape(new_value, f"{n.name}.cnhw", cnhw[x], (c, nb, h, wd),
+                                     g.values[x].dtype)
+                nodes.append(view)
                 layout = "CNHW"
             nodes.append(Node(f"{n.name}.im2col", "Im2Col", [src], [cols],
                               {**geometry, "layout": layout, "batch_columns": 1}))
         elif pointwise:
-            cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
-            shape = new_value(f"{out}.columns_shape", (3,), "int64",
-                              np.array(cols_shape, np.int64))
-            nodes.append(Node(f"{n.name}.columns", "Reshape", [x, shape], [cols]))
+            view, cols = _reshape(new_value, f"{n.name}.columns", x, cols_shape,
+                                  g.values[x].dtype)
+            nodes.append(view)
         else:
             cols = new_value(f"{out}.columns", cols_shape, g.values[x].dtype)
             nodes.append(Node(f"{n.name}.im2col", "Im2Col", [x], [cols], geometry))
@@ -657,11 +669,10 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
             mats = new_value(f"{n.inputs[1]}.slices", (splits, o, part), str(w.dtype),
                              np.asarray(w.reshape(o, splits, part).transpose(1, 0, 2),
                                         order="C"))
-            sliced = new_value(f"{cols}.slices", (splits, part, nb * p), g.values[x].dtype)
-            shape = new_value(f"{cols}.slices_shape", (3,), "int64",
-                              np.array([splits, part, nb * p], np.int64))
+            view, sliced = _reshape(new_value, f"{n.name}.slices", cols,
+                                    (splits, part, nb * p), g.values[x].dtype)
             partial = new_value(f"{out}.partial", (splits, o, nb * p), dtype)
-            nodes += [Node(f"{n.name}.slices", "Reshape", [cols, shape], [sliced]),
+            nodes += [view,
                       Node(f"{n.name}.gemm", "MatMul", [mats, sliced], [partial],
                            {FP32_OUTPUT: 1}),
                       _sum_of_slices(g, f"{n.name}.gemm_sum", partial, cur, not batch,
@@ -692,8 +703,8 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
                                    f"{n.name}.gemm", out=value)[0]
             cnhw[value] = cur
         else:
-            shape = new_value(f"{value}.shape", (4,), "int64", np.array(shape4, np.int64))
-            nodes.append(Node(f"{n.name}.gemm_reshape", "Reshape", [cur, shape], [value]))
+            nodes.append(_reshape(new_value, f"{n.name}.gemm_reshape", cur, shape4,
+                                  g.values[cur].dtype, out=value)[0])
         gone.add(index[id(n)])
         moved[last] = views + nodes
     g.nodes = [m for i, node in enumerate(g.nodes)
@@ -732,23 +743,17 @@ def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS) -> Graph:
             continue
         part = k // s
         x, y = n.inputs[0], n.outputs[0]
-        view = new_value(f"{x}.k_slices", (rows, s, part), a.dtype)
-        view_shape = new_value(f"{x}.k_slices_shape", (3,), "int64",
-                               np.array([rows, s, part], np.int64))
-        sliced = new_value(f"{x}.k_sliced", (s, rows, part), a.dtype)
+        copied, sliced = _swap_leading(x, (rows, s, part), (s, rows, part), a.dtype, new_value,
+                                       f"{n.name}.k_slices")
         mats = new_value(f"{n.inputs[1]}.k_slices", (s, part, cols), str(w.dtype),
                          w.reshape(s, part, cols))
         partial = new_value(f"{y}.partial", (s, rows, cols), "float32")
-        shaped = new_value(f"{y}.partial_view", (s, *lead, m, cols), "float32")
-        shaped_shape = new_value(f"{y}.partial_view_shape", (len(lead) + 3,), "int64",
-                                 np.array([s, *lead, m, cols], np.int64))
-        nodes += [Node(f"{n.name}.k_slices", "Reshape", [x, view_shape], [view]),
-                  Node(f"{n.name}.k_sliced", "Transpose", [view], [sliced], {"perm": [1, 0, 2]}),
+        view, shaped = _reshape(new_value, f"{n.name}.partial_view", partial,
+                                (s, *lead, m, cols), "float32", attrs={FP32_OUTPUT: 1})
+        nodes += [*copied,
                   Node(f"{n.name}.partial", "MatMul", [sliced, mats], [partial],
                        {FP32_OUTPUT: 1}),
-                  Node(f"{n.name}.partial_view", "Reshape", [partial, shaped_shape], [shaped],
-                       {FP32_OUTPUT: 1}),
-                  _sum_of_slices(g, f"{n.name}.sum", shaped, y, False, new_value)]
+                  view, _sum_of_slices(g, f"{n.name}.sum", shaped, y, False, new_value)]
     g.nodes = nodes
     return g
 
@@ -784,10 +789,9 @@ def _sunk_inputs(g: Graph, r: Node, value: str, cur: str, shape4: tuple[int, ...
                     transposed[view] = i
             ins.append(view)
         elif info is not None and info.shape == shape4:
-            flat = new_value(f"{i}.gemm_view", (nb, o, oh * ow), info.dtype)
-            shape = new_value(f"{i}.gemm_view_shape", (3,), "int64",
-                              np.array([nb, o, oh * ow], np.int64))
-            views.append(Node(f"{r.name}.gemm_view", "Reshape", [i, shape], [flat]))
+            reshaped, flat = _reshape(new_value, f"{r.name}.gemm_view", i, (nb, o, oh * ow),
+                                      info.dtype)
+            views.append(reshaped)
             ins.append(flat)
         elif arr is not None and arr.ndim <= 4 and arr.size == o and (
                 (1,) * (4 - arr.ndim) + arr.shape)[1:] == (o, 1, 1):
@@ -803,11 +807,9 @@ def _swap_leading(src: str, shape3: tuple[int, int, int], shape: tuple[int, ...]
     result as ``shape`` (in ``out``, a graph value already, or a new value), and that value:
     (N, O, P) to the batch form's (O, N * P) and back."""
     a, b, p = shape3
-    split = new_value(f"{src}.split", shape3, dtype)
-    split_shape = new_value(f"{src}.split_shape", (3,), "int64", np.array(shape3, np.int64))
+    split_node, split = _reshape(new_value, f"{name}.split", src, shape3, dtype)
     swapped = new_value(f"{src}.swapped", (b, a, p), dtype)
-    out = out or new_value(f"{src}.swapped_view", shape, dtype)
-    out_shape = new_value(f"{out}.shape", (len(shape),), "int64", np.array(shape, np.int64))
-    return [Node(f"{name}.split", "Reshape", [src, split_shape], [split]),
+    last, out = _reshape(new_value, f"{name}.reshape", swapped, shape, dtype, out=out)
+    return [split_node,
             Node(f"{name}.transpose", "Transpose", [split], [swapped], {"perm": [1, 0, 2]}),
-            Node(f"{name}.reshape", "Reshape", [swapped, out_shape], [out])], out
+            last], out

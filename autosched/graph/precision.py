@@ -12,7 +12,7 @@ Kept in float32, as numerics need it:
 
 * the outputs of KEEP_FP32 ops (softmax, norms, reductions such as ReduceMean / ReduceSum,
   exp / log / pow, cumulative sums) and the weights they read (a norm's scale and bias), and
-  of nodes marked FP32_OUTPUT (the partial sums of a split matmul, passes.gemm_convs);
+  of nodes marked FP32_OUTPUT (the partial sums of a GEMM split along K, passes.k_splits);
 * the model's inputs and outputs: the first kernels read float32 inputs directly, the last
   ones write float32 (computed from half intermediates, never rounded to half);
 * constants a converter reads as values (shapes, scales, scalars) rather than as arrays.

@@ -183,8 +183,8 @@ def im2col(data: Tensor, kernel_size: Any, stride: Any = 1, padding: Any = 0,
         y, x = I.floordiv(p, ow), I.floormod(p, ow)
         ky, kx = I.floormod(I.floordiv(k, kw), kh), I.floormod(k, kw)
         ch = I.floordiv(k, kh * kw)
-        iy, ix = _scaled(y, strides[0]) + _scaled(ky, dil[0]), _scaled(x, strides[1]) + _scaled(
-            kx, dil[1])
+        iy = _scaled(y, strides[0]) + _scaled(ky, dil[0])
+        ix = _scaled(x, strides[1]) + _scaled(kx, dil[1])
         return padded[ch, b, iy, ix] if layout == "CNHW" else padded[b, ch, iy, ix]
 
     attrs = _attrs(strides, pads, dil, 1)
