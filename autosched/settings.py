@@ -61,11 +61,15 @@ K_SPLIT = Setting("AUTOSCHED_K_SPLIT", "8",
                   "the most slices of K that a GPU GEMM in tf32 / fp16 / bf16 (a convolution's, "
                   "a MatMul's by constant weights) sums apart where few output tiles cover a "
                   "deep K (a power of two; `1`: never)", changes_code=True)
+WGMMA = Setting("AUTOSCHED_WGMMA", "1",
+                "`0`: on sm_90 GPUs, matmuls in tf32 / fp16 / bf16 are not offered block tiles "
+                "on Hopper's warpgroup instruction (wgmma), only the warp-level tensor-core "
+                "tiles (wmma)", changes_code=True)
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
 ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
-       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, K_SPLIT, MODEL_CACHE)
+       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, K_SPLIT, WGMMA, MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

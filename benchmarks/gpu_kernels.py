@@ -23,8 +23,8 @@ from importers.onnx import from_onnx  # noqa: E402
 
 
 def uses_tensor_cores(source: str) -> bool:
-    """Whether a kernel's CUDA C multiplies on tensor cores (wmma or inline mma)."""
-    return "mma_sync" in source or "mma.sync" in source
+    """Whether a kernel's CUDA C multiplies on tensor cores (wmma, inline mma or wgmma)."""
+    return "mma_sync" in source or "mma.sync" in source or "wgmma.mma_async" in source
 
 
 def launch(module: object) -> str:

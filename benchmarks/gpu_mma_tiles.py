@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,6 +60,13 @@ TILES = {
     "128x128w8k4": {"warps_n": 4, "frags_m": 4, "k_chunk": 4},
     "128x256w8": {"warps_n": 4, "frags_m": 4, "frags_n": 4, "stages": 3},
     "256x128w8": {"warps_m": 4, "frags_m": 4, "frags_n": 4, "stages": 3},
+    # the warpgroup sketch (wgmma, sm_90): block_m, block_n, warpgroups, stages
+    "wg128x128": {"block_m": 128, "block_n": 128, "warpgroups": 2, "stages": 4},
+    "wg128x256s3": {"block_m": 128, "block_n": 256, "warpgroups": 2, "stages": 3},
+    "wg128x256s4": {"block_m": 128, "block_n": 256, "warpgroups": 2, "stages": 4},
+    "wg128x128w1": {"block_m": 128, "block_n": 128, "warpgroups": 1, "stages": 4},
+    "wg64x128": {"block_m": 64, "block_n": 128, "warpgroups": 1, "stages": 6},
+    "wg128x64": {"block_m": 128, "block_n": 64, "warpgroups": 2, "stages": 6},
 }
 
 
@@ -70,10 +78,12 @@ def tile_task(a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: str) ->
     return Task([c], args=[a, b, c], target="cuda", precision=PRECISION[dtype])
 
 
-def tile_candidate(space: SearchSpace, values: dict[str, int]) -> Candidate | None:
-    """The tensor-core sketch with ``values`` (knob suffix -> value), or None without one."""
+def tile_candidate(space: SearchSpace, values: dict[str, int],
+                   kind: str = "mma") -> Candidate | None:
+    """The tensor-core sketch (rule ``kind``: "mma", or "wgmma" for the warpgroup one) with
+    ``values`` (knob suffix -> value), or None without one."""
     for idx, sk in enumerate(space.sketches):
-        if any(r.kind == "mma" for r in sk.rules):
+        if any(r.kind == kind for r in sk.rules):
             return Candidate(idx, tuple((k.name, values.get(k.name.rsplit(".", 1)[1],
                                                              k.default())) for k in sk.knobs))
     return None
@@ -97,7 +107,7 @@ def main() -> None:
     rows = []
     for shape in args.shapes:
         rows += _shape(shape, args)
-    print(f"\n{'shape':<10}{'kernel':<14}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
+    print(f"\n{'shape':<12}{'kernel':<16}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
           f"{'vs cuBLAS':>11}{'rel err':>10}")
     for row in rows:
         print(row)
@@ -119,7 +129,7 @@ def _shape(shape: str, args: argparse.Namespace) -> list[str]:
     sides = {"cuBLAS": lambda: torch.matmul(a, b, out=blas_out)}
     errors = {"cuBLAS": ((torch.matmul(a, b).double() - ref).norm() / ref_norm).item()}
     for name in args.tiles:
-        cand = tile_candidate(space, TILES[name])
+        cand = tile_candidate(space, TILES[name], "wgmma" if name.startswith("wg") else "mma")
         low = space.lower(cand) if cand is not None else None
         if low is None or low.schedule is None:
             print(f"# {shape}: tile {name} does not apply, left out", flush=True)
@@ -130,16 +140,24 @@ def _shape(shape: str, args: argparse.Namespace) -> list[str]:
         torch.cuda.synchronize()
         errors[name] = ((c.double() - ref).norm() / ref_norm).item()
         sides[name] = lambda mod=mod, c=c: mod(a, b, c)
-    timers = {n: (lambda fn=fn: baseline.cuda_median_seconds(fn, args.repeat))
+    return time_rows(shape, sides, errors, flops, args.rounds, args.repeat)
+
+
+def time_rows(shape: str, sides: dict[str, Callable[[], object]], errors: dict[str, float],
+              flops: float, rounds: int, repeat: int,
+              notes: dict[str, str] | None = None) -> list[str]:
+    """The table rows of one shape: each side (cuBLAS first) timed in alternating rounds,
+    its TFLOP/s, its speed against cuBLAS and its relative error (WRONG from 1e-2)."""
+    timers = {n: (lambda fn=fn: baseline.cuda_median_seconds(fn, repeat))
               for n, fn in sides.items()}
-    results = baseline.alternate(timers, args.rounds)
+    results = baseline.alternate(timers, rounds)
     blas = results["cuBLAS"].median
     out = []
     for name, r in results.items():
         bad = "" if errors[name] < 1e-2 else "  WRONG"
-        out.append(f"{shape:<10}{name:<14}{r.median * 1e3:10.3f}{r.best * 1e3:9.3f}"
+        out.append(f"{shape:<12}{name:<16}{r.median * 1e3:10.3f}{r.best * 1e3:9.3f}"
                    f"{flops / r.median / 1e12:8.1f}{blas / r.median:10.0%} "
-                   f"{errors[name]:9.1e}{bad}")
+                   f"{errors[name]:9.1e}  {(notes or {}).get(name, '')}{bad}")
         print(out[-1], flush=True)
     return out
 

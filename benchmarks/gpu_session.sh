@@ -119,6 +119,9 @@ for s in "$@"; do
         stages) step stages 200 python3 benchmarks/gpu_hgemm_stages.py --sizes 4096 --stages 1 2 3 --rounds 5 ;;
         tiles) step tiles 400 python3 benchmarks/gpu_mma_tiles.py ${TILES:+--tiles $TILES} \
                    ${SHAPES:+--shapes $SHAPES} ;;
+        wgmma)  # the wgmma main loop's tiles against cuBLAS ($WGMMA_ARGS: gpu_wgmma.py's options)
+            step "wgmma${TAG:+-$TAG}" "${WGMMA_S:-300}" python3 benchmarks/gpu_wgmma.py \
+                ${WGMMA_ARGS:-} ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
     esac

@@ -10,9 +10,15 @@ accumulates in float32 and stores half; a fused elementwise chain rounds once, a
 
 Kept in float32, as numerics need it:
 
-* the outputs of KEEP_FP32 ops (softmax, norms, reductions such as ReduceMean / ReduceSum,
-  exp / log / pow, cumulative sums) and the weights they read (a norm's scale and bias), and
-  of nodes marked FP32_OUTPUT (the partial sums of a GEMM split along K, passes.k_splits);
+* the outputs of KEEP_FP32 ops (reductions such as ReduceMean / ReduceSum, log-softmax,
+  exp / log / pow, cumulative sums) and of nodes marked FP32_OUTPUT (the partial sums of a
+  GEMM split along K, passes.k_splits);
+* the weights of those and of NORMALIZED ops (softmax and the norms: a norm's scale and bias),
+  which compute in float32 and store their outputs in half as the other ops do: the values
+  are bounded (probabilities; normalized rows times a scale), so half storage costs them
+  only its relative rounding, and the matmuls that read them (attention's P x V, a
+  transformer's projections after a LayerNorm) get two half operands, as tensor cores want
+  (as in torch's ``model.half()``);
 * the model's inputs and outputs: the first kernels read float32 inputs directly, the last
   ones write float32 (computed from half intermediates, never rounded to half);
 * constants a converter reads as values (shapes, scales, scalars) rather than as arrays.
@@ -34,18 +40,23 @@ from autosched.graph.ops import const_inputs
 from autosched.te import dtype as dt
 from autosched.te.dtype import DEFAULT_PRECISION, PRECISIONS, Precision, precision
 
-__all__ = ["DEFAULT_PRECISION", "KEEP_FP32", "PRECISIONS", "Precision", "apply_precision",
+__all__ = ["DEFAULT_PRECISION", "KEEP_FP32", "NORMALIZED", "PRECISIONS", "Precision", "apply_precision",
            "precision", "storage_dtype"]
 
-# Ops whose outputs stay float32 in half precisions: normalisations, reductions and the
-# functions whose range or sensitivity half storage would hurt.
+# Ops whose outputs stay float32 in half precisions: reductions and the functions whose
+# range or sensitivity half storage would hurt.
 KEEP_FP32 = frozenset({
-    "Softmax", "LogSoftmax", "Hardmax",
-    "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
-    "LpNormalization", "MeanVarianceNormalization",
+    "LogSoftmax",
     "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "CumSum",
     "Exp", "Log", "Pow",
+})
+# Ops computed in float32 whose outputs are bounded (stored in half) and whose weights stay
+# float32.
+NORMALIZED = frozenset({
+    "Softmax", "Hardmax",
+    "BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+    "LpNormalization", "MeanVarianceNormalization",
 })
 
 
@@ -81,7 +92,8 @@ def apply_precision(graph: Graph, precision: str) -> Graph:
 
 def _half_weights(graph: Graph, outputs: set[str]) -> list[str]:
     """float32 constants that kernels read as array arguments, only by ops computed for half
-    storage: not scalars, not inputs a converter needs as values, not weights of KEEP_FP32 ops."""
+    storage: not scalars, not inputs a converter needs as values, not weights of KEEP_FP32 or
+    NORMALIZED ops."""
     opset = graph.opset or 17
     excluded = set(outputs)
     read: set[str] = set()
@@ -90,7 +102,7 @@ def _half_weights(graph: Graph, outputs: set[str]) -> list[str]:
         for i in n.inputs:
             if i in graph.constants:
                 read.add(i)
-                if n.op_type in KEEP_FP32 or i in as_value:
+                if n.op_type in KEEP_FP32 or n.op_type in NORMALIZED or i in as_value:
                     excluded.add(i)
     return [c for c in sorted(read - excluded)
             if graph.constants[c].dtype == "float32" and graph.constants[c].size > 1]

@@ -19,9 +19,9 @@ from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from autosched.te.visit import substitute, tensors_read
 from autosched.tir.ir import SCOPES
-from autosched.tir.tensor_intrin import ACCUMULATOR_SCOPE, TENSOR_INTRINS, dot_mismatch
+from autosched.tir.tensor_intrin import TENSOR_INTRINS, dot_mismatch
 
-PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "wgmma_stages")
 MAX_PIPELINE_STAGES = 4
 
 
@@ -497,6 +497,8 @@ class Schedule:
         iv = st.leaf_named(step.axis)
         if step.key not in PRAGMAS:
             raise ScheduleError(f"unknown pragma {step.key!r} on {st.name}.{iv.name}; known: {', '.join(PRAGMAS)}")
+        if step.key == "wgmma_stages" and (not isinstance(step.value, int) or step.value < 3):
+            raise ScheduleError(f"pragma wgmma_stages on {st.name}.{iv.name} needs an int >= 3, got {step.value!r}")
         if step.key == "auto_unroll_max_step" and (not isinstance(step.value, int) or step.value < 0):
             raise ScheduleError(f"pragma auto_unroll_max_step on {st.name}.{iv.name} needs an int >= 0, got {step.value!r}")
         prev = tuple(kv for kv in st.pragmas.get(iv.var.uid, ()) if kv[0] != step.key)
@@ -518,8 +520,18 @@ class Schedule:
         nest = st.leaf[st.position(iv):]
         got = [_const_extent(a) for a in nest]
         kinds = (["data", "reduce"] if intrin.kind == "dot"
-                 else ["data", "data", "reduce"][:len(intrin.extents)])
-        if got != list(intrin.extents) or [a.kind for a in nest] != kinds:
+                 else ["data", "data", "reduce"][:len(intrin.extents) or 3])
+        if intrin.kind == "gemm_block":  # a block tile: rows in slabs, up to 256 columns
+            m, n = got[:2] if len(got) == 3 else (None, None)
+            block = (m is not None and n is not None and m % intrin.m == 0
+                     and n % intrin.n == 0 and n <= 256 and got[2] is not None)
+            if not block or [a.kind for a in nest] != kinds:
+                raise ScheduleError(
+                    f"{where}: the nest must be 3 innermost loops (data, data, reduce): a "
+                    f"multiple of {intrin.m} rows, {intrin.n} to 256 columns by {intrin.n}, "
+                    f"all of K; it is "
+                    f"{', '.join(f'{a.name} ({a.kind}, {a.dom.extent})' for a in nest)}")
+        elif got != list(intrin.extents) or [a.kind for a in nest] != kinds:
             raise ScheduleError(
                 f"{where}: the nest must be {len(kinds)} innermost loops "
                 f"({', '.join(kinds)}) of extents {intrin.extents}; it is "
@@ -529,15 +541,15 @@ class Schedule:
         if marked:
             raise ScheduleError(f"{where}: axis {marked[0]} is already annotated or bound")
         op = st.compute_op
-        if intrin.kind == "mma":
+        if intrin.kind in ("mma", "gemm_block"):
             body = op.body
-            if (st.scope != ACCUMULATOR_SCOPE or not isinstance(body, E.Reduce)
+            if (st.scope != intrin.scope or not isinstance(body, E.Reduce)
                     or body.combiner.name != "sum" or body.dtype != "float32"
                     or not isinstance(body.source, E.Binary) or body.source.op is not Op.MUL
                     or body.condition is not None or body.init is not None):
                 raise ScheduleError(
                     f"{where}: needs a float32 sum of a product without condition or init "
-                    f"(C[i, j] += A[i, k] * B[k, j]) in scope {ACCUMULATOR_SCOPE} "
+                    f"(C[i, j] += A[i, k] * B[k, j]) in scope {intrin.scope} "
                     f"({st.name} is in scope {st.scope})")
         elif intrin.kind == "dot":
             why = dot_mismatch(op.body, intrin.name)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from autosched import settings
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
 from autosched.search.knobs import ChoiceKnob, Knob, TileKnob, divisors
@@ -803,7 +804,7 @@ class Sketch:
 
     @property
     def tensor_cores(self) -> bool:
-        return any(r.kind == "mma" for r in self.rules)
+        return any(r.kind in ("mma", "wgmma") for r in self.rules)
 
     def apply(self, sch: Schedule, params: Params) -> Schedule:
         for rule in self.rules:
@@ -843,6 +844,7 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
     fused: set[str] = set()
     later: list[Rule] = []
     tensor_core: dict[str, Rule] = {}  # tiled stage -> its tensor-core rule (GPU, half inputs)
+    warpgroup: dict[str, Rule] = {}  # tiled stage -> its wgmma rule (sm_90)
     for st in reversed(info.compute):  # consumers first
         name = st.name
         if name in info.inlined or name in fused:
@@ -857,6 +859,8 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
             later.append(tile(name, into, sch0, order))
             if gpu and TC.offers_mma(sch0, name, precision):
                 tensor_core[name] = TC.mma_rule(name, into, sch0, target)
+            if gpu and TC.offers_wgmma(sch0, name, precision, target):
+                warpgroup[name] = TC.wgmma_rule(name, into, sch0, target)
         elif not gpu and is_window(op):
             later.append(_window_rule(name, sch0))
         elif op.reduce_axis:
@@ -870,6 +874,9 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
         mma = Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later]))
         first = all(TC.fills_tiles(sch0, name) for name in tensor_core)
         sketches = [mma, *sketches] if first else [*sketches, mma]
+        if warpgroup and settings.flag(settings.WGMMA):  # on sm_90, warpgroups lead where they fill up
+            wg = Sketch(tuple(rules + [warpgroup.get(r.stage, r) for r in later]))
+            sketches = [wg, *sketches] if first else [*sketches, wg]
     return sketches
 
 

@@ -51,6 +51,7 @@ from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from autosched.te.tensor import thread_axis as _thread
 from autosched.tir.tensor_intrin import (
     ACCUMULATOR_SCOPE,
+    BLOCK_FOR_DTYPE,
     MMA_FOR_DTYPE,
     TENSOR_INTRINS,
     load_intrin,
@@ -225,17 +226,7 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
     if not direct:
         # the output: blocks over (batch, row tiles, column tiles), every thread of a block on
         # elements of the tile, read from the staging tile
-        *batch, ax_i, ax_j = consumer.compute_op.axis
-        bi, ii = consumer.split(ax_i, factor=rows)
-        bj, jj = consumer.split(ax_j, factor=cols)
-        consumer.reorder(*batch, bi, bj, ii, jj)
-        block = consumer.fuse(*batch, bi, bj)
-        consumer.bind(block, _thread("blockIdx.x"))
-        # float32 outputs read and written 16 bytes a thread (_try_vector's float4)
-        out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
-        if out_lanes > 1:
-            jj, lane = consumer.split(jj, factor=out_lanes)
-            consumer.vectorize(lane)
+        block, ii, jj = _output_blocks(consumer, rows, cols)
         _bind_block_threads(consumer, [ii, jj], warps[0] * warps[1])
         # the staging tile: each warp stores its fragments (threadIdx.y is the warp)
         staging.compute_at(consumer, block)
@@ -271,6 +262,25 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.reorder(*fbatch, fr, fk, first, second)
         _unroll(frag, [fr, fk])
         frag.tensorize(first, load_intrin(intrin, kind))
+
+
+def _output_blocks(consumer: Stage, rows: int, cols: int
+                   ) -> tuple[E.IterVar, E.IterVar, E.IterVar]:
+    """The output read from a staging tile: blocks over (batch, row tiles, column tiles) of
+    ``rows`` x ``cols`` bound to blockIdx.x, float32 outputs read and written 16 bytes a thread
+    (_try_vector's float4); returns the block loop and the tile's row and column loops (the
+    columns without their vector lanes)."""
+    *batch, ax_i, ax_j = consumer.compute_op.axis
+    bi, ii = consumer.split(ax_i, factor=rows)
+    bj, jj = consumer.split(ax_j, factor=cols)
+    consumer.reorder(*batch, bi, bj, ii, jj)
+    block = consumer.fuse(*batch, bi, bj)
+    consumer.bind(block, _thread("blockIdx.x"))
+    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
+    if out_lanes > 1:
+        jj, lane = consumer.split(jj, factor=out_lanes)
+        consumer.vectorize(lane)
+    return block, ii, jj
 
 
 def _store_tiles(st: Stage, rows: int, cols: int, frags: tuple[int, int],
@@ -378,3 +388,101 @@ def fills_tiles(sch0: Schedule, name: str) -> bool:
     assert isinstance(op, ComputeOp)
     *_, i, j = op.axis
     return min(_static_extent(i), _static_extent(j)) >= FILL_ROWS
+
+
+# -- Hopper: the block tile on warpgroups (wgmma) ----------------------------------------------
+
+WGMMA_ARCH = 90  # the one arch with wgmma (sm_90a; Blackwell has other instructions)
+
+
+def offers_wgmma(sch0: Schedule, name: str, precision: str, target: Target) -> bool:
+    """Whether the warpgroup rule applies to ``name``: offers_mma's matmuls on sm_90 whose
+    operands are tensors (no gathered patches) with rows of whole 16-byte chunks, both K-major
+    under tf32."""
+    from autosched.targets.cuda.codegen import target_arch
+
+    if target.kind != "cuda" or target_arch(target) != WGMMA_ARCH \
+            or not offers_mma(sch0, name, precision):
+        return False
+    ops = mma_operands(sch0, name)
+    assert ops is not None
+    lanes = VECTOR_BYTES // dt.nbytes(ops[0].tensor.dtype)
+    if any(not isinstance(op.tensor.op, PlaceholderOp) or _static_extent_of(op.tensor) % lanes
+           for op in ops):
+        return False
+    return ops[0].tensor.dtype != "float32" or all(op.k_last for op in ops)
+
+
+def _static_extent_of(t: Tensor) -> int:
+    """The length of ``t``'s last axis (1 when it is not static)."""
+    last = t.shape[-1]
+    value = last.value if isinstance(last, E.Const) else last
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) -> Rule:
+    """The warpgroup rule of ``name`` (offers_wgmma holds), ``fused_into`` its elementwise
+    output when it has one: a block tile of ``block_m`` x ``block_n`` computed by the wgmma
+    main loop (targets/cuda/wgmma.py) of ``warpgroups`` warpgroups and ``stages`` operand
+    tiles into a shared tile whose rows are padded by 16 bytes, which every thread reads for
+    the output (and the epilogue fused into it)."""
+    from autosched.targets.cuda.wgmma import MainLoop
+
+    pre = f"{name}."
+    operands = mma_operands(sch0, name)
+    assert operands is not None, f"{name} is no half matmul"
+    dtype = operands[0].tensor.dtype
+    knobs: list[Knob] = [
+        ChoiceKnob(f"{pre}block_m", (64, 128, 256), default_index=1),
+        ChoiceKnob(f"{pre}block_n", (64, 128, 192, 256), default_index=1),
+        ChoiceKnob(f"{pre}warpgroups", (1, 2), default_index=1),
+        ChoiceKnob(f"{pre}stages", (3, 4, 5, 6), default_index=1),
+    ]
+
+    def loop(p: Params) -> MainLoop:
+        bm, bn, wg, st = (p[k.name] for k in knobs)
+        return MainLoop(dtype, bm, bn, wg, st, operands[0].k_last, operands[1].k_last)
+
+    def check(p: Params) -> str | None:
+        ml = loop(p)
+        why = ml.check()
+        if why:
+            return why
+        tile = ml.block_m * (ml.block_n + PAD_BYTES // 4) * 4
+        shared = max(tile, ml.shared_bytes())
+        if shared > target.max_shared_memory_per_block:
+            return f"{shared} bytes of shared memory exceed {target.max_shared_memory_per_block}"
+        return None
+
+    def apply(sch: Schedule, p: Params) -> None:
+        why = check(p)
+        if why:
+            raise ScheduleError(f"wgmma tile of {name}: {why}")
+        ml = loop(p)
+        schedule_wgmma(sch, name, fused_into, ml.block_m, ml.block_n, ml.warpgroups, ml.stages,
+                       BLOCK_FOR_DTYPE[dtype])
+
+    return Rule(name, tuple(knobs), apply, "wgmma", check)
+
+
+def schedule_wgmma(sch: Schedule, name: str, fused_into: str | None, block_m: int,
+                   block_n: int, warpgroups: int, stages: int, intrin: str) -> None:
+    """The steps of the warpgroup tile (wgmma_rule) on ``sch``."""
+    if fused_into is None:
+        consumer = sch.stage(name)
+        acc = sch[sch.cache_write(consumer.op.output(), "shared")]
+    else:
+        consumer, acc = sch.stage(fused_into), sch.stage(name)
+        acc.set_scope("shared")
+    block, ii, jj = _output_blocks(consumer, block_m, block_n)
+    rest, thread = consumer.split(consumer.fuse(ii, jj), factor=WARP * 4 * warpgroups)
+    consumer.bind(thread, _thread("threadIdx.x"))
+    acc.compute_at(consumer, block)
+    *abatch, ai, aj = acc.compute_op.axis
+    (ak,) = acc.compute_op.reduce_axis
+    io, ti = acc.split(ai, factor=block_m)
+    jo, tj = acc.split(aj, factor=block_n)
+    acc.reorder(*abatch, io, jo, ti, tj, ak)
+    acc.tensorize(ti, intrin)
+    acc.pragma(ti, "wgmma_stages", stages)
+    _pad_rows(acc)

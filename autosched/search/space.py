@@ -74,17 +74,23 @@ class SearchSpace:
     def default_schedule(self) -> Schedule:
         """The schedule of the default candidate; if that is illegal here (too many threads,
         too much shared memory) or holds more shared memory than a block gets without opting
-        in, the first such legal one of a fixed-seed sample; else the plain default."""
+        in (save a warpgroup tile's, which needs more by design: its main loop keeps 3 to 6
+        operand tiles in flight), the first such legal one of a fixed-seed sample; else the
+        plain default."""
         target = self.task.target
         modest = replace(target, max_shared_memory_per_block=min(
             target.max_shared_memory_per_block, target.default_shared_memory_per_block))
-        low = self.lower(self.default_candidate())
+        first = self.default_candidate()
+        low = self.lower(first)
+        limit = target if any(r.kind == "wgmma" for r in self.sketches[first.sketch].rules) \
+            else modest
         rng = np.random.default_rng(0)
         for _ in range(64):
             if (low is not None and low.schedule is not None and low.func is not None
-                    and target.backend.unfit(low.func, modest) is None):
+                    and target.backend.unfit(low.func, limit) is None):
                 return low.schedule
             low = self.lower(self.sample(rng))
+            limit = modest
         return self.task.schedule()
 
     def mutate(self, c: Candidate, rng: np.random.Generator) -> Candidate:

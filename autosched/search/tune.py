@@ -723,7 +723,10 @@ class _PickCache:
         from autosched.version import __version__
 
         self.disk = DiskCache("picks")
-        self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__, PICK_ORDER]
+        from autosched import settings
+
+        self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__, PICK_ORDER,
+                      settings.flag(settings.WGMMA)]
 
     def _name(self, task: Task) -> str:
         from autosched.cost_model.pretrain import pretrained_digest

@@ -16,6 +16,12 @@ Kinds:
 * ``store``  the innermost (i, j) nest of an ``m x n`` copy out of a ``wmma.accumulator``
              buffer, into shared memory (where an epilogue reads it element by element) or
              into a global output whose tiles are whole (no guard)
+* ``gemm_block`` a whole block tile of a matmul on Hopper's warpgroup instruction (wgmma,
+             sm_90a; targets/cuda/wgmma.py): the (i, j, k) nest of ``C[i, j] += A[i, k] *
+             B[k, j]`` over the tile's ``bm`` rows (a multiple of 64), ``bn`` columns (8 to
+             256) and all of K, C a shared tile (an epilogue reads it), A and B read from global
+             memory by the main loop it becomes (``m``, ``n``: the granules of the tile; ``k``:
+             K per instruction)
 * ``dot``    a CPU's 8-bit dot product (x86's ``vpdpbusd``, AVX-512 VNNI or AVX-VNNI;
              aarch64's ``udot`` (dotprod) and ``usdot`` (i8mm)): the innermost (j, q) nest of
              ``C[.., j] += int32(A[.., q]) * int32(B[.., j, q])`` with ``n`` lanes of j and
@@ -63,12 +69,13 @@ class TensorIntrin:
         """The extents of the loops it replaces, outermost first."""
         return {"mma": (self.m, self.n, self.k), "load_a": (self.m, self.k),
                 "load_b": (self.k, self.n), "store": (self.m, self.n),
-                "dot": (self.n, self.k)}[self.kind]
+                "dot": (self.n, self.k), "gemm_block": ()}[self.kind]
 
     @property
     def scope(self) -> str:
-        """The scope of the fragments it writes (a store: of those it reads)."""
-        return FRAGMENT_SCOPES[self.kind]
+        """The scope of the fragments it writes (a store: of those it reads; a gemm_block:
+        its shared tile)."""
+        return FRAGMENT_SCOPES.get(self.kind, "shared")
 
 
 ACCUMULATOR_SCOPE = "wmma.accumulator"
@@ -83,6 +90,17 @@ _MMAS = (
     TensorIntrin("wmma_16x16x16_bf16", "mma", 16, 16, 16, "bfloat16", 80),
     TensorIntrin("wmma_16x16x8_tf32", "mma", 16, 16, 8, "float32", 80),
 )
+
+
+# the block tiles of Hopper's warpgroup instruction (wgmma): rows in slabs of 64, K per
+# instruction 16 (tf32: 8)
+_BLOCKS = (
+    TensorIntrin("wgmma_block_f16", "gemm_block", 64, 8, 16, "float16", 90),
+    TensorIntrin("wgmma_block_bf16", "gemm_block", 64, 8, 16, "bfloat16", 90),
+    TensorIntrin("wgmma_block_tf32", "gemm_block", 64, 8, 8, "float32", 90),
+)
+# the gemm_block intrinsic that multiplies operands stored as each dtype
+BLOCK_FOR_DTYPE = {t.in_dtype: t.name for t in _BLOCKS}
 
 
 # x86's vpdpbusd: 16 int32 lanes (AVX-512 VNNI) or 8 (AVX-VNNI, CPUs without AVX-512), each
@@ -103,6 +121,7 @@ TENSOR_INTRINS: dict[str, TensorIntrin] = {
     t.name: t
     for t in (
         *_MMAS,
+        *_BLOCKS,
         *(TensorIntrin(load_intrin(t.name, kind), kind, t.m, t.n, t.k, t.in_dtype, t.min_arch)
           for t in _MMAS for kind in ("load_a", "load_b")),
         TensorIntrin("wmma_store_16x16", "store", 16, 16, 0, "", 70),

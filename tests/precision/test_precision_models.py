@@ -35,8 +35,9 @@ def test_half_precision_model_matches_onnxruntime_fp32(name: str, precision: str
 
 
 def test_half_storage_where_the_pass_puts_it() -> None:
-    """Activations and matmul weights in half; softmax / layernorm outputs, their weights,
-    the model's inputs and outputs in float32."""
+    """Activations (softmax and layernorm outputs too: bounded values that attention's P x V
+    and the projections read as half operands) and matmul weights in half; reductions' outputs,
+    layernorm's weights, the model's inputs and outputs in float32."""
     _, graph = _model("encoder_layer")
     g = prepare(graph, None)
     half = apply_precision(g, "fp16")
@@ -55,6 +56,9 @@ def test_half_storage_where_the_pass_puts_it() -> None:
         if n.op_type == "LayerNormalization":
             assert weights and all(half.constants[w].dtype == np.float32 for w in weights), n
     assert half_weights >= 4
+    normalized = [o for n in half.nodes if n.op_type in ("Softmax", "LayerNormalization")
+                  for o in n.outputs if o not in half.outputs]
+    assert normalized and {half.values[o].dtype for o in normalized} == {"float16"}
     kinds = {o.dtype for t in extract_tasks(graph, "llvm", "bf16")[0] for o in t.args}
     assert "bfloat16" in kinds and "float32" in kinds
 

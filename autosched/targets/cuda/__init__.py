@@ -44,7 +44,8 @@ def build_module(func: ir.PrimFunc, target: Target):  # noqa: ANN201  (CudaModul
     threads = min(256, target.max_threads_per_block)
     func = privatize(bind_unbound(func, threads))  # the function codegen renders, as IR
     source = generate(func, target)
-    binary = compile_cuda(source.code, target.arch or "sm_90", nvrtc_options(target),
+    arch = (target.arch or "sm_90") + ("a" if source.arch_specific else "")
+    binary = compile_cuda(source.code, arch, nvrtc_options(target),
                           needs_headers=source.uses_half, name=f"{func.name}.cu")
     return CudaModule(func, target, source, binary)
 

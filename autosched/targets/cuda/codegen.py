@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from autosched.errors import CompileError
 from autosched.targets.cuda import ir_util as U
-from autosched.targets.cuda import wmma
+from autosched.targets.cuda import wgmma, wmma
 from autosched.targets.cuda.cexpr import (
     PRELUDE_FLOAT,
     PRELUDE_INT,
@@ -82,6 +82,7 @@ class CudaSource:
     shape_vars: tuple[E.Var, ...]  # symbolic sizes, bound from argument shapes at call time
     uses_half: bool
     written: frozenset[ir.Buffer] = field(default_factory=frozenset)
+    arch_specific: bool = False  # compiled for sm_XXa (wgmma: sm_90a)
 
     @property
     def checks(self) -> bool:
@@ -185,6 +186,8 @@ class _FuncWriter:
         self.half_types: set[str] = set()
         self.uses_wmma = False
         self.uses_async = False  # some copy is a cp.async (PRELUDE_ASYNC)
+        self.helpers: dict[str, str] = {}  # file-scope definitions by name (wgmma.helpers)
+        self.arch_specific = False
         self.async_copies = target_arch(target) >= ASYNC_COPY_ARCH
 
     def note_dtype(self, dtype: str) -> None:
@@ -224,11 +227,13 @@ class _FuncWriter:
             prelude += PRELUDE_STATUS
         if self.uses_async:
             prelude += PRELUDE_ASYNC
+        prelude += "".join(self.helpers.values())
         code = "\n".join(head + [prelude] + bodies)
         written = frozenset(stored_buffers(self.func.body))
         # uses_half tells the compiler to add CUDA's include directory, where mma.h is too
         return CudaSource(code, tuple(kernels), tuple(self.workspace),
-                          tuple(shape_vars.values()), self.uses_half or self.uses_wmma, written)
+                          tuple(shape_vars.values()), self.uses_half or self.uses_wmma, written,
+                          self.arch_specific)
 
     def _collect(self, s: ir.Stmt, wrappers: list[ir.Stmt],
                  out: list[tuple[ir.For, list[ir.Stmt]]]) -> None:
@@ -275,6 +280,10 @@ class _KernelWriter(ExprWriter):
         self.thread_loops: list[ir.For] = []  # enclosing blockIdx/threadIdx loops
         self.conditions: list[E.Expr] = []  # enclosing if conditions
         self.wmma_buffers: set[ir.Buffer] = set()  # shared buffers that wmma calls access
+        # the shared tiles of gemm_block nests -> their names (the operand region of the main
+        # loop shares the tile's allocation) and main loops
+        self.wg_regions: dict[ir.Buffer, str] = {}
+        self.wg_loops: dict[ir.Buffer, wgmma.MainLoop] = {}
         self.async_copies = False  # inside a group of copies that may run asynchronously
 
     def need_half(self, dtype: str = "float16") -> None:
@@ -298,7 +307,14 @@ class _KernelWriter(ExprWriter):
         params = [b for b in self.fw.func.params + tuple(self.fw.workspace) if b in used]
         for b in params:
             self.fw.note_dtype(b.dtype)
-        self.dynamic = stmt_shared_bytes(body) > STATIC_SHARED_BYTES
+        extra = 0  # the main loops' operand regions beyond their tiles
+        block_threads = const_int(launch["threadIdx"][0]) or 0
+        for loop, intrin in wgmma.block_nests(body):
+            out = wgmma.block_output(loop)
+            ml = wgmma.block_loop(loop, intrin, block_threads)
+            self.wg_loops[out] = ml
+            extra += max(0, ml.shared_bytes() - (out.num_elements or 0) * out.itemsize)
+        self.dynamic = stmt_shared_bytes(body) + extra > STATIC_SHARED_BYTES or bool(extra)
         self._stmt(body)
         if self.dynamic:
             self.lines.insert(0, f"  extern __shared__ __align__({DYNAMIC_ALIGN}) unsigned char "
@@ -348,7 +364,13 @@ class _KernelWriter(ExprWriter):
                 raise CompileError(f"kernel {self.name}: loop {loop.var.name} is tensorized as "
                                    f"{intrin.name}, which needs sm_{intrin.min_arch} or newer; "
                                    f"the target is {self.fw.target.arch or 'of no arch'}")
-        self.fw.uses_wmma = True
+        blocks = [loop for loop, intrin in nests if intrin.kind == "gemm_block"]
+        if blocks and arch != 90:
+            raise CompileError(f"kernel {self.name}: loop {blocks[0].var.name} runs on wgmma, "
+                               f"which only sm_90 has (sm_90a); the target is "
+                               f"{self.fw.target.arch}")
+        self.fw.arch_specific |= bool(blocks)
+        self.fw.uses_wmma |= len(blocks) < len(nests)
         return wmma.operand_buffers(body)
 
     def _launch_sizes(self) -> dict[str, tuple[E.Expr, E.Expr, E.Expr]]:
@@ -455,6 +477,9 @@ class _KernelWriter(ExprWriter):
         self.fw.note_dtype(b.dtype)
         if b.scope == "shared" and self.dynamic:  # at the next multiple of DYNAMIC_ALIGN
             at = -(-self.shared_bytes // DYNAMIC_ALIGN) * DYNAMIC_ALIGN
+            if b in self.wg_loops:  # a main loop's tile, its operand region in the same place
+                n = max(n, -(-self.wg_loops[b].shared_bytes() // b.itemsize))
+                self.wg_regions[b] = name
             self.shared_bytes = at + n * b.itemsize
             ctype = c_type(b.dtype)
             self.emit(f"{ctype}* {name} = reinterpret_cast<{ctype}*>({DYNAMIC_SHARED} + {at});"
@@ -497,6 +522,9 @@ class _KernelWriter(ExprWriter):
 
     def _for_body(self, s: ir.For, unroll_budget: int, explicit: bool) -> None:
         intrin = wmma.intrin_of(s)
+        if intrin is not None and intrin.kind == "gemm_block":
+            wgmma.emit_block(self, s, intrin)
+            return
         if intrin is not None:
             wmma.emit_nest(self, s, intrin)
             return

@@ -605,6 +605,62 @@ void store_matrix_sync(P p, const fragment<accumulator, M, N, K, float>& f, unsi
 }  // namespace wmma
 }  // namespace nvcuda
 
+// -- wgmma main loops (targets/cuda/wgmma.py): copies as copies, each thread's accumulators as
+// its own dot products, read through the descriptors and the 128-byte swizzle ----------------
+
+namespace as_emu {
+unsigned char* wg_window;  // the operand region of the running block (blocks run one at a time)
+
+template <class T> float wg_element(unsigned long long desc, bool mn_major, int mn, int k) {
+  unsigned addr = (unsigned)(desc & 0x3FFFu) << 4;
+  unsigned lbo = (unsigned)((desc >> 16) & 0x3FFFu) << 4;
+  unsigned sbo = (unsigned)((desc >> 32) & 0x3FFFu) << 4;
+  unsigned byte;
+  if (!mn_major) {
+    byte = addr + (mn / 8) * sbo + (mn % 8) * 128 + k * sizeof(T);
+  } else {
+    int per = 128 / sizeof(T);
+    byte = addr + (mn / per) * lbo + (k / 8) * sbo + (k % 8) * 128 + (mn % per) * sizeof(T);
+  }
+  byte ^= ((byte >> 7) & 7u) << 4;  // the swizzle: 16-byte chunk ^ row within 8
+  T v;
+  memcpy(&v, wg_window + byte, sizeof(T));
+  float f = nvcuda::wmma::to_float(v);
+  return sizeof(T) == 4 ? nvcuda::wmma::__float_to_tf32(f) : f;
+}
+
+template <int N, int KS, class T, bool TA, bool TB>
+void wgmma(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+  int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  for (int i = 0; i < N / 2; ++i) {
+    int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    float s = 0.f;
+    for (int k = 0; k < KS; ++k) s += wg_element<T>(da, TA, row, k) * wg_element<T>(db, TB, col, k);
+    d[i] += s;
+  }
+}
+}  // namespace as_emu
+
+inline unsigned as_wg_base(const void* p) {
+  as_emu::wg_window = (unsigned char*)(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+  return 0;
+}
+// a checked build's shared tile (its first access of the block resets it)
+template <class T, long long N> unsigned as_wg_base(as_emu::Shared<T, N>& s) {
+  s[0];
+  return as_wg_base((const void*)s.data);
+}
+inline void as_wg_cp16(unsigned dst, const uint4* src, bool ok) {
+  if (ok) memcpy(as_emu::wg_window + dst, (const void*)src, 16);
+  else memset(as_emu::wg_window + dst, 0, 16);
+}
+inline void as_wg_commit() {}
+template <int N> inline void as_wg_wait() {}
+inline void as_wg_fence_proxy() {}
+inline void as_wg_mma_fence() {}
+inline void as_wg_mma_commit() {}
+template <int N> inline void as_wg_mma_wait() {}
+
 AS_API const char* as_error() { return as_emu::err_msg; }
 AS_API long long as_warning_count(int kind) {
   return kind == 0 ? as_emu::n_uninit : as_emu::n_dup;

@@ -279,7 +279,11 @@ class _Plan:
             row = []
             kind = ""
             for m in self.modules:
-                binary = compile_cuda(m.source.code, arch, nvrtc_options(self.target),
+                if m.source.arch_specific and _arch_digits(arch) != 90:
+                    raise CompileError(f"{m.func.name} runs on wgmma, which only sm_90 has; "
+                                       f"the library also targets {arch}")
+                binary = compile_cuda(m.source.code, arch + "a" * m.source.arch_specific,
+                                      nvrtc_options(self.target),
                                       needs_headers=m.source.uses_half, name=f"{m.func.name}.cu")
                 data = binary.data + (b"\0" if binary.kind == "ptx" else b"")
                 blob += bytes(-len(blob) % 64)
@@ -287,7 +291,7 @@ class _Plan:
                 blob += data
                 kind = binary.arch
             spans.append(row)
-            archs.append((int(kind.split("_")[1]), kind.startswith("compute_")))
+            archs.append((_arch_digits(kind), kind.startswith("compute_")))
         return archs, bytes(blob), spans
 
 
@@ -957,3 +961,8 @@ static void close_weights(const unsigned char *mapping, size_t length) {{
     lines = [f"#define {k} {v}" for k, v in defines.items()]
     table = _array("unsigned char", "WEIGHTS_HEADER", [", ".join(map(str, header))])
     return "\n".join([*lines, table, checks, WEIGHTS_FILE])
+
+
+def _arch_digits(arch: str) -> int:
+    """90 of sm_90, sm_90a or compute_90."""
+    return int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()))

@@ -112,13 +112,15 @@ _MEMORY: dict[str, CompiledBinary] = {}
 def compile_cuda(source: str, arch: str, options: tuple[str, ...] = (),
                  needs_headers: bool = False, name: str = "kernel.cu",
                  ptx: bool = False) -> CompiledBinary:
-    """Compile ``source`` for ``arch`` (e.g. "sm_90"); CompileError carries the NVRTC log.
-    ``ptx``: PTX for the virtual arch instead of a cubin (to read what NVRTC made of it)."""
+    """Compile ``source`` for ``arch`` (e.g. "sm_90", or "sm_90a" for the arch-specific
+    instructions such as wgmma); CompileError carries the NVRTC log. ``ptx``: PTX for the
+    virtual arch instead of a cubin (to read what NVRTC made of it)."""
     version = nvrtc_version()
     number = _arch_number(arch)
+    suffix = "a" if arch.endswith("a") else ""
     archs = supported_archs()
-    if number in archs and not ptx:
-        target_arch = f"sm_{number}"
+    if number in archs and (not ptx or suffix):
+        target_arch = f"{'compute' if ptx else 'sm'}_{number}{suffix}"
     else:
         lower = [a for a in archs if a <= number]
         if not lower:

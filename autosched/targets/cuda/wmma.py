@@ -149,6 +149,17 @@ def _fragments(w: Writer, buf: ir.Buffer, rows: int, cols: int) -> int:
 def _nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> _Nest:
     """The nest headed by ``s``, its loops checked against the intrinsic's."""
     where = f"kernel {w.name}: loop {s.var.name} tensorized as {intrin.name}"
+    loops, stores, guarded = walk_nest(s, where)
+    if [const_int(lp.extent) for lp in loops] != list(intrin.extents[:len(loops)]) \
+            or len(loops) < 2 or any(const_int(lp.min) != 0 for lp in loops):
+        raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
+                           f"are not the intrinsic's {intrin.extents}")
+    return _Nest(intrin, tuple(loops), tuple(stores), guarded, where)
+
+
+def walk_nest(s: ir.For, where: str) -> tuple[list[ir.For], list[ir.Store], bool]:
+    """The distinct loops (outermost first) and the stores of the tensorized nest headed by
+    ``s``, and whether some store sits under an if; CompileError for anything else inside."""
     loops: list[ir.For] = []
     stores: list[ir.Store] = []
     guarded = False
@@ -174,11 +185,7 @@ def _nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> _Nest:
                                "and stores")
 
     visit(s)
-    if [const_int(lp.extent) for lp in loops] != list(intrin.extents[:len(loops)]) \
-            or len(loops) < 2 or any(const_int(lp.min) != 0 for lp in loops):
-        raise CompileError(f"{where}: its loops {[(lp.var.name, str(lp.extent)) for lp in loops]} "
-                           f"are not the intrinsic's {intrin.extents}")
-    return _Nest(intrin, tuple(loops), tuple(stores), guarded, where)
+    return loops, stores, guarded
 
 
 def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:

@@ -28,6 +28,12 @@ needs_host = pytest.mark.skipif(unavailable() is not None, reason=str(unavailabl
 PRECISION = {"float16": "fp16", "bfloat16": "bf16", "float32": "tf32"}  # by operand dtype
 
 
+@pytest.fixture(autouse=True)
+def _warp_tiles_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warp-level tiles on sm_90 too, where warpgroup tiles (test_wgmma.py) would lead."""
+    monkeypatch.setenv("AUTOSCHED_WGMMA", "0")
+
+
 def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
             batch: int = 0, transpose_b: bool = False) -> list[te.Tensor]:
     """[A, B, C]: C = f32(A) @ f32(B), as te ops build it, or (``widen``) through cast stages
@@ -46,7 +52,7 @@ def _matmul(m: int, n: int, k: int, dtype: str = "float16", widen: bool = False,
 
 def _tc_candidate(space: SearchSpace, **knobs: int) -> Candidate:
     """The tensor-core sketch's candidate with its defaults, ``knobs`` (by suffix) changed."""
-    index = next(n for n, sk in enumerate(space.sketches) if sk.tensor_cores)
+    index = next(n for n, sk in enumerate(space.sketches) if any(r.kind == "mma" for r in sk.rules))
     params = {}
     for k in space.sketches[index].knobs:
         suffix = k.name.rsplit(".", 1)[1]

@@ -1,0 +1,540 @@
+"""Hopper's warpgroup matrix multiply (``wgmma.mma_async``, sm_90a): a block's GEMM main loop in
+CUDA C, for a tensorized block tile (codegen, kind "gemm_block") and for standalone kernels
+(``gemm_source``, benchmarks/gpu_wgmma.py).
+
+The block computes a ``block_m`` x ``block_n`` tile of ``sum_k A[m, k] * B[k, n]`` in float32,
+A and B float16 or bfloat16 (or float32 multiplied as tf32), each K-major (K its last axis) or
+MN-major (transposed):
+
+* ``warpgroups`` warpgroups of 128 threads (``threadIdx.x``); each owns ``block_m /
+  warpgroups`` rows of the tile in slabs of 64 (one ``m64nNk`` instruction each, N =
+  ``block_n``), its accumulators in registers (``block_n / 2`` floats a thread and slab)
+* K in tiles of 128 bytes (64 halves, 32 floats), ``stages`` tiles of each operand in shared
+  memory: every thread copies 16-byte chunks with ``cp.async`` (zero-filled past the
+  operand's rows and K, so no shape needs padding), in the 128-byte swizzle the tensor cores
+  read (chunk ``c`` of row ``r`` of an 8-row group stored at chunk ``c ^ r``: the 8 rows of a
+  column of chunks sit on distinct banks)
+* per K tile: wait for its copies, a proxy fence (the tensor cores read shared memory through
+  the async proxy; cp.async writes through the generic one), one barrier, the copy of the tile
+  ``stages - 2`` ahead, then the instructions of the tile's K steps (16 deep; tf32: 8),
+  committed as one group; each warpgroup then waits for the group before (one group stays in
+  flight across the barrier, so the tensor cores keep working while the next tile is
+  awaited), and the barrier of the next K tile tells every thread that the slot its copy
+  overwrites, read two tiles back, is free
+* the accumulators stored through a caller's store (a shared staging tile that an epilogue
+  reads, or the output)
+
+The shared operands are described to the instruction by 64-bit descriptors: the start address,
+the byte distance between 8-row groups (SBO; 1,024 with 128-byte rows) and, for MN-major
+operands, between 64-element atoms along M or N (LBO), and the swizzle mode. A K step moves the
+start address 32 bytes along a K-major row (the hardware applies the swizzle to the address) or
+``k_step`` rows down an MN-major atom.
+
+The accumulator ``index`` of thread ``lane`` of warp ``w`` in a slab holds row ``16 w + lane / 4
++ 8 ((index / 2) % 2)``, column ``8 (index / 4) + 2 (lane % 4) + index % 2``
+(``wgmma_fragment``).
+
+Host emulation (host_prelude.py) runs the same text: the copies as copies, the instruction
+as each thread's own dot products read through the descriptors and the swizzle.
+
+Example::
+
+    spec = WgmmaGemm(m=4096, n=4096, k=4096)
+    src = gemm_source(spec)             # CUDA C; compile for sm_90a
+    grid, block, shared = spec.launch() # dynamic shared memory bytes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autosched.errors import CompileError, ScheduleError
+from autosched.targets.cuda.ir_util import known_divisor
+from autosched.targets.cuda.wmma import _Access, _access, tensorized, walk_nest
+from autosched.te import expr as E
+from autosched.te.opcodes import Op
+from autosched.te.visit import free_vars
+from autosched.tir import ir
+from autosched.tir.evaluate import const_int
+from autosched.tir.tensor_intrin import TensorIntrin
+
+WARPGROUP = 128
+ROW_BYTES = 128  # a swizzled row: one K tile's bytes (K-major) or 64 halves of M / N
+CHUNK = 16  # bytes per cp.async and per swizzled unit
+MAX_SHARED = 227 * 1024  # sm_90's opt-in limit per block
+ALIGN = 1024  # the swizzle's period: the operand tiles start at multiples of it
+_TYPES = {"float16": ("half", "f16", 2), "bfloat16": ("__nv_bfloat16", "bf16", 2),
+          "float32": ("float", "tf32", 4)}
+INTRIN_DTYPES = tuple(_TYPES)
+
+
+@dataclass(frozen=True)
+class MainLoop:
+    """A block's main loop: operand dtype and layouts, the block tile, warpgroups, stages."""
+
+    dtype: str = "float16"
+    block_m: int = 128
+    block_n: int = 128
+    warpgroups: int = 2
+    stages: int = 4
+    a_k_major: bool = True  # A is (M, K); else (K, M)
+    b_k_major: bool = False  # B is (N, K); else (K, N)
+
+    @property
+    def itemsize(self) -> int:
+        return _TYPES[self.dtype][2]
+
+    @property
+    def block_k(self) -> int:
+        """K per tile: one swizzled row."""
+        return ROW_BYTES // self.itemsize
+
+    @property
+    def k_step(self) -> int:
+        """K per instruction."""
+        return 32 // self.itemsize
+
+    @property
+    def slabs(self) -> int:
+        """64-row slabs per warpgroup."""
+        return self.block_m // (64 * self.warpgroups)
+
+    @property
+    def lanes(self) -> int:
+        """Elements per 16-byte chunk."""
+        return CHUNK // self.itemsize
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP * self.warpgroups
+
+    def shared_bytes(self) -> int:
+        """Shared memory of the operand stages, plus ALIGN to align the first."""
+        return self.stages * (self.block_m + self.block_n) * ROW_BYTES + ALIGN
+
+    def check(self) -> str | None:
+        """Why the instruction cannot take this main loop, or None."""
+        if self.dtype not in _TYPES:
+            return f"no wgmma for {self.dtype}"
+        if self.dtype == "float32" and not (self.a_k_major and self.b_k_major):
+            return "tf32 operands must both be K-major"
+        if self.warpgroups < 1 or self.block_m % (64 * self.warpgroups) or self.slabs < 1:
+            return f"block_m {self.block_m} is no multiple of 64 x {self.warpgroups} warpgroups"
+        if not 8 <= self.block_n <= 256 or self.block_n % (8 if self.b_k_major else 64):
+            return (f"block_n {self.block_n}: 8 to 256, a multiple of "
+                    f"{8 if self.b_k_major else 64} for a{'' if self.b_k_major else 'n MN'}"
+                    f"-major B")
+        if self.slabs * self.block_n // 2 > 128:
+            return f"{self.slabs * self.block_n // 2} accumulators a thread exceed 128"
+        if self.stages < 3:
+            return "stages must be at least 3"
+        if self.shared_bytes() > MAX_SHARED:
+            return f"{self.shared_bytes()} bytes of shared memory exceed {MAX_SHARED}"
+        return None
+
+    def rows_fit(self, a_row: int, b_row: int) -> str | None:
+        """Why operands whose rows (last axes) hold ``a_row`` and ``b_row`` elements cannot be
+        copied in 16-byte chunks, or None."""
+        for what, extent in (("A", a_row), ("B", b_row)):
+            if extent % self.lanes:
+                return (f"{what}'s rows of {extent} are no multiple of {self.lanes} elements "
+                        "(16 bytes)")
+        return None
+
+
+@dataclass(frozen=True)
+class Operand:
+    """Where a main loop reads an operand: ``buffer[origin + row * ld + k]`` (K-major) or
+    ``buffer[origin + k * ld + row]`` (MN-major) for the tile's rows (M or N) ``row`` and K
+    ``k`` from 0, C expressions; rows from ``rows`` on and K from ``depth`` on read as 0."""
+
+    buffer: str
+    origin: str
+    ld: int
+    rows: str
+    depth: int
+
+
+def wgmma_fragment(lane: int, warp: int, index: int) -> tuple[int, int]:
+    """(row, column) in its 64-row slab of accumulator ``index`` of a thread."""
+    j, r = divmod(index, 4)
+    return 16 * warp + lane // 4 + 8 * (r // 2), 8 * j + 2 * (lane % 4) + r % 2
+
+
+def _instruction(ml: MainLoop) -> str:
+    """The name of the helper running one instruction of ``ml``'s shape, types and layouts."""
+    return (f"as_wgmma_m64n{ml.block_n}k{ml.k_step}_{_TYPES[ml.dtype][1]}_"
+            f"{int(not ml.a_k_major)}{int(not ml.b_k_major)}")
+
+
+_COMMON = r"""#ifndef AS_WG_COMMON
+#define AS_WG_COMMON
+#ifndef AS_HOST_EMULATION
+// the 1,024-aligned shared address of a main loop's operand region (given 1,024 bytes spare)
+__device__ __forceinline__ unsigned as_wg_base(const void* p) {
+  return ((unsigned)__cvta_generic_to_shared(p) + 1023u) & ~1023u; }
+__device__ __forceinline__ void as_wg_cp16(unsigned dst, const uint4* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory"); }
+__device__ __forceinline__ void as_wg_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void as_wg_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void as_wg_fence_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void as_wg_mma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void as_wg_mma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void as_wg_mma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+#endif
+// a shared-memory matrix descriptor: 128-byte swizzle, address and strides in 16-byte units
+__device__ __forceinline__ unsigned long long as_wg_desc(unsigned addr, unsigned lbo,
+                                                         unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4)
+       | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
+       | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62); }
+#endif
+"""
+
+
+def helpers(ml: MainLoop) -> str:
+    """File-scope definitions a main loop of ``ml`` calls (each defined once per file)."""
+    name = _instruction(ml)
+    n, regs = ml.block_n, ml.block_n // 2
+    ctype, ptx, _ = _TYPES[ml.dtype]
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    trans = "" if ml.dtype == "float32" else f", {int(not ml.a_k_major)}, {int(not ml.b_k_major)}"
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    sig = f"void {name}(float (&d)[{regs}], unsigned long long da, unsigned long long db)"
+    return "\n".join([
+        _COMMON,
+        f"#ifndef {name.upper()}",
+        f"#define {name.upper()}",
+        "#ifndef AS_HOST_EMULATION",
+        f"__device__ __forceinline__ {sig} {{",
+        '  asm volatile("{\\n.reg .pred p;\\n"',
+        f'    "setp.ne.b32 p, %{regs + 2}, 0;\\n"',
+        f'    "wgmma.mma_async.sync.aligned.m64n{n}k{ml.k_step}.f32.{ptx}.{ptx} '
+        f'{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"',
+        f"    : {constraints}",
+        '    : "l"(da), "l"(db), "r"(1));',
+        "}",
+        "#else",
+        f"inline {sig} {{",
+        f"  as_emu::wgmma<{n}, {ml.k_step}, {ctype}, {str(not ml.a_k_major).lower()}, "
+        f"{str(not ml.b_k_major).lower()}>(d, da, db);",
+        "}",
+        "#endif",
+        "#endif",
+        "",
+    ])
+
+
+def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
+              store: Callable[[str, str, str, str], list[str]]) -> list[str]:
+    """The lines of one block's main loop (a ``{ }`` scope, every name in it prefixed ``wg_``):
+    ``region`` the C expression of its shared operand region (``ml.shared_bytes()``), ``store``
+    the lines storing two accumulators (row and column in the block tile, C expressions; the
+    values: the second is the next column's)."""
+    why = ml.check()
+    if why:
+        raise ScheduleError(f"wgmma main loop: {why}")
+    bm, bn, bk, st = ml.block_m, ml.block_n, ml.block_k, ml.stages
+    kt_count = -(-a.depth // bk)
+    a_tile, b_tile = bm * ROW_BYTES, bn * ROW_BYTES
+    mma = _instruction(ml)
+    lines = [
+        "{",
+        f"  const unsigned wg_a = as_wg_base({region}), wg_b = wg_a + {st * a_tile}u;",
+        "  const int wg_tid = threadIdx.x, wg_group = wg_tid / 128, wg_warp = (wg_tid / 32) % 4,"
+        " wg_lane = wg_tid % 32;",
+        f"  float wg_acc[{ml.slabs}][{bn // 2}];",
+        f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s)",
+        f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {bn // 2}; ++wg_i) "
+        "wg_acc[wg_s][wg_i] = 0.f;",
+        "  auto wg_load = [&](int wg_kt, int wg_slot) {",
+        f"    const int wg_k0 = wg_kt * {bk};",
+        *_copy_lines(ml, a, ml.a_k_major, bm, f"wg_a + wg_slot * {a_tile}u"),
+        *_copy_lines(ml, b, ml.b_k_major, bn, f"wg_b + wg_slot * {b_tile}u"),
+        "  };",
+        f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {st - 2}; ++wg_s) {{",
+        f"    if (wg_s < {kt_count}) wg_load(wg_s, wg_s);",
+        "    as_wg_commit();",
+        "  }",
+        f"  for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
+        f"    as_wg_wait<{st - 3}>();",
+        "    as_wg_fence_proxy();",
+        "    __syncthreads();",
+        f"    if (wg_kt + {st - 2} < {kt_count}) wg_load(wg_kt + {st - 2}, "
+        f"(wg_kt + {st - 2}) % {st});",
+        "    as_wg_commit();",
+        f"    const int wg_slot = wg_kt % {st};",
+        "    as_wg_mma_fence();",
+        f"    #pragma unroll\n    for (int wg_ks = 0; wg_ks < {bk // ml.k_step}; ++wg_ks) {{",
+        f"      #pragma unroll\n      for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s) {{",
+        f"        const int wg_row0 = (wg_group * {ml.slabs} + wg_s) * 64;",
+        f"        {mma}(wg_acc[wg_s], "
+        + _desc(ml, ml.a_k_major, "wg_row0", f"wg_a + wg_slot * {a_tile}u") + ", "
+        + _desc(ml, ml.b_k_major, "0", f"wg_b + wg_slot * {b_tile}u") + ");",
+        "      }",
+        "    }",
+        "    as_wg_mma_commit();",
+        "    as_wg_mma_wait<1>();",
+        "  }",
+        "  as_wg_mma_wait<0>();",
+        "  __syncthreads();  // the stores may reuse the operands' shared memory",
+        f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s) {{",
+        f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {bn // 2}; wg_i += 2) {{",
+        f"      const int wg_r = (wg_group * {ml.slabs} + wg_s) * 64 + 16 * wg_warp "
+        "+ wg_lane / 4 + 8 * ((wg_i / 2) % 2);",
+        "      const int wg_c = 8 * (wg_i / 4) + 2 * (wg_lane % 4);",
+        *("      " + ln for ln in store("wg_r", "wg_c", "wg_acc[wg_s][wg_i]",
+                                       "wg_acc[wg_s][wg_i + 1]")),
+        "    }",
+        "  }",
+        "}",
+    ]
+    return lines
+
+
+def _copy_lines(ml: MainLoop, op: Operand, k_major: bool, rows: int, smem: str) -> list[str]:
+    """The cp.async copies of one operand's K tile (``rows`` rows of M or N) into its swizzled
+    slot at ``smem``."""
+    lanes, bk = ml.lanes, ml.block_k
+    chunks = rows * bk // lanes
+    per_row = ROW_BYTES // CHUNK  # chunks per swizzled row (8)
+    out = [f"    #pragma unroll\n    for (int wg_q = wg_tid; wg_q < {chunks}; "
+           f"wg_q += {ml.threads}) {{"]
+    if k_major:  # tile row r: 8 chunks of K
+        out += [
+            f"      const int wg_r = wg_q / {per_row}, wg_ch = wg_q % {per_row};",
+            f"      const int wg_kk = wg_k0 + wg_ch * {lanes};",
+            f"      const bool wg_ok = wg_r < ({op.rows}) && wg_kk < {op.depth};",
+            f"      as_wg_cp16({smem} + wg_r * {ROW_BYTES} + ((wg_ch ^ (wg_r & 7)) << 4), "
+            f"(const uint4*)&{op.buffer}[wg_ok ? ({op.origin}) + (long long)wg_r * {op.ld} "
+            f"+ wg_kk : 0], wg_ok);",
+        ]
+    else:  # tile row kr: K row k0 + kr, its columns in atoms of 64 halves (128 bytes)
+        cols = rows // lanes  # chunks per K row
+        out += [
+            f"      const int wg_kr = wg_q / {cols}, wg_cc = wg_q % {cols};",
+            f"      const int wg_atom = wg_cc / {per_row}, wg_ch = wg_cc % {per_row};",
+            f"      const int wg_col = wg_cc * {lanes}, wg_kk = wg_k0 + wg_kr;",
+            f"      const bool wg_ok = wg_col < ({op.rows}) && wg_kk < {op.depth};",
+            f"      as_wg_cp16({smem} + wg_atom * {bk * ROW_BYTES} + wg_kr * {ROW_BYTES} "
+            f"+ ((wg_ch ^ (wg_kr & 7)) << 4), (const uint4*)&{op.buffer}[wg_ok ? "
+            f"({op.origin}) + (long long)wg_kk * {op.ld} + wg_col : 0], wg_ok);",
+        ]
+    out.append("    }")
+    return out
+
+
+def _desc(ml: MainLoop, k_major: bool, row0: str, smem: str) -> str:
+    """The descriptor of an operand's slab from tile row (M or N) ``row0`` at K step wg_ks."""
+    if k_major:  # rows of 128 bytes; a K step is 32 bytes along them
+        return f"as_wg_desc({smem} + {row0} * {ROW_BYTES} + wg_ks * 32, 16, 1024)"
+    atom = ml.block_k * ROW_BYTES  # one 64-element atom: every K row of the tile
+    step = ml.k_step * ROW_BYTES  # a K step: k_step rows down the atom
+    return f"as_wg_desc({smem} + ({row0} / 64) * {atom} + wg_ks * {step}, {atom}, 1024)"
+
+
+@dataclass(frozen=True)
+class WgmmaGemm:
+    """A standalone GEMM kernel ``C[b] = A[b] @ B[b]`` (C float32 (batch, M, N)): shapes,
+    batch strides (elements; 0 broadcasts an operand) and the main loop."""
+
+    m: int
+    n: int
+    k: int
+    loop: MainLoop = MainLoop()
+    batch: int = 1
+    a_batch_stride: int | None = None  # None: m * k
+    b_batch_stride: int | None = None  # None: k * n
+    name: str = "wgmma_gemm"
+
+    def launch(self) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+        """(grid, block, dynamic shared bytes)."""
+        ml = self.loop
+        grid = (-(-self.n // ml.block_n), -(-self.m // ml.block_m), self.batch)
+        return grid, (ml.threads, 1, 1), ml.shared_bytes()
+
+    def check(self) -> str | None:
+        ml = self.loop
+        return ml.check() or ml.rows_fit(self.k if ml.a_k_major else self.m,
+                                         self.k if ml.b_k_major else self.n)
+
+
+def gemm_source(spec: WgmmaGemm) -> str:
+    """The CUDA C of the kernel ``spec.name`` (arguments A, B, C)."""
+    why = spec.check()
+    if why:
+        raise ScheduleError(f"wgmma GEMM {spec.name}: {why}")
+    ml = spec.loop
+    ctype = _TYPES[ml.dtype][0]
+    m, n, k = spec.m, spec.n, spec.k
+    a_bs = m * k if spec.a_batch_stride is None else spec.a_batch_stride
+    b_bs = k * n if spec.b_batch_stride is None else spec.b_batch_stride
+    a = Operand("A", f"(long long)blockIdx.z * {a_bs}LL + "
+                     + ("blockIdx.y * " + str(ml.block_m * k) if ml.a_k_major
+                        else "blockIdx.y * " + str(ml.block_m)),
+                k if ml.a_k_major else m, f"{m} - (int)blockIdx.y * {ml.block_m}", k)
+    b = Operand("B", f"(long long)blockIdx.z * {b_bs}LL + "
+                     + ("blockIdx.x * " + str(ml.block_n * k) if ml.b_k_major
+                        else "blockIdx.x * " + str(ml.block_n)),
+                k if ml.b_k_major else n, f"{n} - (int)blockIdx.x * {ml.block_n}", k)
+
+    def store(r: str, c: str, v0: str, v1: str) -> list[str]:
+        row = f"(int)blockIdx.y * {ml.block_m} + {r}"
+        col = f"(int)blockIdx.x * {ml.block_n} + {c}"
+        at = f"(long long)blockIdx.z * {m * n}LL + (long long)({row}) * {n} + ({col})"
+        return [f"if ({row} < {m}) {{",
+                f"  if ({col} < {n}) C[{at}] = {v0};",
+                f"  if ({col} + 1 < {n}) C[{at} + 1] = {v1};",
+                "}"]
+
+    header = {"float16": "#include <cuda_fp16.h>", "bfloat16": "#include <cuda_bf16.h>",
+              "float32": ""}[ml.dtype]
+    return "\n".join([
+        header,
+        helpers(ml),
+        f'extern "C" __global__ void __launch_bounds__({ml.threads}, 1)',
+        f"{spec.name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, "
+        "float* __restrict__ C) {",
+        "  extern __shared__ __align__(1024) unsigned char as_wg_smem[];",
+        *("  " + ln for ln in main_loop(ml, a, b, "as_wg_smem", store)),
+        "}",
+        "",
+    ])
+
+
+# -- a tensorized block tile (tensor intrinsic kind "gemm_block") ------------------------------
+
+STAGES_PRAGMA = "wgmma_stages"  # the tensorized loop's pragma: the main loop's stages
+
+
+@dataclass(frozen=True)
+class _BlockNest:
+    """The (i, j, k) loops of a gemm_block nest (what wmma._access needs) and its update."""
+
+    loops: tuple[ir.For, ...]
+    update: ir.Store
+    where: str
+
+    @property
+    def vars(self) -> list[E.Var]:
+        return [lp.var for lp in self.loops]
+
+
+def block_nests(s: ir.Stmt) -> list[tuple[ir.For, TensorIntrin]]:
+    """The gemm_block nests inside ``s``."""
+    return [(loop, t) for loop, t in tensorized(s) if t.kind == "gemm_block"]
+
+
+def block_output(loop: ir.For) -> ir.Buffer:
+    """The shared tile a gemm_block nest computes."""
+    return _parse(loop, "").update.buffer
+
+
+def block_loop(loop: ir.For, intrin: TensorIntrin, threads: int) -> MainLoop:
+    """The main loop of the gemm_block nest ``loop`` run by ``threads`` threads a block."""
+    nest = _parse(loop, "")
+    a, b = _operands(nest)
+    stages = dict(loop.annotations).get(STAGES_PRAGMA, 4)
+    return MainLoop(intrin.in_dtype, const_int(nest.loops[0].extent) or 0,
+                    const_int(nest.loops[1].extent) or 0, threads // WARPGROUP, int(stages),
+                    a[1], b[1])
+
+
+def _parse(loop: ir.For, where: str) -> _BlockNest:
+    """The nest headed by ``loop``: three loops (guards and the init store between them
+    allowed) and one update ``acc = acc + x * y``."""
+    loops, stores, _ = walk_nest(loop, where)
+    updates = [st for st in stores if not isinstance(st.value, E.Const)]
+    if len(loops) != 3 or len(updates) != 1:
+        raise CompileError(f"{where}: a gemm_block nest is 3 loops and one update; found "
+                           f"{len(loops)} loops and {len(updates)} updates")
+    return _BlockNest(tuple(loops), updates[0], where)
+
+
+def _operands(nest: _BlockNest) -> tuple[tuple[_Access, bool, int], tuple[_Access, bool, int]]:
+    """((access, K-major, row dimension) of A, the same of B) of the nest's update."""
+    v = nest.update.value
+    if not (isinstance(v, E.Binary) and v.op is Op.ADD and isinstance(v.a, ir.Load)
+            and v.a.buffer == nest.update.buffer and isinstance(v.b, E.Binary)
+            and v.b.op is Op.MUL):
+        raise CompileError(f"{nest.where}: {nest.update.buffer.name}[...] = {v} is not "
+                           "acc = acc + a * b")
+    loads = [f.value if isinstance(f, E.Cast) else f for f in (v.b.a, v.b.b)]
+    if not all(isinstance(ld, ir.Load) and ld.buffer.scope == "global" for ld in loads):
+        raise CompileError(f"{nest.where}: the factors of {v.b} must be loads of global "
+                           "operands")
+    found: dict[int, tuple[_Access, bool, int]] = {}
+    for ld in loads:
+        assert isinstance(ld, ir.Load)
+        acc = _access(nest, ld.buffer, ld.indices)  # type: ignore[arg-type]
+        si, sj, sk = acc.strides
+        row = 0 if sj == 0 else 1
+        moved = si if row == 0 else sj
+        if (si != 0) == (sj != 0) or sorted((moved, sk)) != sorted((1, max(moved, sk))):
+            raise CompileError(f"{nest.where}: {ld.buffer.name} is read along neither rows "
+                               f"nor columns of K (strides {acc.strides})")
+        dims = [d for d, ix in enumerate(ld.indices)
+                if any(x.uid == nest.vars[row].uid for x in free_vars(ix))]
+        if len(dims) != 1:
+            raise CompileError(f"{nest.where}: {ld.buffer.name}'s rows move along {len(dims)} "
+                               "dimensions")
+        found[row] = (acc, sk == 1, dims[0])
+    if sorted(found) != [0, 1]:
+        raise CompileError(f"{nest.where}: one factor must move with i and one with j")
+    return found[0], found[1]
+
+
+def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
+    """The main loop of the gemm_block nest headed by ``s``: its operands read from global
+    memory, its accumulators stored into the nest's shared tile (whose allocation the
+    operand region shares: w.wg_regions)."""
+    where = f"kernel {w.name}: loop {s.var.name} tensorized as {intrin.name}"
+    nest = _parse(s, where)
+    threads = [const_int(e) for e in w.launch["threadIdx"]]
+    if threads[1:] != [1, 1] or not threads[0] or threads[0] % WARPGROUP:
+        raise CompileError(f"{where}: the block must be whole warpgroups along threadIdx.x; "
+                           f"it is {threads}")
+    ml = block_loop(s, intrin, threads[0])
+    why = ml.check()
+    if why:
+        raise CompileError(f"{where}: {why}")
+    depth = const_int(nest.loops[2].extent)
+    ops = []
+    for (acc, k_major, row_dim), what in zip(_operands(nest), "AB"):
+        ld = (acc.strides[0] or acc.strides[1]) if k_major else acc.strides[2]
+        extent = const_int(acc.buffer.shape[-1])
+        if extent is None or extent % ml.lanes or (ld * ml.itemsize) % CHUNK \
+                or known_divisor(acc.base) % ml.lanes:
+            raise CompileError(f"{where}: operand {what} ({acc.buffer.name}) needs rows of "
+                               f"16-byte multiples from 16-byte aligned tiles (rows of "
+                               f"{extent}, leading dimension {ld}, offset {acc.base})")
+        rows = (f"{w._expr(acc.buffer.shape[row_dim])} - "
+                f"({w._expr(acc.origin[row_dim])})")
+        ops.append(Operand(w.names.get(acc.buffer.uid, acc.buffer.name), w._expr(acc.base),
+                           int(ld), rows, int(depth or 0)))
+    out = nest.update.buffer
+    dst = _access(nest, out, nest.update.indices)  # type: ignore[arg-type]
+    if dst.strides[1] != 1 or dst.strides[2] != 0:
+        raise CompileError(f"{where}: the tile {out.name} must be row-major along (i, j)")
+    name = w.names.get(out.uid, out.name)
+    base, stride = w._expr(dst.base), dst.strides[0]
+    region = w.wg_regions.get(out)
+    if region is None:
+        raise CompileError(f"{where}: the tile {out.name} is not allocated for a main loop")
+
+    def store(r: str, c: str, v0: str, v1: str) -> list[str]:
+        at = f"{base} + ({r}) * {stride} + ({c})"
+        return [f"{name}[{at}] = {v0};", f"{name}[{at} + 1] = {v1};"]
+
+    w.fw.helpers[_instruction(ml)] = helpers(ml)
+    for line in main_loop(ml, ops[0], ops[1], region, store):
+        w.emit(line)

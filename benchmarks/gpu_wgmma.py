@@ -1,0 +1,151 @@
+"""The wgmma main loop (targets/cuda/wgmma.py) against cuBLAS: block tiles side by side on GEMM
+shapes, in alternating rounds on one Hopper GPU; every kernel checked against float64 first.
+
+    python benchmarks/gpu_wgmma.py                                   # every shape and tile
+    python benchmarks/gpu_wgmma.py --shapes gemm4096 --tiles 128x256w2s3 --dtype bfloat16
+
+Shapes are gpu_mma_tiles.py's (A @ B, B with N last: MN-major) and ``gemm4096_nt`` (A @ B.T,
+both K-major, the only form tf32 takes: ``--dtype float32``). cuBLAS is torch.matmul on the same
+operands (reduced-precision reductions off; TF32 on for float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import baseline  # noqa: E402
+
+baseline.prepare()
+
+import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
+
+from autosched.targets.cuda import runtime  # noqa: E402
+from autosched.targets.cuda.nvrtc import compile_cuda  # noqa: E402
+from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source  # noqa: E402
+from benchmarks.gpu_mma_tiles import SHAPES as TILE_SHAPES  # noqa: E402
+from benchmarks.gpu_mma_tiles import time_rows  # noqa: E402
+
+SHAPES = {**TILE_SHAPES, "gemm4096_nt": ((4096, 4096), (4096, 4096))}
+NT = {"gemm4096_nt"}
+# name: (block_m, block_n, warpgroups, stages)
+TILES = {
+    "128x128w2s4": (128, 128, 2, 4),
+    "128x128w2s6": (128, 128, 2, 6),
+    "128x256w2s3": (128, 256, 2, 3),
+    "128x256w2s4": (128, 256, 2, 4),
+    "256x128w2s4": (256, 128, 2, 4),
+    "128x192w2s5": (128, 192, 2, 5),
+    "64x256w1s6": (64, 256, 1, 6),
+    "128x64w2s8": (128, 64, 2, 8),
+}
+
+
+def spec_for(shape: str, tile: str, dtype: str) -> WgmmaGemm:
+    a_shape, b_shape = SHAPES[shape]
+    m, k = a_shape[-2:]
+    n = b_shape[-2] if shape in NT else b_shape[-1]
+    batch = max(a_shape[0] if len(a_shape) == 3 else 1, b_shape[0] if len(b_shape) == 3 else 1)
+    bm, bn, wg, st = TILES[tile]
+    loop = MainLoop(dtype=dtype, block_m=bm, block_n=bn, warpgroups=wg, stages=st,
+                    b_k_major=shape in NT)
+    return WgmmaGemm(m=m, n=n, k=k, loop=loop, batch=batch,
+                     a_batch_stride=m * k if len(a_shape) == 3 else 0,
+                     b_batch_stride=k * n if len(b_shape) == 3 else 0,
+                     name="wgmma_" + tile.replace("x", "_"))
+
+
+class Kernel:
+    """A compiled wgmma GEMM, launched with torch tensors' pointers."""
+
+    def __init__(self, spec: WgmmaGemm) -> None:
+        binary = compile_cuda(gemm_source(spec), "sm_90a",
+                              needs_headers=spec.loop.dtype != "float32",
+                              name=spec.name + ".cu")
+        drv = runtime.driver()
+        runtime.context()
+        self.module = drv.module_from_buffer(binary.data)
+        self.fn = self.module.get_function(spec.name)
+        self.grid, self.block, self.shared = spec.launch()
+        self.fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+        self.regs = self.fn.get_attribute(drv.function_attribute.NUM_REGS)
+        self.local = self.fn.get_attribute(drv.function_attribute.LOCAL_SIZE_BYTES)
+        self.log = binary.log
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        self.fn(_ptr(a), _ptr(b), _ptr(c), grid=self.grid, block=self.block,
+                shared=self.shared)
+
+
+def _ptr(t: torch.Tensor) -> object:
+    import numpy as np
+    return np.uintp(t.data_ptr())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    p.add_argument("--tiles", nargs="*", default=list(TILES), choices=list(TILES))
+    p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default="float16")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=20)
+    args = p.parse_args()
+
+    for half in ("fp16", "bf16"):
+        setattr(torch.backends.cuda.matmul, f"allow_{half}_reduced_precision_reduction", False)
+    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "float32"
+    print(baseline.header())
+    print(f"# peer: cuBLAS (torch {torch.__version__} matmul), {args.dtype} operands, float32 "
+          f"accumulation, on {torch.cuda.get_device_name()}", flush=True)
+    rows = []
+    for shape in args.shapes:
+        if args.dtype == "float32" and shape not in NT:
+            continue
+        rows += _shape(shape, args)
+    print(f"\n{'shape':<12}{'kernel':<16}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
+          f"{'vs cuBLAS':>11}{'rel err':>10}  regs")
+    for row in rows:
+        print(row)
+
+
+def _shape(shape: str, args: argparse.Namespace) -> list[str]:
+    a_shape, b_shape = SHAPES[shape]
+    tdtype = getattr(torch, args.dtype)
+    a = torch.randn(*a_shape, device="cuda").to(tdtype)
+    b = torch.randn(*b_shape, device="cuda").to(tdtype)
+    bt = b.transpose(-1, -2) if shape in NT else b
+    ref = torch.matmul(a.double(), bt.double())
+    ref_norm = ref.norm().item()
+    flops = 2.0 * a_shape[-1] * ref.numel()
+    blas_out = torch.empty(ref.shape, device="cuda", dtype=tdtype)
+    sides = {"cuBLAS": lambda: torch.matmul(a, bt, out=blas_out)}
+    errors = {"cuBLAS": ((torch.matmul(a, bt).double() - ref).norm() / ref_norm).item()}
+    regs = {"cuBLAS": ""}
+    for tile in args.tiles:
+        name = tile
+        spec = spec_for(shape, tile, args.dtype)
+        why = spec.check()
+        if why:
+            print(f"# {shape} {name}: {why}", flush=True)
+            continue
+        try:
+            kern = Kernel(spec)
+        except Exception as exc:  # noqa: BLE001  a tile that fails is reported, not fatal
+            print(f"# {shape} {name}: {str(exc)[:400]}", flush=True)
+            continue
+        c = torch.full(tuple(ref.shape), float("nan"), device="cuda")
+        kern(a, b, c)
+        torch.cuda.synchronize()
+        errors[name] = ((c.double() - ref).norm() / ref_norm).item()
+        regs[name] = f"{kern.regs}{'' if not kern.local else f' local {kern.local}'}"
+        if kern.log.strip():
+            print(f"# {name} NVRTC: {kern.log.strip()[:300]}")
+        sides[name] = lambda kern=kern, c=c: kern(a, b, c)
+    return time_rows(shape, sides, errors, flops, args.rounds, args.repeat, regs)
+
+
+if __name__ == "__main__":
+    main()

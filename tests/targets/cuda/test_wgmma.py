@@ -1,0 +1,145 @@
+"""Hopper's warpgroup tiles: the wgmma main loop (targets/cuda/wgmma.py), the gemm_block
+tensorize step, its host emulation (host_prelude.py) and the sketch rule
+(search/sketch_mma.wgmma_rule), against numpy with the precision's tolerance. On a GPU they run
+in tests/targets/cuda/test_cuda_gpu.py's way (``-m gpu``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosched import te
+from autosched.errors import ScheduleError
+from autosched.search.space import Candidate, SearchSpace
+from autosched.search.task import Task
+from autosched.targets.cuda.host_emulate import unavailable
+from autosched.targets.cuda.nvrtc import compile_cuda
+from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source, wgmma_fragment
+from autosched.te import ops
+from tests.support.nvrtc import needs_nvrtc
+from tests.targets.cuda.test_wmma import PRECISION, _check, _inputs, _matmul, _reference
+
+EMULATE = "cuda -arch=sm_90 -emulate=host"
+needs_host = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+
+def _candidate(space: SearchSpace, **knobs: int) -> Candidate:
+    """The wgmma sketch's candidate with its defaults, ``knobs`` (by suffix) changed."""
+    index = next(n for n, sk in enumerate(space.sketches)
+                 if any(r.kind == "wgmma" for r in sk.rules))
+    return Candidate(index, tuple((k.name, knobs.get(k.name.rsplit(".", 1)[1], k.default()))
+                                  for k in space.sketches[index].knobs))
+
+
+def _run(args: list[te.Tensor], rng: np.random.Generator, dtype: str = "float16",
+         target: str = EMULATE, **knobs: int) -> list[np.ndarray]:
+    task = Task(args[-1:], args=args, target=target, precision=PRECISION[dtype])
+    space = SearchSpace(task)
+    low = space.lower(_candidate(space, **knobs))
+    assert low is not None and low.schedule is not None, "the wgmma candidate did not lower"
+    arrays = _inputs(args, rng)
+    mod = task.build(low.schedule)
+    assert "as_wgmma_m64n" in mod.get_source()
+    mod(*arrays)
+    return arrays
+
+
+def test_each_accumulator_of_a_slab_has_one_thread() -> None:
+    for n in (8, 64, 256):
+        seen = {wgmma_fragment(lane, warp, i) for warp in range(4) for lane in range(32)
+                for i in range(n // 2)}
+        assert seen == {(r, c) for r in range(64) for c in range(n)}
+
+
+def test_main_loop_checks_what_the_instruction_takes() -> None:
+    assert MainLoop().check() is None
+    assert "K-major" in (MainLoop("float32").check() or "")
+    assert "block_m" in (MainLoop(block_m=96).check() or "")
+    assert "block_n" in (MainLoop(block_n=96).check() or "")  # MN-major B: 64 at a time
+    assert MainLoop(block_n=96, b_k_major=True).check() is None
+    assert "accumulators" in (MainLoop(block_m=256, block_n=256).check() or "")
+    assert "stages" in (MainLoop(stages=2).check() or "")
+    assert "shared memory" in (MainLoop(block_n=256, stages=6).check() or "")
+    assert "16 bytes" in (MainLoop().rows_fit(64, 100) or "")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(("dtype", "b_k_major", "ptx"), [
+    ("float16", False, "m64n128k16.f32.f16.f16"), ("bfloat16", True, "m64n128k16.f32.bf16.bf16"),
+    ("float32", True, "m64n128k8.f32.tf32.tf32")])
+def test_standalone_kernel_compiles_to_wgmma(dtype, b_k_major, ptx) -> None:
+    spec = WgmmaGemm(256, 256, 256, MainLoop(dtype, b_k_major=b_k_major))
+    code = gemm_source(spec)
+    text = compile_cuda(code, "sm_90a", needs_headers=dtype != "float32", ptx=True).data.decode()
+    assert f"wgmma.mma_async.sync.aligned.{ptx}" in text
+    assert "cp.async.cg.shared.global" in text and ".local" not in text
+
+
+@needs_host
+@pytest.mark.parametrize(("shape", "dtype", "transpose_b", "knobs"), [
+    ((200, 136, 200), "float16", False, {}),  # every edge ragged
+    ((128, 128, 64), "float16", False, {"warpgroups": 1, "block_m": 64, "stages": 3}),
+    ((130, 96, 72), "float16", True, {"block_n": 192}),
+    ((64, 256, 96), "bfloat16", False, {"block_m": 64, "warpgroups": 1, "block_n": 256}),
+    ((96, 72, 40), "float32", True, {"block_n": 64, "stages": 5}),
+])
+def test_wgmma_tile_on_host_matches_numpy(shape, dtype, transpose_b, knobs, rng) -> None:
+    m, n, k = shape
+    args = _matmul(m, n, k, dtype, transpose_b=transpose_b)
+    a, b, c = _run(args, rng, dtype, **knobs)
+    _check(c, _reference(a, b, transpose_b), dtype)
+
+
+@needs_host
+def test_wgmma_broadcast_batch_and_fused_epilogue_on_host_match_numpy(rng) -> None:
+    """A convolution's per-image form (its weights broadcast over the batch) with a bias and
+    ReLU fused into the staging tile's reader."""
+    w = te.placeholder((72, 48), "float16", name="W")
+    x = te.placeholder((3, 48, 80), "float16", name="X")
+    bias = te.placeholder((72,), "float32", name="bias")
+    y = ops.matmul(w, x, out_dtype="float32")
+    out = te.compute(y.shape, lambda n, i, j: te.max(y[n, i, j] + bias[i], 0.0), name="relu")
+    arrays = _run([w, x, bias, out], rng)
+    want = np.maximum(_reference(arrays[0], arrays[1]) + arrays[2][:, None], 0.0)
+    _check(arrays[3], want, "float16")
+
+
+def test_wgmma_is_offered_on_sm90_only_and_leads_where_tiles_fill() -> None:
+    args = _matmul(256, 256, 128)
+    for target, first in (("cuda -arch=sm_90", "wgmma"), ("cuda -arch=sm_80", "mma"),
+                          ("cuda -arch=sm_100", "mma")):
+        kinds = [[r.kind for r in sk.rules if r.kind in ("mma", "wgmma", "gpu_tile")]
+                 for sk in SearchSpace(Task(args[-1:], args=args, target=target,
+                                            precision="fp16")).sketches]
+        assert kinds[0] == [first], (target, kinds)
+        assert (["wgmma"] in kinds) == (first == "wgmma")
+    ragged = _matmul(256, 250, 128)  # B's rows of 250 halves: no 16-byte chunks
+    kinds = [r.kind for sk in SearchSpace(Task(ragged[-1:], args=ragged, target="cuda -arch=sm_90",
+                                               precision="fp16")).sketches for r in sk.rules]
+    assert "wgmma" not in kinds
+
+
+def test_gemm_block_tensorize_checks_the_nest() -> None:
+    a, b, c = _matmul(256, 256, 64)
+    s = te.create_schedule(c.op)
+    cc = s.cache_write(c, "shared")
+    i, j = s[cc].op.axis
+    io, ii = s[cc].split(i, factor=96)
+    with pytest.raises(ScheduleError, match="multiple of 64 rows"):
+        s[cc].tensorize(ii, "wgmma_block_f16")
+    with pytest.raises(ScheduleError, match="needs an int >= 3"):
+        s[cc].pragma(ii, "wgmma_stages", 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "dtype", "transpose_b", "knobs"), [
+    ((200, 136, 200), "float16", False, {}),
+    ((512, 512, 256), "float16", False, {"block_n": 256, "stages": 3}),
+    ((130, 96, 72), "bfloat16", True, {"block_n": 192}),
+    ((256, 192, 96), "float32", True, {"warpgroups": 1, "block_m": 128}),
+])
+def test_wgmma_tile_on_gpu_matches_numpy(shape, dtype, transpose_b, knobs, rng) -> None:
+    m, n, k = shape
+    args = _matmul(m, n, k, dtype, transpose_b=transpose_b)
+    a, b, c = _run(args, rng, dtype, target="cuda", **knobs)
+    _check(c, _reference(a, b, transpose_b), dtype)
