@@ -52,7 +52,7 @@ from typing import Any
 
 from autosched.errors import CompileError, ScheduleError
 from autosched.targets.cuda.ir_util import known_divisor
-from autosched.targets.cuda.wmma import _Access, _access, tensorized, walk_nest
+from autosched.targets.cuda.wmma import Access, affine_access, tensorized, walk_nest
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.visit import free_vars
@@ -418,7 +418,7 @@ STAGES_PRAGMA = "wgmma_stages"  # the tensorized loop's pragma: the main loop's 
 
 @dataclass(frozen=True)
 class _BlockNest:
-    """The (i, j, k) loops of a gemm_block nest (what wmma._access needs) and its update."""
+    """The (i, j, k) loops of a gemm_block nest (what wmma.affine_access needs) and its update."""
 
     loops: tuple[ir.For, ...]
     update: ir.Store
@@ -460,7 +460,7 @@ def _parse(loop: ir.For, where: str) -> _BlockNest:
     return _BlockNest(tuple(loops), updates[0], where)
 
 
-def _operands(nest: _BlockNest) -> tuple[tuple[_Access, bool, int], tuple[_Access, bool, int]]:
+def _operands(nest: _BlockNest) -> tuple[tuple[Access, bool, int], tuple[Access, bool, int]]:
     """((access, K-major, row dimension) of A, the same of B) of the nest's update."""
     v = nest.update.value
     if not (isinstance(v, E.Binary) and v.op is Op.ADD and isinstance(v.a, ir.Load)
@@ -472,10 +472,10 @@ def _operands(nest: _BlockNest) -> tuple[tuple[_Access, bool, int], tuple[_Acces
     if not all(isinstance(ld, ir.Load) and ld.buffer.scope == "global" for ld in loads):
         raise CompileError(f"{nest.where}: the factors of {v.b} must be loads of global "
                            "operands")
-    found: dict[int, tuple[_Access, bool, int]] = {}
+    found: dict[int, tuple[Access, bool, int]] = {}
     for ld in loads:
         assert isinstance(ld, ir.Load)
-        acc = _access(nest, ld.buffer, ld.indices)  # type: ignore[arg-type]
+        acc = affine_access(nest, ld.buffer, ld.indices)
         si, sj, sk = acc.strides
         row = 0 if sj == 0 else 1
         moved = si if row == 0 else sj
@@ -522,7 +522,7 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
         ops.append(Operand(w.names.get(acc.buffer.uid, acc.buffer.name), w._expr(acc.base),
                            int(ld), rows, int(depth or 0)))
     out = nest.update.buffer
-    dst = _access(nest, out, nest.update.indices)  # type: ignore[arg-type]
+    dst = affine_access(nest, out, nest.update.indices)
     if dst.strides[1] != 1 or dst.strides[2] != 0:
         raise CompileError(f"{where}: the tile {out.name} must be row-major along (i, j)")
     name = w.names.get(out.uid, out.name)

@@ -80,7 +80,7 @@ def _touched(s: ir.Stmt) -> list[ir.Buffer]:
 
 
 @dataclass(frozen=True)
-class _Access:
+class Access:
     """A buffer access at the nest's origin and its element strides along the nest's loops."""
 
     buffer: ir.Buffer
@@ -211,7 +211,18 @@ def emit_nest(w: Writer, s: ir.For, intrin: TensorIntrin) -> None:
     w.emit("}")
 
 
-def _access(nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> _Access:
+class NestLoops(Protocol):
+    """What affine_access needs of a tensorized nest: its loop variables and a name for
+    errors."""
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def vars(self) -> list[E.Var]: ...
+
+
+def affine_access(nest: NestLoops, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> Access:
     """The origin and strides of ``buf[indices]`` along the nest's loops; CompileError unless
     the offset is affine in them with constant strides."""
     an = Analyzer()
@@ -232,7 +243,7 @@ def _access(nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...]) -> _Access
                            "affine access with constant strides along the nest")
     origin = tuple(an.simplify(substitute(i, {v: E.const(0, v.dtype) for v in nvars}))
                    for i in indices)
-    return _Access(buf, origin, base, tuple(strides))  # type: ignore[arg-type]
+    return Access(buf, origin, base, tuple(strides))  # type: ignore[arg-type]
 
 
 def _fragment(w: Writer, nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...],
@@ -242,7 +253,7 @@ def _fragment(w: Writer, nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...
     transposed: a cache of a transposed operand) and the other loops do not move it."""
     if buf.scope != scope:
         raise CompileError(f"{nest.where}: {buf.name} is in scope {buf.scope}, not {scope}")
-    acc = _access(nest, buf, indices)
+    acc = affine_access(nest, buf, indices)
     width = const_int(buf.shape[-1])
     assert width is not None, "declare_fragments checked the shape"
     moved = [(acc.strides[d], nest.extent(d)) for d in axes]
@@ -258,7 +269,7 @@ def _fragment(w: Writer, nest: _Nest, buf: ir.Buffer, indices: tuple[E.Expr, ...
     return w._access(buf, (E.const(0),) * (len(buf.shape) - 1) + (index,))
 
 
-def _layout(a: _Access, rows: int, cols: int, nest: _Nest, what: str,
+def _layout(a: Access, rows: int, cols: int, nest: _Nest, what: str,
             memory: bool = False) -> tuple[str, str]:
     """(layout, leading dimension) of a tile whose rows and columns the nest's loops ``rows``
     and ``cols`` walk in ``a``; the pointer must be 32-byte aligned and the leading dimension
@@ -280,7 +291,7 @@ def _layout(a: _Access, rows: int, cols: int, nest: _Nest, what: str,
     return layout, str(ld)
 
 
-def _pointer(w: Writer, a: _Access) -> str:
+def _pointer(w: Writer, a: Access) -> str:
     return f"&{w._access(a.buffer, a.origin)}"
 
 
@@ -295,7 +306,7 @@ def _operand(e: E.Expr, dtype: str) -> ir.Load | None:
 _OPERANDS = {"wmma.matrix_a": ("a", (0, 2)), "wmma.matrix_b": ("b", (2, 1))}
 
 
-def _load_layout(nest: _Nest, st: ir.Store) -> tuple[str, str, _Access]:
+def _load_layout(nest: _Nest, st: ir.Store) -> tuple[str, str, Access]:
     """(layout, leading dimension, access) in memory of the operand tile that a load nest's
     store copies; its two loops walk the tile's rows and columns: (i, k) or (k, j)."""
     src = st.value
@@ -303,7 +314,7 @@ def _load_layout(nest: _Nest, st: ir.Store) -> tuple[str, str, _Access]:
             or st.buffer.dtype != src.buffer.dtype:
         raise CompileError(f"{nest.where}: {st.buffer.name}[...] = {src} is no copy of "
                            f"{nest.intrin.in_dtype}")
-    access = _access(nest, src.buffer, src.indices)
+    access = affine_access(nest, src.buffer, src.indices)
     layout, ld = _layout(access, 0, 1, nest, f"operand {_OPERANDS[nest.intrin.scope][0]}")
     return layout, ld, access
 
@@ -348,6 +359,6 @@ def _store(w: Writer, nest: _Nest, st: ir.Store) -> None:
         raise CompileError(f"{nest.where}: {st.buffer.name}[...] = {src} is not a float32 copy "
                            "out of fragments")
     frag = _fragment(w, nest, src.buffer, src.indices, (0, 1), nest.intrin.scope)
-    dst = _access(nest, st.buffer, st.indices)
+    dst = affine_access(nest, st.buffer, st.indices)
     layout, ld = _layout(dst, 0, 1, nest, "destination", memory=True)
     w.emit(f"  {NS}store_matrix_sync({_pointer(w, dst)}, {frag}, {ld}, {NS}{layout});")
