@@ -874,9 +874,11 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
         mma = Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later]))
         first = all(TC.fills_tiles(sch0, name) for name in tensor_core)
         sketches = [mma, *sketches] if first else [*sketches, mma]
-        if warpgroup and settings.flag(settings.WGMMA):  # on sm_90, warpgroups lead where they fill up
+        if warpgroup and settings.flag(settings.WGMMA):  # on sm_90, warpgroups lead where
+            # their blocks fill a wave
             wg = Sketch(tuple(rules + [warpgroup.get(r.stage, r) for r in later]))
-            sketches = [wg, *sketches] if first else [*sketches, wg]
+            lead = first and all(TC.fills_waves(sch0, name) for name in warpgroup)
+            sketches = [wg, *sketches] if lead else [*sketches, wg]
     return sketches
 
 

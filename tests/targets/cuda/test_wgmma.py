@@ -104,8 +104,8 @@ def test_wgmma_broadcast_batch_and_fused_epilogue_on_host_match_numpy(rng) -> No
     _check(arrays[3], want, "float16")
 
 
-def test_wgmma_is_offered_on_sm90_only_and_leads_where_tiles_fill() -> None:
-    args = _matmul(256, 256, 128)
+def test_wgmma_is_offered_on_sm90_only_and_leads_where_blocks_fill_a_wave() -> None:
+    args = _matmul(1024, 768, 128)  # 8 x 6 blocks of 128 x 128
     for target, first in (("cuda -arch=sm_90", "wgmma"), ("cuda -arch=sm_80", "mma"),
                           ("cuda -arch=sm_100", "mma")):
         kinds = [[r.kind for r in sk.rules if r.kind in ("mma", "wgmma", "gpu_tile")]
@@ -113,6 +113,10 @@ def test_wgmma_is_offered_on_sm90_only_and_leads_where_tiles_fill() -> None:
                                             precision="fp16")).sketches]
         assert kinds[0] == [first], (target, kinds)
         assert (["wgmma"] in kinds) == (first == "wgmma")
+    few = _matmul(512, 1024, 128)  # 32 blocks: the warp tiles lead, warpgroups come last
+    kinds = [[r.kind for r in sk.rules if r.kind != "inline"] for sk in SearchSpace(
+        Task(few[-1:], args=few, target="cuda -arch=sm_90", precision="fp16")).sketches]
+    assert kinds == [["mma"], ["gpu_tile"], ["wgmma"]]
     ragged = _matmul(256, 250, 128)  # B's rows of 250 halves: no 16-byte chunks
     kinds = [r.kind for sk in SearchSpace(Task(ragged[-1:], args=ragged, target="cuda -arch=sm_90",
                                                precision="fp16")).sketches for r in sk.rules]
