@@ -401,7 +401,7 @@ def offers_wgmma(sch0: Schedule, name: str, precision: str, target: Target) -> b
     under tf32."""
     from autosched.targets.cuda.codegen import target_arch
 
-    if target.kind != "cuda" or target_arch(target) != WGMMA_ARCH \
+    if target.device != "gpu" or target_arch(target) != WGMMA_ARCH \
             or not offers_mma(sch0, name, precision):
         return False
     ops = mma_operands(sch0, name)
