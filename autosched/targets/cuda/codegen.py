@@ -370,6 +370,7 @@ class _KernelWriter(ExprWriter):
                                f"which only sm_90 has (sm_90a); the target is "
                                f"{self.fw.target.arch}")
         self.fw.arch_specific |= bool(blocks)
+        self.fw.uses_async |= bool(blocks)  # the main loops commit and wait cp.async groups
         self.fw.uses_wmma |= len(blocks) < len(nests)
         return wmma.operand_buffers(body)
 

@@ -654,8 +654,6 @@ inline void as_wg_cp16(unsigned dst, const uint4* src, bool ok) {
   if (ok) memcpy(as_emu::wg_window + dst, (const void*)src, 16);
   else memset(as_emu::wg_window + dst, 0, 16);
 }
-inline void as_wg_commit() {}
-template <int N> inline void as_wg_wait() {}
 inline void as_wg_fence_proxy() {}
 inline void as_wg_mma_fence() {}
 inline void as_wg_mma_commit() {}

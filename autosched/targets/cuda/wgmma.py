@@ -178,10 +178,6 @@ __device__ __forceinline__ unsigned as_wg_base(const void* p) {
 __device__ __forceinline__ void as_wg_cp16(unsigned dst, const uint4* src, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory"); }
-__device__ __forceinline__ void as_wg_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void as_wg_wait() {
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void as_wg_fence_proxy() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void as_wg_mma_fence() {
@@ -202,7 +198,8 @@ __device__ __forceinline__ unsigned long long as_wg_desc(unsigned addr, unsigned
 
 
 def helpers(ml: MainLoop) -> str:
-    """File-scope definitions a main loop of ``ml`` calls (each defined once per file)."""
+    """File-scope definitions a main loop of ``ml`` calls (each defined once per file), besides
+    codegen's PRELUDE_ASYNC (cp.async's commit and wait)."""
     name = _instruction(ml)
     n, regs = ml.block_n, ml.block_n // 2
     ctype, ptx, _ = _TYPES[ml.dtype]
@@ -263,15 +260,15 @@ def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
         "  };",
         f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {st - 2}; ++wg_s) {{",
         f"    if (wg_s < {kt_count}) wg_load(wg_s, wg_s);",
-        "    as_wg_commit();",
+        "    as_cp_async_commit();",
         "  }",
         f"  for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
-        f"    as_wg_wait<{st - 3}>();",
+        f"    as_cp_async_wait<{st - 3}>();",
         "    as_wg_fence_proxy();",
         "    __syncthreads();",
         f"    if (wg_kt + {st - 2} < {kt_count}) wg_load(wg_kt + {st - 2}, "
         f"(wg_kt + {st - 2}) % {st});",
-        "    as_wg_commit();",
+        "    as_cp_async_commit();",
         f"    const int wg_slot = wg_kt % {st};",
         "    as_wg_mma_fence();",
         f"    #pragma unroll\n    for (int wg_ks = 0; wg_ks < {bk // ml.k_step}; ++wg_ks) {{",
@@ -398,8 +395,11 @@ def gemm_source(spec: WgmmaGemm) -> str:
 
     header = {"float16": "#include <cuda_fp16.h>", "bfloat16": "#include <cuda_bf16.h>",
               "float32": ""}[ml.dtype]
+    from autosched.targets.cuda.codegen import PRELUDE_ASYNC
+
     return "\n".join([
         header,
+        PRELUDE_ASYNC,
         helpers(ml),
         f'extern "C" __global__ void __launch_bounds__({ml.threads}, 1)',
         f"{spec.name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, "
