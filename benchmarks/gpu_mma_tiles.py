@@ -98,49 +98,83 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     args = p.parse_args()
 
-    for half in ("fp16", "bf16"):
-        setattr(torch.backends.cuda.matmul, f"allow_{half}_reduced_precision_reduction", False)
-    print(baseline.header())
-    print(f"# peer: cuBLAS (torch {torch.__version__} matmul), no reduced-precision reductions")
-    print(f"# {args.dtype} operands, float32 accumulation, on {torch.cuda.get_device_name()}",
-          flush=True)
+    print_peer(args.dtype)
     rows = []
     for shape in args.shapes:
         rows += _shape(shape, args)
+    print_rows(rows)
+
+
+def print_peer(dtype: str) -> None:
+    """cuBLAS without reduced-precision reductions (TF32 on for float32 operands), said with
+    the machine's header."""
+    for half in ("fp16", "bf16"):
+        setattr(torch.backends.cuda.matmul, f"allow_{half}_reduced_precision_reduction", False)
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "float32"
+    print(baseline.header())
+    print(f"# peer: cuBLAS (torch {torch.__version__} matmul), no reduced-precision reductions")
+    print(f"# {dtype} operands, float32 accumulation, on {torch.cuda.get_device_name()}",
+          flush=True)
+
+
+def print_rows(rows: list[str], notes: str = "") -> None:
+    """The table of every shape's rows (``notes``: the heading of a last column)."""
     print(f"\n{'shape':<12}{'kernel':<16}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
-          f"{'vs cuBLAS':>11}{'rel err':>10}")
+          f"{'vs cuBLAS':>11}{'rel err':>10}{'  ' + notes if notes else ''}")
     for row in rows:
         print(row)
+
+
+class Peer:
+    """Random operands of ``A @ B`` (B given as (N, K) with ``transpose_b``), their float64
+    product, and the sides timed against it: cuBLAS (torch.matmul) first, then each added
+    kernel, all checked against the product."""
+
+    def __init__(self, a_shape: tuple[int, ...], b_shape: tuple[int, ...], dtype: str,
+                 transpose_b: bool = False) -> None:
+        tdtype = getattr(torch, dtype)
+        self.a = torch.randn(*a_shape, device="cuda").to(tdtype)
+        self.b = torch.randn(*b_shape, device="cuda").to(tdtype)
+        bt = self.b.transpose(-1, -2) if transpose_b else self.b
+        self.ref = torch.matmul(self.a.double(), bt.double())
+        self.flops = 2.0 * a_shape[-1] * self.ref.numel()
+        out = torch.empty(self.ref.shape, device="cuda", dtype=tdtype)
+        self.sides: dict[str, Callable[[], object]] = {
+            "cuBLAS": lambda: torch.matmul(self.a, bt, out=out)}
+        self.errors = {"cuBLAS": self.error(torch.matmul(self.a, bt))}
+
+    def error(self, c: torch.Tensor) -> float:
+        return ((c.double() - self.ref).norm() / self.ref.norm()).item()
+
+    def add(self, name: str, run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]
+            ) -> None:
+        """The kernel ``run(a, b, c)`` (c float32), checked once, then a side."""
+        c = torch.full(tuple(self.ref.shape), float("nan"), device="cuda")
+        run(self.a, self.b, c)
+        torch.cuda.synchronize()
+        self.errors[name] = self.error(c)
+        self.sides[name] = lambda: run(self.a, self.b, c)
+
+    def rows(self, shape: str, args: argparse.Namespace,
+             notes: dict[str, str] | None = None) -> list[str]:
+        return time_rows(shape, self.sides, self.errors, self.flops, args.rounds, args.repeat,
+                         notes)
 
 
 def _shape(shape: str, args: argparse.Namespace) -> list[str]:
     """The table rows of one shape."""
     a_shape, b_shape = SHAPES[shape]
-    tdtype = getattr(torch, args.dtype)
-    a = torch.randn(*a_shape, device="cuda").to(tdtype)
-    b = torch.randn(*b_shape, device="cuda").to(tdtype)
-    ref = torch.matmul(a.double(), b.double())
-    ref_norm = ref.norm().item()
-    m, k = a_shape[-2:]
-    flops = 2.0 * k * ref.numel()
+    peer = Peer(a_shape, b_shape, args.dtype)
     task = tile_task(a_shape, b_shape, args.dtype)
     space = SearchSpace(task)
-    blas_out = torch.empty(ref.shape, device="cuda", dtype=tdtype)
-    sides = {"cuBLAS": lambda: torch.matmul(a, b, out=blas_out)}
-    errors = {"cuBLAS": ((torch.matmul(a, b).double() - ref).norm() / ref_norm).item()}
     for name in args.tiles:
         cand = tile_candidate(space, TILES[name], "wgmma" if name.startswith("wg") else "mma")
         low = space.lower(cand) if cand is not None else None
         if low is None or low.schedule is None:
             print(f"# {shape}: tile {name} does not apply, left out", flush=True)
             continue
-        mod = task.build(low.schedule)
-        c = torch.full(tuple(ref.shape), float("nan"), device="cuda")
-        mod(a, b, c)
-        torch.cuda.synchronize()
-        errors[name] = ((c.double() - ref).norm() / ref_norm).item()
-        sides[name] = lambda mod=mod, c=c: mod(a, b, c)
-    return time_rows(shape, sides, errors, flops, args.rounds, args.repeat)
+        peer.add(name, task.build(low.schedule))
+    return peer.rows(shape, args)
 
 
 def time_rows(shape: str, sides: dict[str, Callable[[], object]], errors: dict[str, float],

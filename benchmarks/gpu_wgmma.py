@@ -27,7 +27,7 @@ from autosched.targets.cuda import runtime  # noqa: E402
 from autosched.targets.cuda.nvrtc import compile_cuda  # noqa: E402
 from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source  # noqa: E402
 from benchmarks.gpu_mma_tiles import SHAPES as TILE_SHAPES  # noqa: E402
-from benchmarks.gpu_mma_tiles import time_rows  # noqa: E402
+from benchmarks.gpu_mma_tiles import Peer, print_peer, print_rows  # noqa: E402
 
 SHAPES = {**TILE_SHAPES, "gemm4096_nt": ((4096, 4096), (4096, 4096))}
 NT = {"gemm4096_nt"}
@@ -94,35 +94,17 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     args = p.parse_args()
 
-    for half in ("fp16", "bf16"):
-        setattr(torch.backends.cuda.matmul, f"allow_{half}_reduced_precision_reduction", False)
-    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "float32"
-    print(baseline.header())
-    print(f"# peer: cuBLAS (torch {torch.__version__} matmul), {args.dtype} operands, float32 "
-          f"accumulation, on {torch.cuda.get_device_name()}", flush=True)
+    print_peer(args.dtype)
     rows = []
     for shape in args.shapes:
         if args.dtype == "float32" and shape not in NT:
             continue
         rows += _shape(shape, args)
-    print(f"\n{'shape':<12}{'kernel':<16}{'median ms':>10}{'best ms':>9}{'TFLOPS':>8}"
-          f"{'vs cuBLAS':>11}{'rel err':>10}  regs")
-    for row in rows:
-        print(row)
+    print_rows(rows, "regs")
 
 
 def _shape(shape: str, args: argparse.Namespace) -> list[str]:
-    a_shape, b_shape = SHAPES[shape]
-    tdtype = getattr(torch, args.dtype)
-    a = torch.randn(*a_shape, device="cuda").to(tdtype)
-    b = torch.randn(*b_shape, device="cuda").to(tdtype)
-    bt = b.transpose(-1, -2) if shape in NT else b
-    ref = torch.matmul(a.double(), bt.double())
-    ref_norm = ref.norm().item()
-    flops = 2.0 * a_shape[-1] * ref.numel()
-    blas_out = torch.empty(ref.shape, device="cuda", dtype=tdtype)
-    sides = {"cuBLAS": lambda: torch.matmul(a, bt, out=blas_out)}
-    errors = {"cuBLAS": ((torch.matmul(a, bt).double() - ref).norm() / ref_norm).item()}
+    peer = Peer(*SHAPES[shape], args.dtype, transpose_b=shape in NT)
     regs = {"cuBLAS": ""}
     for tile in args.tiles:
         name = tile
@@ -136,15 +118,11 @@ def _shape(shape: str, args: argparse.Namespace) -> list[str]:
         except Exception as exc:  # noqa: BLE001  a tile that fails is reported, not fatal
             print(f"# {shape} {name}: {str(exc)[:400]}", flush=True)
             continue
-        c = torch.full(tuple(ref.shape), float("nan"), device="cuda")
-        kern(a, b, c)
-        torch.cuda.synchronize()
-        errors[name] = ((c.double() - ref).norm() / ref_norm).item()
+        peer.add(name, kern)
         regs[name] = f"{kern.regs}{'' if not kern.local else f' local {kern.local}'}"
         if kern.log.strip():
             print(f"# {name} NVRTC: {kern.log.strip()[:300]}")
-        sides[name] = lambda kern=kern, c=c: kern(a, b, c)
-    return time_rows(shape, sides, errors, flops, args.rounds, args.repeat, regs)
+    return peer.rows(shape, args, regs)
 
 
 if __name__ == "__main__":

@@ -392,22 +392,20 @@ def fills_tiles(sch0: Schedule, name: str) -> bool:
 
 # -- Hopper: the block tile on warpgroups (wgmma) ----------------------------------------------
 
-WGMMA_ARCH = 90  # the one arch with wgmma (sm_90a; Blackwell has other instructions)
-
-
 def offers_wgmma(sch0: Schedule, name: str, precision: str, target: Target) -> bool:
     """Whether the warpgroup rule applies to ``name``: offers_mma's matmuls on sm_90 whose
     operands are tensors (no gathered patches) with rows of whole 16-byte chunks, both K-major
     under tf32."""
     from autosched.targets.cuda.codegen import target_arch
+    from autosched.targets.cuda.wgmma import ARCH
 
-    if target.device != "gpu" or target_arch(target) != WGMMA_ARCH \
+    if target.device != "gpu" or target_arch(target) != ARCH \
             or not offers_mma(sch0, name, precision):
         return False
     ops = mma_operands(sch0, name)
     assert ops is not None
-    lanes = VECTOR_BYTES // dt.nbytes(ops[0].tensor.dtype)
-    if any(not isinstance(op.tensor.op, PlaceholderOp) or _static_extent_of(op.tensor) % lanes
+    lanes = vector_lanes(ops[0].tensor.dtype)
+    if any(not isinstance(op.tensor.op, PlaceholderOp) or copy_lanes(op.tensor) < lanes
            for op in ops):
         return False
     return ops[0].tensor.dtype != "float32" or all(op.k_last for op in ops)
@@ -431,13 +429,6 @@ def fills_waves(sch0: Schedule, name: str) -> bool:
     for ax in batch:
         blocks *= _static_extent(ax)
     return blocks >= WGMMA_LEAD_BLOCKS
-
-
-def _static_extent_of(t: Tensor) -> int:
-    """The length of ``t``'s last axis (1 when it is not static)."""
-    last = t.shape[-1]
-    value = last.value if isinstance(last, E.Const) else last
-    return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
 def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target) -> Rule:

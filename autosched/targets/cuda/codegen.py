@@ -365,7 +365,7 @@ class _KernelWriter(ExprWriter):
                                    f"{intrin.name}, which needs sm_{intrin.min_arch} or newer; "
                                    f"the target is {self.fw.target.arch or 'of no arch'}")
         blocks = [loop for loop, intrin in nests if intrin.kind == "gemm_block"]
-        if blocks and arch != 90:
+        if blocks and arch != wgmma.ARCH:
             raise CompileError(f"kernel {self.name}: loop {blocks[0].var.name} runs on wgmma, "
                                f"which only sm_90 has (sm_90a); the target is "
                                f"{self.fw.target.arch}")

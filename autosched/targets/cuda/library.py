@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from autosched.errors import CompileError
+from autosched.targets.cuda.codegen import arch_number
+from autosched.targets.cuda.wgmma import ARCH as WGMMA_ARCH
 from autosched.targets.model_api import (
     API,
     DEVICE_API,
@@ -279,7 +281,7 @@ class _Plan:
             row = []
             kind = ""
             for m in self.modules:
-                if m.source.arch_specific and _arch_digits(arch) != 90:
+                if m.source.arch_specific and arch_number(arch) != WGMMA_ARCH:
                     raise CompileError(f"{m.func.name} runs on wgmma, which only sm_90 has; "
                                        f"the library also targets {arch}")
                 binary = compile_cuda(m.source.code, arch + "a" * m.source.arch_specific,
@@ -291,7 +293,7 @@ class _Plan:
                 blob += data
                 kind = binary.arch
             spans.append(row)
-            archs.append((_arch_digits(kind), kind.startswith("compute_")))
+            archs.append((arch_number(kind), kind.startswith("compute_")))
         return archs, bytes(blob), spans
 
 
@@ -961,8 +963,3 @@ static void close_weights(const unsigned char *mapping, size_t length) {{
     lines = [f"#define {k} {v}" for k, v in defines.items()]
     table = _array("unsigned char", "WEIGHTS_HEADER", [", ".join(map(str, header))])
     return "\n".join([*lines, table, checks, WEIGHTS_FILE])
-
-
-def _arch_digits(arch: str) -> int:
-    """90 of sm_90, sm_90a or compute_90."""
-    return int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()))

@@ -60,6 +60,7 @@ from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import TensorIntrin
 
+ARCH = 90  # the one compute capability with wgmma (sm_90a; Blackwell has other instructions)
 WARPGROUP = 128
 ROW_BYTES = 128  # a swizzled row: one K tile's bytes (K-major) or 64 halves of M / N
 CHUNK = 16  # bytes per cp.async and per swizzled unit
@@ -503,7 +504,8 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
     if threads[1:] != [1, 1] or not threads[0] or threads[0] % WARPGROUP:
         raise CompileError(f"{where}: the block must be whole warpgroups along threadIdx.x; "
                            f"it is {threads}")
-    ml = block_loop(s, intrin, threads[0])
+    out = nest.update.buffer
+    ml = w.wg_loops[out]  # block_loop's, derived when the kernel's shared memory was sized
     why = ml.check()
     if why:
         raise CompileError(f"{where}: {why}")
@@ -521,7 +523,6 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
                 f"({w._expr(acc.origin[row_dim])})")
         ops.append(Operand(w.names.get(acc.buffer.uid, acc.buffer.name), w._expr(acc.base),
                            int(ld), rows, int(depth or 0)))
-    out = nest.update.buffer
     dst = affine_access(nest, out, nest.update.indices)
     if dst.strides[1] != 1 or dst.strides[2] != 0:
         raise CompileError(f"{where}: the tile {out.name} must be row-major along (i, j)")
