@@ -65,11 +65,14 @@ WGMMA = Setting("AUTOSCHED_WGMMA", "1",
                 "`0`: on sm_90 GPUs, matmuls in tf32 / fp16 / bf16 are not offered block tiles "
                 "on Hopper's warpgroup instruction (wgmma), only the warp-level tensor-core "
                 "tiles (wmma)", changes_code=True)
+TMA = Setting("AUTOSCHED_TMA", "0",
+              "`1`: wgmma main loops copy their operands' K tiles with TMA copies issued by "
+              "one thread instead of cp.async from every thread", changes_code=True)
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
 ALL = (CACHE_DIR, CC, PARALLEL, PRINT_AFTER, MEASURE_LOCK, ADAPTIVE_THREADS, SCHEDULE,
-       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, K_SPLIT, WGMMA, MODEL_CACHE)
+       PICK_CACHE, CONV_GEMM, CONV_COLUMNS, K_SPLIT, WGMMA, TMA, MODEL_CACHE)
 
 
 def flag(s: Setting) -> bool:

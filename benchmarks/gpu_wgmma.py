@@ -21,10 +21,12 @@ from benchmarks import baseline  # noqa: E402
 
 baseline.prepare()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
 
 from autosched.targets.cuda import runtime  # noqa: E402
 from autosched.targets.cuda.nvrtc import compile_cuda  # noqa: E402
+from autosched.targets.cuda.tma import encode  # noqa: E402
 from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source  # noqa: E402
 from benchmarks.gpu_mma_tiles import SHAPES as TILE_SHAPES  # noqa: E402
 from benchmarks.gpu_mma_tiles import Peer, print_peer, print_rows  # noqa: E402
@@ -44,14 +46,17 @@ TILES = {
 }
 
 
-def spec_for(shape: str, tile: str, dtype: str) -> WgmmaGemm:
+COPIES = {"cp.async": {}, "tma": {"tma": True}, "tma-ws": {"tma": True, "producer": True}}
+
+
+def spec_for(shape: str, tile: str, dtype: str, copies: str = "cp.async") -> WgmmaGemm:
     a_shape, b_shape = SHAPES[shape]
     m, k = a_shape[-2:]
     n = b_shape[-2] if shape in NT else b_shape[-1]
     batch = max(a_shape[0] if len(a_shape) == 3 else 1, b_shape[0] if len(b_shape) == 3 else 1)
     bm, bn, wg, st = TILES[tile]
     loop = MainLoop(dtype=dtype, block_m=bm, block_n=bn, warpgroups=wg, stages=st,
-                    b_k_major=shape in NT)
+                    b_k_major=shape in NT, **COPIES[copies])
     return WgmmaGemm(m=m, n=n, k=k, loop=loop, batch=batch,
                      a_batch_stride=m * k if len(a_shape) == 3 else 0,
                      b_batch_stride=k * n if len(b_shape) == 3 else 0,
@@ -74,14 +79,19 @@ class Kernel:
         self.regs = self.fn.get_attribute(drv.function_attribute.NUM_REGS)
         self.local = self.fn.get_attribute(drv.function_attribute.LOCAL_SIZE_BYTES)
         self.log = binary.log
+        self.maps = [r.map for r in spec.reads()] if spec.loop.tma else []
+        self._encoded: dict[tuple[int, int], list[np.ndarray]] = {}
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        self.fn(_ptr(a), _ptr(b), _ptr(c), grid=self.grid, block=self.block,
-                shared=self.shared)
+        key = (a.data_ptr(), b.data_ptr())
+        if self.maps and key not in self._encoded:
+            self._encoded[key] = [np.frombuffer(encode(tm, p), np.uint8)
+                                  for tm, p in zip(self.maps, key)]
+        self.fn(*self._encoded.get(key, []), _ptr(a), _ptr(b), _ptr(c), grid=self.grid,
+                block=self.block, shared=self.shared)
 
 
 def _ptr(t: torch.Tensor) -> object:
-    import numpy as np
     return np.uintp(t.data_ptr())
 
 
@@ -89,6 +99,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--tiles", nargs="*", default=list(TILES), choices=list(TILES))
+    p.add_argument("--copies", nargs="*", default=["cp.async"], choices=list(COPIES),
+                   help="how the main loop copies its K tiles (each tile once per choice): "
+                        "every thread by cp.async, one thread by TMA, or a producer "
+                        "warpgroup by TMA")
     p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default="float16")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20)
@@ -106,9 +120,9 @@ def main() -> None:
 def _shape(shape: str, args: argparse.Namespace) -> list[str]:
     peer = Peer(*SHAPES[shape], args.dtype, transpose_b=shape in NT)
     regs = {"cuBLAS": ""}
-    for tile in args.tiles:
-        name = tile
-        spec = spec_for(shape, tile, args.dtype)
+    for tile, copies in [(t, c) for t in args.tiles for c in args.copies]:
+        name = tile + ("" if copies == "cp.async" else f" {copies}")
+        spec = spec_for(shape, tile, args.dtype, copies)
         why = spec.check()
         if why:
             print(f"# {shape} {name}: {why}", flush=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ typedef int (*counter)(const void *image, const char *name);
 typedef struct { const void *image; } module;
 typedef struct { const void *image; char name[256]; int dynamic_shared; } function;
 
+static const char MAP_MAGIC[8] = "tmap-v1";
 static launcher on_launch;
 static counter param_count;
 static int cc = 90, devices = 1, live = 0, opted_in = 0;
@@ -59,10 +61,11 @@ typedef struct {
   unsigned dims[7]; /* grid, block, dynamic shared bytes */
   int n;
   unsigned long long values[32]; /* a kernel's parameters; MEMSET: d, v, n; DTOD: d, s, n */
+  unsigned char maps[32][128];   /* a kernel's TMA descriptors, by parameter */
 } op;
 typedef struct { op *ops; int n, size; } graph;
 typedef struct { graph *recording; } stream;
-enum { RECORDED, INSTANTIATED, UPDATED, GRAPH_LAUNCHES, DIRECT, N_STATS };
+enum { RECORDED, INSTANTIATED, UPDATED, GRAPH_LAUNCHES, DIRECT, ENCODED, N_STATS };
 static int graphs_work = 1;
 static int stats[N_STATS];
 
@@ -209,7 +212,10 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     memcpy(o->dims, dims, sizeof dims);
     o->n = param_count(fn->image, fn->name);
     if (o->n < 0 || o->n > 32) return 1;
-    for (int j = 0; j < o->n; j++) memcpy(&o->values[j], params[j], 8);
+    for (int j = 0; j < o->n; j++) {
+      memcpy(&o->values[j], params[j], 8);
+      if (!memcmp(params[j], MAP_MAGIC, 8)) memcpy(o->maps[j], params[j], 128);
+    }
     return 0;
   }
   stats[DIRECT]++;
@@ -222,7 +228,8 @@ CUresult cuGraphLaunch(void *exec, void *s) {
   for (int i = 0; i < e->n; i++) {
     op *o = &e->ops[i];
     void *params[32];
-    for (int j = 0; j < o->n; j++) params[j] = &o->values[j];
+    for (int j = 0; j < o->n; j++)
+      params[j] = memcmp(o->maps[j], MAP_MAGIC, 8) ? (void *)&o->values[j] : o->maps[j];
     if (o->kind == KERNEL && on_launch(o->f->image, o->f->name, o->dims, params)) return 719;
     if (o->kind == MEMSET)
       for (size_t k = 0; k < o->values[2]; k++)
@@ -230,6 +237,34 @@ CUresult cuGraphLaunch(void *exec, void *s) {
     if (o->kind == DTOD)
       memmove((void *)(uintptr_t)o->values[0], (const void *)(uintptr_t)o->values[1],
               o->values[2]);
+  }
+  return 0;
+}
+/* a TMA descriptor: what it was given (the emulator checks it against the kernel's map);
+   element strides of 1, no interleave, the 128-byte swizzle and zero fill, or an error */
+typedef struct {
+  char magic[8];
+  int dtype, rank;
+  unsigned long long address, dims[5], strides[4];
+  unsigned box[5];
+} tensor_map;
+CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *address,
+                                const unsigned long long *dims,
+                                const unsigned long long *strides, const unsigned *box,
+                                const unsigned *element_strides, int interleave, int swizzle,
+                                int promotion, int fill) {
+  (void)promotion;
+  if ((uintptr_t)map % 64 || rank < 1 || rank > 5 || interleave || swizzle != 3 || fill)
+    return 1;
+  tensor_map *t = map;
+  stats[ENCODED]++;
+  memset(t, 0, 128);
+  memcpy(t->magic, MAP_MAGIC, 8);
+  t->dtype = dtype; t->rank = (int)rank; t->address = (uintptr_t)address;
+  for (unsigned d = 0; d < rank; d++) {
+    if (element_strides[d] != 1) return 1;
+    t->dims[d] = dims[d]; t->box[d] = box[d];
+    if (d + 1 < rank) t->strides[d] = strides[d];
   }
   return 0;
 }
@@ -247,7 +282,8 @@ COUNTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
 # (inputs, outputs) of each run_device: the same pointers, then other inputs only, other
 # outputs only, both
 DEVICE_RUNS = ((0, 0), (0, 0), (1, 0), (1, 1), (0, 0))
-GRAPH_STATS = ("recorded", "instantiated", "updated", "graph_launches", "direct_launches")
+GRAPH_STATS = ("recorded", "instantiated", "updated", "graph_launches", "direct_launches",
+               "tensor_maps")
 
 
 def build_mock(folder: Path) -> Path:
@@ -266,7 +302,9 @@ class Emulator:
         from autosched.targets.cuda import nvrtc_options
         from autosched.targets.cuda.nvrtc import compile_cuda
 
-        self.binaries = [(m, arch, compile_cuda(m.source.code, arch, nvrtc_options(m.target),
+        self.binaries = [(m, arch, compile_cuda(m.source.code,
+                                                arch + "a" * m.source.arch_specific,
+                                                nvrtc_options(m.target),
                                                 needs_headers=m.source.uses_half,
                                                 name=f"{m.func.name}.cu").data)
                          for m in modules for arch in archs]
@@ -293,7 +331,7 @@ class Emulator:
             self.errors.append(f"{name.decode()}: {exc}")
             return -1
         info = module.source.kernels[module.kernel_names.index(name.decode())]
-        return len(info.buffers) + info.checks
+        return len(info.tensor_maps) + len(info.buffers) + info.checks
 
     def _launch(self, image: int, name: bytes, dims: Any, params: Any) -> int:
         try:
@@ -316,7 +354,12 @@ class Emulator:
                                  f"the kernel carves {info.dynamic_shared}")
         program = he._program(module.source, checked=True)
         lib = he._library(program.text)
-        values = [ctypes.c_uint64.from_address(params[j]).value
+        maps = len(info.tensor_maps)
+        for j, (buf, tm) in enumerate(info.tensor_maps):
+            _check_descriptor(ctypes.string_at(params[j], 128), tm,
+                              ctypes.c_uint64.from_address(params[maps + info.buffers.index(buf)]
+                                                           ).value)
+        values = [ctypes.c_uint64.from_address(params[maps + j]).value
                   for j in range(len(info.buffers) + info.checks)]
         n = len(info.buffers)
         ptrs = (ctypes.c_void_p * max(n, 1))(*values[:n])
@@ -330,6 +373,21 @@ class Emulator:
                   ctypes.c_double(60.0), ctypes.byref(status))
         if code:
             raise AssertionError(lib.as_error().decode(errors="replace"))
+
+
+def _check_descriptor(raw: bytes, tm: Any, address: int) -> None:
+    """AssertionError unless the library encoded ``tm`` over ``address`` as tma.encode does
+    (the stand-in's cuTensorMapEncodeTiled keeps what it was given: MOCK's tensor_map)."""
+    from autosched.targets.cuda.tma import DATA_TYPES
+
+    dtype, rank = (int(x) for x in np.frombuffer(raw[8:16], np.int32))
+    words = [int(x) for x in np.frombuffer(raw[16:96], np.uint64)]
+    box = [int(x) for x in np.frombuffer(raw[96:116], np.uint32)]
+    got = (raw[:8], dtype, rank, words[0], words[1:1 + rank], words[6:5 + rank], box[:rank])
+    want = (b"tmap-v1\0", DATA_TYPES[tm.dtype], len(tm.shape), address,
+            list(reversed(tm.shape)), tm.strides(), list(reversed(tm.box)))
+    if got != want:
+        raise AssertionError(f"the library encoded the tensor map {got}; the kernel reads {want}")
 
 
 class _OnDevice:
@@ -350,6 +408,20 @@ def gather_model() -> Any:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])
     node = helper.make_node("Gather", ["d", "i"], ["y"], name="pick")
     return helper.make_model(helper.make_graph([node], "g", [d, i], [y]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def matmul_model(m: int = 768, k: int = 64, n: int = 1024) -> Any:
+    """relu(X) @ relu(Y): in fp16 on sm_90, two half intermediates multiplied in 48 blocks of
+    128 x 128, a wgmma main loop copying by TMA."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [k, n])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [m, n])
+    nodes = [helper.make_node("Relu", ["x"], ["rx"]), helper.make_node("Relu", ["y"], ["ry"]),
+             helper.make_node("MatMul", ["rx", "ry"], ["z"])]
+    return helper.make_model(helper.make_graph(nodes, "mm", [x, y], [z]),
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -374,7 +446,7 @@ def _max_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
 
 def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, ...]],
          weights_file: bool = False) -> list[dict]:
-    """Compile ``model`` (small_cnn, gather, views, resnet18) for ``archs``, export it to
+    """Compile ``model`` (small_cnn, gather, views, resnet18, matmul_fp16) for ``archs``, export it to
     ``folder`` (its weights in a weights file when ``weights_file``), and run it over the
     stand-in driver posing as each of ``gpus`` in turn
     ((compute capability, bytes it can allocate or -1[, 0: it cannot record graphs])): the
@@ -398,8 +470,12 @@ def main(model: str, archs: str, folder: Path, gpus: list[tuple[int, ...]],
     proto = {"small_cnn": lambda: small_cnn(image=11), "gather": gather_model,
              "small_cnn_dynamic": lambda: small_cnn(image=11),
              "resnet18": lambda: resnet18(image=32),
-             "views": views_model}[model]()
-    compiled = aus.compile(from_onnx(proto), target=f"cuda -arch={archs} -emulate=ir")
+             "views": views_model, "matmul_fp16": matmul_model}[model]()
+    options = {"precision": "fp16", "schedule": "default"} if model == "matmul_fp16" else {}
+    if model == "matmul_fp16":
+        os.environ["AUTOSCHED_TMA"] = "1"
+    compiled = aus.compile(from_onnx(proto), target=f"cuda -arch={archs} -emulate=ir",
+                           **options)
     export(compiled, folder / "build", name=model, weights_file=weights_file)
     mock = ctypes.CDLL(str(build_mock(folder)), mode=ctypes.RTLD_GLOBAL)
     modules = list({id(m): m for m in (cuda_module(k.module) for k in compiled.kernels)}.values())

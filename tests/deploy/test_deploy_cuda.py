@@ -177,6 +177,24 @@ def test_over_a_stand_in_driver_each_gpu_runs_the_code_of_its_arch(tmp_path: Pat
 
 
 @needs_host_emulation
+def test_over_a_stand_in_driver_tma_kernels_get_the_descriptors_of_their_buffers(
+        tmp_path: Path) -> None:
+    """A wgmma main loop copying by TMA: the library encodes a descriptor of each operand
+    (its shape, strides and box as the kernel's map says, over the buffer of that launch)
+    and passes it before the buffers, in graphs and without them, for both pointer kinds."""
+    reports = _over_a_stand_in_driver("matmul_fp16", "sm_90", tmp_path, "90:-1", "90:-1:0")
+    for report in reports:
+        assert report["errors"] == [] and report["create"] == ""
+        assert report["host"] < 0.05 and report["device"] < 0.05  # fp16 operands, K = 64
+        assert report["launches"] > 0 and report["live"] == 0
+    graphs, plain = reports
+    # A and B each time a run's launches are recorded (7 runs, 5 of them on new pointers), or
+    # at each launch of the matmul (one of a run's 3 kernels) when they are launched one by one
+    assert graphs["tensor_maps"] == 2 * graphs["recorded"] == 10
+    assert plain["tensor_maps"] == 2 * plain["direct_launches"] // 3 == 14
+
+
+@needs_host_emulation
 def test_over_a_stand_in_driver_kernels_get_their_dynamic_shared_memory(tmp_path: Path) -> None:
     """Kernels whose shared buffers are carved out of dynamic shared memory (forced here for
     every buffer; codegen does it above 48 KB): the library opts each in and launches it with

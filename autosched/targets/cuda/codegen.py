@@ -32,6 +32,7 @@ from autosched.targets.cuda.cexpr import (
 )
 from autosched.targets.cuda.dtypes import HALF_HEADERS, VECTOR_TYPES, c_type
 from autosched.targets.cuda.intrinsics import prelude_math
+from autosched.targets.cuda.tma import TensorMap
 from autosched.targets.names import c_identifier
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
@@ -60,7 +61,7 @@ VALUE_PREFIX = "v_"
 @dataclass(frozen=True)
 class KernelInfo:
     """One kernel: its name, launch sizes (expressions over shape variables) and parameters
-    (buffers, then scalars, then the status word when it ``checks``)."""
+    (TMA descriptors, then buffers, then scalars, then the status word when it ``checks``)."""
 
     name: str
     grid: tuple[E.Expr, E.Expr, E.Expr]
@@ -70,6 +71,8 @@ class KernelInfo:
     shared_bytes: int
     checks: bool
     dynamic_shared: int = 0  # bytes of dynamic shared memory to launch with (0: all static)
+    # the TMA descriptors the host encodes, passed before the buffers: (buffer, its map)
+    tensor_maps: tuple[tuple[ir.Buffer, TensorMap], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,7 @@ class _KernelWriter(ExprWriter):
         # loop shares the tile's allocation) and main loops
         self.wg_regions: dict[ir.Buffer, str] = {}
         self.wg_loops: dict[ir.Buffer, wgmma.MainLoop] = {}
+        self.tensor_maps: list[tuple[str, ir.Buffer, TensorMap]] = []  # (parameter, ...)
         self.async_copies = False  # inside a group of copies that may run asynchronously
 
     def need_half(self, dtype: str = "float16") -> None:
@@ -319,7 +323,7 @@ class _KernelWriter(ExprWriter):
         if self.dynamic:
             self.lines.insert(0, f"  extern __shared__ __align__({DYNAMIC_ALIGN}) unsigned char "
                                  f"{DYNAMIC_SHARED}[];")
-        sig = []
+        sig = [wgmma.tensor_map_param(name) for name, _, _ in self.tensor_maps]
         for b in params:
             const = "" if b in written else "const "
             sig.append(f"{const}{c_type(b.dtype)}* __restrict__ {self.names.get(b.uid, b.name)}")
@@ -349,7 +353,8 @@ class _KernelWriter(ExprWriter):
         )
         info = KernelInfo(self.name, launch["blockIdx"], launch["threadIdx"], tuple(params),
                           self.shape_vars, self.shared_bytes, self.checks,
-                          self.shared_bytes if self.dynamic else 0)
+                          self.shared_bytes if self.dynamic else 0,
+                          tuple((b, tm) for _, b, tm in self.tensor_maps))
         return info, text
 
     def _check_tensorized(self, body: ir.Stmt) -> set[ir.Buffer]:

@@ -57,6 +57,7 @@ from autosched.targets.cuda.codegen import DYNAMIC_SHARED, CudaSource, KernelInf
 from autosched.targets.cuda.dtypes import C_TYPES
 from autosched.targets.cuda.host_prelude import ERROR_NAMES, PRELUDE
 from autosched.targets.cuda.runtime import CudaModule, _nbytes
+from autosched.targets.cuda.tma import PARAM_TYPE
 from autosched.targets.ref.evaluate import evaluate
 from autosched.targets.status import KernelFailure
 from autosched.tir import ir
@@ -173,6 +174,7 @@ class _Param:
     name: str
     const: bool
     pointer: bool
+    tensor_map: bool = False  # a TMA descriptor (tma.py), built by the launcher
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ _SIGNATURE = re.compile(
     r'^extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)\((.*)\) \{$')
 _POINTER = re.compile(rf"^(const )?({_TYPE})\* __restrict__ (\w+)$")
 _SCALAR = re.compile(rf"^({_TYPE}) (\w+)$")
+_TENSOR_MAP = re.compile(rf"^const __grid_constant__ {PARAM_TYPE} (\w+)$")
 _SHARED = re.compile(rf"^(\s*)__shared__ __align__\((\d+)\) ({_TYPE}) (\w+)\[(\d+)\];$")
 _LOCAL = re.compile(rf"^(\s*)({_TYPE}) (\w+)\[(\d+)\];$")
 # codegen's dynamic shared memory: the one allocation, and each buffer carved out of it
@@ -234,7 +237,9 @@ def _program(source: CudaSource, checked: bool) -> _Program:
             "change? see _SIGNATURE in host_emulate.py)")
     for kernel, info in zip(kernels, source.kernels):
         pointers = sum(p.pointer for p in kernel.params)
-        if pointers != len(info.buffers) or kernel.status != info.checks:
+        maps = sum(p.tensor_map for p in kernel.params)
+        if pointers != len(info.buffers) or kernel.status != info.checks \
+                or maps != len(info.tensor_maps):
             raise CompileError(f"host emulation: kernel {kernel.name} has "
                                f"{len(kernel.params)} parameters (status word: {kernel.status}), "
                                f"expected {len(info.buffers)} buffers and {len(info.scalars)} "
@@ -243,7 +248,7 @@ def _program(source: CudaSource, checked: bool) -> _Program:
     if checked and "__shared__" in body:
         bad = next(ln for ln in lines if "__shared__" in ln)
         raise CompileError(f"host emulation cannot check the shared declaration {bad.strip()!r}")
-    launchers = "\n".join(_launcher(k, checked) for k in kernels)
+    launchers = "\n".join(_launcher(k, info, checked) for k, info in zip(kernels, source.kernels))
     text = PRELUDE + '#line 1 "kernel.cu"\n' + body + "\n" + launchers + "\n"
     return _Program(text, tuple(kernels))
 
@@ -253,8 +258,10 @@ def _parse_signature(m: re.Match[str]) -> _Kernel:
     texts = m.group(3).split(", ") if m.group(3) else []
     status = texts[-1:] == [_STATUS]
     for text in texts[:len(texts) - status]:
-        p, s = _POINTER.match(text), _SCALAR.match(text)
-        if p:
+        p, s, tm = _POINTER.match(text), _SCALAR.match(text), _TENSOR_MAP.match(text)
+        if tm:
+            params.append(_Param(PARAM_TYPE, tm.group(1), True, False, True))
+        elif p:
             params.append(_Param(p.group(2), p.group(3), bool(p.group(1)), True))
         elif s:
             params.append(_Param(s.group(1), s.group(2), False, False))
@@ -288,12 +295,27 @@ def _checked_declaration(line: str) -> str:
     return line
 
 
-def _launcher(k: _Kernel, checked: bool) -> str:
+def _tensor_map(info: KernelInfo, n: int) -> str:
+    """The launcher's value of the kernel's tensor map ``n``: what its descriptor says, over
+    the buffer the launch passes."""
+    buf, tm = info.tensor_maps[n]
+    at = info.buffers.index(buf)
+    dims = ", ".join(str(d) for d in reversed(tm.shape))
+    box = ", ".join(str(b) for b in reversed(tm.box))
+    return (f"as_tensor_map{{(const unsigned char*)p[{at}], n[{at}] * {tm.itemsize}, "
+            f"{len(tm.shape)}, {tm.itemsize}, {{{dims}}}, {{{box}}}}}")
+
+
+def _launcher(k: _Kernel, info: KernelInfo, checked: bool) -> str:
     out = [f"AS_API int as_launch_{k.name}(void* const* p, const long long* n, "
            "const long long* s, const long long* launch, int order, double limit, "
            "int* status) {"]
-    values, nb, ns = [], 0, 0
+    values, nb, ns, nm = [], 0, 0, 0
     for prm in k.params:
+        if prm.tensor_map:
+            values.append(_tensor_map(info, nm))
+            nm += 1
+            continue
         if not prm.pointer:
             values.append(f"({prm.ctype})s[{ns}]")
             ns += 1

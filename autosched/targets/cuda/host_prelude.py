@@ -33,6 +33,7 @@ ERROR_NAMES = {
     4: "misaligned vector access",
     5: "time limit exceeded",
     6: "bad launch",
+    7: "mbarrier misuse",
 }
 
 PRELUDE = r"""
@@ -54,6 +55,7 @@ PRELUDE = r"""
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define __syncthreads() as_emu::syncthreads(__LINE__)
@@ -171,7 +173,7 @@ as_switch:
 
 namespace as_emu {
 
-enum { RUNNING, AT_BARRIER, DONE };
+enum { RUNNING, AT_BARRIER, DONE, WAITING };  // WAITING: for an mbarrier's phase
 struct Fiber { void* sp; int state; int line; };
 
 constexpr size_t STACK = 1 << 20;  // bytes per thread; pages are committed only when touched
@@ -221,6 +223,15 @@ __attribute__((noinline)) void warn(long long* count, char* msg, const char* wha
 void syncthreads(int line) {
   fibers[cur].state = AT_BARRIER;
   fibers[cur].line = line;
+  as_switch(&fibers[cur].sp, sched_sp);
+}
+
+unsigned long long mbar_events;  // arrivals and copies completed on mbarriers, ever
+
+// a thread whose mbarrier phase has not completed lets the others run (the scheduler resumes
+// it after a round in which some mbarrier moved; none moving is a hang)
+void wait_turn() {
+  fibers[cur].state = WAITING;
   as_switch(&fibers[cur].sp, sched_sp);
 }
 
@@ -289,6 +300,7 @@ int run(const char* name, long long bounds, const long long* launch, int order, 
     ++block_serial;
     ++phase;
     for (int i = 0; i < nthreads; ++i) start_fiber(stacks, i, csr);
+    unsigned long long events = mbar_events;
     for (;;) {
       for (int i = 0; i < nthreads; ++i) perm[i] = order == 1 ? nthreads - 1 - i : i;
       if (order >= 2) {
@@ -307,6 +319,20 @@ int run(const char* name, long long bounds, const long long* launch, int order, 
         as_switch(&sched_sp, fs[i].sp);
       }
       if (err_code) break;
+      bool blocked = false;
+      for (int i = 0; i < nthreads; ++i) blocked |= fs[i].state == WAITING;
+      if (blocked) {  // run the waiting threads again if some mbarrier moved meanwhile
+        if (mbar_events == events) {
+          for (cur = 0; fs[cur].state != WAITING; ++cur) {}
+          fail(7, "waits for an mbarrier phase that no thread or copy completes (on the GPU: "
+               "a hang)");
+          break;
+        }
+        events = mbar_events;
+        for (int i = 0; i < nthreads; ++i)
+          if (fs[i].state == WAITING) fs[i].state = RUNNING;
+        continue;
+      }
       int done = -1, waiting = -1;
       for (int i = 0; i < nthreads; ++i) {
         if (fs[i].state == DONE && done < 0) done = i;
@@ -654,6 +680,135 @@ inline void as_wg_cp16(unsigned dst, const uint4* src, bool ok) {
   if (ok) memcpy(as_emu::wg_window + dst, (const void*)src, 16);
   else memset(as_emu::wg_window + dst, 0, 16);
 }
+// -- TMA copies and mbarriers (targets/cuda/tma.py): a copy lands at once and completes its
+// bytes on its mbarrier; a thread waiting for a phase that has not completed lets others run
+
+struct as_tensor_map {  // what the descriptor describes (the launcher fills it in)
+  const unsigned char* base;
+  long long bytes;  // the buffer's
+  int rank, itemsize;
+  long long dims[5], box[5];  // innermost first
+};
+
+namespace as_emu {
+struct Mbar { long long expected, pending, tx; unsigned phase; };
+Mbar mbars[64];
+unsigned mbar_at[64];  // shared byte offsets of the live ones (0: free)
+int n_mbars;
+
+Mbar* mbar(unsigned bar, const char* what) {
+  for (int i = 0; i < n_mbars; ++i)
+    if (mbar_at[i] == bar + 1) return &mbars[i];
+  fail(7, "%s the mbarrier at shared byte %u, which no thread initialized", what, bar);
+  return nullptr;
+}
+
+void mbar_moved(Mbar& m) {
+  ++mbar_events;
+  if (m.pending < 0) fail(7, "an mbarrier phase got more arrivals than its count");
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.expected;
+  }
+}
+
+template <int R> void tma_load(unsigned dst, const as_tensor_map& tm, unsigned bar,
+                               const int (&c)[R]) {
+  Mbar* m = mbar(bar, "copies onto");
+  if (!m) return;
+  if (tm.rank != R || tm.box[0] * tm.itemsize != 128) {
+    fail(7, "a rank-%d copy through a tensor map of rank %d (its box rows of %lld bytes)", R,
+         tm.rank, tm.box[0] * tm.itemsize);
+    return;
+  }
+  long long rows = 1, n = 0;
+  for (int d = 1; d < R; ++d) rows *= tm.box[d];
+  for (long long r = 0; r < rows; ++r) {
+    long long at = 0, stride = tm.itemsize, rest = r;
+    bool inside = true;
+    for (int d = 0; d < R; ++d) {
+      long long g = c[d];
+      if (d > 0) {
+        g += rest % tm.box[d];
+        rest /= tm.box[d];
+      }
+      inside &= g >= 0 && g < tm.dims[d];
+      if (d > 0) at += g * stride;
+      stride *= tm.dims[d];
+    }
+    for (long long e = 0; e < tm.box[0]; ++e, ++n) {
+      unsigned byte = (unsigned)(n * tm.itemsize);
+      byte ^= ((byte >> 7) & 7u) << 4;  // the 128-byte swizzle
+      long long g = c[0] + e, src = at + g * tm.itemsize;
+      if (inside && g >= 0 && g < tm.dims[0]) {
+        if (src < 0 || src + tm.itemsize > tm.bytes) {
+          fail(1, "a TMA copy reads byte %lld of a %lld-byte buffer", src, tm.bytes);
+          return;
+        }
+        memcpy(wg_window + dst + byte, tm.base + src, tm.itemsize);
+      } else {
+        memset(wg_window + dst + byte, 0, tm.itemsize);
+      }
+    }
+  }
+  m->tx -= n * tm.itemsize;
+  mbar_moved(*m);
+}
+}  // namespace as_emu
+
+inline void as_mbar_init(unsigned bar, unsigned count) {
+  using namespace as_emu;
+  int i = 0;
+  while (i < n_mbars && mbar_at[i] && mbar_at[i] != bar + 1) ++i;
+  if (i == 64) return fail(7, "more than 64 live mbarriers");
+  if (i == n_mbars) ++n_mbars;
+  mbar_at[i] = bar + 1;
+  mbars[i] = {(long long)count, (long long)count, 0, 0};
+}
+inline void as_mbar_fence_init() {}
+inline void as_mbar_expect(unsigned bar, unsigned bytes) {
+  if (auto* m = as_emu::mbar(bar, "arrives on")) {
+    m->tx += bytes;
+    --m->pending;
+    as_emu::mbar_moved(*m);
+  }
+}
+inline void as_mbar_arrive(unsigned bar) {
+  if (auto* m = as_emu::mbar(bar, "arrives on")) {
+    --m->pending;
+    as_emu::mbar_moved(*m);
+  }
+}
+inline bool as_mbar_try_wait(unsigned bar, unsigned parity) {
+  auto* m = as_emu::mbar(bar, "waits on");
+  if (!m || (m->phase & 1u) != parity) return true;
+  as_emu::wait_turn();
+  return as_emu::err_code != 0;  // an error ends the wait
+}
+inline void as_mbar_inval(unsigned bar) {
+  for (int i = 0; i < as_emu::n_mbars; ++i)
+    if (as_emu::mbar_at[i] == bar + 1) as_emu::mbar_at[i] = 0;
+}
+inline void as_tma_load1(unsigned dst, const as_tensor_map& tm, unsigned bar, int c0) {
+  as_emu::tma_load<1>(dst, tm, bar, {c0});
+}
+inline void as_tma_load2(unsigned dst, const as_tensor_map& tm, unsigned bar, int c0, int c1) {
+  as_emu::tma_load<2>(dst, tm, bar, {c0, c1});
+}
+inline void as_tma_load3(unsigned dst, const as_tensor_map& tm, unsigned bar, int c0, int c1,
+                         int c2) {
+  as_emu::tma_load<3>(dst, tm, bar, {c0, c1, c2});
+}
+inline void as_tma_load4(unsigned dst, const as_tensor_map& tm, unsigned bar, int c0, int c1,
+                         int c2, int c3) {
+  as_emu::tma_load<4>(dst, tm, bar, {c0, c1, c2, c3});
+}
+inline void as_tma_load5(unsigned dst, const as_tensor_map& tm, unsigned bar, int c0, int c1,
+                         int c2, int c3, int c4) {
+  as_emu::tma_load<5>(dst, tm, bar, {c0, c1, c2, c3, c4});
+}
+template <int N> inline void as_wg_setmaxnreg_inc() {}
+template <int N> inline void as_wg_setmaxnreg_dec() {}
 inline void as_wg_fence_proxy() {}
 inline void as_wg_mma_fence() {}
 inline void as_wg_mma_commit() {}

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from autosched.errors import CompileError
 from autosched.targets.cuda.codegen import arch_number
+from autosched.targets.cuda.tma import DATA_TYPES, TensorMap
 from autosched.targets.cuda.wgmma import ARCH as WGMMA_ARCH
 from autosched.targets.model_api import (
     API,
@@ -117,6 +118,11 @@ GRAPH_FUNCTIONS = (
     ("GraphDestroy", "cuGraphDestroy", "(CUgraph)"),
 )
 GRAPH_UPDATE = ("GraphExecUpdate", "cuGraphExecUpdate_v2", "(CUgraphExec, CUgraph, update_info *)")
+# TMA descriptors (CUDA 12.0), for kernels whose main loops copy by TMA (tma.py); a driver
+# without it fails the first run of such a library, naming the call
+TMA_ENCODE = ("TensorMapEncodeTiled", "cuTensorMapEncodeTiled",
+              "(void *, int, uint32_t, void *, const uint64_t *, const uint64_t *, "
+              "const uint32_t *, const uint32_t *, int, int, int, int)")
 
 
 def cuda_module(module: Any) -> Any:
@@ -204,7 +210,9 @@ class _Launch:
     function: int
     grid: tuple[int, ...]
     block: tuple[int, ...]
-    args: tuple[tuple[str, int], ...]  # (region, byte offset or pointer index)
+    # (region, byte offset or pointer index, 0 or 1 + the index of the tensor map whose
+    # descriptor the argument is: _Plan.tensor_maps)
+    args: tuple[tuple[str, int, int], ...]
 
 
 class _Plan:
@@ -237,6 +245,7 @@ class _Plan:
         self.functions: list[tuple[int, str]] = [
             (n, k.name) for n, m in enumerate(self.modules) for k in m.source.kernels]
         self.function_shared = [k.dynamic_shared for m in self.modules for k in m.source.kernels]
+        self.tensor_maps: list[TensorMap] = []
         self.launches = [launch for call in spec.calls for launch in self._launches(call)]
         self.archs, self.code, self.spans = self._binaries()
 
@@ -254,20 +263,27 @@ class _Plan:
             if 0 in grid or 0 in block:
                 continue
             args = []
-            for buf in info.buffers:
+            for buf, map_at in [*((b, self._map_index(tm)) for b, tm in info.tensor_maps),
+                                *((b, 0) for b in info.buffers)]:
                 if buf in params:
                     place = call.args[params.index(buf)]
                     if place.region not in REGIONS:
                         raise CompileError(f"kernel {info.name}: argument {buf.name} lives in "
                                            f"{place.region}, which a library cannot hold")
-                    args.append((place.region, place.at))
+                    args.append((place.region, place.at, map_at))
                 else:
-                    args.append(("workspace", self.scratch[(n, buf.name)]))
+                    args.append(("workspace", self.scratch[(n, buf.name)], map_at))
             if info.checks:
-                args.append(("workspace", self.status_at))
+                args.append(("workspace", self.status_at, 0))
             function = self.functions.index((n, info.name))
             out.append(_Launch(function, grid, block, tuple(args)))
         return out
+
+    def _map_index(self, tm: TensorMap) -> int:
+        """1 + the index of ``tm`` in the library's table of tensor maps."""
+        if tm not in self.tensor_maps:
+            self.tensor_maps.append(tm)
+        return 1 + self.tensor_maps.index(tm)
 
     def _binaries(self) -> tuple[list[tuple[int, bool]], bytes, list[list[tuple[int, int]]]]:
         """Each arch's (compute capability, whether PTX), the code blob and each (arch, module)
@@ -546,7 +562,9 @@ static CUdeviceptr address(const struct @name@_context *c, place p, const CUdevi
 /* The launches and copies of one run on stream, not waiting for them. */
 static int32_t enqueue(struct @name@_context *c, CUstream stream, const CUdeviceptr *in,
                        const CUdeviceptr *out) {
+  static const uint32_t ones[5] = {1, 1, 1, 1, 1};
   CUdeviceptr values[MAX_ARGS];
+  descriptor maps[MAX_ARGS];
   void *params[MAX_ARGS];
   CUresult r;
   if (CHECKS && (r = cu.MemsetD32(c->memory + WORK_AT + STATUS_AT, 0, 1, stream)))
@@ -554,8 +572,17 @@ static int32_t enqueue(struct @name@_context *c, CUstream stream, const CUdevice
   for (int l = 0; l < N_LAUNCHES; l++) {
     const launch *k = &LAUNCHES[l];
     for (uint32_t j = 0; j < k->count; j++) {
-      values[j] = address(c, ARGS[k->first + j], in, out);
+      const place p = ARGS[k->first + j];
+      values[j] = address(c, p, in, out);
       params[j] = &values[j];
+      if (!p.map) continue;
+      const tensor_map *t = &TENSOR_MAPS[p.map - 1];
+      if (!cu.TensorMapEncodeTiled) return failed("cuTensorMapEncodeTiled (CUDA 12)", 500);
+      /* 128-byte swizzle, L2 promotion of 256 bytes, zeros past the edges */
+      if ((r = cu.TensorMapEncodeTiled(&maps[j], t->dtype, t->rank, (void *)(uintptr_t)values[j],
+                                       t->dims, t->strides, t->box, ones, 0, 3, 3, 0)))
+        return failed("cuTensorMapEncodeTiled", r);
+      params[j] = &maps[j];
     }
     r = cu.Launch(c->functions[k->function], k->grid[0], k->grid[1], k->grid[2], k->block[0],
                   k->block[1], k->block[2], FUNCTION_SHARED[k->function], stream, params, NULL);
@@ -701,7 +728,7 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
     statuses = "\n".join(f"#define ST_{s.name} {int(s)}" for s in Status)
     statuses = f"#define ST_OK {STATUS_OK}\n{statuses}"
     functions = [*((*f, 1) for f in DRIVER_FUNCTIONS),
-                 *((*f, 0) for f in (*GRAPH_FUNCTIONS, GRAPH_UPDATE))]
+                 *((*f, 0) for f in (*GRAPH_FUNCTIONS, GRAPH_UPDATE, TMA_ENCODE))]
     driver = "\n".join(f"  CUresult (*{field}){sig};" for field, _, sig, _ in functions)
     symbols = ",\n  ".join(f'{{"{sym}", offsetof(struct driver, {field}), {required}}}'
                            for field, sym, _, required in functions)
@@ -709,15 +736,15 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
     messages = ",\n  ".join(f"{{{int(bit)}, {c_string(text)}}}"
                             for bit, text in STATUS_MESSAGES.items() if bit != STATUS_OK)
 
-    def place(region: str, at: int) -> str:
-        return f"{{{REGIONS[region]}, {at}u}}"
+    def place(region: str, at: int, map_at: int = 0) -> str:
+        return f"{{{REGIONS[region]}, {at}u, {map_at}u}}"
 
     args: list[str] = []
     launches = []
     for la in plan.launches:
         launches.append(f"{{{la.function}, {{{', '.join(map(str, la.grid))}}}, "
                         f"{{{', '.join(map(str, la.block))}}}, {len(args)}, {len(la.args)}}}")
-        args += [place(r, at) for r, at in la.args]
+        args += [place(*arg) for arg in la.args]
     copies = [f"{{{place(c.src.region, c.src.at)}, {c.output}, {c.nbytes}u}}"
               for c in spec.copies]
     for c in spec.copies:
@@ -738,6 +765,10 @@ def c_source(spec: Any, plan: _Plan, blobs: Path) -> str:
                          for row in plan.spans)
     arch_names = ", ".join(f"{'compute' if ptx else 'sm'}_{cc}" for cc, ptx in plan.archs)
     max_args = max([len(la.args) for la in plan.launches], default=1)
+    maps = [f"{{{DATA_TYPES[tm.dtype]}, {len(tm.shape)}, "
+            f"{{{', '.join(f'{d}u' for d in reversed(tm.shape))}}}, "
+            f"{{{', '.join(f'{d}u' for d in tm.strides()) or '0'}}}, "
+            f"{{{', '.join(f'{d}u' for d in reversed(tm.box))}}}}}" for tm in plan.tensor_maps]
     weights = len(spec.weights)
     return f"""\
 /* Generated by autosched: the CUDA model {n} ({plan.target}), over the CUDA driver API. */
@@ -800,7 +831,10 @@ enum {{ IN, OUT, WEIGHTS, WORK }};
 #define ARCH_NAMES {c_string(arch_names)}
 #define DETAIL_BYTES {WEIGHTS_DETAIL_BYTES}
 
-typedef struct {{ uint32_t region; uint64_t at; }} place;
+typedef struct {{ uint32_t region; uint64_t at; uint32_t map; }} place; /* map: 1 + TENSOR_MAPS' */
+/* a TMA descriptor's tensor (innermost dimension first; byte strides of the others) and box */
+typedef struct {{ int32_t dtype; uint32_t rank; uint64_t dims[5], strides[4]; uint32_t box[5]; }} tensor_map;
+typedef struct {{ _Alignas(64) unsigned char bytes[128]; }} descriptor; /* CUtensorMap */
 typedef struct {{ uint32_t function; uint32_t grid[3], block[3]; uint32_t first, count; }} launch;
 typedef struct {{ place src; uint32_t output; uint64_t nbytes; }} copy;
 typedef struct {{ int32_t cc, ptx; }} arch;
@@ -819,7 +853,8 @@ static const span CODE[N_ARCHS][N_MODULES] = {{
 {_array("uint32_t", "FUNCTION_SHARED", [f"{b}u" for b in plan.function_shared], "0")}
 {_array("launch", "LAUNCHES", launches, "{0, {0, 0, 0}, {0, 0, 0}, 0, 0}")}
 {_array("place", "ARGS", args)}
-{_array("copy", "COPIES", copies, "{{0, 0}, 0, 0}")}
+{_array("tensor_map", "TENSOR_MAPS", maps, "{0, 0, {0}, {0}, {0}}")}
+{_array("copy", "COPIES", copies, "{{0, 0, 0}, 0, 0}")}
 {_array("uint64_t", "INPUT_BYTES", [f"{_tensor_bytes(t)}u" for t in spec.inputs], "0")}
 {_array("uint64_t", "OUTPUT_BYTES", [f"{_tensor_bytes(t)}u" for t in spec.outputs], "0")}
 {_array("uint64_t", "STAGE_IN", [f"{at}u" for at in plan.stage_in], "0")}

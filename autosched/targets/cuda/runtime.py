@@ -29,6 +29,7 @@ from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import host_bits
 from autosched.targets.cuda.nvrtc import CompiledBinary
+from autosched.targets.cuda.tma import DESCRIPTOR_BYTES, TensorMap, encode
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
@@ -113,7 +114,7 @@ class _Loaded:
         self.functions = []
         for k in source.kernels:
             fn = self.module.get_function(k.name)
-            fmt = "P" * len(k.buffers) + "".join(
+            fmt = f"{DESCRIPTOR_BYTES}s" * len(k.tensor_maps) + "P" * len(k.buffers) + "".join(
                 "q" if v.dtype == "int64" else "i" for v in k.scalars) + "P" * k.checks
             fn.prepare(fmt)
             if k.dynamic_shared:  # more than the static 48 KB: the kernel opts in
@@ -188,6 +189,7 @@ class CudaModule:
         self._loaded: _Loaded | None = None
         self._workspace: dict[int, Any] = {}
         self._status: StatusWords | None = None  # its own word, for calls and timing
+        self._descriptors: dict[tuple[TensorMap, int], bytes] = {}  # TMA's, by address
 
     def __getstate__(self) -> dict[str, Any]:
         # a module travels between processes (build worker -> run worker) as source + cubin;
@@ -196,6 +198,7 @@ class CudaModule:
         state["_loaded"] = None
         state["_workspace"] = {}
         state["_status"] = None
+        state["_descriptors"] = {}
         return state
 
     def get_source(self) -> str:
@@ -333,10 +336,20 @@ class CudaModule:
             if 0 in grid or 0 in block:
                 continue
             self._check_limits(loaded, info, fn, grid, block)
-            values: list[Any] = [ptrs[b] for b in info.buffers]
+            values: list[Any] = [self._descriptor(tm, ptrs[b]) for b, tm in info.tensor_maps]
+            values += [ptrs[b] for b in info.buffers]
             values += [env[v.uid] for v in info.scalars] + [status] * info.checks
             calls.append(Launch(fn, grid, block, values, info.name, info.dynamic_shared))
         return Launches(calls, copy_back, keep)
+
+    def _descriptor(self, tm: TensorMap, address: int) -> bytes:
+        """``tm`` over the buffer at ``address``, encoded once per address."""
+        key, known = (tm, address), self.__dict__.setdefault("_descriptors", {})
+        if key not in known:
+            if len(known) > 256:
+                known.clear()
+            known[key] = encode(tm, address)
+        return known[key]
 
     def shape_env(self, args: tuple[Any, ...]) -> dict[int, int]:
         """Check ``args`` against the parameters (tir/params.py; no GPU needed) and bind the

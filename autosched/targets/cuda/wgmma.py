@@ -47,11 +47,13 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autosched.errors import CompileError, ScheduleError
 from autosched.targets.cuda.ir_util import known_divisor
+from autosched.targets.cuda.tma import HELPERS as TMA_HELPERS
+from autosched.targets.cuda.tma import PARAM_TYPE, TensorMap
 from autosched.targets.cuda.wmma import Access, affine_access, tensorized, walk_nest
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
@@ -82,6 +84,8 @@ class MainLoop:
     stages: int = 4
     a_k_major: bool = True  # A is (M, K); else (K, M)
     b_k_major: bool = False  # B is (N, K); else (K, N)
+    tma: bool = False  # one thread copies each K tile by TMA (tma.py); else every thread by cp.async
+    producer: bool = False  # TMA only: the copies from a warpgroup of their own (the first)
 
     @property
     def itemsize(self) -> int:
@@ -109,11 +113,17 @@ class MainLoop:
 
     @property
     def threads(self) -> int:
-        return WARPGROUP * self.warpgroups
+        """Threads a block: the computing warpgroups, and the producer's."""
+        return WARPGROUP * (self.warpgroups + self.producer)
+
+    def stage_bytes(self) -> int:
+        """Bytes of one K tile of both operands."""
+        return (self.block_m + self.block_n) * ROW_BYTES
 
     def shared_bytes(self) -> int:
-        """Shared memory of the operand stages, plus ALIGN to align the first."""
-        return self.stages * (self.block_m + self.block_n) * ROW_BYTES + ALIGN
+        """Shared memory of the operand stages (and with TMA, an 8-byte mbarrier a stage), plus
+        ALIGN to align the first."""
+        return self.stages * (self.stage_bytes() + 8 * (self.tma + self.producer)) + ALIGN
 
     def check(self) -> str | None:
         """Why the instruction cannot take this main loop, or None."""
@@ -131,6 +141,8 @@ class MainLoop:
             return f"{self.slabs * self.block_n // 2} accumulators a thread exceed 128"
         if self.stages < 3:
             return "stages must be at least 3"
+        if self.producer and not self.tma:
+            return "a producer warpgroup copies by TMA only"
         if self.shared_bytes() > MAX_SHARED:
             return f"{self.shared_bytes()} bytes of shared memory exceed {MAX_SHARED}"
         return None
@@ -146,16 +158,46 @@ class MainLoop:
 
 
 @dataclass(frozen=True)
+class TmaRead:
+    """How a TMA main loop reads an operand: through the tensor map parameter ``param``
+    (describing ``map``) from the tile's coordinates ``origin`` (C expressions, outermost
+    first; K's from 0), dimension ``k_dim`` its K and ``row_dim`` its rows (M or N)."""
+
+    param: str
+    map: TensorMap
+    origin: tuple[str, ...]
+    k_dim: int
+    row_dim: int
+
+
+@dataclass(frozen=True)
 class Operand:
     """Where a main loop reads an operand: ``buffer[origin + row * ld + k]`` (K-major) or
     ``buffer[origin + k * ld + row]`` (MN-major) for the tile's rows (M or N) ``row`` and K
-    ``k`` from 0, C expressions; rows from ``rows`` on and K from ``depth`` on read as 0."""
+    ``k`` from 0, C expressions; rows from ``rows`` on and K from ``depth`` on read as 0.
+    A TMA main loop reads it through ``tma`` instead."""
 
     buffer: str
     origin: str
     ld: int
     rows: str
     depth: int
+    tma: TmaRead | None = None
+
+
+def tensor_map_param(name: str) -> str:
+    """A kernel parameter declaration of a tensor map (passed by value, read in place)."""
+    return f"const __grid_constant__ {PARAM_TYPE} {name}"
+
+
+def tma_box(ml: MainLoop, rank: int, k_dim: int, row_dim: int, k_major: bool,
+            rows: int) -> tuple[int, ...]:
+    """The box (outermost first) one TMA copy of an operand moves: all of a K tile's ``rows``
+    rows (K-major), or one 64-element atom of them (MN-major)."""
+    box = [1] * rank
+    box[k_dim] = ml.block_k
+    box[row_dim] = rows if k_major else ROW_BYTES // ml.itemsize
+    return tuple(box)
 
 
 def wgmma_fragment(lane: int, warp: int, index: int) -> tuple[int, int]:
@@ -210,6 +252,7 @@ def helpers(ml: MainLoop) -> str:
     sig = f"void {name}(float (&d)[{regs}], unsigned long long da, unsigned long long db)"
     return "\n".join([
         _COMMON,
+        TMA_HELPERS if ml.tma else "",
         f"#ifndef {name.upper()}",
         f"#define {name.upper()}",
         "#ifndef AS_HOST_EMULATION",
@@ -241,52 +284,85 @@ def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
     why = ml.check()
     if why:
         raise ScheduleError(f"wgmma main loop: {why}")
-    bm, bn, bk, st = ml.block_m, ml.block_n, ml.block_k, ml.stages
-    kt_count = -(-a.depth // bk)
+    if ml.tma and (a.tma is None or b.tma is None):
+        raise ScheduleError("a TMA main loop needs both operands' tensor maps")
+    bm, bn, st = ml.block_m, ml.block_n, ml.stages
+    kt_count = -(-a.depth // ml.block_k)
     a_tile, b_tile = bm * ROW_BYTES, bn * ROW_BYTES
-    mma = _instruction(ml)
-    lines = [
+    head = [
         "{",
         f"  const unsigned wg_a = as_wg_base({region}), wg_b = wg_a + {st * a_tile}u;",
-        "  const int wg_tid = threadIdx.x, wg_group = wg_tid / 128, wg_warp = (wg_tid / 32) % 4,"
-        " wg_lane = wg_tid % 32;",
+        f"  const int wg_tid = threadIdx.x, wg_group = wg_tid / 128 - {int(ml.producer)}, "
+        "wg_warp = (wg_tid / 32) % 4, wg_lane = wg_tid % 32;",
         f"  float wg_acc[{ml.slabs}][{bn // 2}];",
-        f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s)",
-        f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {bn // 2}; ++wg_i) "
-        "wg_acc[wg_s][wg_i] = 0.f;",
+        *([] if ml.producer else _zero_lines(ml)),
         "  auto wg_load = [&](int wg_kt, int wg_slot) {",
-        f"    const int wg_k0 = wg_kt * {bk};",
-        *_copy_lines(ml, a, ml.a_k_major, bm, f"wg_a + wg_slot * {a_tile}u"),
-        *_copy_lines(ml, b, ml.b_k_major, bn, f"wg_b + wg_slot * {b_tile}u"),
-        "  };",
-        f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {st - 2}; ++wg_s) {{",
-        f"    if (wg_s < {kt_count}) wg_load(wg_s, wg_s);",
-        "    as_cp_async_commit();",
-        "  }",
-        f"  for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
-        f"    as_cp_async_wait<{st - 3}>();",
-        "    as_wg_fence_proxy();",
-        "    __syncthreads();",
-        f"    if (wg_kt + {st - 2} < {kt_count}) wg_load(wg_kt + {st - 2}, "
-        f"(wg_kt + {st - 2}) % {st});",
-        "    as_cp_async_commit();",
-        f"    const int wg_slot = wg_kt % {st};",
-        "    as_wg_mma_fence();",
-        f"    #pragma unroll\n    for (int wg_ks = 0; wg_ks < {bk // ml.k_step}; ++wg_ks) {{",
-        f"      #pragma unroll\n      for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s) {{",
-        f"        const int wg_row0 = (wg_group * {ml.slabs} + wg_s) * 64;",
-        f"        {mma}(wg_acc[wg_s], "
-        + _desc(ml, ml.a_k_major, "wg_row0", f"wg_a + wg_slot * {a_tile}u") + ", "
-        + _desc(ml, ml.b_k_major, "0", f"wg_b + wg_slot * {b_tile}u") + ");",
-        "      }",
-        "    }",
-        "    as_wg_mma_commit();",
-        "    as_wg_mma_wait<1>();",
-        "  }",
-        "  as_wg_mma_wait<0>();",
+        f"    const int wg_k0 = wg_kt * {ml.block_k};",
+    ]
+    if ml.producer:
+        body = _producer_lines(ml, a, b, kt_count, f"wg_b + {st * b_tile}u", store)
+    elif ml.tma:
+        bar = f"wg_b + {st * b_tile}u"  # the stages' mbarriers, 8 bytes each
+        body = [
+            f"    const unsigned wg_full = {bar} + 8 * wg_slot;",
+            f"    as_mbar_expect(wg_full, {ml.stage_bytes()}u);",
+            *_tma_lines(ml, a, ml.a_k_major, bm, f"wg_a + wg_slot * {a_tile}u"),
+            *_tma_lines(ml, b, ml.b_k_major, bn, f"wg_b + wg_slot * {b_tile}u"),
+            "  };",
+            "  if (wg_tid == 0) {",
+            f"    for (int wg_s = 0; wg_s < {st}; ++wg_s) as_mbar_init({bar} + 8 * wg_s, 1);",
+            "    as_mbar_fence_init();",
+            "  }",
+            "  __syncthreads();",
+            "  if (wg_tid == 0)",
+            f"    for (int wg_s = 0; wg_s < {min(st - 1, kt_count)}; ++wg_s) wg_load(wg_s, wg_s);",
+            f"  for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
+            f"    const int wg_slot = wg_kt % {st};",
+            f"    while (!as_mbar_try_wait({bar} + 8 * wg_slot, (wg_kt / {st}) & 1)) {{}}",
+            *_mma_lines(ml, a_tile, b_tile),
+            # every warpgroup is done with the tile before: its slot takes the tile st - 1 on
+            "    __syncthreads();",
+            f"    if (wg_tid == 0 && wg_kt + {st - 1} < {kt_count}) "
+            f"wg_load(wg_kt + {st - 1}, (wg_kt + {st - 1}) % {st});",
+            "  }",
+            "  as_wg_mma_wait<0>();",
+            "  __syncthreads();",
+            f"  if (wg_tid == 0)\n    for (int wg_s = 0; wg_s < {st}; ++wg_s) "
+            f"as_mbar_inval({bar} + 8 * wg_s);",
+        ]
+    else:
+        body = [
+            *_copy_lines(ml, a, ml.a_k_major, bm, f"wg_a + wg_slot * {a_tile}u"),
+            *_copy_lines(ml, b, ml.b_k_major, bn, f"wg_b + wg_slot * {b_tile}u"),
+            "  };",
+            f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {st - 2}; ++wg_s) {{",
+            f"    if (wg_s < {kt_count}) wg_load(wg_s, wg_s);",
+            "    as_cp_async_commit();",
+            "  }",
+            f"  for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
+            f"    as_cp_async_wait<{st - 3}>();",
+            "    as_wg_fence_proxy();",
+            "    __syncthreads();",
+            f"    if (wg_kt + {st - 2} < {kt_count}) wg_load(wg_kt + {st - 2}, "
+            f"(wg_kt + {st - 2}) % {st});",
+            "    as_cp_async_commit();",
+            f"    const int wg_slot = wg_kt % {st};",
+            *_mma_lines(ml, a_tile, b_tile),
+            "  }",
+            "  as_wg_mma_wait<0>();",
+        ]
+    if ml.producer:  # the computing warpgroups store
+        return head + body + ["}"]
+    return head + body + [
         "  __syncthreads();  // the stores may reuse the operands' shared memory",
+        *_store_lines(ml, store), "}"]
+
+
+def _store_lines(ml: MainLoop, store: Callable[[str, str, str, str], list[str]]) -> list[str]:
+    """Every accumulator stored (two at a time) through ``store``."""
+    return [
         f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s) {{",
-        f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {bn // 2}; wg_i += 2) {{",
+        f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {ml.block_n // 2}; wg_i += 2) {{",
         f"      const int wg_r = (wg_group * {ml.slabs} + wg_s) * 64 + 16 * wg_warp "
         "+ wg_lane / 4 + 8 * ((wg_i / 2) % 2);",
         "      const int wg_c = 8 * (wg_i / 4) + 2 * (wg_lane % 4);",
@@ -294,9 +370,110 @@ def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
                                        "wg_acc[wg_s][wg_i + 1]")),
         "    }",
         "  }",
-        "}",
     ]
-    return lines
+
+
+PRODUCER_REGISTERS = 40  # what the producer warpgroup keeps (setmaxnreg)
+CONSUMER_REGISTERS = 232  # what each computing warpgroup may grow to
+
+
+def _producer_lines(ml: MainLoop, a: Operand, b: Operand, kt_count: int, bar: str,
+                    store: Callable[[str, str, str, str], list[str]]) -> list[str]:
+    """The loop of a main loop whose first warpgroup copies: its first thread waits for a
+    stage's slot to be released (mbarrier ``empty``: one arrival per computing warp),
+    then copies the K tile into it (mbarrier ``full``); each computing warpgroup waits for
+    ``full``, runs the tile and releases the slot of the tile before (its instructions done)."""
+    st = ml.stages
+    a_tile, b_tile = ml.block_m * ROW_BYTES, ml.block_n * ROW_BYTES
+    full, empty = f"{bar} + 8 * wg_slot", f"{bar} + {8 * st} + 8 * wg_slot"
+    return [
+        f"    const unsigned wg_full = {full};",
+        f"    as_mbar_expect(wg_full, {ml.stage_bytes()}u);",
+        *_tma_lines(ml, a, ml.a_k_major, ml.block_m, f"wg_a + wg_slot * {a_tile}u"),
+        *_tma_lines(ml, b, ml.b_k_major, ml.block_n, f"wg_b + wg_slot * {b_tile}u"),
+        "  };",
+        "  if (wg_tid == 0) {",
+        f"    for (int wg_s = 0; wg_s < {st}; ++wg_s) {{",
+        f"      as_mbar_init({bar} + 8 * wg_s, 1);",
+        f"      as_mbar_init({bar} + {8 * st} + 8 * wg_s, {4 * ml.warpgroups});",
+        "    }",
+        "    as_mbar_fence_init();",
+        "  }",
+        "  __syncthreads();",
+        "  if (wg_group < 0) {",
+        f"    as_wg_setmaxnreg_dec<{PRODUCER_REGISTERS}>();",
+        "    if (wg_tid == 0)",
+        f"      for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
+        f"        const int wg_slot = wg_kt % {st};",
+        f"        if (wg_kt >= {st})",
+        f"          while (!as_mbar_try_wait({empty}, (wg_kt / {st} - 1) & 1)) {{}}",
+        "        wg_load(wg_kt, wg_slot);",
+        "      }",
+        "  } else {",
+        f"    as_wg_setmaxnreg_inc<{CONSUMER_REGISTERS}>();",
+        *("  " + ln for ln in _zero_lines(ml)),
+        f"    for (int wg_kt = 0; wg_kt < {kt_count}; ++wg_kt) {{",
+        f"      const int wg_slot = wg_kt % {st};",
+        f"      while (!as_mbar_try_wait({full}, (wg_kt / {st}) & 1)) {{}}",
+        *("  " + ln for ln in _mma_lines(ml, a_tile, b_tile)),
+        "      if (wg_kt > 0 && wg_lane == 0)",
+        f"        as_mbar_arrive({bar} + {8 * st} + 8 * ((wg_kt + {st - 1}) % {st}));",
+        "    }",
+        "    as_wg_mma_wait<0>();",
+        # the producer's waits ended before the last tile arrived; the stores may reuse the
+        # operands' shared memory once every computing warpgroup is done with it
+        f"    as_bar_sync(1, {ml.warpgroups * WARPGROUP});",
+        f"    if (wg_tid == {WARPGROUP})",
+        f"      for (int wg_s = 0; wg_s < {2 * st}; ++wg_s) as_mbar_inval({bar} + 8 * wg_s);",
+        f"    as_bar_sync(1, {ml.warpgroups * WARPGROUP});",
+        *("  " + ln for ln in _store_lines(ml, store)),
+        "  }",
+    ]
+
+
+def _zero_lines(ml: MainLoop) -> list[str]:
+    return [f"  #pragma unroll\n  for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s)",
+            f"    #pragma unroll\n    for (int wg_i = 0; wg_i < {ml.block_n // 2}; ++wg_i) "
+            "wg_acc[wg_s][wg_i] = 0.f;"]
+
+
+def _mma_lines(ml: MainLoop, a_tile: int, b_tile: int) -> list[str]:
+    """A K tile's instructions (slot wg_slot), committed as one group; the group before
+    waited for."""
+    return [
+        "    as_wg_mma_fence();",
+        f"    #pragma unroll\n    for (int wg_ks = 0; wg_ks < {ml.block_k // ml.k_step}; "
+        "++wg_ks) {",
+        f"      #pragma unroll\n      for (int wg_s = 0; wg_s < {ml.slabs}; ++wg_s) {{",
+        f"        const int wg_row0 = (wg_group * {ml.slabs} + wg_s) * 64;",
+        f"        {_instruction(ml)}(wg_acc[wg_s], "
+        + _desc(ml, ml.a_k_major, "wg_row0", f"wg_a + wg_slot * {a_tile}u") + ", "
+        + _desc(ml, ml.b_k_major, "0", f"wg_b + wg_slot * {b_tile}u") + ");",
+        "      }",
+        "    }",
+        "    as_wg_mma_commit();",
+        "    as_wg_mma_wait<1>();",
+    ]
+
+
+def _tma_lines(ml: MainLoop, op: Operand, k_major: bool, rows: int, smem: str) -> list[str]:
+    """The TMA copies of one operand's K tile (``rows`` rows of M or N) into its slot at
+    ``smem``, completing on the mbarrier wg_full: one box (K-major) or one a 64-element atom
+    (MN-major)."""
+    t = op.tma
+    assert t is not None
+    rank = len(t.map.shape)
+    atom = ROW_BYTES // ml.itemsize
+    out = []
+    for n in range(1 if k_major else rows // atom):
+        coords = list(t.origin)
+        coords[t.k_dim] = f"({coords[t.k_dim]}) + wg_k0"
+        if n:
+            coords[t.row_dim] = f"({coords[t.row_dim]}) + {n * atom}"
+        dst = smem if not n else f"{smem} + {n * ml.block_k * ROW_BYTES}u"
+        out.append(f"    as_tma_load{rank}({dst}, {t.param}, wg_full, "
+                   f"{', '.join(reversed(coords))});")
+    return out
 
 
 def _copy_lines(ml: MainLoop, op: Operand, k_major: bool, rows: int, smem: str) -> list[str]:
@@ -365,9 +542,30 @@ class WgmmaGemm:
         return ml.check() or ml.rows_fit(self.k if ml.a_k_major else self.m,
                                          self.k if ml.b_k_major else self.n)
 
+    def reads(self) -> tuple[TmaRead, TmaRead]:
+        """How a TMA main loop reads A and B (tensor map parameters tmA and tmB)."""
+        ml = self.loop
+        out = []
+        for what, k_major, rows, rows_at, batched in (
+                ("A", ml.a_k_major, self.m, f"blockIdx.y * {ml.block_m}",
+                 self.a_batch_stride != 0),
+                ("B", ml.b_k_major, self.n, f"blockIdx.x * {ml.block_n}",
+                 self.b_batch_stride != 0)):
+            shape = (self.batch if batched else 1,) + ((rows, self.k) if k_major
+                                                       else (self.k, rows))
+            k_dim, row_dim = (2, 1) if k_major else (1, 2)
+            origin = ["blockIdx.z" if batched else "0", "0", "0"]
+            origin[row_dim] = rows_at
+            box = tma_box(ml, 3, k_dim, row_dim, k_major,
+                          ml.block_m if what == "A" else ml.block_n)
+            out.append(TmaRead("tm" + what, TensorMap(ml.dtype, shape, box), tuple(origin),
+                               k_dim, row_dim))
+        return out[0], out[1]
+
 
 def gemm_source(spec: WgmmaGemm) -> str:
-    """The CUDA C of the kernel ``spec.name`` (arguments A, B, C)."""
+    """The CUDA C of the kernel ``spec.name`` (arguments A, B, C; with TMA first the tensor
+    maps of A and B: ``spec.reads()``)."""
     why = spec.check()
     if why:
         raise ScheduleError(f"wgmma GEMM {spec.name}: {why}")
@@ -376,14 +574,17 @@ def gemm_source(spec: WgmmaGemm) -> str:
     m, n, k = spec.m, spec.n, spec.k
     a_bs = m * k if spec.a_batch_stride is None else spec.a_batch_stride
     b_bs = k * n if spec.b_batch_stride is None else spec.b_batch_stride
+    reads = spec.reads() if ml.tma else (None, None)
     a = Operand("A", f"(long long)blockIdx.z * {a_bs}LL + "
                      + ("blockIdx.y * " + str(ml.block_m * k) if ml.a_k_major
                         else "blockIdx.y * " + str(ml.block_m)),
-                k if ml.a_k_major else m, f"{m} - (int)blockIdx.y * {ml.block_m}", k)
+                k if ml.a_k_major else m, f"{m} - (int)blockIdx.y * {ml.block_m}", k,
+                reads[0])
     b = Operand("B", f"(long long)blockIdx.z * {b_bs}LL + "
                      + ("blockIdx.x * " + str(ml.block_n * k) if ml.b_k_major
                         else "blockIdx.x * " + str(ml.block_n)),
-                k if ml.b_k_major else n, f"{n} - (int)blockIdx.x * {ml.block_n}", k)
+                k if ml.b_k_major else n, f"{n} - (int)blockIdx.x * {ml.block_n}", k,
+                reads[1])
 
     def store(r: str, c: str, v0: str, v1: str) -> list[str]:
         row = f"(int)blockIdx.y * {ml.block_m} + {r}"
@@ -398,12 +599,13 @@ def gemm_source(spec: WgmmaGemm) -> str:
               "float32": ""}[ml.dtype]
     from autosched.targets.cuda.codegen import PRELUDE_ASYNC
 
+    maps = "".join(f"{tensor_map_param(r.param)}, " for r in reads if r is not None)
     return "\n".join([
         header,
         PRELUDE_ASYNC,
         helpers(ml),
         f'extern "C" __global__ void __launch_bounds__({ml.threads}, 1)',
-        f"{spec.name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, "
+        f"{spec.name}({maps}const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, "
         "float* __restrict__ C) {",
         "  extern __shared__ __align__(1024) unsigned char as_wg_smem[];",
         *("  " + ln for ln in main_loop(ml, a, b, "as_wg_smem", store)),
@@ -441,13 +643,43 @@ def block_output(loop: ir.For) -> ir.Buffer:
 
 
 def block_loop(loop: ir.For, intrin: TensorIntrin, threads: int) -> MainLoop:
-    """The main loop of the gemm_block nest ``loop`` run by ``threads`` threads a block."""
+    """The main loop of the gemm_block nest ``loop`` run by ``threads`` threads a block: with
+    TMA copies where both operands take them (when AUTOSCHED_TMA is on)."""
+    from autosched import settings
+
     nest = _parse(loop, "")
     a, b = _operands(nest)
     stages = dict(loop.annotations).get(STAGES_PRAGMA, 4)
-    return MainLoop(intrin.in_dtype, const_int(nest.loops[0].extent) or 0,
-                    const_int(nest.loops[1].extent) or 0, threads // WARPGROUP, int(stages),
-                    a[1], b[1])
+    ml = MainLoop(intrin.in_dtype, const_int(nest.loops[0].extent) or 0,
+                  const_int(nest.loops[1].extent) or 0, threads // WARPGROUP, int(stages),
+                  a[1], b[1])
+    if settings.flag(settings.TMA) and _tma_map(nest, ml, a, ml.block_m) \
+            and _tma_map(nest, ml, b, ml.block_n):
+        return replace(ml, tma=True)
+    return ml
+
+
+def _tma_map(nest: _BlockNest, ml: MainLoop, read: _Read, rows: int) -> TensorMap | None:
+    """The tensor map a TMA main loop reads an operand (tiles of ``rows`` rows) through;
+    None unless the operand is a C-contiguous buffer of static shape (rank 5 at most) with
+    one dimension moving by one with the tile's rows and one with K, the K-major operand's
+    K or the MN-major's rows innermost, K read from 0 to its end or in whole tiles."""
+    acc, k_major, row_dim, k_dim = read
+    shape = [const_int(d) for d in acc.buffer.shape]
+    if None in shape or acc.buffer.dtype != ml.dtype or k_dim < 0 or k_dim == row_dim:
+        return None
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]  # type: ignore[operator]
+    depth = const_int(nest.loops[2].extent) or 0
+    if strides[row_dim] != (acc.strides[0] or acc.strides[1]) \
+            or strides[k_dim] != acc.strides[2] \
+            or (k_dim == len(shape) - 1) != k_major or const_int(acc.origin[k_dim]) != 0 \
+            or not (depth == shape[k_dim] or depth % ml.block_k == 0):
+        return None
+    box = tma_box(ml, len(shape), k_dim, row_dim, k_major, rows)
+    tm = TensorMap(ml.dtype, tuple(shape), box)  # type: ignore[arg-type]
+    return tm if tm.check() is None else None
 
 
 def _parse(loop: ir.For, where: str) -> _BlockNest:
@@ -461,8 +693,12 @@ def _parse(loop: ir.For, where: str) -> _BlockNest:
     return _BlockNest(tuple(loops), updates[0], where)
 
 
-def _operands(nest: _BlockNest) -> tuple[tuple[Access, bool, int], tuple[Access, bool, int]]:
-    """((access, K-major, row dimension) of A, the same of B) of the nest's update."""
+_Read = tuple[Access, bool, int, int]
+
+
+def _operands(nest: _BlockNest) -> tuple[_Read, _Read]:
+    """((access, K-major, row dimension, K dimension or -1 when K moves several) of A, the
+    same of B) of the nest's update."""
     v = nest.update.value
     if not (isinstance(v, E.Binary) and v.op is Op.ADD and isinstance(v.a, ir.Load)
             and v.a.buffer == nest.update.buffer and isinstance(v.b, E.Binary)
@@ -473,7 +709,7 @@ def _operands(nest: _BlockNest) -> tuple[tuple[Access, bool, int], tuple[Access,
     if not all(isinstance(ld, ir.Load) and ld.buffer.scope == "global" for ld in loads):
         raise CompileError(f"{nest.where}: the factors of {v.b} must be loads of global "
                            "operands")
-    found: dict[int, tuple[Access, bool, int]] = {}
+    found: dict[int, _Read] = {}
     for ld in loads:
         assert isinstance(ld, ir.Load)
         acc = affine_access(nest, ld.buffer, ld.indices)
@@ -488,7 +724,9 @@ def _operands(nest: _BlockNest) -> tuple[tuple[Access, bool, int], tuple[Access,
         if len(dims) != 1:
             raise CompileError(f"{nest.where}: {ld.buffer.name}'s rows move along {len(dims)} "
                                "dimensions")
-        found[row] = (acc, sk == 1, dims[0])
+        k_dims = [d for d, ix in enumerate(ld.indices)
+                  if any(x.uid == nest.vars[2].uid for x in free_vars(ix))]
+        found[row] = (acc, sk == 1, dims[0], k_dims[0] if len(k_dims) == 1 else -1)
     if sorted(found) != [0, 1]:
         raise CompileError(f"{nest.where}: one factor must move with i and one with j")
     return found[0], found[1]
@@ -511,7 +749,8 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
         raise CompileError(f"{where}: {why}")
     depth = const_int(nest.loops[2].extent)
     ops = []
-    for (acc, k_major, row_dim), what in zip(_operands(nest), "AB"):
+    for read, what, tile_rows in zip(_operands(nest), "AB", (ml.block_m, ml.block_n)):
+        acc, k_major, row_dim, k_dim = read
         ld = (acc.strides[0] or acc.strides[1]) if k_major else acc.strides[2]
         extent = const_int(acc.buffer.shape[-1])
         if extent is None or extent % ml.lanes or (ld * ml.itemsize) % CHUNK \
@@ -521,8 +760,15 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
                                f"{extent}, leading dimension {ld}, offset {acc.base})")
         rows = (f"{w._expr(acc.buffer.shape[row_dim])} - "
                 f"({w._expr(acc.origin[row_dim])})")
+        tma = None
+        if ml.tma:
+            tm = _tma_map(nest, ml, read, tile_rows)
+            assert tm is not None, "block_loop checked the operand"
+            param = f"as_tm{len(w.tensor_maps)}"
+            w.tensor_maps.append((param, acc.buffer, tm))
+            tma = TmaRead(param, tm, tuple(w._expr(o) for o in acc.origin), k_dim, row_dim)
         ops.append(Operand(w.names.get(acc.buffer.uid, acc.buffer.name), w._expr(acc.base),
-                           int(ld), rows, int(depth or 0)))
+                           int(ld), rows, int(depth or 0), tma))
     dst = affine_access(nest, out, nest.update.indices)
     if dst.strides[1] != 1 or dst.strides[2] != 0:
         raise CompileError(f"{where}: the tile {out.name} must be row-major along (i, j)")

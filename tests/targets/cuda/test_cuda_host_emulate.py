@@ -181,6 +181,39 @@ def test_divergent_syncthreads_is_an_error_not_a_hang(rng):
     assert info.value.kernel == mod.kernel_names[0]
 
 
+def test_a_thread_waiting_on_an_mbarrier_lets_the_others_run(rng):
+    """Thread 0 waits for an arrival that thread 63 makes later (in the forward order, after
+    thread 0 has started waiting): the wait yields instead of spinning the one OS thread."""
+    mod = _with_body(_copy_module(), """
+  __shared__ __align__(16) float s[64];
+  const unsigned bar = as_wg_base(s);
+  if (threadIdx.x == 0) as_mbar_init(bar, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    while (!as_mbar_try_wait(bar, 0)) {}
+    C[0] = A[63];
+  } else {
+    if (threadIdx.x == 63) as_mbar_arrive(bar);
+    C[threadIdx.x] = A[threadIdx.x];
+  }""")
+    for order in ("forward", "reverse"):
+        a, c = _run(mod, rng, order=order)
+        np.testing.assert_array_equal(c, np.concatenate([a[63:], a[1:]]))
+
+
+def test_waiting_on_an_mbarrier_no_one_completes_is_an_error_not_a_hang(rng):
+    mod = _with_body(_copy_module(), """
+  __shared__ __align__(16) float s[64];
+  const unsigned bar = as_wg_base(s);
+  if (threadIdx.x == 0) as_mbar_init(bar, 2);
+  __syncthreads();
+  if (threadIdx.x == 5) as_mbar_arrive(bar);
+  while (!as_mbar_try_wait(bar, 0)) {}
+  C[threadIdx.x] = A[threadIdx.x];""")
+    with pytest.raises(HostEmulationError, match="mbarrier phase that no thread or copy"):
+        _run(mod, rng)
+
+
 def test_threads_at_different_syncthreads_is_an_error(rng):
     mod = _with_body(_copy_module(), """
   if (threadIdx.x % 2) { __syncthreads(); }

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from autosched import te
-from autosched.errors import ScheduleError
+from autosched.errors import RuntimeError_, ScheduleError
 from autosched.search.space import Candidate, SearchSpace
 from autosched.search.task import Task
 from autosched.targets.cuda.host_emulate import unavailable
 from autosched.targets.cuda.nvrtc import compile_cuda
+from autosched.targets.cuda.tma import TensorMap
 from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source, wgmma_fragment
 from autosched.te import ops
 from tests.support.nvrtc import needs_nvrtc
@@ -40,8 +41,12 @@ def _run(args: list[te.Tensor], rng: np.random.Generator, dtype: str = "float16"
     arrays = _inputs(args, rng)
     mod = task.build(low.schedule)
     assert "as_wgmma_m64n" in mod.get_source()
+    SOURCES.append(mod.get_source())
     mod(*arrays)
     return arrays
+
+
+SOURCES: list[str] = []  # what _run built, last last
 
 
 def test_each_accumulator_of_a_slab_has_one_thread() -> None:
@@ -61,6 +66,58 @@ def test_main_loop_checks_what_the_instruction_takes() -> None:
     assert "stages" in (MainLoop(stages=2).check() or "")
     assert "shared memory" in (MainLoop(block_n=256, stages=6).check() or "")
     assert "16 bytes" in (MainLoop().rows_fit(64, 100) or "")
+    assert "TMA" in (MainLoop(producer=True).check() or "")
+    assert MainLoop(tma=True, producer=True).threads == 3 * 128
+
+
+def test_tensor_maps_check_what_the_copy_takes() -> None:
+    assert TensorMap("float16", (3, 300, 4096), (1, 128, 64)).check() is None
+    assert "128" in (TensorMap("float32", (64, 64), (64, 64)).check() or "")  # 256-byte rows
+    assert "16 bytes" in (TensorMap("float16", (64, 100), (64, 64)).check() or "")
+    assert "box" in (TensorMap("float16", (512, 64), (512, 64)).check() or "")
+    assert "rank" in (TensorMap("float16", (1,) * 6, (1,) * 6).check() or "")
+    assert TensorMap("float16", (5, 7, 64), (1, 7, 64)).strides() == [128, 7 * 128]
+
+
+def test_a_tma_main_loop_reads_each_operand_through_its_map() -> None:
+    spec = WgmmaGemm(300, 256, 200, MainLoop(block_n=256, tma=True), batch=2, b_batch_stride=0)
+    a, b = spec.reads()
+    assert a.map == TensorMap("float16", (2, 300, 200), (1, 128, 64)) and a.k_dim == 2
+    # B (K, N) broadcast over the batch: atoms of 64 columns, every K row of the tile
+    assert b.map == TensorMap("float16", (1, 200, 256), (1, 64, 64)) and b.row_dim == 2
+    kernel = gemm_source(spec).split('extern "C"')[1]
+    assert kernel.count("as_tma_load3(") == 1 + 4 and "as_wg_cp16(" not in kernel
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("producer", [False, True])
+def test_tma_main_loops_compile_to_bulk_tensor_copies(producer) -> None:
+    spec = WgmmaGemm(4096, 4096, 4096, MainLoop(block_n=256, tma=True, producer=producer))
+    binary = compile_cuda(gemm_source(spec), "sm_90a", needs_headers=True, ptx=True)
+    text = binary.data.decode()
+    assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in text
+    assert "mbarrier.try_wait.parity" in text and ".local" not in text
+    assert ("setmaxnreg.inc.sync.aligned.u32 232" in text) == producer
+    cubin = compile_cuda(gemm_source(spec), "sm_90a", needs_headers=True)
+    assert "insufficient register" not in cubin.log  # accumulators never serialize wgmma
+
+
+def test_encoding_a_tensor_map_without_a_driver_says_so(monkeypatch) -> None:
+    from autosched.targets.cuda import tma
+
+    tma._encoder.cache_clear()
+    monkeypatch.setattr(tma.ctypes, "CDLL", _no_library)
+    try:
+        with pytest.raises(RuntimeError_, match="TMA copies need libcuda.so.1"):
+            tma.encode(TensorMap("float16", (64, 64), (64, 64)), 1 << 20)
+    finally:
+        tma._encoder.cache_clear()
+    with pytest.raises(RuntimeError_, match="exceed 128"):
+        tma.encode(TensorMap("float32", (64, 64), (64, 64)), 1 << 20)
+
+
+def _no_library(name: str) -> None:
+    raise OSError(f"{name}: cannot open shared object file")
 
 
 @needs_nvrtc
@@ -88,6 +145,20 @@ def test_wgmma_tile_on_host_matches_numpy(shape, dtype, transpose_b, knobs, rng)
     args = _matmul(m, n, k, dtype, transpose_b=transpose_b)
     a, b, c = _run(args, rng, dtype, **knobs)
     _check(c, _reference(a, b, transpose_b), dtype)
+
+
+@needs_host
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_wgmma_tile_copies_by_tma_unless_turned_off(tma, monkeypatch, rng) -> None:
+    """With AUTOSCHED_TMA=1 the main loop copies by TMA (the host encodes a descriptor of each
+    operand, passed before the buffers); with 0 every thread copies by cp.async."""
+    monkeypatch.setenv("AUTOSCHED_TMA", tma)
+    args = _matmul(136, 200, 72, "float16", transpose_b=True)
+    a, b, c = _run(args, rng, "float16", block_n=128)
+    _check(c, _reference(a, b, True), "float16")
+    kernel = SOURCES[-1].split('extern "C"')[1]
+    assert ("const __grid_constant__ as_tensor_map as_tm1" in kernel) == (tma == "1")
+    assert ("as_wg_cp16(" in kernel) == (tma == "0")
 
 
 @needs_host
