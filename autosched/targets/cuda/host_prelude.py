@@ -173,8 +173,9 @@ as_switch:
 
 namespace as_emu {
 
-enum { RUNNING, AT_BARRIER, DONE, WAITING };  // WAITING: for an mbarrier's phase
-struct Fiber { void* sp; int state; int line; };
+// WAITING: for an mbarrier's phase; AT_NAMED: at a barrier of some of the threads (bar.sync)
+enum { RUNNING, AT_BARRIER, DONE, WAITING, AT_NAMED };
+struct Fiber { void* sp; int state; int line; int bar, bar_threads; };
 
 constexpr size_t STACK = 1 << 20;  // bytes per thread; pages are committed only when touched
 constexpr size_t PAGE = 4096;
@@ -233,6 +234,36 @@ unsigned long long mbar_events;  // arrivals and copies completed on mbarriers, 
 void wait_turn() {
   fibers[cur].state = WAITING;
   as_switch(&fibers[cur].sp, sched_sp);
+}
+
+// bar.sync id, threads: waits until that many threads have arrived at barrier id
+void named_barrier(int id, int threads) {
+  fibers[cur].state = AT_NAMED;
+  fibers[cur].bar = id;
+  fibers[cur].bar_threads = threads;
+  as_switch(&fibers[cur].sp, sched_sp);
+}
+
+// releases the named barriers every thread of has arrived at; whether one was
+bool release_named(Fiber* fs) {
+  bool released = false;
+  for (int id = 1; id < 16 && !err_code; ++id) {
+    int at = 0, want = 0;
+    for (int i = 0; i < nthreads; ++i)
+      if (fs[i].state == AT_NAMED && fs[i].bar == id) {
+        ++at;
+        want = fs[i].bar_threads;
+      }
+    if (!at || at < want) continue;
+    if (at > want || want % warpSize) {
+      fail(3, "%d threads arrive at barrier %d, which counts %d", at, id, want);
+      break;
+    }
+    for (int i = 0; i < nthreads; ++i)
+      if (fs[i].state == AT_NAMED && fs[i].bar == id) fs[i].state = RUNNING;
+    released = true;
+  }
+  return released;
 }
 
 void fiber_main() {
@@ -319,19 +350,34 @@ int run(const char* name, long long bounds, const long long* launch, int order, 
         as_switch(&sched_sp, fs[i].sp);
       }
       if (err_code) break;
-      bool blocked = false;
-      for (int i = 0; i < nthreads; ++i) blocked |= fs[i].state == WAITING;
-      if (blocked) {  // run the waiting threads again if some mbarrier moved meanwhile
-        if (mbar_events == events) {
-          for (cur = 0; fs[cur].state != WAITING; ++cur) {}
-          fail(7, "waits for an mbarrier phase that no thread or copy completes (on the GPU: "
-               "a hang)");
-          break;
-        }
+      // named barriers that all their threads reached open (a barrier interval of theirs ends:
+      // the race records take it as one for every thread); threads waiting on an mbarrier run
+      // again once some mbarrier moved; neither happening while some wait is a hang
+      bool moved = release_named(fs), blocked = false, named = false;
+      if (moved) ++phase;
+      for (int i = 0; i < nthreads; ++i) {
+        blocked |= fs[i].state == WAITING;
+        named |= fs[i].state == AT_NAMED;
+      }
+      if (blocked && (moved || mbar_events != events)) {
         events = mbar_events;
         for (int i = 0; i < nthreads; ++i)
           if (fs[i].state == WAITING) fs[i].state = RUNNING;
         continue;
+      }
+      if (err_code) break;
+      if (moved) continue;
+      if (blocked) {
+        for (cur = 0; fs[cur].state != WAITING; ++cur) {}
+        fail(7, "waits for an mbarrier phase that no thread or copy completes (on the GPU: "
+             "a hang)");
+        break;
+      }
+      if (named) {
+        for (cur = 0; fs[cur].state != AT_NAMED; ++cur) {}
+        fail(3, "waits at barrier %d for %d threads, which never all arrive (on the GPU: a "
+             "hang)", fs[cur].bar, fs[cur].bar_threads);
+        break;
       }
       int done = -1, waiting = -1;
       for (int i = 0; i < nthreads; ++i) {
@@ -807,6 +853,7 @@ inline void as_tma_load5(unsigned dst, const as_tensor_map& tm, unsigned bar, in
                          int c2, int c3, int c4) {
   as_emu::tma_load<5>(dst, tm, bar, {c0, c1, c2, c3, c4});
 }
+inline void as_bar_sync(int id, int threads) { as_emu::named_barrier(id, threads); }
 template <int N> inline void as_wg_setmaxnreg_inc() {}
 template <int N> inline void as_wg_setmaxnreg_dec() {}
 inline void as_wg_fence_proxy() {}

@@ -214,6 +214,31 @@ def test_waiting_on_an_mbarrier_no_one_completes_is_an_error_not_a_hang(rng):
         _run(mod, rng)
 
 
+def test_a_named_barrier_orders_only_the_threads_it_counts(rng):
+    """bar.sync 1, 32: the first warp exchanges values through shared memory while the
+    second copies on its own, never at that barrier."""
+    mod = _with_body(_copy_module(), """
+  __shared__ __align__(16) float s[64];
+  if (threadIdx.x < 32) {
+    s[threadIdx.x] = A[threadIdx.x];
+    as_bar_sync(1, 32);
+    C[threadIdx.x] = s[31 - threadIdx.x];
+  } else {
+    C[threadIdx.x] = A[threadIdx.x];
+  }""")
+    for order in ("forward", "reverse"):
+        a, c = _run(mod, rng, order=order)
+        np.testing.assert_array_equal(c, np.concatenate([a[31::-1], a[32:]]))
+
+
+def test_a_named_barrier_too_few_threads_reach_is_an_error_not_a_hang(rng):
+    mod = _with_body(_copy_module(), """
+  if (threadIdx.x < 32) as_bar_sync(1, 64);
+  C[threadIdx.x] = A[threadIdx.x];""")
+    with pytest.raises(HostEmulationError, match="barrier 1 for 64 threads, which never all"):
+        _run(mod, rng)
+
+
 def test_threads_at_different_syncthreads_is_an_error(rng):
     mod = _with_body(_copy_module(), """
   if (threadIdx.x % 2) { __syncthreads(); }
