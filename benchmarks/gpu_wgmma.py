@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402  before autosched, as in the other GPU benchmarks
 
 from autosched.targets.cuda import runtime  # noqa: E402
+from autosched.targets.cuda.launch import TENSOR_MAP, DriverFunction  # noqa: E402
 from autosched.targets.cuda.nvrtc import compile_cuda  # noqa: E402
 from autosched.targets.cuda.tma import encode  # noqa: E402
 from autosched.targets.cuda.wgmma import MainLoop, WgmmaGemm, gemm_source  # noqa: E402
@@ -73,22 +74,26 @@ class Kernel:
         drv = runtime.driver()
         runtime.context()
         self.module = drv.module_from_buffer(binary.data)
-        self.fn = self.module.get_function(spec.name)
+        self.fn = (DriverFunction(binary.data, spec.name, (TENSOR_MAP,) * 2 + ("P",) * 3)
+                   if spec.loop.tma else self.module.get_function(spec.name))
         self.grid, self.block, self.shared = spec.launch()
         self.fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
         self.regs = self.fn.get_attribute(drv.function_attribute.NUM_REGS)
         self.local = self.fn.get_attribute(drv.function_attribute.LOCAL_SIZE_BYTES)
         self.log = binary.log
         self.maps = [r.map for r in spec.reads()] if spec.loop.tma else []
-        self._encoded: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._encoded: dict[tuple[int, int], list[bytes]] = {}
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         key = (a.data_ptr(), b.data_ptr())
         if self.maps and key not in self._encoded:
-            self._encoded[key] = [np.frombuffer(encode(tm, p), np.uint8)
-                                  for tm, p in zip(self.maps, key)]
-        self.fn(*self._encoded.get(key, []), _ptr(a), _ptr(b), _ptr(c), grid=self.grid,
-                block=self.block, shared=self.shared)
+            self._encoded[key] = [encode(tm, p) for tm, p in zip(self.maps, key)]
+        if self.maps:
+            self.fn.prepared_call(self.grid, self.block, *self._encoded[key], a.data_ptr(),
+                                  b.data_ptr(), c.data_ptr(), shared_size=self.shared)
+        else:
+            self.fn(_ptr(a), _ptr(b), _ptr(c), grid=self.grid, block=self.block,
+                    shared=self.shared)
 
 
 def _ptr(t: torch.Tensor) -> object:

@@ -28,8 +28,9 @@ from autosched.errors import RuntimeError_
 from autosched.targets.backend import Timing, time_repeats
 from autosched.targets.cuda.codegen import CudaSource, KernelInfo
 from autosched.targets.cuda.dtypes import host_bits
+from autosched.targets.cuda.launch import TENSOR_MAP, DriverFunction
 from autosched.targets.cuda.nvrtc import CompiledBinary
-from autosched.targets.cuda.tma import DESCRIPTOR_BYTES, TensorMap, encode
+from autosched.targets.cuda.tma import TensorMap, encode
 from autosched.targets.status import KernelFailure
 from autosched.targets.target import Target
 from autosched.te import dtype as dt
@@ -113,10 +114,15 @@ class _Loaded:
                               (attr.MAX_GRID_DIM_X, attr.MAX_GRID_DIM_Y, attr.MAX_GRID_DIM_Z))
         self.functions = []
         for k in source.kernels:
-            fn = self.module.get_function(k.name)
-            fmt = f"{DESCRIPTOR_BYTES}s" * len(k.tensor_maps) + "P" * len(k.buffers) + "".join(
-                "q" if v.dtype == "int64" else "i" for v in k.scalars) + "P" * k.checks
-            fn.prepare(fmt)
+            kinds = ("P",) * len(k.buffers) + tuple(
+                "q" if v.dtype == "int64" else "i" for v in k.scalars) + ("P",) * k.checks
+            fn: Any
+            if k.tensor_maps:  # descriptors by value: the driver places the parameters
+                fn = DriverFunction(binary.data, k.name, (TENSOR_MAP,) * len(k.tensor_maps)
+                                    + kinds)
+            else:
+                fn = self.module.get_function(k.name)
+                fn.prepare("".join(kinds))
             if k.dynamic_shared:  # more than the static 48 KB: the kernel opts in
                 fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  k.dynamic_shared)
