@@ -436,29 +436,38 @@ def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target
     output when it has one: a block tile of ``block_m`` x ``block_n`` computed by the wgmma
     main loop (targets/cuda/wgmma.py) of ``warpgroups`` warpgroups and ``stages`` operand
     tiles into a shared tile whose rows are padded by 16 bytes, which every thread reads for
-    the output (and the epilogue fused into it)."""
+    the output (and the epilogue fused into it). With AUTOSCHED_TMA on, the main loop copies
+    by TMA, and knob ``producer`` adds a warpgroup that only copies."""
+    from autosched import settings
     from autosched.targets.cuda.wgmma import MainLoop
 
     pre = f"{name}."
     operands = mma_operands(sch0, name)
     assert operands is not None, f"{name} is no half matmul"
     dtype = operands[0].tensor.dtype
+    tma = settings.flag(settings.TMA)
     knobs: list[Knob] = [
         ChoiceKnob(f"{pre}block_m", (64, 128, 256), default_index=1),
         ChoiceKnob(f"{pre}block_n", (64, 128, 192, 256), default_index=1),
         ChoiceKnob(f"{pre}warpgroups", (1, 2), default_index=1),
         ChoiceKnob(f"{pre}stages", (3, 4, 5, 6), default_index=1),
+        *([ChoiceKnob(f"{pre}producer", (0, 1))] if tma else []),
     ]
 
     def loop(p: Params) -> MainLoop:
-        bm, bn, wg, st = (p[k.name] for k in knobs)
-        return MainLoop(dtype, bm, bn, wg, st, operands[0].k_last, operands[1].k_last)
+        bm, bn, wg, st = (p[k.name] for k in knobs[:4])
+        producer = bool(p.get(f"{pre}producer", 0))
+        return MainLoop(dtype, bm, bn, wg, st, operands[0].k_last, operands[1].k_last, tma,
+                        producer)
 
     def check(p: Params) -> str | None:
         ml = loop(p)
         why = ml.check()
         if why:
             return why
+        if (ml.block_m * ml.block_n) % ml.threads:  # the output's rows would overhang
+            return (f"{ml.threads} threads do not divide the {ml.block_m} x {ml.block_n} "
+                    "output tile")
         tile = ml.block_m * (ml.block_n + PAD_BYTES // 4) * 4
         shared = max(tile, ml.shared_bytes())
         if shared > target.max_shared_memory_per_block:
@@ -471,13 +480,14 @@ def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target
             raise ScheduleError(f"wgmma tile of {name}: {why}")
         ml = loop(p)
         schedule_wgmma(sch, name, fused_into, ml.block_m, ml.block_n, ml.warpgroups, ml.stages,
-                       BLOCK_FOR_DTYPE[dtype])
+                       BLOCK_FOR_DTYPE[dtype], ml.producer)
 
     return Rule(name, tuple(knobs), apply, "wgmma", check)
 
 
 def schedule_wgmma(sch: Schedule, name: str, fused_into: str | None, block_m: int,
-                   block_n: int, warpgroups: int, stages: int, intrin: str) -> None:
+                   block_n: int, warpgroups: int, stages: int, intrin: str,
+                   producer: bool = False) -> None:
     """The steps of the warpgroup tile (wgmma_rule) on ``sch``."""
     if fused_into is None:
         consumer = sch.stage(name)
@@ -486,7 +496,8 @@ def schedule_wgmma(sch: Schedule, name: str, fused_into: str | None, block_m: in
         consumer, acc = sch.stage(fused_into), sch.stage(name)
         acc.set_scope("shared")
     block, ii, jj = _output_blocks(consumer, block_m, block_n)
-    rest, thread = consumer.split(consumer.fuse(ii, jj), factor=WARP * 4 * warpgroups)
+    rest, thread = consumer.split(consumer.fuse(ii, jj),
+                                  factor=WARP * 4 * (warpgroups + producer))
     consumer.bind(thread, _thread("threadIdx.x"))
     acc.compute_at(consumer, block)
     *abatch, ai, aj = acc.compute_op.axis
@@ -496,4 +507,6 @@ def schedule_wgmma(sch: Schedule, name: str, fused_into: str | None, block_m: in
     acc.reorder(*abatch, io, jo, ti, tj, ak)
     acc.tensorize(ti, intrin)
     acc.pragma(ti, "wgmma_stages", stages)
+    if producer:
+        acc.pragma(ti, "wgmma_producer", 1)
     _pad_rows(acc)

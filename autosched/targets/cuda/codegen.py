@@ -340,7 +340,10 @@ class _KernelWriter(ExprWriter):
                     f"{tuple(threads)}) but target {self.fw.target} allows "
                     f"{self.fw.target.max_threads_per_block}"
                 )
-            bounds = f"__launch_bounds__({total}) "
+            # a producer warpgroup hands its registers to the computing ones (setmaxnreg):
+            # one block an SM, so the block starts with the most registers a thread can have
+            one = any(ml.producer for ml in self.wg_loops.values())
+            bounds = f"__launch_bounds__({total}{', 1' * one}) "
         if self.shared_bytes > self.fw.target.max_shared_memory_per_block:
             raise CompileError(
                 f"kernel {self.name} declares {self.shared_bytes} bytes of shared memory but "

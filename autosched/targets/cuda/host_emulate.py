@@ -193,7 +193,7 @@ class _Program:
 
 _TYPE = "|".join(re.escape(t) for t in sorted(set(C_TYPES.values()), key=len, reverse=True))
 _SIGNATURE = re.compile(
-    r'^extern "C" __global__ void (?:__launch_bounds__\((\d+)\) )?(\w+)\((.*)\) \{$')
+    r'^extern "C" __global__ void (?:__launch_bounds__\((\d+)(?:, \d+)?\) )?(\w+)\((.*)\) \{$')
 _POINTER = re.compile(rf"^(const )?({_TYPE})\* __restrict__ (\w+)$")
 _SCALAR = re.compile(rf"^({_TYPE}) (\w+)$")
 _TENSOR_MAP = re.compile(rf"^const __grid_constant__ {PARAM_TYPE} (\w+)$")

@@ -428,6 +428,9 @@ def _producer_lines(ml: MainLoop, a: Operand, b: Operand, kt_count: int, bar: st
         f"    as_bar_sync(1, {ml.warpgroups * WARPGROUP});",
         *("  " + ln for ln in _store_lines(ml, store)),
         "  }",
+        # the producer waits here: a main loop after this one (an enclosing loop's next
+        # iteration) initializes the mbarriers again
+        "  __syncthreads();",
     ]
 
 
@@ -617,6 +620,7 @@ def gemm_source(spec: WgmmaGemm) -> str:
 # -- a tensorized block tile (tensor intrinsic kind "gemm_block") ------------------------------
 
 STAGES_PRAGMA = "wgmma_stages"  # the tensorized loop's pragma: the main loop's stages
+PRODUCER_PRAGMA = "wgmma_producer"  # 1: a warpgroup of its own copies (the block's first)
 
 
 @dataclass(frozen=True)
@@ -649,13 +653,18 @@ def block_loop(loop: ir.For, intrin: TensorIntrin, threads: int) -> MainLoop:
 
     nest = _parse(loop, "")
     a, b = _operands(nest)
-    stages = dict(loop.annotations).get(STAGES_PRAGMA, 4)
+    pragmas = dict(loop.annotations)
+    stages, producer = int(pragmas.get(STAGES_PRAGMA, 4)), bool(pragmas.get(PRODUCER_PRAGMA))
     ml = MainLoop(intrin.in_dtype, const_int(nest.loops[0].extent) or 0,
-                  const_int(nest.loops[1].extent) or 0, threads // WARPGROUP, int(stages),
-                  a[1], b[1])
+                  const_int(nest.loops[1].extent) or 0, threads // WARPGROUP - producer,
+                  stages, a[1], b[1])
     if settings.flag(settings.TMA) and _tma_map(nest, ml, a, ml.block_m) \
             and _tma_map(nest, ml, b, ml.block_n):
-        return replace(ml, tma=True)
+        return replace(ml, tma=True, producer=producer)
+    if producer:
+        raise CompileError(f"loop {loop.var.name}: a producer warpgroup copies by TMA, which "
+                           "AUTOSCHED_TMA=0 turns off or the operands do not take (a static "
+                           "C-contiguous shape, rank 5 at most)")
     return ml
 
 

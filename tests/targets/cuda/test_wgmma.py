@@ -148,6 +148,34 @@ def test_wgmma_tile_on_host_matches_numpy(shape, dtype, transpose_b, knobs, rng)
 
 
 @needs_host
+@pytest.mark.parametrize(("shape", "transpose_b", "knobs"), [
+    ((200, 136, 200), False, {"block_n": 192}),  # the producer runs ahead of a second tile
+    ((130, 96, 72), True, {"block_n": 192, "stages": 3}),
+    ((64, 256, 96), False, {"block_m": 64, "warpgroups": 1, "block_n": 256}),
+])
+def test_wgmma_tile_with_a_producer_warpgroup_on_host_matches_numpy(
+        shape, transpose_b, knobs, monkeypatch, rng) -> None:
+    """A warpgroup of its own copies by TMA (mbarriers between it and the computing ones,
+    which wait for each other only before storing); its threads join the epilogue."""
+    monkeypatch.setenv("AUTOSCHED_TMA", "1")
+    args = _matmul(*shape, "float16", transpose_b=transpose_b)
+    a, b, c = _run(args, rng, "float16", producer=1, **knobs)
+    _check(c, _reference(a, b, transpose_b), "float16")
+    kernel = SOURCES[-1].split('extern "C"')[1]
+    assert "as_wg_setmaxnreg_dec<" in kernel and "as_bar_sync(1, " in kernel
+
+
+def test_a_producer_warpgroup_is_offered_only_with_tma(monkeypatch) -> None:
+    for flag, knobs in (("0", set()), ("1", {"producer"})):
+        monkeypatch.setenv("AUTOSCHED_TMA", flag)
+        args = _matmul(512, 512, 256, "float16")
+        task = Task(args[-1:], args=args, target="cuda -arch=sm_90", precision="fp16")
+        (names,) = [n for n in ({k.name.rsplit(".", 1)[1] for k in sk.knobs}
+                                for sk in SearchSpace(task).sketches) if "warpgroups" in n]
+        assert knobs <= names and ("producer" in names) == (flag == "1")
+
+
+@needs_host
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_wgmma_tile_copies_by_tma_unless_turned_off(tma, monkeypatch, rng) -> None:
     """With AUTOSCHED_TMA=1 the main loop copies by TMA (the host encodes a descriptor of each
@@ -212,8 +240,14 @@ def test_gemm_block_tensorize_checks_the_nest() -> None:
     ((512, 512, 256), "float16", False, {"block_n": 256, "stages": 3}),
     ((130, 96, 72), "bfloat16", True, {"block_n": 192}),
     ((256, 192, 96), "float32", True, {"warpgroups": 1, "block_m": 128}),
+    ((1000, 520, 584), "float16", False, {"block_n": 192, "tma": 1}),
+    ((1000, 520, 584), "float16", True, {"block_n": 192, "tma": 1, "producer": 1}),
+    ((300, 384, 200), "bfloat16", False, {"block_n": 192, "stages": 5, "tma": 1,
+                                          "producer": 1}),
 ])
-def test_wgmma_tile_on_gpu_matches_numpy(shape, dtype, transpose_b, knobs, rng) -> None:
+def test_wgmma_tile_on_gpu_matches_numpy(shape, dtype, transpose_b, knobs, rng,
+                                         monkeypatch) -> None:
+    monkeypatch.setenv("AUTOSCHED_TMA", str(knobs.pop("tma", 0)))
     m, n, k = shape
     args = _matmul(m, n, k, dtype, transpose_b=transpose_b)
     a, b, c = _run(args, rng, dtype, target="cuda", **knobs)
