@@ -24,6 +24,12 @@ MN-major (transposed):
 * the accumulators stored through a caller's store (a shared staging tile that an epilogue
   reads, or the output)
 
+With ``tma`` (tma.py) one thread copies each K tile by TMA ``stages - 1`` ahead, completing on
+the stage's mbarrier that every thread waits for (the barrier per K tile remains: it frees
+the slot); with ``producer`` too, the block's first warpgroup only copies (waiting on each
+slot's "empty" mbarrier, which each computing warp arrives at once its instructions on the
+slot are done) and the computing warpgroups never meet before their stores.
+
 The shared operands are described to the instruction by 64-bit descriptors: the start address,
 the byte distance between 8-row groups (SBO; 1,024 with 128-byte rows) and, for MN-major
 operands, between 64-element atoms along M or N (LBO), and the swizzle mode. A K step moves the
@@ -183,6 +189,10 @@ class Operand:
     rows: str
     depth: int
     tma: TmaRead | None = None
+
+
+# how a gemm_block nest reads an operand: (access, K-major, row dimension, K dimension or -1)
+_Read = tuple[Access, bool, int, int]
 
 
 def tensor_map_param(name: str) -> str:
@@ -700,9 +710,6 @@ def _parse(loop: ir.For, where: str) -> _BlockNest:
         raise CompileError(f"{where}: a gemm_block nest is 3 loops and one update; found "
                            f"{len(loops)} loops and {len(updates)} updates")
     return _BlockNest(tuple(loops), updates[0], where)
-
-
-_Read = tuple[Access, bool, int, int]
 
 
 def _operands(nest: _BlockNest) -> tuple[_Read, _Read]:
