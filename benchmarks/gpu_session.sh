@@ -122,6 +122,16 @@ for s in "$@"; do
         wgmma)  # the wgmma main loop's tiles against cuBLAS ($WGMMA_ARGS: gpu_wgmma.py's options)
             step "wgmma${TAG:+-$TAG}" "${WGMMA_S:-300}" python3 benchmarks/gpu_wgmma.py \
                 ${WGMMA_ARGS:-} ;;
+        tma)  # the TMA main loops: their GPU tests, the copies side by side against cuBLAS, then
+              # the BERT layer and ResNet-18 in fp16 with AUTOSCHED_TMA=1 as a variant
+            step tma-tests 120 python3 -m pytest -q -m gpu tests/targets/cuda/test_wgmma.py \
+                -rfE -p no:cacheprovider
+            step tma-tiles 240 python3 benchmarks/gpu_wgmma.py --rounds 3 \
+                --shapes gemm4096 l3_batch l1_batch --tiles 128x128w2s4 128x256w2s4 128x192w2s5 \
+                --copies cp.async tma tma-ws
+            step tma-e2e 420 python3 benchmarks/e2e_gpu.py --models bert_layer resnet18 \
+                --batch 8 32 --precision fp16 --rounds 3 --cached-picks \
+                --variant tma:AUTOSCHED_TMA=1 --out "$OUT/e2e20_tma.json" ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
     esac
