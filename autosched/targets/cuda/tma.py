@@ -34,7 +34,7 @@ from autosched.errors import RuntimeError_
 DESCRIPTOR_BYTES = 128
 MAX_RANK = 5
 MAX_BOX = 256
-SWIZZLE_BYTES = 128  # the inner box dimension's bytes, at most
+SWIZZLE_BYTES = 128  # the inner box dimension's bytes: one swizzled row
 DATA_TYPES = {"float16": 6, "bfloat16": 9, "float32": 7}  # CUtensorMapDataType
 _SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
 _L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
@@ -44,7 +44,7 @@ PARAM_TYPE = "as_tensor_map"
 @dataclass(frozen=True)
 class TensorMap:
     """Boxes of ``box`` elements (outermost first) of a C-contiguous ``dtype`` tensor of
-    ``shape``; the innermost box dimension is at most 128 bytes (the swizzle's span)."""
+    ``shape``; the innermost box dimension is 128 bytes (one swizzled row)."""
 
     dtype: str
     shape: tuple[int, ...]
@@ -69,8 +69,8 @@ class TensorMap:
             return f"rank {len(self.shape)} (box rank {len(self.box)}): 1 to {MAX_RANK}"
         if any(not 1 <= b <= MAX_BOX for b in self.box):
             return f"box {self.box}: each dimension 1 to {MAX_BOX}"
-        if self.box[-1] * self.itemsize > SWIZZLE_BYTES:
-            return f"the box's rows of {self.box[-1] * self.itemsize} bytes exceed 128"
+        if self.box[-1] * self.itemsize != SWIZZLE_BYTES:
+            return f"the box's rows are {self.box[-1] * self.itemsize} bytes, not 128"
         if (self.shape[-1] * self.itemsize) % 16:
             return f"rows of {self.shape[-1]} elements are no multiple of 16 bytes"
         if any(d < 1 or d >= 1 << 32 for d in self.shape):
