@@ -40,19 +40,26 @@ _SIGNATURES = {
 }
 
 
-@functools.cache
-def _driver() -> dict[str, Any]:
+def driver_functions(signatures: dict[str, tuple[Any, ...]], need: str) -> dict[str, Any]:
+    """The functions of ``libcuda.so.1`` named in ``signatures`` (their argument types; each
+    returns a CUresult); RuntimeError_ starting with ``need`` when the library or one of them
+    is missing."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         out = {}
-        for name, argtypes in _SIGNATURES.items():
+        for name, argtypes in signatures.items():
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
             out[name] = fn
     except (OSError, AttributeError) as exc:
-        raise RuntimeError_(f"launching a kernel that takes TMA descriptors needs "
-                            f"libcuda.so.1: {exc}") from None
+        raise RuntimeError_(f"{need}: {exc}") from None
     return out
+
+
+@functools.cache
+def _driver() -> dict[str, Any]:
+    return driver_functions(_SIGNATURES, "launching a kernel that takes TMA descriptors needs "
+                                         "libcuda.so.1")
 
 
 def _check(call: str, code: int, what: str) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from autosched.errors import RuntimeError_
 
@@ -87,18 +88,15 @@ class TensorMap:
 
 
 @functools.cache
-def _encoder() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    try:
-        fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-    except (OSError, AttributeError) as exc:
-        raise RuntimeError_(f"TMA copies need libcuda.so.1 from CUDA 12 or newer: {exc}"
-                            ) from None
-    u32, u64p, u32p = ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(
-        ctypes.c_uint32)
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
-    fn.restype = ctypes.c_int
-    return fn
+def _encoder() -> Any:
+    from autosched.targets.cuda.launch import driver_functions
+
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    signature = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
+                 u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    return driver_functions({"cuTensorMapEncodeTiled": signature},
+                            "TMA copies need libcuda.so.1 from CUDA 12 or newer"
+                            )["cuTensorMapEncodeTiled"]
 
 
 def encode(tm: TensorMap, address: int) -> bytes:
