@@ -27,6 +27,7 @@ from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp
 from autosched.te.visit import post_order, substitute
 from autosched.tir.arith import Analyzer, interval, interval_extent, simplify
+from autosched.tir.evaluate import const_int
 
 
 @dataclass
@@ -37,16 +38,22 @@ class StageBound:
     value: dict[int, E.Expr] = field(default_factory=dict)   # root var uid -> f(leaf vars)
     # value < extent of every split's inner part that is split or fused again: (kind, condition)
     inner_guards: list[tuple[str, E.Expr]] = field(default_factory=list)
+    # root var uid -> value with each guarded inner part as a variable of its own, and those
+    # variables' ranges: what the guards let a reader's indices reach
+    guarded_value: dict[int, E.Expr] = field(default_factory=dict)
+    guarded_ranges: dict[E.Var, tuple[E.Expr, E.Expr]] = field(default_factory=dict)
 
-    def full_value(self, st: Stage) -> dict[E.Var, E.Expr]:
-        """Root var -> its index in the op's domain, in terms of loop variables."""
+    def full_value(self, st: Stage, guarded: bool = False) -> dict[E.Var, E.Expr]:
+        """Root var -> its index in the op's domain, in terms of loop variables (``guarded``:
+        and of the guarded inner parts' own variables)."""
         op = st.op
         assert isinstance(op, ComputeOp)
+        value = self.guarded_value if guarded else self.value
         out: dict[E.Var, E.Expr] = {}
         for d, a in enumerate(op.axis):
-            out[a.var] = self.region_min[d] + self.value[a.var.uid]
+            out[a.var] = self.region_min[d] + value[a.var.uid]
         for r in op.reduce_axis:
-            out[r.var] = r.dom.min + self.value[r.var.uid]
+            out[r.var] = r.dom.min + value[r.var.uid]
         return out
 
 
@@ -107,10 +114,16 @@ class Bounds:
             if st.scope == "shared":
                 ranging = ranging + [v for v in self.thread_vars if v not in ranging]
             ranges = {v: (E.const(0, v.dtype), self.var_extent[v] - 1) for v in ranging}
-            cvalue = self.stage_bounds[c.name].full_value(c)
+            cb = self.stage_bounds[c.name]
+            cvalue = cb.full_value(c)
+            held = cb.full_value(c, guarded=True) if cb.guarded_ranges else None
             for read in self.reads(c, st):
                 for d, idx in enumerate(read.indices):
                     box = interval(substitute(idx, cvalue), ranges, self.var_bounds)
+                    if box is not None and held is not None:
+                        box = self._tighter(box, interval(substitute(idx, held),
+                                                          {**ranges, **cb.guarded_ranges},
+                                                          self.var_bounds))
                     if box is None:
                         unknown[d] = True
                     else:
@@ -126,6 +139,20 @@ class Bounds:
             ext = interval_extent(lo, hi, self.var_bounds)
             region.append(full[d] if ext is None else (lo, E.const(ext, lo.dtype)))
         return region
+
+    def _tighter(self, box: tuple[E.Expr, E.Expr], guarded: tuple[E.Expr, E.Expr] | None
+                 ) -> tuple[E.Expr, E.Expr]:
+        """``box`` with each end moved in to ``guarded``'s (the interval the inner guards let
+        the reads reach) where that is provably inside: an overhanging split of the reader's
+        loops never makes its producer compute past what the guards let through."""
+        if guarded is None:
+            return box
+        lo, hi = box
+        if (const_int(simplify(guarded[0] - lo, self.var_bounds)) or 0) > 0:
+            lo = guarded[0]
+        if (const_int(simplify(hi - guarded[1], self.var_bounds)) or 0) > 0:
+            hi = guarded[1]
+        return lo, hi
 
     def reads(self, consumer: Stage, producer: Stage) -> list[E.TensorRead]:
         """The reads of ``producer`` in ``consumer``'s body (none for unscheduled stages)."""
@@ -171,20 +198,9 @@ class Bounds:
                 for a in rel.axes:
                     total = total * ext[a.var.uid]
                 ext[rel.fused.var.uid] = plain(total)
-        value: dict[int, E.Expr] = {iv.var.uid: iv.var for iv in st.leaf}
-        for rel in reversed(st.relations):
-            if isinstance(rel, SplitRel):
-                inner_ext = ext[rel.inner.var.uid]
-                value[rel.parent.var.uid] = value[rel.outer.var.uid] * inner_ext + value[rel.inner.var.uid]
-            else:
-                fused = value[rel.fused.var.uid]
-                stride: E.Expr = E.const(1)
-                for n, a in enumerate(reversed(rel.axes)):
-                    part = E.binary(Op.FLOORDIV, fused, stride) if n else fused
-                    if n < len(rel.axes) - 1:
-                        part = E.binary(Op.FLOORMOD, part, ext[a.var.uid])
-                    value[a.var.uid] = part
-                    stride = stride * ext[a.var.uid]
+        guarded = inner_parts_split_again(st.relations)
+        value = _values(st, ext, set())
+        held = _values(st, ext, {iv.var.uid for iv in guarded})
         for iv in st.leaf:
             e = ext[iv.var.uid] = plain(ext[iv.var.uid])
             self.var_extent[iv.var] = e
@@ -195,8 +211,31 @@ class Bounds:
         bounded = Analyzer(self.var_bounds).simplify
         for iv in st.root:
             bound.value[iv.var.uid] = bounded(value[iv.var.uid])
+            bound.guarded_value[iv.var.uid] = bounded(held[iv.var.uid])
         bound.inner_guards = [(iv.kind, bounded(value[iv.var.uid]) < ext[iv.var.uid])
-                              for iv in inner_parts_split_again(st.relations)]
+                              for iv in guarded]
+        bound.guarded_ranges = {iv.var: (E.const(0, iv.var.dtype), ext[iv.var.uid] - 1)
+                                for iv in guarded}
+
+
+def _values(st: Stage, ext: dict[int, E.Expr], held: set[int]) -> dict[int, E.Expr]:
+    """Every axis's value rebuilt from the leaf loops through the relations, the axes in
+    ``held`` (uids) standing as variables of their own instead."""
+    value: dict[int, E.Expr] = {iv.var.uid: iv.var for iv in st.leaf}
+    for rel in reversed(st.relations):
+        if isinstance(rel, SplitRel):
+            inner = rel.inner.var if rel.inner.var.uid in held else value[rel.inner.var.uid]
+            value[rel.parent.var.uid] = value[rel.outer.var.uid] * ext[rel.inner.var.uid] + inner
+        else:
+            fused = value[rel.fused.var.uid]
+            stride: E.Expr = E.const(1)
+            for n, a in enumerate(reversed(rel.axes)):
+                part = E.binary(Op.FLOORDIV, fused, stride) if n else fused
+                if n < len(rel.axes) - 1:
+                    part = E.binary(Op.FLOORMOD, part, ext[a.var.uid])
+                value[a.var.uid] = part
+                stride = stride * ext[a.var.uid]
+    return value
 
 
 def inner_parts_split_again(relations: Sequence[SplitRel | FuseRel]) -> list[E.IterVar]:

@@ -465,9 +465,6 @@ def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target
         why = ml.check()
         if why:
             return why
-        if (ml.block_m * ml.block_n) % ml.threads:  # the output's rows would overhang
-            return (f"{ml.threads} threads do not divide the {ml.block_m} x {ml.block_n} "
-                    "output tile")
         tile = ml.block_m * (ml.block_n + PAD_BYTES // 4) * 4
         shared = max(tile, ml.shared_bytes())
         if shared > target.max_shared_memory_per_block:

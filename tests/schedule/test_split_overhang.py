@@ -18,6 +18,7 @@ from autosched.te import expr as E
 from autosched.te import ops
 from autosched.te.visit import free_vars, post_order
 from autosched.tir import ir
+from autosched.tir.evaluate import const_int
 from autosched.tir.visit import map_stmt, sub_stmts
 from tests.support.backends import CPU_TARGETS, random_array, run, tolerance
 from tests.support.nvrtc import needs_nvrtc
@@ -233,3 +234,44 @@ def _stores(body: ir.Stmt, buffer: str, guarded: bool) -> list[ir.Store]:
 
     visit(body, False)
     return out
+
+
+@pytest.mark.parametrize("target", CPU_TARGETS)
+def test_tile_read_by_threads_that_do_not_divide_it_is_computed_once(target, rng):
+    """A tile computed at its reader's block loop, the reader's rows and columns fused and
+    split over a count of threads that does not divide the tile (384 over 8 x 32): the fused
+    loop overhangs, but its guard keeps the reads inside the tile, so the tile is the block's
+    8 x 32 (it was 9 rows, and a second tile of its split computed each block twice). It
+    matches numpy."""
+    A = te.placeholder((40, 64), name="A")
+    T = te.compute((40, 64), lambda i, j: A[i, j] * 2.0, name="T")
+    C = te.compute((40, 64), lambda i, j: T[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    jo, ji = s[C].split(C.op.axis[1], factor=32)
+    s[C].reorder(io, jo, ii, ji)
+    rest, lanes = s[C].split(s[C].fuse(ii, ji), factor=96)
+    s[T].compute_at(s[C], jo)
+    to, ti = s[T].split(T.op.axis[0], factor=8)
+    func = aus.lower(s, [A, C])
+    tile = next(st for st in _allocations(func.body) if st.buffer.name == "T")
+    assert [const_int(d) for d in tile.buffer.shape] == [8, 32], f"{func}"
+    first = tile.body.stmts[0] if isinstance(tile.body, ir.Seq) else tile.body
+    assert isinstance(first, ir.For) and const_int(first.extent) == 1, f"{func}"  # T's rows
+    a = random_array(rng, (40, 64))
+    (c,) = run(s, [A, C], [a], target)
+    np.testing.assert_allclose(c, a * 2.0 + 1.0, **tolerance("float32"))
+
+
+def _allocations(body: ir.Stmt) -> list[ir.Allocate]:
+    out: list[ir.Allocate] = []
+
+    def visit(st: ir.Stmt) -> None:
+        if isinstance(st, ir.Allocate):
+            out.append(st)
+        for sub in sub_stmts(st):
+            visit(sub)
+
+    visit(body)
+    return out
+
