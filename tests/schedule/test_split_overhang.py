@@ -19,7 +19,7 @@ from autosched.te import ops
 from autosched.te.visit import free_vars, post_order
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
-from autosched.tir.visit import map_stmt, sub_stmts
+from autosched.tir.visit import map_stmt, sub_stmts, walk
 from tests.support.backends import CPU_TARGETS, random_array, run, tolerance
 from tests.support.nvrtc import needs_nvrtc
 
@@ -254,24 +254,12 @@ def test_tile_read_by_threads_that_do_not_divide_it_is_computed_once(target, rng
     s[T].compute_at(s[C], jo)
     to, ti = s[T].split(T.op.axis[0], factor=8)
     func = aus.lower(s, [A, C])
-    tile = next(st for st in _allocations(func.body) if st.buffer.name == "T")
+    tile = next(st for st in walk(func.body)
+                if isinstance(st, ir.Allocate) and st.buffer.name == "T")
     assert [const_int(d) for d in tile.buffer.shape] == [8, 32], f"{func}"
     first = tile.body.stmts[0] if isinstance(tile.body, ir.Seq) else tile.body
     assert isinstance(first, ir.For) and const_int(first.extent) == 1, f"{func}"  # T's rows
     a = random_array(rng, (40, 64))
     (c,) = run(s, [A, C], [a], target)
     np.testing.assert_allclose(c, a * 2.0 + 1.0, **tolerance("float32"))
-
-
-def _allocations(body: ir.Stmt) -> list[ir.Allocate]:
-    out: list[ir.Allocate] = []
-
-    def visit(st: ir.Stmt) -> None:
-        if isinstance(st, ir.Allocate):
-            out.append(st)
-        for sub in sub_stmts(st):
-            visit(sub)
-
-    visit(body)
-    return out
 
