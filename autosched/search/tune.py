@@ -725,8 +725,9 @@ class _PickCache:
         self.disk = DiskCache("picks")
         from autosched import settings
 
+        # the settings that change the sketches (a producer warpgroup only with TMA)
         self.ident = [repr(MODEL_SEARCH), seed, STEP_VERSION, __version__, PICK_ORDER,
-                      settings.flag(settings.WGMMA)]
+                      settings.flag(settings.WGMMA), settings.flag(settings.TMA)]
 
     def _name(self, task: Task) -> str:
         from autosched.cost_model.pretrain import pretrained_digest

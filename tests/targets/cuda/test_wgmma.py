@@ -255,3 +255,20 @@ def test_wgmma_tile_on_gpu_matches_numpy(shape, dtype, transpose_b, knobs, rng,
     args = _matmul(m, n, k, dtype, transpose_b=transpose_b)
     a, b, c = _run(args, rng, dtype, target="cuda", **knobs)
     _check(c, _reference(a, b, transpose_b), dtype)
+
+
+def test_cached_picks_are_kept_apart_by_the_settings_that_change_the_sketches(
+        monkeypatch) -> None:
+    """A pick made with TMA on may hold a producer warpgroup, which a compile with TMA off
+    cannot build: the two settings read different entries of the pick cache."""
+    from autosched.search.tune import _PickCache
+
+    args = _matmul(512, 512, 256, "float16")
+    task = Task(args[-1:], args=args, target="cuda -arch=sm_90", precision="fp16")
+    names = set()
+    for tma in ("0", "1"):
+        for wgmma in ("0", "1"):
+            monkeypatch.setenv("AUTOSCHED_TMA", tma)
+            monkeypatch.setenv("AUTOSCHED_WGMMA", wgmma)
+            names.add(_PickCache(0)._name(task))
+    assert len(names) == 4
