@@ -200,7 +200,7 @@ class Bounds:
                 ext[rel.fused.var.uid] = plain(total)
         guarded = inner_parts_split_again(st.relations)
         value = _values(st, ext, set())
-        held = _values(st, ext, {iv.var.uid for iv in guarded})
+        held = _values(st, ext, {iv.var.uid for iv in guarded}) if guarded else None
         for iv in st.leaf:
             e = ext[iv.var.uid] = plain(ext[iv.var.uid])
             self.var_extent[iv.var] = e
@@ -211,7 +211,8 @@ class Bounds:
         bounded = Analyzer(self.var_bounds).simplify
         for iv in st.root:
             bound.value[iv.var.uid] = bounded(value[iv.var.uid])
-            bound.guarded_value[iv.var.uid] = bounded(held[iv.var.uid])
+            if held is not None:
+                bound.guarded_value[iv.var.uid] = bounded(held[iv.var.uid])
         bound.inner_guards = [(iv.kind, bounded(value[iv.var.uid]) < ext[iv.var.uid])
                               for iv in guarded]
         bound.guarded_ranges = {iv.var: (E.const(0, iv.var.dtype), ext[iv.var.uid] - 1)

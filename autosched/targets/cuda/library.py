@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 
 from autosched.errors import CompileError
 from autosched.targets.cuda.codegen import arch_number
-from autosched.targets.cuda.tma import DATA_TYPES, TensorMap
+from autosched.targets.cuda.tma import DATA_TYPES, ENCODE_OPTIONS, TensorMap
 from autosched.targets.cuda.wgmma import ARCH as WGMMA_ARCH
 from autosched.targets.model_api import (
     API,
@@ -578,9 +578,8 @@ static int32_t enqueue(struct @name@_context *c, CUstream stream, const CUdevice
       if (!p.map) continue;
       const tensor_map *t = &TENSOR_MAPS[p.map - 1];
       if (!cu.TensorMapEncodeTiled) return failed("cuTensorMapEncodeTiled (CUDA 12)", 500);
-      /* 128-byte swizzle, L2 promotion of 256 bytes, zeros past the edges */
       if ((r = cu.TensorMapEncodeTiled(&maps[j], t->dtype, t->rank, (void *)(uintptr_t)values[j],
-                                       t->dims, t->strides, t->box, ones, 0, 3, 3, 0)))
+                                       t->dims, t->strides, t->box, ones, TMA_OPTIONS)))
         return failed("cuTensorMapEncodeTiled", r);
       params[j] = &maps[j];
     }
@@ -823,6 +822,7 @@ enum {{ IN, OUT, WEIGHTS, WORK }};
 #define N_COPIES {len(spec.copies)}
 #define N_ARCHS {len(plan.archs)}
 #define MAX_ARGS {max_args}
+#define TMA_OPTIONS {", ".join(map(str, ENCODE_OPTIONS))} /* interleave, swizzle, L2, fill */
 #define CHECKS {int(plan.checks)}
 #define WEIGHTS_BYTES {weights}u
 #define WORK_AT {_aligned(weights)}u

@@ -350,12 +350,12 @@ class CudaModule:
 
     def _descriptor(self, tm: TensorMap, address: int) -> bytes:
         """``tm`` over the buffer at ``address``, encoded once per address."""
-        key, known = (tm, address), self.__dict__.setdefault("_descriptors", {})
-        if key not in known:
-            if len(known) > 256:
-                known.clear()
-            known[key] = encode(tm, address)
-        return known[key]
+        key = (tm, address)
+        if key not in self._descriptors:
+            if len(self._descriptors) > 256:
+                self._descriptors.clear()
+            self._descriptors[key] = encode(tm, address)
+        return self._descriptors[key]
 
     def shape_env(self, args: tuple[Any, ...]) -> dict[int, int]:
         """Check ``args`` against the parameters (tir/params.py; no GPU needed) and bind the

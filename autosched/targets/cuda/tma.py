@@ -37,8 +37,10 @@ MAX_RANK = 5
 MAX_BOX = 256
 SWIZZLE_BYTES = 128  # the inner box dimension's bytes: one swizzled row
 DATA_TYPES = {"float16": 6, "bfloat16": 9, "float32": 7}  # CUtensorMapDataType
-_SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B
-_L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+# cuTensorMapEncodeTiled's last four arguments, for every descriptor (the runtime's and the
+# CUDA library's): no interleave, the 128-byte swizzle, L2 promotion of 256 bytes, zeros past
+# the edges
+ENCODE_OPTIONS = (0, 3, 3, 0)
 PARAM_TYPE = "as_tensor_map"
 
 
@@ -113,7 +115,7 @@ def encode(tm: TensorMap, address: int) -> bytes:
     raw = ctypes.create_string_buffer(DESCRIPTOR_BYTES + 64)  # the descriptor is 64-aligned
     at = ctypes.addressof(raw) + (-ctypes.addressof(raw) % 64)
     code = _encoder()(at, DATA_TYPES[tm.dtype], rank, ctypes.c_void_p(address), dims, strides,
-                      box, ones, 0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
+                      box, ones, *ENCODE_OPTIONS)
     if code:
         raise RuntimeError_(f"cuTensorMapEncodeTiled refused tensor map {tm} at address "
                             f"{address:#x}: CUDA error {code}")

@@ -314,10 +314,7 @@ def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
     elif ml.tma:
         bar = f"wg_b + {st * b_tile}u"  # the stages' mbarriers, 8 bytes each
         body = [
-            f"    const unsigned wg_full = {bar} + 8 * wg_slot;",
-            f"    as_mbar_expect(wg_full, {ml.stage_bytes()}u);",
-            *_tma_lines(ml, a, ml.a_k_major, bm, f"wg_a + wg_slot * {a_tile}u"),
-            *_tma_lines(ml, b, ml.b_k_major, bn, f"wg_b + wg_slot * {b_tile}u"),
+            *_tma_load_lines(ml, a, b, bar),
             "  };",
             "  if (wg_tid == 0) {",
             f"    for (int wg_s = 0; wg_s < {st}; ++wg_s) as_mbar_init({bar} + 8 * wg_s, 1);",
@@ -397,10 +394,7 @@ def _producer_lines(ml: MainLoop, a: Operand, b: Operand, kt_count: int, bar: st
     a_tile, b_tile = ml.block_m * ROW_BYTES, ml.block_n * ROW_BYTES
     full, empty = f"{bar} + 8 * wg_slot", f"{bar} + {8 * st} + 8 * wg_slot"
     return [
-        f"    const unsigned wg_full = {full};",
-        f"    as_mbar_expect(wg_full, {ml.stage_bytes()}u);",
-        *_tma_lines(ml, a, ml.a_k_major, ml.block_m, f"wg_a + wg_slot * {a_tile}u"),
-        *_tma_lines(ml, b, ml.b_k_major, ml.block_n, f"wg_b + wg_slot * {b_tile}u"),
+        *_tma_load_lines(ml, a, b, bar),
         "  };",
         "  if (wg_tid == 0) {",
         f"    for (int wg_s = 0; wg_s < {st}; ++wg_s) {{",
@@ -466,6 +460,19 @@ def _mma_lines(ml: MainLoop, a_tile: int, b_tile: int) -> list[str]:
         "    }",
         "    as_wg_mma_commit();",
         "    as_wg_mma_wait<1>();",
+    ]
+
+
+def _tma_load_lines(ml: MainLoop, a: Operand, b: Operand, bar: str) -> list[str]:
+    """The body of wg_load in a TMA main loop: the K tile wg_kt of both operands copied into
+    slot wg_slot, its bytes expected on the slot's mbarrier (the stages' mbarriers from
+    ``bar``)."""
+    a_tile, b_tile = ml.block_m * ROW_BYTES, ml.block_n * ROW_BYTES
+    return [
+        f"    const unsigned wg_full = {bar} + 8 * wg_slot;",
+        f"    as_mbar_expect(wg_full, {ml.stage_bytes()}u);",
+        *_tma_lines(ml, a, ml.a_k_major, ml.block_m, f"wg_a + wg_slot * {a_tile}u"),
+        *_tma_lines(ml, b, ml.b_k_major, ml.block_n, f"wg_b + wg_slot * {b_tile}u"),
     ]
 
 
