@@ -267,8 +267,8 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
 def _output_blocks(consumer: Stage, rows: int, cols: int
                    ) -> tuple[E.IterVar, E.IterVar, E.IterVar]:
     """The output read from a staging tile: blocks over (batch, row tiles, column tiles) of
-    ``rows`` x ``cols`` bound to blockIdx.x, float32 outputs read and written 16 bytes a thread
-    (_try_vector's float4); returns the block loop and the tile's row and column loops (the
+    ``rows`` x ``cols`` bound to blockIdx.x, four elements of a row a thread (one float4 of
+    the tile read, _try_vector; outputs of four bytes or two written as one access); returns the block loop and the tile's row and column loops (the
     columns without their vector lanes)."""
     *batch, ax_i, ax_j = consumer.compute_op.axis
     bi, ii = consumer.split(ax_i, factor=rows)
@@ -276,7 +276,9 @@ def _output_blocks(consumer: Stage, rows: int, cols: int
     consumer.reorder(*batch, bi, bj, ii, jj)
     block = consumer.fuse(*batch, bi, bj)
     consumer.bind(block, _thread("blockIdx.x"))
-    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) == 4 else 1
+    # four lanes (one float4 of the float32 tile) for outputs of four bytes and of two (their
+    # four values stored as one 8-byte access)
+    out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) in (2, 4) else 1
     if out_lanes > 1:
         jj, lane = consumer.split(jj, factor=out_lanes)
         consumer.vectorize(lane)

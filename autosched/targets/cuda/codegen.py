@@ -49,7 +49,15 @@ from autosched.te.visit import (
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import FRAGMENT_TILES
-from autosched.tir.visit import loads, stored_buffers, used_buffers, used_vars, uses_var, walk
+from autosched.tir.visit import (
+    loads,
+    stored_buffers,
+    substitute_stmt,
+    used_buffers,
+    used_vars,
+    uses_var,
+    walk,
+)
 
 # Every identifier the generated code declares lives in autosched's own namespace
 # (autosched/targets/names.py): kernels are k_<name>, buffers and variables v_<name>, and the
@@ -619,9 +627,16 @@ class _KernelWriter(ExprWriter):
     def _try_vector(self, s: ir.For) -> bool:
         """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
         vector load per operand that is contiguous and aligned in the loop variable, and one
-        vector store when the store is too (else a scalar store per lane)."""
+        vector store when the store is too (else the lanes packed into one access when their
+        type fits one, else a scalar store per lane). Guards around the store whose lanes form
+        an interval (_lane_interval) are checked at the first and last lane: the vector form
+        runs when both hold, else each lane alone."""
         lanes = const_int(s.extent)
-        st = s.body
+        st, guards = s.body, []
+        while (isinstance(st, ir.IfThenElse) and st.else_body is None
+               and _lane_interval(st.cond, s.var, lanes or 1)):
+            guards.append(st.cond)
+            st = st.then_body
         if lanes not in (2, 4) or not isinstance(st, ir.Store):
             return False
         store_vec = self._vector_ok(st.buffer, st.indices, s, lanes)
@@ -630,6 +645,39 @@ class _KernelWriter(ExprWriter):
                       and self._vector_ok(ld.buffer, ld.indices, s, lanes)]
         if not store_vec and not candidates:
             return False
+        # a store of a type float2 / float4 do not carry (halves) packed as one access
+        packed = None if store_vec else COPY_TYPES.get(lanes * st.buffer.itemsize)
+        if packed is not None and not self._aligned_lanes(st.buffer, st.indices, s, lanes):
+            packed = None
+        if not guards:
+            self._vector_store(s, st, store_vec, packed, candidates)
+            return True
+        cond = guards[0]
+        for g in guards[1:]:
+            cond = E.logical(Op.AND, cond, g)
+        per_lane = uses_var(cond, s.var)
+        if per_lane:
+            last = E.const(lanes - 1, s.var.dtype)
+            cond = E.logical(Op.AND, substitute(cond, {s.var: s.min}),
+                             substitute(cond, {s.var: E.binary(Op.ADD, s.min, last)}))
+        self.emit(f"if ({self._expr(cond)}) {{")
+        self.depth += 1
+        self._vector_store(s, st, store_vec, packed, candidates)
+        self.depth -= 1
+        if per_lane:
+            self.emit("} else {")
+            self.depth += 1
+            for lane in range(lanes):
+                at = E.binary(Op.ADD, s.min, E.const(lane, s.var.dtype))
+                self._stmt(substitute_stmt(s.body, {s.var: at}), 0)
+            self.depth -= 1
+        self.emit("}")
+        return True
+
+    def _vector_store(self, s: ir.For, st: ir.Store, store_vec: bool, packed: str | None,
+                      candidates: list[ir.Load]) -> None:
+        """The vector form of _try_vector, its checks passed."""
+        lanes = const_int(s.extent) or 1
         comps = "xyzw"
         self.emit("{")
         self.depth += 1
@@ -649,6 +697,8 @@ class _KernelWriter(ExprWriter):
         if store_vec:
             vtype = VECTOR_TYPES[st.buffer.dtype][lanes // 4]
             self.emit(f"{vtype} {out};")
+        elif packed:
+            self.emit(f"__align__(16) {c_type(st.buffer.dtype)} {out}[{lanes}];")
         for lane in range(lanes):
             at = E.binary(Op.ADD, s.min, E.const(lane, s.var.dtype))
             mapping: dict[E.Var, E.Expr] = {s.var: at}
@@ -659,15 +709,19 @@ class _KernelWriter(ExprWriter):
             lane_value = self.store_value(st, substitute(value, mapping))
             if store_vec:
                 self.emit(f"{out}.{comps[lane]} = {lane_value};")
+            elif packed:
+                self.emit(f"{out}[{lane}] = {lane_value};")
             else:
                 idx = tuple(substitute(i, {s.var: at}) for i in st.indices)
                 self.emit(f"{self._access(st.buffer, idx)} = {lane_value};")
         if store_vec:
             vtype = VECTOR_TYPES[st.buffer.dtype][lanes // 4]
             self.emit(f"*({vtype}*)(&{self._lane0(ir.Load(st.buffer, st.indices), s)}) = {out};")
+        elif packed:
+            dst = self._lane0(ir.Load(st.buffer, st.indices), s)
+            self.emit(f"*({packed}*)(&{dst}) = *(const {packed}*){out};")
         self.depth -= 1
         self.emit("}")
-        return True
 
     def _try_packed(self, s: ir.For) -> bool:
         """Emit a vectorized loop whose body is one store of a type that _try_vector's float2 /

@@ -276,8 +276,9 @@ def test_fused_bias_relu_epilogue_on_host_matches_numpy(stages, rng) -> None:
 @pytest.mark.parametrize("target", [EMULATE, "cuda -arch=sm_90 -emulate=ir"])
 def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(target, rng) -> None:
     """As graph/compiler.py builds an fp16 Gemm + Relu: half inputs read through cast stages,
-    the weight (N, K), the output rounded to half where it is written; in the CUDA C and in
-    the loop IR (where every lane of a warp computes the whole tile)."""
+    the weight (N, K), the output rounded to half where it is written (four halves of a row
+    a thread, stored as one 8-byte access); in the CUDA C and in the loop IR (where every lane
+    of a warp computes the whole tile)."""
     a = te.placeholder((40, 56), "float16", name="A")
     w = te.placeholder((48, 56), "float16", name="W")
     bias = te.placeholder((48,), "float16", name="bias")
@@ -286,9 +287,13 @@ def test_graph_shaped_half_dense_with_bias_relu_on_host_matches_numpy(target, rn
     mm = ops.dense(x, y)
     out = te.compute(mm.shape, lambda i, j: cast("float16", te.max(mm[i, j] + z[j], 0.0)),
                      name="store_y")
-    (xa, xw, xbias, got), _ = _run_candidate([a, w, bias, out], rng, target=target)
+    (xa, xw, xbias, got), task = _run_candidate([a, w, bias, out], rng, target=target)
     want = np.maximum(_reference(xa, xw, transpose_b=True) + xbias.astype(np.float64), 0.0)
     _check(got.astype(np.float32), want, "float16")
+    if target == EMULATE:
+        space = SearchSpace(task)
+        source = task.build(space.lower(_tc_candidate(space)).schedule).get_source()
+        assert "*(uint2*)(&v_store_y[" in source
 
 
 # -- the search space --------------------------------------------------------------------------
