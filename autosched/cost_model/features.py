@@ -209,6 +209,16 @@ class _Walker:
     def _visit(self, s: ir.Stmt) -> None:
         if isinstance(s, ir.For):
             ann = dict(s.annotations)
+            threads = int(ann.get("wgmma_epilogue", 0))
+            if threads and isinstance(s.body, ir.For):
+                # a block tile's epilogue nest, run by each thread for the accumulators it
+                # holds: its rows as the block's threads, its columns as each one's share
+                share = _const_int(s.extent) * _const_int(s.body.extent) // threads
+                self.loops += [Loop(s.var.uid, threads, "thread", "threadIdx.x", 0, ann),
+                               Loop(s.body.var.uid, max(share, 1), "serial", "", 0, {})]
+                self._visit(s.body.body)
+                del self.loops[-2:]
+                return
             start = int(s.min.value) if isinstance(s.min, E.Const) else 0
             self.loops.append(Loop(s.var.uid, max(_const_int(s.extent), 1), s.kind,
                                    s.thread_tag, start, ann))

@@ -21,7 +21,8 @@ from autosched.te.visit import substitute, tensors_read
 from autosched.tir.ir import SCOPES
 from autosched.tir.tensor_intrin import TENSOR_INTRINS, dot_mismatch
 
-PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "wgmma_stages", "wgmma_producer")
+PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "wgmma_stages", "wgmma_producer",
+           "wgmma_epilogue")
 MAX_PIPELINE_STAGES = 4
 
 
@@ -501,6 +502,9 @@ class Schedule:
             raise ScheduleError(f"pragma wgmma_stages on {st.name}.{iv.name} needs an int >= 3, got {step.value!r}")
         if step.key == "wgmma_producer" and step.value not in (0, 1):
             raise ScheduleError(f"pragma wgmma_producer on {st.name}.{iv.name} needs 0 or 1, got {step.value!r}")
+        if step.key == "wgmma_epilogue" and (not isinstance(step.value, int) or step.value < 1
+                                             or step.value % 128):
+            raise ScheduleError(f"pragma wgmma_epilogue on {st.name}.{iv.name} needs a thread count of whole warpgroups, got {step.value!r}")
         if step.key == "auto_unroll_max_step" and (not isinstance(step.value, int) or step.value < 0):
             raise ScheduleError(f"pragma auto_unroll_max_step on {st.name}.{iv.name} needs an int >= 0, got {step.value!r}")
         prev = tuple(kv for kv in st.pragmas.get(iv.var.uid, ()) if kv[0] != step.key)

@@ -264,12 +264,12 @@ def schedule_mma(sch: Schedule, name: str, fused_into: str | None, warps: tuple[
         frag.tensorize(first, load_intrin(intrin, kind))
 
 
-def _output_blocks(consumer: Stage, rows: int, cols: int
+def _output_blocks(consumer: Stage, rows: int, cols: int, vector: bool = True
                    ) -> tuple[E.IterVar, E.IterVar, E.IterVar]:
     """The output read from a staging tile: blocks over (batch, row tiles, column tiles) of
     ``rows`` x ``cols`` bound to blockIdx.x, four elements of a row a thread (one float4 of
     the tile read, _try_vector; outputs of four bytes or two written as one access); returns the block loop and the tile's row and column loops (the
-    columns without their vector lanes)."""
+    columns without their vector lanes; without ``vector``, the whole columns)."""
     *batch, ax_i, ax_j = consumer.compute_op.axis
     bi, ii = consumer.split(ax_i, factor=rows)
     bj, jj = consumer.split(ax_j, factor=cols)
@@ -279,7 +279,7 @@ def _output_blocks(consumer: Stage, rows: int, cols: int
     # four lanes (one float4 of the float32 tile) for outputs of four bytes and of two (their
     # four values stored as one 8-byte access)
     out_lanes = VECTOR_BYTES // 4 if dt.nbytes(consumer.op.output().dtype) in (2, 4) else 1
-    if out_lanes > 1:
+    if out_lanes > 1 and vector:
         jj, lane = consumer.split(jj, factor=out_lanes)
         consumer.vectorize(lane)
     return block, ii, jj
@@ -453,6 +453,7 @@ def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target
         ChoiceKnob(f"{pre}block_n", (64, 128, 192, 256), default_index=1),
         ChoiceKnob(f"{pre}warpgroups", (1, 2), default_index=1),
         ChoiceKnob(f"{pre}stages", (3, 4, 5, 6), default_index=1),
+        ChoiceKnob(f"{pre}epilogue", (0, 1), default_index=1),
         *([ChoiceKnob(f"{pre}producer", (0, 1))] if tma else []),
     ]
 
@@ -479,25 +480,33 @@ def wgmma_rule(name: str, fused_into: str | None, sch0: Schedule, target: Target
             raise ScheduleError(f"wgmma tile of {name}: {why}")
         ml = loop(p)
         schedule_wgmma(sch, name, fused_into, ml.block_m, ml.block_n, ml.warpgroups, ml.stages,
-                       BLOCK_FOR_DTYPE[dtype], ml.producer)
+                       BLOCK_FOR_DTYPE[dtype], ml.producer, bool(p[f"{pre}epilogue"]))
 
     return Rule(name, tuple(knobs), apply, "wgmma", check)
 
 
 def schedule_wgmma(sch: Schedule, name: str, fused_into: str | None, block_m: int,
                    block_n: int, warpgroups: int, stages: int, intrin: str,
-                   producer: bool = False) -> None:
-    """The steps of the warpgroup tile (wgmma_rule) on ``sch``."""
+                   producer: bool = False, registers: bool = False) -> None:
+    """The steps of the warpgroup tile (wgmma_rule) on ``sch``: the output (and the epilogue
+    fused into it) read from the shared tile by every thread, or with ``registers`` computed
+    by each thread of the computing warpgroups from the accumulators it holds (the nest over
+    the tile's rows and columns marked EPILOGUE_PRAGMA, its extent the block's threads)."""
+    from autosched.targets.cuda.wgmma import EPILOGUE_PRAGMA
+
     if fused_into is None:
         consumer = sch.stage(name)
         acc = sch[sch.cache_write(consumer.op.output(), "shared")]
     else:
         consumer, acc = sch.stage(fused_into), sch.stage(name)
         acc.set_scope("shared")
-    block, ii, jj = _output_blocks(consumer, block_m, block_n)
-    rest, thread = consumer.split(consumer.fuse(ii, jj),
-                                  factor=WARP * 4 * (warpgroups + producer))
-    consumer.bind(thread, _thread("threadIdx.x"))
+    block, ii, jj = _output_blocks(consumer, block_m, block_n, vector=not registers)
+    threads = WARP * 4 * (warpgroups + producer)
+    if registers:
+        consumer.pragma(ii, EPILOGUE_PRAGMA, threads)
+    else:
+        rest, thread = consumer.split(consumer.fuse(ii, jj), factor=threads)
+        consumer.bind(thread, _thread("threadIdx.x"))
     acc.compute_at(consumer, block)
     *abatch, ai, aj = acc.compute_op.axis
     (ak,) = acc.compute_op.reduce_axis

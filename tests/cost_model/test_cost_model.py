@@ -232,6 +232,26 @@ def test_cache_read_and_cache_write_show_local_and_shared_allocations():
     assert (no_cache[:, F["func_shared_bytes"]] == 0).all()
 
 
+@pytest.mark.parametrize("registers", [0, 1])
+def test_a_block_tiles_epilogue_counts_as_its_threads_share(registers):
+    """The nest of a wgmma tile's output: read from the staging tile by every thread, or
+    computed from the accumulators each thread holds (one serial nest marked with the block's
+    thread count): its store is seen as 256 threads writing 64 elements each either way."""
+    from autosched.search.space import SearchSpace
+    from autosched.te import ops as te_ops
+    from tests.targets.cuda.test_wgmma import _candidate
+
+    a = te.placeholder((512, 256), "float16", name="A")
+    b = te.placeholder((256, 512), "float16", name="B")
+    c = te_ops.matmul(a, b, out_dtype="float32")
+    task = Task([c], args=[a, b, c], target=GPU, precision="fp16")
+    space = SearchSpace(task)
+    x = extract_features(space.lower(_candidate(space, epilogue=registers)).func, GPU)
+    out = int(np.argmax(x[:, F["threadIdx_x"]]))  # the row of the output's store
+    assert unlog(value(x, "threadIdx_x", out)) == pytest.approx(256)
+    assert unlog(value(x, "outer_prod", out)) == pytest.approx(512 * 512, rel=1e-3)
+
+
 def test_extraction_is_fast_and_batched():
     A, B, C = matmul(512, 512, 512)
     s = te.create_schedule(C.op)

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autosched.errors import CompileError
@@ -296,6 +297,8 @@ class _KernelWriter(ExprWriter):
         self.wg_regions: dict[ir.Buffer, str] = {}
         self.wg_loops: dict[ir.Buffer, wgmma.MainLoop] = {}
         self.tensor_maps: list[tuple[str, ir.Buffer, TensorMap]] = []  # (parameter, ...)
+        self.wg_epilogues: dict[ir.Buffer, wgmma.Epilogue] = {}  # their tiles' epilogue nests
+        self.wg_done: set[ir.Buffer] = set()  # tiles whose main loop ran their epilogue nest
         self.async_copies = False  # inside a group of copies that may run asynchronously
 
     def need_half(self, dtype: str = "float16") -> None:
@@ -326,6 +329,7 @@ class _KernelWriter(ExprWriter):
             ml = wgmma.block_loop(loop, intrin, block_threads)
             self.wg_loops[out] = ml
             extra += max(0, ml.shared_bytes() - (out.num_elements or 0) * out.itemsize)
+        self.wg_epilogues = wgmma.epilogues(body, set(self.wg_loops), f"kernel {self.name}")
         self.dynamic = stmt_shared_bytes(body) + extra > STATIC_SHARED_BYTES or bool(extra)
         self._stmt(body)
         if self.dynamic:
@@ -393,6 +397,9 @@ class _KernelWriter(ExprWriter):
     def _launch_sizes(self) -> dict[str, tuple[E.Expr, E.Expr, E.Expr]]:
         extents: dict[str, list[E.Expr]] = {t: [] for t in ir.THREAD_TAGS}
         for st in walk(self.region):
+            threads = isinstance(st, ir.For) and wgmma.epilogue_threads(st)
+            if threads:  # a nest each thread runs for the accumulators it holds
+                extents["threadIdx.x"].append(E.const(threads))
             if isinstance(st, ir.For) and st.kind == "thread" and st.thread_tag in ir.THREAD_TAGS:
                 bad = [v for v in free_vars(st.extent) if v not in self.shape_vars]
                 if bad:
@@ -517,6 +524,23 @@ class _KernelWriter(ExprWriter):
                 "every thread loop"
             )
 
+    def raw_var(self, text: str, dtype: str = "int32") -> E.Var:
+        """A variable printed as the C expression ``text``."""
+        v = E.Var(f"as_raw{self.tmp}", dtype)
+        self.tmp += 1
+        self.raw[v.uid] = text
+        return v
+
+    def captured(self, s: ir.Stmt) -> list[str]:
+        """The lines of ``s`` (indented from zero), not emitted."""
+        saved = self.lines, self.depth
+        self.lines, self.depth = [], 0
+        try:
+            self._stmt(s)
+            return self.lines
+        finally:
+            self.lines, self.depth = saved
+
     def _var_name(self, v: E.Var) -> str:
         return self.names.get(v.uid, v.name)
 
@@ -546,6 +570,11 @@ class _KernelWriter(ExprWriter):
             wmma.emit_nest(self, s, intrin)
             return
         ann = dict(s.annotations)
+        if wgmma.EPILOGUE_PRAGMA in ann:
+            if not any(e.rows is s and e.tile in self.wg_done for e in self.wg_epilogues.values()):
+                raise CompileError(f"kernel {self.name}: the epilogue nest of loop {s.var.name} "
+                                   "follows no main loop of the tile it reads")
+            return  # the main loop ran it
         if "async_copy" in ann or "async_wait" in ann:
             self._async_region(s, ann, unroll_budget)
             return
@@ -628,15 +657,9 @@ class _KernelWriter(ExprWriter):
         """Emit a vectorized loop whose body is one store with float2/float4 accesses: one
         vector load per operand that is contiguous and aligned in the loop variable, and one
         vector store when the store is too (else the lanes packed into one access when their
-        type fits one, else a scalar store per lane). Guards around the store whose lanes form
-        an interval (_lane_interval) are checked at the first and last lane: the vector form
-        runs when both hold, else each lane alone."""
+        type fits one, else a scalar store per lane). Guards around the store: _guarded."""
         lanes = const_int(s.extent)
-        st, guards = s.body, []
-        while (isinstance(st, ir.IfThenElse) and st.else_body is None
-               and _lane_interval(st.cond, s.var, lanes or 1)):
-            guards.append(st.cond)
-            st = st.then_body
+        st, guards = _peel_guards(s)
         if lanes not in (2, 4) or not isinstance(st, ir.Store):
             return False
         store_vec = self._vector_ok(st.buffer, st.indices, s, lanes)
@@ -649,30 +672,38 @@ class _KernelWriter(ExprWriter):
         packed = None if store_vec else COPY_TYPES.get(lanes * st.buffer.itemsize)
         if packed is not None and not self._aligned_lanes(st.buffer, st.indices, s, lanes):
             packed = None
+        self._guarded(s, guards, lambda: self._vector_store(s, st, store_vec, packed,
+                                                             candidates))
+        return True
+
+    def _guarded(self, s: ir.For, guards: list[E.Expr], vector: Callable[[], None]) -> None:
+        """Emit ``vector`` (the vector form of the lanes of ``s``) under ``guards`` (the
+        conditions around its store, whose lanes form intervals: _peel_guards), checked at
+        the first and the last lane when they vary with it: when either fails, each lane runs
+        alone."""
         if not guards:
-            self._vector_store(s, st, store_vec, packed, candidates)
-            return True
+            vector()
+            return
         cond = guards[0]
         for g in guards[1:]:
             cond = E.logical(Op.AND, cond, g)
         per_lane = uses_var(cond, s.var)
         if per_lane:
-            last = E.const(lanes - 1, s.var.dtype)
+            last = E.binary(Op.ADD, s.min, E.const((const_int(s.extent) or 1) - 1, s.var.dtype))
             cond = E.logical(Op.AND, substitute(cond, {s.var: s.min}),
-                             substitute(cond, {s.var: E.binary(Op.ADD, s.min, last)}))
+                             substitute(cond, {s.var: last}))
         self.emit(f"if ({self._expr(cond)}) {{")
         self.depth += 1
-        self._vector_store(s, st, store_vec, packed, candidates)
+        vector()
         self.depth -= 1
         if per_lane:
             self.emit("} else {")
             self.depth += 1
-            for lane in range(lanes):
+            for lane in range(const_int(s.extent) or 0):
                 at = E.binary(Op.ADD, s.min, E.const(lane, s.var.dtype))
                 self._stmt(substitute_stmt(s.body, {s.var: at}), 0)
             self.depth -= 1
         self.emit("}")
-        return True
 
     def _vector_store(self, s: ir.For, st: ir.Store, store_vec: bool, packed: str | None,
                       candidates: list[ir.Load]) -> None:
@@ -728,14 +759,19 @@ class _KernelWriter(ExprWriter):
         float4 do not carry (halves, bytes) to consecutive aligned elements: each lane's value
         computed alone, the index arithmetic the lanes share computed once (_lane_bases), then
         stored together as one 4-, 8- or 16-byte access (eight halves of a gathered im2col
-        patch row move as one uint4)."""
+        patch row move as one uint4). Guards around the store: _guarded."""
         lanes = const_int(s.extent)
-        st = s.body
+        st, guards = _peel_guards(s)
         if lanes is None or lanes < 2 or not isinstance(st, ir.Store):
             return False
         vtype = COPY_TYPES.get(lanes * st.buffer.itemsize)
         if vtype is None or not self._aligned_lanes(st.buffer, st.indices, s, lanes):
             return False
+        self._guarded(s, guards, lambda: self._packed_store(s, st, lanes, vtype))
+        return True
+
+    def _packed_store(self, s: ir.For, st: ir.Store, lanes: int, vtype: str) -> None:
+        """The packed form of _try_packed, its checks passed."""
         self.emit("{")
         self.depth += 1
         value = self._lane_bases(st.value, s.var, lanes)
@@ -749,7 +785,6 @@ class _KernelWriter(ExprWriter):
         self.emit(f"*({vtype}*)(&{dst}) = *(const {vtype}*){out};")
         self.depth -= 1
         self.emit("}")
-        return True
 
     def _lane_bases(self, e: E.Expr, v: E.Var, lanes: int) -> E.Expr:
         """``e`` with each outermost integer part that is ``base + c * v`` for the lanes ``v``
@@ -921,6 +956,17 @@ def _copy_source(value: E.Expr, dtype: str) -> tuple[ir.Load, E.Expr | None] | N
 def _is_zero_const(e: E.Expr) -> bool:
     return isinstance(e, E.Const) and e.value == 0 and not (
         isinstance(e.value, float) and str(e.value).startswith("-"))
+
+
+def _peel_guards(s: ir.For) -> tuple[ir.Stmt, list[E.Expr]]:
+    """The statement inside the conditions (without else) that wrap the body of the lane loop
+    ``s`` and whose lanes form intervals (_lane_interval), and those conditions."""
+    st, guards = s.body, []
+    while (isinstance(st, ir.IfThenElse) and st.else_body is None
+           and _lane_interval(st.cond, s.var, const_int(s.extent) or 1)):
+        guards.append(st.cond)
+        st = st.then_body
+    return st, guards
 
 
 def _lane_interval(cond: E.Expr, v: E.Var, lanes: int) -> bool:

@@ -63,10 +63,11 @@ from autosched.targets.cuda.tma import PARAM_TYPE, TensorMap
 from autosched.targets.cuda.wmma import Access, affine_access, tensorized, walk_nest
 from autosched.te import expr as E
 from autosched.te.opcodes import Op
-from autosched.te.visit import free_vars
+from autosched.te.visit import free_vars, rewrite, substitute
 from autosched.tir import ir
 from autosched.tir.evaluate import const_int
 from autosched.tir.tensor_intrin import TensorIntrin
+from autosched.tir.visit import linear_coeff, loads, map_stmt, walk
 
 ARCH = 90  # the one compute capability with wgmma (sm_90a; Blackwell has other instructions)
 WARPGROUP = 128
@@ -286,11 +287,13 @@ def helpers(ml: MainLoop) -> str:
 
 
 def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
-              store: Callable[[str, str, str, str], list[str]]) -> list[str]:
+              store: Callable[[str, str, str, str], list[str]],
+              shared_store: bool = True) -> list[str]:
     """The lines of one block's main loop (a ``{ }`` scope, every name in it prefixed ``wg_``):
     ``region`` the C expression of its shared operand region (``ml.shared_bytes()``), ``store``
     the lines storing two accumulators (row and column in the block tile, C expressions; the
-    values: the second is the next column's)."""
+    values: the second is the next column's), into shared memory unless ``shared_store`` is
+    false (then the threads store without waiting for each other)."""
     why = ml.check()
     if why:
         raise ScheduleError(f"wgmma main loop: {why}")
@@ -360,9 +363,8 @@ def main_loop(ml: MainLoop, a: Operand, b: Operand, region: str,
         ]
     if ml.producer:  # the computing warpgroups store
         return head + body + ["}"]
-    return head + body + [
-        "  __syncthreads();  // the stores may reuse the operands' shared memory",
-        *_store_lines(ml, store), "}"]
+    wait = ["  __syncthreads();  // the stores may reuse the operands' shared memory"]
+    return head + body + wait * shared_store + [*_store_lines(ml, store), "}"]
 
 
 def _store_lines(ml: MainLoop, store: Callable[[str, str, str, str], list[str]]) -> list[str]:
@@ -638,6 +640,10 @@ def gemm_source(spec: WgmmaGemm) -> str:
 
 STAGES_PRAGMA = "wgmma_stages"  # the tensorized loop's pragma: the main loop's stages
 PRODUCER_PRAGMA = "wgmma_producer"  # 1: a warpgroup of its own copies (the block's first)
+# on the row loop of the nest that reads a block tile: the block's thread count; the nest
+# (rows, then columns, then statements without loops reading the tile at [row, column]) runs
+# in the main loop's store, for each pair of accumulators a thread holds, and nowhere else
+EPILOGUE_PRAGMA = "wgmma_epilogue"
 
 
 @dataclass(frozen=True)
@@ -755,6 +761,81 @@ def _operands(nest: _BlockNest) -> tuple[_Read, _Read]:
     return found[0], found[1]
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """A nest marked EPILOGUE_PRAGMA: its loops over the rows and the columns of ``tile``,
+    whose element [row, column] its statements read."""
+
+    rows: ir.For
+    cols: ir.For
+    tile: ir.Buffer
+
+    @property
+    def threads(self) -> int:
+        return int(dict(self.rows.annotations)[EPILOGUE_PRAGMA])
+
+
+def epilogue_threads(s: ir.For) -> int | None:
+    """The thread count of the block whose epilogue nest ``s`` heads (None: it heads none)."""
+    threads = dict(s.annotations).get(EPILOGUE_PRAGMA)
+    return None if threads is None else int(threads)
+
+
+def epilogues(s: ir.Stmt, tiles: set[ir.Buffer], where: str) -> dict[ir.Buffer, Epilogue]:
+    """The epilogue nests in ``s`` by the block tile (one of ``tiles``) each reads."""
+    out: dict[ir.Buffer, Epilogue] = {}
+    for rows in walk(s):
+        if not isinstance(rows, ir.For) or epilogue_threads(rows) is None:
+            continue
+        at = f"{where}: the epilogue nest of loop {rows.var.name}"
+        cols = rows.body
+        if not isinstance(cols, ir.For) or rows.kind != "serial" or cols.kind != "serial" \
+                or not (_zero(rows.min) and _zero(cols.min)):
+            raise CompileError(f"{at} must be two plain loops from 0, rows then columns")
+        if any(isinstance(st, (ir.For, ir.Barrier)) for st in walk(cols.body)):
+            raise CompileError(f"{at} holds loops or barriers inside its column loop")
+        reads = [ld for ld in loads(cols.body) if ld.buffer in tiles]
+        found = {ld.buffer for ld in reads}
+        if len(found) != 1:
+            raise CompileError(f"{at} reads {len(found)} block tiles; it must read one")
+        (tile,) = found
+        stride = const_int(tile.shape[-1])
+        for ld in reads:
+            offset = ir.flat_offset(tile, ld.indices)
+            rest = substitute(offset, {rows.var: E.const(0, rows.var.dtype),
+                                       cols.var: E.const(0, cols.var.dtype)})
+            if linear_coeff(offset, rows.var) != stride or linear_coeff(offset, cols.var) != 1 \
+                    or const_int(rest) != 0:
+                raise CompileError(f"{at} reads {tile.name} other than at [row, column]")
+        if tile in out:
+            raise CompileError(f"{at}: {tile.name} has another epilogue nest")
+        out[tile] = Epilogue(rows, cols, tile)
+    return out
+
+
+def _zero(e: E.Expr) -> bool:
+    return const_int(e) == 0
+
+
+def _epilogue_store(w: Any, epi: Epilogue) -> Callable[[str, str, str, str], list[str]]:
+    """The main loop's store of a tile with an epilogue nest: the nest's statements for the
+    two accumulators' elements (consecutive columns from an even one) as a loop of two
+    vector lanes (stored as one float2 / half2 access where they fit), each read of the tile
+    replaced by the lane's accumulator."""
+    def store(r: str, c: str, v0: str, v1: str) -> list[str]:
+        lane = E.Var("wg_pair", "int32")
+        row, pair = w.raw_var(f"({r})"), w.raw_var(f"(({c}) >> 1)")
+        col = E.binary(Op.ADD, E.binary(Op.MUL, pair, E.const(2)), lane)
+        value = E.select(E.compare(Op.EQ, lane, E.const(0)), w.raw_var(v0, epi.tile.dtype),
+                         w.raw_var(v1, epi.tile.dtype))
+        at = {epi.rows.var: row, epi.cols.var: col}
+        body = map_stmt(epi.cols.body, lambda e: rewrite(
+            substitute(e, at), lambda n: value
+            if isinstance(n, ir.Load) and n.buffer is epi.tile else None))
+        return w.captured(ir.For(lane, E.const(0), E.const(2), "vectorized", body))
+    return store
+
+
 def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
     """The main loop of the gemm_block nest headed by ``s``: its operands read from global
     memory, its accumulators stored into the nest's shared tile (whose allocation the
@@ -801,10 +882,18 @@ def emit_block(w: Any, s: ir.For, intrin: TensorIntrin) -> None:
     if region is None:
         raise CompileError(f"{where}: the tile {out.name} is not allocated for a main loop")
 
-    def store(r: str, c: str, v0: str, v1: str) -> list[str]:
+    def staged(r: str, c: str, v0: str, v1: str) -> list[str]:
         at = f"{base} + ({r}) * {stride} + ({c})"
         return [f"{name}[{at}] = {v0};", f"{name}[{at} + 1] = {v1};"]
 
+    store: Callable[[str, str, str, str], list[str]] = staged
+    epi = w.wg_epilogues.get(out)
+    if epi is not None:
+        if epi.threads != threads[0]:
+            raise CompileError(f"{where}: its epilogue nest is marked for {epi.threads} "
+                               f"threads; the block has {threads[0]}")
+        store = _epilogue_store(w, epi)
+        w.wg_done.add(out)
     w.fw.helpers[_instruction(ml)] = helpers(ml)
-    for line in main_loop(ml, ops[0], ops[1], region, store):
+    for line in main_loop(ml, ops[0], ops[1], region, store, shared_store=epi is None):
         w.emit(line)

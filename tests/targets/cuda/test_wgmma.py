@@ -140,6 +140,8 @@ def test_standalone_kernel_compiles_to_wgmma(dtype, b_k_major, ptx) -> None:
     ((130, 96, 72), "float16", True, {"block_n": 192}),
     ((64, 256, 96), "bfloat16", False, {"block_m": 64, "warpgroups": 1, "block_n": 256}),
     ((96, 72, 40), "float32", True, {"block_n": 64, "stages": 5}),
+    ((200, 136, 200), "float16", False, {"epilogue": 0}),  # staged through the shared tile
+    ((64, 256, 96), "bfloat16", False, {"block_m": 64, "warpgroups": 1, "epilogue": 0}),
 ])
 def test_wgmma_tile_on_host_matches_numpy(shape, dtype, transpose_b, knobs, rng) -> None:
     m, n, k = shape
@@ -154,6 +156,7 @@ def test_wgmma_tile_on_host_matches_numpy(shape, dtype, transpose_b, knobs, rng)
     ((130, 296, 200), False, {"block_n": 256}),
     ((130, 96, 72), True, {"block_n": 192, "stages": 3}),
     ((64, 256, 96), False, {"block_m": 64, "warpgroups": 1, "block_n": 256}),
+    ((200, 136, 200), False, {"epilogue": 0}),
 ])
 def test_wgmma_tile_with_a_producer_warpgroup_on_host_matches_numpy(
         shape, transpose_b, knobs, monkeypatch, rng) -> None:
@@ -192,17 +195,61 @@ def test_wgmma_tile_copies_by_tma_unless_turned_off(tma, monkeypatch, rng) -> No
 
 
 @needs_host
-def test_wgmma_broadcast_batch_and_fused_epilogue_on_host_match_numpy(rng) -> None:
+@pytest.mark.parametrize("epilogue", [1, 0])
+def test_wgmma_broadcast_batch_and_fused_epilogue_on_host_match_numpy(epilogue, rng) -> None:
     """A convolution's per-image form (its weights broadcast over the batch) with a bias and
-    ReLU fused into the staging tile's reader."""
+    ReLU fused into the output: computed from the accumulators, or from the staging tile."""
     w = te.placeholder((72, 48), "float16", name="W")
     x = te.placeholder((3, 48, 80), "float16", name="X")
     bias = te.placeholder((72,), "float32", name="bias")
     y = ops.matmul(w, x, out_dtype="float32")
     out = te.compute(y.shape, lambda n, i, j: te.max(y[n, i, j] + bias[i], 0.0), name="relu")
-    arrays = _run([w, x, bias, out], rng)
+    arrays = _run([w, x, bias, out], rng, epilogue=epilogue)
     want = np.maximum(_reference(arrays[0], arrays[1]) + arrays[2][:, None], 0.0)
     _check(arrays[3], want, "float16")
+
+
+@needs_host
+@pytest.mark.parametrize(("n", "producer"), [(136, 0), (75, 0), (136, 1)])
+def test_a_half_output_is_written_from_the_accumulators(n, producer, monkeypatch, rng) -> None:
+    """A half output with a residual added: each thread rounds the two accumulators it holds
+    of a row and stores them as one half2 (rows of an odd count of halves: each alone, the
+    last pair straddling the edge); the shared tile is never written."""
+    monkeypatch.setenv("AUTOSCHED_TMA", str(producer))
+    a = te.placeholder((130, 72), "float16", name="A")
+    b = te.placeholder((n, 72), "float16", name="B")
+    res = te.placeholder((130, n), "float16", name="R")
+    y = ops.matmul(a, b, transpose_b=True, out_dtype="float32")
+    out = te.compute(y.shape, lambda i, j: te.cast("float16", y[i, j] + te.cast("float32",
+                                                                               res[i, j])),
+                     name="out")
+    knobs = {"producer": 1} if producer else {}
+    xa, xb, xr, got = _run([a, b, res, out], rng, block_n=64, **knobs)
+    want = _reference(xa, xb, True) + xr.astype(np.float64)
+    _check(got.astype(np.float32), want, "float16")
+    kernel = SOURCES[-1].split('extern "C"')[1]
+    assert ("*(unsigned int*)(&v_out[" in kernel) == (n % 2 == 0)
+    assert "wg_acc[wg_s][wg_i + 1]" in kernel
+    assert "v_T_matmul[" not in kernel.split("as_wg_base(v_T_matmul)")[1]
+
+
+def test_an_epilogue_nest_runs_only_inside_a_main_loop() -> None:
+    """The pragma that marks a block tile's epilogue on a nest that no main loop reads is a
+    compile error, not a nest every thread runs whole."""
+    from autosched.errors import CompileError
+    from autosched.schedule.lower import lower
+    from autosched.targets.cuda.codegen import generate
+    from autosched.targets.target import parse
+
+    x = te.placeholder((128, 128), name="X")
+    y = te.compute(x.shape, lambda i, j: x[i, j] * 2.0, name="Y")
+    s = te.create_schedule(y.op)
+    i, j = s[y].op.axis
+    bo, bi = s[y].split(i, factor=64)
+    s[y].bind(bo, te.thread_axis("blockIdx.x"))
+    s[y].pragma(bi, "wgmma_epilogue", 128)
+    with pytest.raises(CompileError, match="epilogue nest of loop i.inner reads 0 block tiles"):
+        generate(lower(s, [x, y], name="twice"), parse("cuda -arch=sm_90"))
 
 
 def test_wgmma_is_offered_on_sm90_only_and_leads_where_blocks_fill_a_wave() -> None:
