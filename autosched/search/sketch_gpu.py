@@ -45,6 +45,13 @@ CROSS_THREADS = (32, 64, 128, 256)
 CROSS_MAX_OUTPUTS = 8192
 CROSS_MIN_WORK = 1 << 16
 CROSS_MIN_CHAIN = 128
+# outputs per block of the cross-thread form (its rows knob); untuned, reductions of many
+# outputs over contiguous rows of CROSS_MIN_CHAIN or more elements take the fewest threads a
+# row (a warp) and LONG_ROWS rows: BERT's softmax, 49,152 rows of 128 at batch 32, had run a
+# thread per row (each reading its own 256-byte row)
+CROSS_ROWS = (1, 2, 4, 8, 16)
+LONG_ROWS = 8
+MAX_CROSS_BLOCK = 1024  # threads of a block
 
 
 def _spread(extents: list[int], goal: int, cap: int) -> list[int]:
@@ -186,13 +193,17 @@ def _bind_threads(st: Stage, threads: int, vector: int) -> None:
 
 def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
     """Data axes fused and spread over blocks and threads, each thread summing its outputs
-    alone; or (the ``cross`` knob, T threads) one block per output whose T threads each sum
-    every T-th element of the reduction (rfactor into shared memory, consecutive threads on
-    consecutive elements) and one thread summing their T partials: where the outputs are
-    too few to fill the GPU a thread each. ppocr_v6_rec_small's squeeze-excite mean over
+    alone; or (the ``cross`` knob, T threads) ``rows`` outputs per block whose T threads each
+    sum every T-th element of the output's reduction (rfactor into shared memory, consecutive
+    threads on consecutive elements) and one thread per output summing their T partials:
+    where the outputs are too few to fill the GPU a thread each, or where they are many but
+    each sums a long contiguous row (a thread per row would read its row alone, a sector per
+    thread, and round along the whole row). ppocr_v6_rec_small's squeeze-excite mean over
     12 x 80 of 96 channels ran in one block of 96 threads, each adding 960 numbers in a row
     (float32 rounding 7x that of onnxruntime's, which the model's later layers grew past
     the corpus tolerance)."""
+    from autosched.search.sketch import reduce_layout
+
     pre = f"{name}."
     op = sch0.stage(name).compute_op
     outputs = math.prod(_static_extent(a) for a in op.axis)
@@ -200,34 +211,57 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
     cross = tuple(t for t in CROSS_THREADS if t <= extent // 2)
     few = outputs < CROSS_MAX_OUTPUTS and (outputs * extent >= CROSS_MIN_WORK
                                            or extent >= CROSS_MIN_CHAIN)
+    rows_long = (not few and bool(cross) and extent >= CROSS_MIN_CHAIN
+                 and reduce_layout(op) == "row")
     fits = [i for i, t in enumerate(cross, 1) if t <= extent // 4]
+    rows = tuple(r for r in CROSS_ROWS if r <= max(outputs, 1))
     knobs: list[Knob] = [ChoiceKnob(f"{pre}threads", THREADS, default_index=3),
                          ChoiceKnob(f"{pre}cross", (0,) + cross,
-                                    default_index=fits[-1] if few and fits else 0)]
+                                    default_index=1 if rows_long else
+                                    fits[-1] if few and fits else 0),
+                         ChoiceKnob(f"{pre}rows", rows,
+                                    default_index=rows.index(LONG_ROWS) if rows_long else 0)]
+
+    def check(p: Params) -> str | None:
+        if p[f"{pre}cross"] * p[f"{pre}rows"] > MAX_CROSS_BLOCK:
+            return (f"{p[f'{pre}rows']} outputs of {p[f'{pre}cross']} threads exceed "
+                    f"{MAX_CROSS_BLOCK} threads a block")
+        return None
 
     def apply(sch: Schedule, p: Params) -> None:
+        why = check(p)
+        if why:
+            raise ScheduleError(f"cross-thread reduction of {name}: {why}")
         axes = list(sch.stage(name).compute_op.axis)
         if p[f"{pre}cross"]:  # a scalar's too: one block
-            _cross_thread(sch, name, p[f"{pre}cross"])
+            _cross_thread(sch, name, p[f"{pre}cross"], p[f"{pre}rows"])
         elif axes:
             _bind_flat(sch, name, axes, p[f"{pre}threads"])
 
-    return Rule(name, tuple(knobs), apply, "gpu_reduce")
+    return Rule(name, tuple(knobs), apply, "gpu_reduce", check)
 
 
-def _cross_thread(sch: Schedule, name: str, threads: int) -> None:
-    """One block per output of the reduction ``name``: ``threads`` partials in shared
-    memory, each over every ``threads``-th element, then summed by thread 0."""
+def _cross_thread(sch: Schedule, name: str, threads: int, rows: int = 1) -> None:
+    """``rows`` outputs of the reduction ``name`` per block (threadIdx.y): for each,
+    ``threads`` partials in shared memory (threadIdx.x), each over every ``threads``-th
+    element, then summed by the output's thread 0."""
     st = sch.stage(name)
     _, ki = st.split(_fused(st, list(st.compute_op.reduce_axis)), factor=threads)
-    rf = sch[sch.rfactor(st.op.output(), ki)]
+    # the partials' lane axis last: a warp's threads write consecutive words
+    rf = sch[sch.rfactor(st.op.output(), ki, factor_axis=len(st.compute_op.axis))]
     rf.set_scope("shared")
     st = sch.stage(name)
-    block, one = st.split(_fused(st, list(st.compute_op.axis)), factor=1)
+    block, row = st.split(_fused(st, list(st.compute_op.axis)), factor=rows)
+    row, one = st.split(row, factor=1)
     st.bind(block, _thread("blockIdx.x"))
     st.bind(one, _thread("threadIdx.x"))  # the final sum: thread 0 (a guard)
+    if rows > 1:
+        st.bind(row, _thread("threadIdx.y"))
     rf.compute_at(st, block)
-    rf.bind(rf.compute_op.axis[0], _thread("threadIdx.x"))
+    *data, lane = rf.compute_op.axis
+    rf.bind(lane, _thread("threadIdx.x"))
+    if rows > 1:
+        rf.bind(_fused(rf, data), _thread("threadIdx.y"))
 
 
 def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:

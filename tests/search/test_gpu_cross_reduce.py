@@ -36,6 +36,8 @@ CASES = {
     # to a scalar (a 0-d output: DynamicQuantizeLinear's range), one block
     "max_all": ((24, 32, 80), (0, 1, 2), np.max, reduction.max),
     "sum_few_long": ((2, 1500), (1,), np.sum, reduction.sum),  # 3,000 in all, 1,500 each
+    # a softmax's max over many contiguous rows: a warp each, several rows a block
+    "max_long_rows": ((8201, 130), (1,), np.max, reduction.max),
 }
 SCALAR = {"max_all"}  # reduced without keepdims
 
@@ -87,6 +89,51 @@ def test_many_outputs_stay_a_thread_each():
     x = te.placeholder((65536, 64), name="x")  # 256 blocks of 256 threads a thread each
     space = SearchSpace(aus.Task(reduction.sum(x, axis=(1,)), target="cuda -arch=sm_90"))
     assert _cross(space, space.default_candidate()) == 0
+
+
+def test_many_long_contiguous_rows_go_a_warp_each_several_a_block():
+    """A softmax's max over rows of 128 (8,201 of them: more than a thread each would need to
+    fill the GPU): untuned, a warp per row reading it coalesced, LONG_ROWS rows a block, not
+    a thread per row reading its own 512 bytes; a strided reduce axis keeps a thread each."""
+    from autosched.search.sketch_gpu import LONG_ROWS
+
+    task, _, _ = _task("max_long_rows", "cuda -arch=sm_90")
+    space = SearchSpace(task)
+    c = space.default_candidate()
+    rows = next(v for k, v in c.params if k.endswith(".rows"))
+    assert _cross(space, c) == 32 and rows == LONG_ROWS
+    (kernel,) = task.build(space.default_schedule()).source.kernels
+    assert [g.value for g in kernel.grid] == [-(-8201 // LONG_ROWS), 1, 1]  # type: ignore[attr-defined]
+    assert [b.value for b in kernel.block] == [32, LONG_ROWS, 1]  # type: ignore[attr-defined]
+    columns = te.placeholder((130, 8201), name="x")  # reduced over its rows: strided
+    space = SearchSpace(aus.Task(reduction.sum(columns, axis=(0,)), target="cuda -arch=sm_90"))
+    assert _cross(space, space.default_candidate()) == 0
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("rows", [2, 8, 16])
+def test_several_outputs_a_block_match_numpy(rows, target, rng):
+    """Rows of the cross-thread form: the last block's rows past the outputs guarded, rows
+    of 130 (no lane count divides them)."""
+    task, shape, out_shape = _task("max_long_rows", target)
+    space = SearchSpace(task)
+    c = space.default_candidate()
+    params = tuple((k, rows if k.endswith(".rows") else v) for k, v in c.params)
+    low = space.lower(Candidate(c.sketch, params))
+    assert low is not None
+    x = rng.uniform(-1, 1, shape).astype("float32")
+    got = np.full(out_shape, np.nan, "float32")
+    task.build(low.schedule)(x, got)
+    np.testing.assert_array_equal(got, x.max(axis=1, keepdims=True))
+
+
+def test_a_block_of_more_than_1024_threads_is_ruled_out():
+    task, _, _ = _task("max_long_rows", "cuda -arch=sm_90")
+    space = SearchSpace(task)
+    c = space.default_candidate()
+    params = tuple((k, 256 if k.endswith(".cross") else 16 if k.endswith(".rows") else v)
+                   for k, v in c.params)
+    assert space.lower(Candidate(c.sketch, params)) is None
 
 
 @pytest.mark.parametrize("target", TARGETS)
