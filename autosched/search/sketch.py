@@ -870,6 +870,13 @@ def generate_sketches(sch0: Schedule, target: Target, precision: str = "fp32") -
         else:
             later.append(injective(name, sch0))
     sketches = [Sketch(tuple(rules + later))]
+    rows = G.row_fusion(sch0, rules + later) if gpu else None
+    if rows is not None:  # a task normalizing rows leads in one kernel
+        out, reductions = rows
+        sketches.insert(0, Sketch(tuple(
+            rules + [G.gpu_rows_rule(out, reductions, sch0) if r.stage == out
+                     else G._no_rule(r.stage) if r.stage in reductions else r
+                     for r in later])))
     if tensor_core:  # a second sketch: the search picks; the default where its tiles fill up
         mma = Sketch(tuple(rules + [tensor_core.get(r.stage, r) for r in later]))
         first = all(TC.fills_tiles(sch0, name) for name in tensor_core)

@@ -9,7 +9,11 @@
              stages=2, double-buffered: the next step's tiles copied, by cp.async where the
              copy is a vector one, while this step's are multiplied)
 * reduce     data axes fused and spread over blocks and threads; the reduction runs per thread,
-             or (few outputs) one block per output, its threads' partials in shared memory
+             or (few outputs, or many long contiguous rows) blocks of one or more outputs,
+             each output's threads' partials in shared memory
+* rows       (a task normalizing rows: softmax, LayerNorm) one kernel, a block of rows, each row
+             over a warp or more; its reductions computed in the block before the output
+             reads them (shared arrays of the block's rows); leads where it applies
 * injective  all axes fused, split into blocks and threads, the inner part vectorized
 * mma        (a second sketch) a matmul of half tensors on tensor cores: sketch_mma.py
 """
@@ -17,6 +21,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from autosched.errors import ScheduleError
 from autosched.schedule.schedule import Schedule, Stage
@@ -222,11 +227,7 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
                          ChoiceKnob(f"{pre}rows", rows,
                                     default_index=rows.index(LONG_ROWS) if rows_long else 0)]
 
-    def check(p: Params) -> str | None:
-        if p[f"{pre}cross"] * p[f"{pre}rows"] > MAX_CROSS_BLOCK:
-            return (f"{p[f'{pre}rows']} outputs of {p[f'{pre}cross']} threads exceed "
-                    f"{MAX_CROSS_BLOCK} threads a block")
-        return None
+    check = _block_limit(f"{pre}rows", f"{pre}cross")
 
     def apply(sch: Schedule, p: Params) -> None:
         why = check(p)
@@ -241,27 +242,129 @@ def gpu_reduce_rule(name: str, sch0: Schedule) -> Rule:
     return Rule(name, tuple(knobs), apply, "gpu_reduce", check)
 
 
-def _cross_thread(sch: Schedule, name: str, threads: int, rows: int = 1) -> None:
+def _block_limit(rows: str, threads: str) -> Callable[[Params], str | None]:
+    """A rule's check that ``rows`` outputs of ``threads`` threads each (knob names) fit a
+    block."""
+    def check(p: Params) -> str | None:
+        if p[rows] * p[threads] > MAX_CROSS_BLOCK:
+            return (f"{p[rows]} rows of {p[threads]} threads exceed {MAX_CROSS_BLOCK} "
+                    "threads a block")
+        return None
+    return check
+
+
+def _cross_thread(sch: Schedule, name: str, threads: int, rows: int = 1,
+                  host: tuple[Stage, E.IterVar] | None = None) -> None:
     """``rows`` outputs of the reduction ``name`` per block (threadIdx.y): for each,
     ``threads`` partials in shared memory (threadIdx.x), each over every ``threads``-th
-    element, then summed by the output's thread 0."""
+    element, then summed by the output's thread 0. With ``host`` (a stage and its block
+    loop), computed there instead, its outputs a shared array of the block's rows."""
     st = sch.stage(name)
     _, ki = st.split(_fused(st, list(st.compute_op.reduce_axis)), factor=threads)
     # the partials' lane axis last: a warp's threads write consecutive words
     rf = sch[sch.rfactor(st.op.output(), ki, factor_axis=len(st.compute_op.axis))]
     rf.set_scope("shared")
     st = sch.stage(name)
-    block, row = st.split(_fused(st, list(st.compute_op.axis)), factor=rows)
+    if host is None:
+        block, row = st.split(_fused(st, list(st.compute_op.axis)), factor=rows)
+        st.bind(block, _thread("blockIdx.x"))
+        host = (st, block)
+    else:
+        st.set_scope("shared")
+        row = _fused(st, list(st.compute_op.axis))
+        st.compute_at(*host)
     row, one = st.split(row, factor=1)
-    st.bind(block, _thread("blockIdx.x"))
     st.bind(one, _thread("threadIdx.x"))  # the final sum: thread 0 (a guard)
-    if rows > 1:
+    rows_bound = rows > 1 or host[0] is not st
+    if rows_bound:
         st.bind(row, _thread("threadIdx.y"))
-    rf.compute_at(st, block)
+    rf.compute_at(*host)
     *data, lane = rf.compute_op.axis
     rf.bind(lane, _thread("threadIdx.x"))
-    if rows > 1:
+    if rows_bound:
         rf.bind(_fused(rf, data), _thread("threadIdx.y"))
+
+
+# a task normalizing rows (softmax, LayerNorm: reductions over each row's E elements, then an
+# elementwise output of the rows) in one kernel (gpu_rows_rule): rows per block, threads per
+# row, and the most elements a thread of the untuned form reads in each pass over its row
+ROWS = (1, 2, 4, 8, 16)
+ROW_LANES = (32, 64, 128, 256, 512)
+ROW_CHUNK = 32
+
+
+def row_fusion(sch0: Schedule, rules: list[Rule]) -> tuple[str, list[str]] | None:
+    """(the output, the reductions) of a task whose rules are inlines, reductions and one
+    elementwise output F of shape (rows..., E) where every reduction sums E contiguous
+    elements (reduce_layout "row") into outputs of F's leading shape (its last axis kept as
+    1 or dropped): softmax, LayerNorm, RMSNorm; None for any other task."""
+    from autosched.search.sketch import reduce_layout
+
+    if any(r.kind not in ("inline", "gpu_injective", "gpu_reduce") for r in rules):
+        return None
+    out = [r.stage for r in rules if r.kind == "gpu_injective"]
+    reductions = [r.stage for r in rules if r.kind == "gpu_reduce"]
+    if len(out) != 1 or not reductions or not sch0.stage(out[0]).is_output:
+        return None
+    *lead, last = sch0.stage(out[0]).compute_op.axis
+    lead_ext = [_static_extent(a) for a in lead]
+    if not lead or _static_extent(last) < ROW_LANES[0]:
+        return None
+    for name in reductions:
+        op = sch0.stage(name).compute_op
+        shape = [_static_extent(a) for a in op.axis]
+        if (len(op.reduce_axis) != 1 or reduce_layout(op) != "row"
+                or _static_extent(op.reduce_axis[0]) != _static_extent(last)
+                or shape not in (lead_ext, [*lead_ext, 1])):
+            return None
+    return out[0], reductions
+
+
+def gpu_rows_rule(name: str, reductions: list[str], sch0: Schedule) -> Rule:
+    """The task row_fusion found, in one kernel: ``rows`` rows of the output ``name`` a block
+    (threadIdx.y), each row's elements over ``lanes`` threads (threadIdx.x, consecutive
+    threads on consecutive elements); each reduction computed in the block before the output
+    reads it (a shared array of the block's rows): its lanes' partials in shared memory,
+    summed by the row's thread 0. Untuned: the fewest lanes that read at most ROW_CHUNK
+    elements a pass, the most rows (dividing the rows' last extent) that keep MIN_BLOCKS
+    blocks and 256 threads a block. BERT's softmax had been three kernels reading its input
+    three times (max, sum of exponentials, quotients), LayerNorm likewise."""
+    pre = f"{name}."
+    *lead, last = sch0.stage(name).compute_op.axis
+    extent, inner = _static_extent(last), _static_extent(lead[-1])
+    total = math.prod(_static_extent(a) for a in lead)
+    lanes = tuple(t for t in ROW_LANES if t <= extent)
+    rows = tuple(r for r in ROWS if inner % r == 0)
+    lane0 = next((i for i, t in enumerate(lanes) if extent <= t * ROW_CHUNK), len(lanes) - 1)
+    fit = [i for i, r in enumerate(rows)
+           if r * lanes[lane0] <= 256 and (r == 1 or total // r >= MIN_BLOCKS)]
+    knobs: list[Knob] = [ChoiceKnob(f"{pre}rows", rows, default_index=fit[-1] if fit else 0),
+                         ChoiceKnob(f"{pre}lanes", lanes, default_index=lane0)]
+
+    check = _block_limit(f"{pre}rows", f"{pre}lanes")
+
+    def apply(sch: Schedule, p: Params) -> None:
+        why = check(p)
+        if why:
+            raise ScheduleError(f"rows of {name}: {why}")
+        r, t = p[f"{pre}rows"], p[f"{pre}lanes"]
+        st = sch.stage(name)
+        *lead, e = st.compute_op.axis
+        block, row = st.split(_fused(st, lead), factor=r)
+        eo, lane = st.split(e, factor=t)
+        st.reorder(block, row, eo, lane)
+        st.bind(block, _thread("blockIdx.x"))
+        st.bind(row, _thread("threadIdx.y"))
+        st.bind(lane, _thread("threadIdx.x"))
+        for red in reductions:
+            _cross_thread(sch, red, t, host=(st, block))
+
+    return Rule(name, tuple(knobs), apply, "gpu_rows", check)
+
+
+def _no_rule(name: str) -> Rule:
+    """A stage another rule schedules (gpu_rows_rule's reductions)."""
+    return Rule(name, (), lambda sch, p: None, "gpu_row_part")
 
 
 def gpu_injective_rule(name: str, sch0: Schedule) -> Rule:

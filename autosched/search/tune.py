@@ -647,13 +647,15 @@ def _tensor_cores_first(space: SearchSpace, batch: list[Lowered], mma: int,
 
 def _cross_thread_default_first(space: SearchSpace, batch: list[Lowered]) -> list[Lowered]:
     """Where the untuned default reduces across the threads of a block (sketch_gpu's
-    ``cross`` knob: few outputs over long reductions), it leads: no cost model has been
+    ``cross`` knob: few outputs over long reductions, or many over long contiguous rows; its
+    ``gpu_rows`` sketch: a softmax or a norm in one kernel), it leads: no cost model has been
     trained on such records (pretrain counts tensor-core records, not these), and the
     shipped GPU model, blind to the form, ranked per-thread sums first for each of
     ppocr_v6_rec_small's 6 such reductions, one block of 96 threads adding 960 numbers each
-    in a row."""
+    in a row, and BERT's softmax as three kernels of a thread per row."""
     default = space.default_candidate()
-    if not any(k.endswith(".cross") and v for k, v in default.params):
+    rows = any(r.kind == "gpu_rows" for r in space.sketches[default.sketch].rules)
+    if not rows and not any(k.endswith(".cross") and v for k, v in default.params):
         return batch
     low = space.lower(default)
     if low is None:
