@@ -132,6 +132,21 @@ for s in "$@"; do
             step tma-e2e 420 python3 benchmarks/e2e_gpu.py --models bert_layer resnet18 \
                 --batch 8 32 --precision fp16 --rounds 3 --cached-picks \
                 --variant tma:AUTOSCHED_TMA=1 --out "$OUT/e2e20_tma.json" ;;
+        issue20) # the GPU tests of the wgmma tiles (register epilogue, TMA) and of the row
+            # kernels, the copies against cuBLAS, where the BERT layer's batch-32 time goes,
+            # then both models against torch with TMA and without the K split as variants
+            step i20-tests 150 python3 -m pytest -q -m gpu tests/targets/cuda/test_wgmma.py \
+                tests/search/test_gpu_rows.py tests/search/test_gpu_cross_reduce.py \
+                -rfE -p no:cacheprovider
+            step i20-tiles 90 python3 benchmarks/gpu_wgmma.py --rounds 2 --repeat 20 \
+                --shapes gemm4096 --tiles 128x256w2s4 128x192w2s5 --copies cp.async tma tma-ws
+            step i20-kernels 80 python3 benchmarks/gpu_kernels.py --models bert_layer --batch 32 \
+                --precision fp16 --top 26
+            for m in bert_layer resnet18; do
+                step "i20-e2e-$m" 170 python3 benchmarks/e2e_gpu.py --models "$m" --batch 8 32 \
+                    --precision fp16 --rounds 2 --cached-picks --variant tma:AUTOSCHED_TMA=1 \
+                    --variant nosplit:AUTOSCHED_K_SPLIT=1 --out "$OUT/e2e20_$m.json"
+            done ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
         *) echo "unknown step $s" ;;
     esac
