@@ -49,6 +49,7 @@ from autosched.te import expr as E
 from autosched.te.opcodes import Op
 from autosched.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from autosched.te.tensor import thread_axis as _thread
+from autosched.te.visit import post_order
 from autosched.tir.tensor_intrin import (
     ACCUMULATOR_SCOPE,
     BLOCK_FOR_DTYPE,
@@ -56,6 +57,7 @@ from autosched.tir.tensor_intrin import (
     TENSOR_INTRINS,
     load_intrin,
 )
+from autosched.tir.visit import linear_coeff, uses_var
 
 WARP = 32
 PAD_BYTES = 16  # the padding of a shared tile's rows (the pad knob)
@@ -407,10 +409,35 @@ def offers_wgmma(sch0: Schedule, name: str, precision: str, target: Target) -> b
     ops = mma_operands(sch0, name)
     assert ops is not None
     lanes = vector_lanes(ops[0].tensor.dtype)
-    if any(not isinstance(op.tensor.op, PlaceholderOp) or copy_lanes(op.tensor) < lanes
-           for op in ops):
-        return False
+    for op in ops:
+        tensor = view_of(op.tensor)
+        if (tensor is None or copy_lanes(tensor) < lanes
+                or vector_lanes(op.tensor.dtype, _static_extent(op.tensor.op.axis[-1])
+                                if isinstance(op.tensor.op, ComputeOp) else None) < lanes):
+            return False
     return ops[0].tensor.dtype != "float32" or all(op.k_last for op in ops)
+
+
+def view_of(t: Tensor) -> Tensor | None:
+    """The placeholder ``t`` is, or reads through a chain of pure index maps that keep its
+    rows (reshapes splitting the last dim, transposes keeping it last; no division): the K
+    split's slices of a MatMul's input, attention's heads of Q and V. Such an operand is read
+    in place, at an affine offset of the placeholder; None for any other tensor."""
+    while isinstance(t.op, ComputeOp):
+        op, body = t.op, t.op.body
+        if op.reduce_axis or not op.axis or not isinstance(body, E.TensorRead):
+            return None
+        last = op.axis[-1].var
+        if any(uses_var(i, last) for i in body.indices[:-1]) \
+                or linear_coeff(body.indices[-1], last) != 1 \
+                or any(isinstance(n, E.Binary) and n.op in _DIVISIONS
+                       for i in body.indices for n in post_order(i)):
+            return None
+        t = body.tensor
+    return t if isinstance(t.op, PlaceholderOp) else None
+
+
+_DIVISIONS = (Op.FLOORDIV, Op.FLOORMOD, Op.TRUNCDIV, Op.TRUNCMOD)
 
 
 # blocks of the default warpgroup tile (128 x 128) from which it leads the warp tiles. On an

@@ -233,6 +233,29 @@ def test_a_half_output_is_written_from_the_accumulators(n, producer, monkeypatch
     assert "v_T_matmul[" not in kernel.split("as_wg_base(v_T_matmul)")[1]
 
 
+@needs_host
+def test_an_operand_viewed_through_a_reshape_and_a_transpose_is_read_in_place(rng) -> None:
+    """Attention's Q heads: (b, s, 768) viewed as (b, 12, s, 64) (a reshape splitting the
+    last dim, a transpose keeping it last) and multiplied by K^T on warpgroups, the main loop
+    copying Q's tiles straight from its rows of 768 (no kernel writing the heads); a view
+    that moves the last dim (K^T from the same rows) is no warpgroup operand."""
+    from autosched.search.sketch_mma import offers_wgmma
+    from autosched.te.ops import transform as T
+
+    x = te.placeholder((2, 128, 384), "float16", name="x")
+    q = T.transpose(T.reshape(x, (2, 128, 6, 64)), (0, 2, 1, 3))
+    k = te.placeholder((2, 6, 64, 128), "float16", name="k")
+    y = ops.matmul(q, k, out_dtype="float32")
+    xa, ka, got = _run([x, k, y], rng)
+    want = xa.astype(np.float64).reshape(2, 128, 6, 64).transpose(0, 2, 1, 3) @ ka
+    _check(got, want, "float16")
+    assert "(long long)wg_r * 384 + wg_kk" in SOURCES[-1]  # Q's rows, in place
+    kt = T.transpose(T.reshape(x, (2, 128, 6, 64)), (0, 2, 3, 1))  # (b, 6, 64, s)
+    z = ops.matmul(q, kt, out_dtype="float32")
+    task = Task([z], args=[x, z], target="cuda -arch=sm_90", precision="fp16")
+    assert not offers_wgmma(task.schedule(), "T_matmul", "fp16", task.target)
+
+
 def test_an_epilogue_nest_runs_only_inside_a_main_loop() -> None:
     """The pragma that marks a block tile's epilogue on a nest that no main loop reads is a
     compile error, not a nest every thread runs whole."""
