@@ -25,7 +25,7 @@ import numpy as np
 from autosched.errors import ModelImportError
 from autosched.graph import fold  # noqa: F401  registers the converters of unfolded nodes
 from autosched.graph.fuse import Group, fuse
-from autosched.graph.graph import Graph
+from autosched.graph.graph import IMPLICIT, Graph
 from autosched.graph.precision import apply_precision, storage_dtype
 from autosched.search.task import Task
 from autosched.settings import Setting
@@ -109,7 +109,7 @@ def group_task(graph: Graph, group: Group, target: Target,
     # MOVES_DATA ops take half values as they are (bfloat16, only a storage type, is widened)
     moves_half = storage_dtype(precision) not in dt.STORAGE_TYPES
     for node in group.nodes:
-        moves = node.op_type in MOVES_DATA
+        moves = node.op_type in MOVES_DATA or bool(node.attrs.get(IMPLICIT))
         ins = [(values.get(i) if moves and moves_half else widen(i, values.get(i))) if i
                else None for i in node.inputs]
         outs = convert(node, ins, ctx)
@@ -213,7 +213,8 @@ def prepare(graph: Graph, target: Target | None = None,
         splits = _max_splits()
         g = gemm_convs(g, implicit=_implicit_patches(),  # tensor cores multiply matmuls
                        batch_columns=_batch_columns(), max_splits=splits)
-        g = split_matmuls(g, splits)
+        # the slices of K read in place where values are stored as they are computed on
+        g = split_matmuls(g, splits, in_place=storage_dtype(precision) not in dt.STORAGE_TYPES)
     return apply_precision(g, precision)
 
 

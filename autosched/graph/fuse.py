@@ -9,8 +9,9 @@ A value read several times still extends when its readers converge in one elemen
 Injective nodes (reshapes, transposes, slices, pads, concats, gathers) join a group made only of
 injective and elementwise nodes, so chains of layout changes become one copy kernel; they never
 join a group holding a reduction (its output would be re-read out of order, defeating the
-reduction's schedule), but for the im2col patches that passes.gemm_convs marks IMPLICIT: they
-join the matmul that reads them, which then gathers them as it copies its tiles.
+reduction's schedule), but for the nodes passes mark IMPLICIT (gemm_convs' im2col patches,
+split_matmuls' slices of K): a chain of them joins the matmul that reads it, which then
+gathers them, or reads them in place, as it copies its tiles.
 A group holds at most MAX_GROUP_NODES nodes: inlined, a group is one expression as deep as its
 chain, and lowering, simplification and code generation walk expressions recursively.
 
@@ -108,17 +109,17 @@ def _converging(graph: Graph, value: str, readers_of: dict[str, list[Node]],
             frontier.add(outs[0])
 
 
-def _prologue(node: Node, groups: list[Group],
-              readers: dict[str, int], outputs: set[str]) -> Group | None:
-    """The group ``node`` (an anchor) joins as its consumer: the last group made, when it is
-    an Im2Col marked IMPLICIT (passes.gemm_convs) whose patches only ``node`` reads."""
+def _implicit_chain(node: Node, groups: list[Group], readers: dict[str, int],
+                    outputs: set[str]) -> Group | None:
+    """The last group made, when it is a chain of nodes marked IMPLICIT (an Im2Col of
+    passes.gemm_convs; the Reshape and Transpose of passes.split_matmuls) whose value only
+    ``node`` reads: the group ``node`` joins (an implicit node extending the chain, or the
+    matmul reading it, which then reads those values as it copies its tiles)."""
     last = groups[-1] if groups else None
-    if last is None or len(last.nodes) != 1:
+    if last is None or not last.nodes or not all(n.attrs.get(IMPLICIT) for n in last.nodes):
         return None
-    (im2col,) = last.nodes
-    patches = im2col.outputs[0] if im2col.outputs else ""
-    if (not im2col.attrs.get(IMPLICIT) or patches not in node.inputs
-            or readers.get(patches, 0) != 1 or patches in outputs):
+    value = last.nodes[-1].outputs[0] if last.nodes[-1].outputs else ""
+    if value not in node.inputs or readers.get(value, 0) != 1 or value in outputs:
         return None
     return last
 
@@ -166,8 +167,9 @@ def fuse(graph: Graph, runtime: set[str]) -> list[Group]:
                 if g is not None and g.injective:
                     target = g
                     break
-        if target is None and node.op_type not in ELEMENTWISE and node.op_type not in INJECTIVE:
-            target = _prologue(node, groups, readers, outputs)
+        if node.attrs.get(IMPLICIT) or (target is None and node.op_type not in ELEMENTWISE
+                                        and node.op_type not in INJECTIVE):
+            target = _implicit_chain(node, groups, readers, outputs)
         if target is None:
             target = Group([])
             index[id(target)] = len(groups)

@@ -715,17 +715,21 @@ def gemm_convs(graph: Graph, implicit: bool = False, batch_columns: bool = True,
     return eliminate_dead(g)
 
 
-def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS) -> Graph:
+def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS, in_place: bool = False
+                  ) -> Graph:
     """Each MatMul of a runtime (..., M, K) by a constant (K, N) whose output tiles are few
     over a deep K (k_splits: a BERT layer's projections at batch 1 are 2 x 12 tiles of 64 x
-    64) sums slices of K apart: its input copied once as (S, rows, K / S) (a transpose), the
-    batched product with the weight's (S, K / S, N) slices into float32 partial sums (viewed
-    as (S, ..., M, N)), and a ReduceSum over S under the MatMul's output name, so the bias,
+    64) sums slices of K apart: its input read as (S, ..., M, K / S) (a reshape and a
+    transpose; with ``in_place``, where half values are stored as they are computed on,
+    marked IMPLICIT: the product reads x's rows in place, no kernel copies them), the batched
+    product with the weight's (S, 1.., K / S, N) slices into float32 partial sums (S, ..., M,
+    N), and a ReduceSum over S under the MatMul's output name, so the bias,
     activation and residual that followed the MatMul fuse into the sum's kernel. For GPU
     targets in precisions with tensor-core multiplies (compiler.prepare), where
     gemm_convs splits convolutions the same way."""
     g = _copy(graph)
     new_value = _value_maker(g)
+    input_names = {v.name for v in g.inputs}
     nodes: list[Node] = []
     for n in g.nodes:
         w = g.constants.get(n.inputs[1]) if n.op_type == "MatMul" else None
@@ -743,17 +747,27 @@ def split_matmuls(graph: Graph, max_splits: int = MAX_K_SPLITS) -> Graph:
             continue
         part = k // s
         x, y = n.inputs[0], n.outputs[0]
-        copied, sliced = _swap_leading(x, (rows, s, part), (s, rows, part), a.dtype, new_value,
-                                       f"{n.name}.k_slices")
-        mats = new_value(f"{n.inputs[1]}.k_slices", (s, part, cols), str(w.dtype),
-                         w.reshape(s, part, cols))
-        partial = new_value(f"{y}.partial", (s, rows, cols), "float32")
-        view, shaped = _reshape(new_value, f"{n.name}.partial_view", partial,
-                                (s, *lead, m, cols), "float32", attrs={FP32_OUTPUT: 1})
-        nodes += [*copied,
+        # (..., M, K) read as (S, ..., M, K / S): a reshape splitting K and a transpose moving
+        # the slices first, both keeping K's elements last; with ``in_place`` marked IMPLICIT
+        # (fusion joins them to the partial product, which reads x's rows in place) unless x
+        # is the graph's input (stored float32, which half tiles do not read as half)
+        dims = (*lead, m)
+        split_value = new_value(f"{x}.k_split", (*dims, s, part), a.dtype)
+        shape_value = new_value(f"{x}.k_split.shape", (len(dims) + 2,), "int64",
+                                np.array([*dims, s, part], np.int64))
+        sliced = new_value(f"{x}.k_slices", (s, *dims, part), a.dtype)
+        implicit = {IMPLICIT: 1} if in_place and x not in input_names else {}
+        perm = [len(dims), *range(len(dims)), len(dims) + 1]
+        mats = new_value(f"{n.inputs[1]}.k_slices", (s, *[1] * len(lead), part, cols),
+                         str(w.dtype), w.reshape(s, *[1] * len(lead), part, cols))
+        partial = new_value(f"{y}.partial", (s, *dims, cols), "float32")
+        nodes += [Node(f"{n.name}.k_split", "Reshape", [x, shape_value], [split_value],
+                       dict(implicit)),
+                  Node(f"{n.name}.k_slices", "Transpose", [split_value], [sliced],
+                       {"perm": perm, **implicit}),
                   Node(f"{n.name}.partial", "MatMul", [sliced, mats], [partial],
                        {FP32_OUTPUT: 1}),
-                  view, _sum_of_slices(g, f"{n.name}.sum", shaped, y, False, new_value)]
+                  _sum_of_slices(g, f"{n.name}.sum", partial, y, False, new_value)]
     g.nodes = nodes
     return g
 

@@ -206,12 +206,14 @@ def test_split_matmuls_keep_a_bert_layer_matching(rng: np.random.Generator) -> N
     proto = models.bert_layer(seq=64, hidden=256, heads=4, ffn=1024, batch=2,
                               seed=int(rng.integers(1 << 30)))
     graph = optimize(from_onnx(proto))
-    g = split_matmuls(graph)
+    g = split_matmuls(graph, in_place=True)
     (partial,) = [n for n in g.nodes if n.attrs.get(FP32_OUTPUT) and n.op_type == "MatMul"]
-    assert g.values[partial.outputs[0]].shape == (4, 2 * 64, 256)
+    assert g.values[partial.outputs[0]].shape == (4, 2, 64, 256)
     half = apply_precision(g, "fp16")
     assert half.values[partial.outputs[0]].dtype == "float32"
-    assert "reducesum_add_add" in [grp.name for _, grp in kernel_groups(half)[0]]
+    names = [grp.name for _, grp in kernel_groups(half)[0]]
+    # the slices of K read in place: no kernel of their own (the GELU's output is no input)
+    assert "reducesum_add_add" in names and "reshape_transpose_matmul" in names, names
     feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
     got = aus.compile(g, target="llvm", schedule="default").run(feeds)
     assert_close(got, models.ort_run(proto, feeds), "fp32", "a BERT layer with K split")
@@ -239,6 +241,31 @@ def test_a_split_matmul_runs_on_tensor_cores_on_host(rng: np.random.Generator) -
     feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
     assert_close(model.run(feeds), models.ort_run(proto, feeds), "fp16",
                  "a deep linear layer with K split on tensor cores")
+
+
+@needs_nvrtc
+@needs_host
+def test_a_split_matmul_reads_its_slices_of_k_in_place_on_host(rng: np.random.Generator) -> None:
+    """A linear layer over a deep K after a ReLU (so its input is no graph input), 4 x 256
+    rows: 8 slices of K, the product reading them straight from the ReLU's output (viewed
+    (S, 4, 256, K / S)) on warpgroups, the weight's slices broadcast over the batch; no
+    kernel copies the slices; against onnxruntime in fp16."""
+    from importers.onnx import from_onnx
+
+    b = models.Builder(int(rng.integers(1 << 30)))
+    y = b.op("Add", [b.op("MatMul", [b.op("Relu", ["x"]), b.weight((2048, 128), 2048)]),
+                     b.const(b.rng.normal(0, .1, 128).astype(np.float32), "b")])
+    proto = b.model(("x", (4, 256, 2048)), y, "deep_linear_after_relu")
+    graph = from_onnx(proto)
+    model = aus.compile(graph, target="cuda -arch=sm_90 -emulate=host", precision="fp16",
+                        schedule="default")
+    names = [k.task.name for k in model.kernels]
+    assert names == ["relu", "reshape_transpose_matmul", "reducesum_add"], names
+    (mm,) = [k.module.get_source() for k in model.kernels if k.task.name.endswith("matmul")]
+    assert "as_wgmma_m64n" in mm
+    feeds = random_inputs(graph, seed=int(rng.integers(1 << 30)))
+    assert_close(model.run(feeds), models.ort_run(proto, feeds), "fp16",
+                 "a deep linear layer reading its slices of K in place")
 
 
 @pytest.mark.parametrize("opset", [11, 17])

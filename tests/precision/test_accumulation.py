@@ -43,7 +43,8 @@ def test_long_reductions_accumulate_in_float32(precision: str, target: str,
     half = {"fp16": "float16", "bf16": "bfloat16"}[precision]
     tasks, _ = extract_tasks(graph, target, precision)
     readers = [t for t in tasks if any(a.dtype == half for a in t.args[:-1])]
-    assert {t.name for t in readers} >= {"reducesum", "matmul"}, [t.name for t in tasks]
+    names = {t.name for t in readers}  # a split matmul may hold the views of its input
+    assert "reducesum" in names and any(n.endswith("matmul") for n in names), names
     feeds = {"x": rng.uniform(2.9, 3.1, (2, K)).astype(np.float32)}
     got = aus.compile(graph, target=target, precision=precision).run(feeds)
     want = ort_run(proto, feeds)
