@@ -65,10 +65,9 @@ WGMMA = Setting("AUTOSCHED_WGMMA", "1",
                 "`0`: on sm_90 GPUs, matmuls in tf32 / fp16 / bf16 are not offered block tiles "
                 "on Hopper's warpgroup instruction (wgmma), only the warp-level tensor-core "
                 "tiles (wmma)", changes_code=True)
-TMA = Setting("AUTOSCHED_TMA", "1",
-              "`0`: wgmma main loops copy their operands' K tiles with cp.async from every "
-              "thread instead of TMA copies issued by one thread (or a producer warpgroup)",
-              changes_code=True)
+TMA = Setting("AUTOSCHED_TMA", "0",
+              "`1`: wgmma main loops copy their operands' K tiles with TMA copies issued by "
+              "one thread instead of cp.async from every thread", changes_code=True)
 MODEL_CACHE = Setting("AUTOSCHED_MODEL_CACHE", "build/models",
                       "where autosched.testing.models writes the reference ONNX models")
 
