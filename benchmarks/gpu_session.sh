@@ -123,7 +123,7 @@ for s in "$@"; do
             step "wgmma${TAG:+-$TAG}" "${WGMMA_S:-300}" python3 benchmarks/gpu_wgmma.py \
                 ${WGMMA_ARGS:-} ;;
         tma)  # the TMA main loops: their GPU tests, the copies side by side against cuBLAS, then
-              # the BERT layer and ResNet-18 in fp16 with AUTOSCHED_TMA=0 (cp.async) as a variant
+              # the BERT layer and ResNet-18 in fp16 with AUTOSCHED_TMA=1 as a variant
             step tma-tests 120 python3 -m pytest -q -m gpu tests/targets/cuda/test_wgmma.py \
                 -rfE -p no:cacheprovider
             step tma-tiles 240 python3 benchmarks/gpu_wgmma.py --rounds 3 \
@@ -131,7 +131,7 @@ for s in "$@"; do
                 --copies cp.async tma tma-ws
             step tma-e2e 420 python3 benchmarks/e2e_gpu.py --models bert_layer resnet18 \
                 --batch 8 32 --precision fp16 --rounds 3 --cached-picks \
-                --variant cpasync:AUTOSCHED_TMA=0 --out "$OUT/e2e20_tma.json" ;;
+                --variant tma:AUTOSCHED_TMA=1 --out "$OUT/e2e20_tma.json" ;;
         issue20) # the GPU tests of the wgmma tiles (register epilogue, TMA) and of the row
             # kernels, the copies against cuBLAS, where the BERT layer's batch-32 time goes,
             # then both models against torch with TMA and without the K split as variants
@@ -144,7 +144,7 @@ for s in "$@"; do
                 --precision fp16 --top 26
             for m in bert_layer resnet18; do
                 step "i20-e2e-$m" 170 python3 benchmarks/e2e_gpu.py --models "$m" --batch 8 32 \
-                    --precision fp16 --rounds 2 --cached-picks --variant cpasync:AUTOSCHED_TMA=0 \
+                    --precision fp16 --rounds 2 --cached-picks --variant tma:AUTOSCHED_TMA=1 \
                     --variant nosplit:AUTOSCHED_K_SPLIT=1 --out "$OUT/e2e20_$m.json"
             done ;;
         hgemm) step hgemm 400 python3 benchmarks/gpu_hgemm.py --sizes 1024 4096 --trials 64 ;;
